@@ -1,0 +1,98 @@
+//! The client: a cluster map, a transport and counters. Index and
+//! transaction code talks to DM through nothing else.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::batch::Batch;
+use crate::error::FabricError;
+use crate::map::ClusterMap;
+use crate::stats::Stats;
+use crate::transport::{AnyTransport, Transport};
+
+/// One task's handle on the fabric. Not shared between tasks: give each task
+/// its own with [`Client::fork`] (forks share the transport and map, not the
+/// counters).
+#[derive(Debug)]
+pub struct Client {
+    map: Arc<ClusterMap>,
+    transport: AnyTransport,
+    stats: Stats,
+}
+
+impl Client {
+    /// A client that routes with `map` over `transport`.
+    pub fn new(map: ClusterMap, transport: AnyTransport) -> Self {
+        Client {
+            map: Arc::new(map),
+            transport,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Another client on the same transport and map, with its own counters.
+    pub fn fork(&self) -> Client {
+        Client {
+            map: self.map.clone(),
+            transport: self.transport.clone(),
+            stats: Stats::default(),
+        }
+    }
+
+    /// Executes `batch` in one round trip. On `Ok`, every verb has a
+    /// completion (which may be a per-verb error); read them through the
+    /// batch. An empty batch costs nothing and succeeds.
+    pub async fn execute(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        batch.route(&self.map)?;
+        let epoch = self.map.epoch();
+        let (ops, payload, out) = batch.parts();
+        self.stats.record(ops);
+        let verbs = ops.len();
+        self.transport.execute(epoch, ops, payload, out).await?;
+        assert_eq!(
+            out.len(),
+            verbs,
+            "transport broke the one-completion-per-op contract"
+        );
+        self.stats.verb_errors += out.as_slice().iter().filter(|c| c.is_err()).count() as u64;
+        Ok(())
+    }
+
+    /// Counters since this client was made.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The map verbs are routed with.
+    pub fn map(&self) -> &ClusterMap {
+        &self.map
+    }
+
+    /// Routes with a newer map from now on (after a `StaleEpoch`).
+    pub fn set_map(&mut self, map: ClusterMap) {
+        self.map = Arc::new(map);
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &AnyTransport {
+        &self.transport
+    }
+
+    /// A named point in protocol code where fault injection may crash this
+    /// client. Protocol code calls it between steps and propagates the error.
+    pub fn crash_point(&self, name: &str) -> Result<(), FabricError> {
+        self.transport.crash_point(name)
+    }
+
+    /// This client's wall clock in milliseconds since the Unix epoch, with
+    /// any injected skew. Leases are compared across clients in this unit.
+    pub fn now_ms(&self) -> u64 {
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        real.saturating_add_signed(self.transport.clock_skew_ms())
+    }
+}

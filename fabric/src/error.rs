@@ -1,0 +1,106 @@
+//! Errors of the fabric: a batch that could not run as a whole.
+//!
+//! A verb that a memory node refused is not an error here: it is an error
+//! completion ([`VerbError`](crate::VerbError)) inside an otherwise executed
+//! batch.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::addr::{Epoch, NodeId, RegionId, Replica};
+use crate::image::HeaderError;
+
+/// Why a batch could not be executed (or only partly: see each variant).
+#[derive(Debug, Error)]
+pub enum FabricError {
+    /// A memory node's epoch is newer than the client's map: the client must
+    /// refresh its map. Verbs to other nodes in the same batch may have run.
+    #[error("stale map: client epoch {client_epoch}, memory node {node} is at epoch {node_epoch}")]
+    StaleEpoch {
+        /// The node that refused.
+        node: NodeId,
+        /// The epoch the client sent.
+        client_epoch: Epoch,
+        /// The node's epoch.
+        node_epoch: Epoch,
+    },
+    /// The client's map has no such region.
+    #[error("region {region} is not in the cluster map")]
+    UnknownRegion {
+        /// The region asked for.
+        region: RegionId,
+    },
+    /// The region has no replica at that position.
+    #[error("region {region} has no replica {replica:?}")]
+    NoSuchReplica {
+        /// The region asked for.
+        region: RegionId,
+        /// The target asked for.
+        replica: Replica,
+    },
+    /// The transport cannot reach that node.
+    #[error("memory node {node} is not reachable through this transport")]
+    UnknownNode {
+        /// The node.
+        node: NodeId,
+    },
+    /// More verbs, or more bytes, than one batch may carry.
+    #[error("batch too large: {what}")]
+    BatchTooLarge {
+        /// Which limit, with numbers.
+        what: String,
+    },
+    /// Fault injection crashed this client: it issues no verb ever again.
+    #[error("client crashed by fault injection ({reason})")]
+    Crashed {
+        /// The crash point or verb count that fired.
+        reason: String,
+    },
+    /// The connection to a memory node broke; outstanding verbs on it have
+    /// unknown outcome.
+    #[error("connection to memory node {node} lost: {reason}")]
+    Disconnected {
+        /// The node.
+        node: NodeId,
+        /// What happened.
+        reason: String,
+    },
+    /// A memory node answered something this client cannot decode.
+    #[error("protocol error from memory node {node}: {reason}")]
+    Protocol {
+        /// The node.
+        node: NodeId,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+/// Why a memory node could not be created, opened or attached.
+#[derive(Debug, Error)]
+pub enum NodeError {
+    /// File or mapping failure.
+    #[error("{context} {path}: {source}")]
+    Io {
+        /// What was being done.
+        context: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Anonymous mapping failure.
+    #[error("cannot map {bytes} bytes of memory: {0}", bytes = .1)]
+    Map(std::io::Error, u64),
+    /// The file is not a usable memory image.
+    #[error("{path}: {source}")]
+    Header {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: HeaderError,
+    },
+    /// The requested regions are not acceptable.
+    #[error("invalid regions: {0}")]
+    Regions(String),
+}

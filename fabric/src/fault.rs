@@ -1,0 +1,263 @@
+//! Fault injection, as a transport that wraps another.
+//!
+//! Faults are those a client on disaggregated memory really suffers: it dies
+//! between two verbs (after the N-th verb, or at a named point of its
+//! protocol) leaving whatever it had written; one of its WRITEs is delayed in
+//! the network past later verbs ("fly WRITE", rTX §4.2); its round trips are
+//! slow; its clock is off.
+//!
+//! A crashed client never issues another verb: every later batch and crash
+//! point fails with [`FabricError::Crashed`]. The wrapper is shared by all
+//! forks of a client, so a crash kills the whole client, as a process crash
+//! would.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::addr::Epoch;
+use crate::error::FabricError;
+use crate::transport::Transport;
+use crate::verb::{Completions, Op, OpKind, Outcome, PayloadRange};
+
+/// What to inject. The default injects nothing.
+#[derive(Clone, Debug, Default)]
+pub struct FaultPlan {
+    /// Crash right after the client's N-th verb (counting from 1, each
+    /// replica of an `All` verb separately). The batch holding that verb runs
+    /// up to and including it; the client then sees `Crashed`.
+    pub crash_after_verbs: Option<u64>,
+    /// Crash when protocol code reaches any of these named points.
+    pub crash_points: Vec<String>,
+    /// Hold one WRITE back while later verbs run.
+    pub fly_write: Option<FlyWrite>,
+    /// Added to every round trip.
+    pub latency_per_round_trip: Duration,
+    /// Added to the client's clock, in milliseconds (may be negative).
+    pub clock_skew_ms: i64,
+}
+
+/// Which WRITE to delay and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct FlyWrite {
+    /// The client's N-th WRITE verb (counting from 1).
+    pub nth_write: u64,
+    /// It lands after this many further batches have executed. The client
+    /// sees it complete at once, as with an RDMA WRITE whose completion is
+    /// reported before the data reaches memory.
+    pub after_batches: u32,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    verbs: u64,
+    writes: u64,
+    crashed: Option<String>,
+    flying: Option<Flying>,
+}
+
+#[derive(Debug)]
+struct Flying {
+    op: Op,
+    data: Vec<u8>,
+    epoch: Epoch,
+    batches_left: u32,
+}
+
+/// A transport with faults injected.
+#[derive(Debug)]
+pub struct Faulty<T> {
+    inner: T,
+    plan: FaultPlan,
+    state: Mutex<State>,
+}
+
+impl<T: Transport> Faulty<T> {
+    /// Wraps `inner`.
+    pub fn new(inner: T, plan: FaultPlan) -> Self {
+        Faulty {
+            inner,
+            plan,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding this lock can only come from a bug in this
+        // module; the counters are still meaningful, so keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The wrapped transport.
+    pub fn inner(&self) -> &T {
+        &self.inner
+    }
+
+    /// Why the client crashed, if it did.
+    pub fn crashed(&self) -> Option<String> {
+        self.state().crashed.clone()
+    }
+
+    /// Verbs that reached the inner transport (or are flying).
+    pub fn verbs_issued(&self) -> u64 {
+        self.state().verbs
+    }
+
+    /// True while a delayed WRITE has not landed.
+    pub fn write_in_flight(&self) -> bool {
+        self.state().flying.is_some()
+    }
+
+    /// Lands the delayed WRITE now, if one is in flight, even if the client
+    /// has crashed since: a WRITE already in the network arrives whether or
+    /// not its sender is alive.
+    pub async fn land_flying_write(&self) -> Result<(), FabricError> {
+        let flying = self.state().flying.take();
+        match flying {
+            Some(f) => self.land(f).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn land(&self, f: Flying) -> Result<(), FabricError> {
+        let op = Op {
+            kind: OpKind::Write {
+                data: PayloadRange {
+                    start: 0,
+                    len: f.data.len() as u32,
+                },
+            },
+            ..f.op
+        };
+        let mut out = Completions::default();
+        self.inner.execute(f.epoch, &[op], &f.data, &mut out).await
+    }
+
+    fn crash(&self, state: &mut State, reason: String) -> FabricError {
+        tracing::debug!(%reason, "fault injection crashed the client");
+        state.crashed = Some(reason.clone());
+        FabricError::Crashed { reason }
+    }
+}
+
+impl<T: Transport> Transport for Faulty<T> {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        if !self.plan.latency_per_round_trip.is_zero() {
+            sleep(self.plan.latency_per_round_trip).await;
+        }
+        // Decide, under the lock, which ops run now; run them without it.
+        let (run, held_at, crash_after, landing) = {
+            let mut s = self.state();
+            if let Some(reason) = &s.crashed {
+                return Err(FabricError::Crashed {
+                    reason: reason.clone(),
+                });
+            }
+            let mut run = ops.len();
+            let mut crash_after = None;
+            if let Some(n) = self.plan.crash_after_verbs {
+                let left = n.saturating_sub(s.verbs);
+                if left <= ops.len() as u64 {
+                    run = left as usize;
+                    crash_after = Some(n);
+                }
+            }
+            let mut held_at = None;
+            for (i, op) in ops[..run].iter().enumerate() {
+                if let OpKind::Write { data } = op.kind {
+                    s.writes += 1;
+                    if let Some(fw) = self.plan.fly_write.filter(|fw| fw.nth_write == s.writes) {
+                        held_at = Some(i);
+                        s.flying = Some(Flying {
+                            op: *op,
+                            data: payload[data.range()].to_vec(),
+                            epoch,
+                            batches_left: fw.after_batches,
+                        });
+                    }
+                }
+            }
+            s.verbs += run as u64;
+            // A write held by an earlier batch lands after this one.
+            let landing = match &mut s.flying {
+                Some(f) if held_at.is_none() => {
+                    f.batches_left = f.batches_left.saturating_sub(1);
+                    (f.batches_left == 0).then(|| s.flying.take()).flatten()
+                }
+                _ => None,
+            };
+            (run, held_at, crash_after, landing)
+        };
+
+        let result = match held_at {
+            None => self.inner.execute(epoch, &ops[..run], payload, out).await,
+            Some(h) => {
+                let rest: Vec<Op> = ops[..run]
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| i != h)
+                    .map(|(_, op)| *op)
+                    .collect();
+                let mut inner_out = Completions::default();
+                let r = self.inner.execute(epoch, &rest, payload, &mut inner_out).await;
+                merge_with_held(&inner_out, h, out);
+                r
+            }
+        };
+        if let Some(f) = landing {
+            self.land(f).await?;
+        }
+        if let Some(n) = crash_after {
+            let mut s = self.state();
+            return Err(self.crash(&mut s, format!("after verb {n}")));
+        }
+        result
+    }
+
+    fn crash_point(&self, name: &str) -> Result<(), FabricError> {
+        let mut s = self.state();
+        if let Some(reason) = &s.crashed {
+            return Err(FabricError::Crashed {
+                reason: reason.clone(),
+            });
+        }
+        if self.plan.crash_points.iter().any(|p| p == name) {
+            return Err(self.crash(&mut s, format!("at crash point {name}")));
+        }
+        Ok(())
+    }
+
+    fn clock_skew_ms(&self) -> i64 {
+        self.plan.clock_skew_ms
+    }
+}
+
+/// Rebuilds the completions of a batch from those of the ops that ran,
+/// reporting the held WRITE (at position `held`) as done.
+fn merge_with_held(ran: &Completions, held: usize, out: &mut Completions) {
+    let mut from = ran.as_slice().iter();
+    for i in 0..=ran.len() {
+        if i == held {
+            out.push(Ok(Outcome::Done));
+            continue;
+        }
+        let Some(c) = from.next() else { break };
+        match c {
+            Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(ran.read_data(*range)),
+            other => out.push(*other),
+        }
+    }
+}
+
+async fn sleep(d: Duration) {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        tokio::time::sleep(d).await;
+    } else {
+        std::thread::sleep(d);
+    }
+}

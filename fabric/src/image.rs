@@ -1,0 +1,238 @@
+//! The layout of a memory node's image: one header page that describes the
+//! regions, then the regions, each page-aligned.
+//!
+//! The same layout is used in anonymous memory, in a `/dev/shm` file (so that
+//! `shm` clients can attach knowing only the path) and in a `--persist` file
+//! (so that a restarted node finds its regions where it left them).
+//!
+//! Header, little-endian u64 words:
+//!
+//! | word | field                                            |
+//! |------|--------------------------------------------------|
+//! | 0    | magic `KNTSUGI1`                                  |
+//! | 1    | layout version                                   |
+//! | 2    | epoch (updated in place with atomics)            |
+//! | 3    | node id                                          |
+//! | 4    | region count                                     |
+//! | 5    | image bytes (header included)                    |
+//! | 6..  | region entries, 4 words each: id, offset, size, access key |
+
+use crate::addr::{AccessKey, NodeId, RegionId, ATOMIC_BYTES};
+
+/// First word of every image.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"KNTSUGI1");
+/// Bumped whenever this layout changes; an image of another version is refused.
+pub const LAYOUT_VERSION: u64 = 1;
+/// The header occupies one page; regions start page-aligned.
+pub const PAGE_BYTES: u64 = 4096;
+/// Byte offset of the epoch word in the header.
+pub const EPOCH_OFFSET: u64 = 2 * 8;
+const FIXED_WORDS: u64 = 6;
+const ENTRY_WORDS: u64 = 4;
+/// Regions one memory node can hold: as many entries as fit the header page
+/// after the fixed words, rounded down to a power of two.
+pub const REGIONS_PER_NODE_MAX: usize = 64;
+const _: () = assert!(
+    (FIXED_WORDS + ENTRY_WORDS * REGIONS_PER_NODE_MAX as u64) * 8 <= PAGE_BYTES,
+    "region table must fit the header page"
+);
+/// Smallest region: one atomic word. Regions are sized in whole words so that
+/// every aligned word inside a region is inside it.
+pub const REGION_BYTES_MIN: u64 = ATOMIC_BYTES;
+/// Largest region. 48-bit offsets allow more; this bound keeps a typo in a
+/// size (`1PiB`) from mapping absurd amounts of address space.
+pub const REGION_BYTES_MAX: u64 = 1 << 40;
+
+/// One region as the header records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionEntry {
+    /// Region id.
+    pub id: RegionId,
+    /// Byte offset of the region inside the image.
+    pub image_offset: u64,
+    /// Region size in bytes.
+    pub size: u64,
+    /// Access key verbs must present.
+    pub key: AccessKey,
+}
+
+/// The header of an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Epoch at encoding time (live value is read atomically from the image).
+    pub epoch: u64,
+    /// The node's id.
+    pub node: NodeId,
+    /// Regions, in image order.
+    pub regions: Vec<RegionEntry>,
+    /// Total bytes of the image.
+    pub image_bytes: u64,
+}
+
+/// Why an image header could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Not a kintsugi image.
+    #[error("not a kintsugi memory image (bad magic)")]
+    BadMagic,
+    /// Written by another layout version.
+    #[error("memory image has layout version {found}, this build reads {LAYOUT_VERSION}")]
+    Version {
+        /// Version found.
+        found: u64,
+    },
+    /// Fields that contradict each other or the file size.
+    #[error("memory image header is corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+impl Header {
+    /// Lays out regions of the given `(id, size, key)` back to back after the
+    /// header page, each starting on a page boundary.
+    ///
+    /// # Panics
+    /// On more than [`REGIONS_PER_NODE_MAX`] regions or a size outside
+    /// [`REGION_BYTES_MIN`]..=[`REGION_BYTES_MAX`]: callers validate input first.
+    pub fn layout(node: NodeId, epoch: u64, regions: &[(RegionId, u64, AccessKey)]) -> Header {
+        assert!(regions.len() <= REGIONS_PER_NODE_MAX);
+        let mut offset = PAGE_BYTES;
+        let mut entries = Vec::with_capacity(regions.len());
+        for &(id, size, key) in regions {
+            assert!((REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&size));
+            assert!(size % ATOMIC_BYTES == 0);
+            entries.push(RegionEntry {
+                id,
+                image_offset: offset,
+                size,
+                key,
+            });
+            offset += size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
+        }
+        Header {
+            epoch,
+            node,
+            regions: entries,
+            image_bytes: offset,
+        }
+    }
+
+    /// Encodes into the first page of an image.
+    pub fn encode(&self) -> [u8; PAGE_BYTES as usize] {
+        let mut page = [0u8; PAGE_BYTES as usize];
+        let mut words = vec![
+            MAGIC,
+            LAYOUT_VERSION,
+            self.epoch,
+            u64::from(self.node),
+            self.regions.len() as u64,
+            self.image_bytes,
+        ];
+        for r in &self.regions {
+            words.extend([u64::from(r.id), r.image_offset, r.size, u64::from(r.key)]);
+        }
+        for (i, w) in words.iter().enumerate() {
+            page[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        page
+    }
+
+    /// Decodes and validates a header page against the image's real size.
+    pub fn decode(page: &[u8], file_bytes: u64) -> Result<Header, HeaderError> {
+        if page.len() < PAGE_BYTES as usize {
+            return Err(HeaderError::Corrupt("shorter than one page"));
+        }
+        let word = |i: u64| {
+            let i = i as usize * 8;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&page[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        if word(0) != MAGIC {
+            return Err(HeaderError::BadMagic);
+        }
+        if word(1) != LAYOUT_VERSION {
+            return Err(HeaderError::Version { found: word(1) });
+        }
+        let node = NodeId::try_from(word(3)).map_err(|_| HeaderError::Corrupt("node id"))?;
+        let count = word(4);
+        if count > REGIONS_PER_NODE_MAX as u64 {
+            return Err(HeaderError::Corrupt("too many regions"));
+        }
+        let image_bytes = word(5);
+        if image_bytes > file_bytes {
+            return Err(HeaderError::Corrupt("image larger than its file"));
+        }
+        let mut regions = Vec::with_capacity(count as usize);
+        let mut next_free = PAGE_BYTES;
+        for r in 0..count {
+            let base = FIXED_WORDS + r * ENTRY_WORDS;
+            let id = RegionId::try_from(word(base)).map_err(|_| HeaderError::Corrupt("region id"))?;
+            let key = AccessKey::try_from(word(base + 3)).map_err(|_| HeaderError::Corrupt("region key"))?;
+            let entry = RegionEntry {
+                id,
+                image_offset: word(base + 1),
+                size: word(base + 2),
+                key,
+            };
+            let end = entry.image_offset.checked_add(entry.size);
+            if entry.image_offset < next_free
+                || entry.image_offset % PAGE_BYTES != 0
+                || !(REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&entry.size)
+                || entry.size % ATOMIC_BYTES != 0
+                || end.is_none_or(|end| end > image_bytes)
+            {
+                return Err(HeaderError::Corrupt("region table"));
+            }
+            if regions.iter().any(|e: &RegionEntry| e.id == id) {
+                return Err(HeaderError::Corrupt("duplicate region id"));
+            }
+            next_free = entry.image_offset + entry.size;
+            regions.push(entry);
+        }
+        Ok(Header {
+            epoch: word(2),
+            node,
+            regions,
+            image_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_is_bit_exact() {
+        let h = Header::layout(7, 3, &[(1, 4096, 0xAA), (9, 10_000, 0xBB)]);
+        assert_eq!(h.regions[0].image_offset, 4096);
+        assert_eq!(h.regions[1].image_offset, 8192);
+        assert_eq!(h.image_bytes, 8192 + 12_288);
+        let page = h.encode();
+        assert_eq!(&page[0..8], b"KNTSUGI1");
+        assert_eq!(page[EPOCH_OFFSET as usize], 3);
+        assert_eq!(page[24], 7); // node id, word 3
+        assert_eq!(page[48], 1); // first region id, word 6
+        assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
+    }
+
+    #[test]
+    fn corrupt_headers_are_refused() {
+        let h = Header::layout(1, 1, &[(1, 4096, 1)]);
+        let mut page = h.encode();
+        assert_eq!(
+            Header::decode(&page, 100),
+            Err(HeaderError::Corrupt("image larger than its file"))
+        );
+        page[8] = 9;
+        assert_eq!(
+            Header::decode(&page, h.image_bytes),
+            Err(HeaderError::Version { found: 9 })
+        );
+        page[0] = 0;
+        assert_eq!(Header::decode(&page, h.image_bytes), Err(HeaderError::BadMagic));
+        let mut page = h.encode();
+        page[6 * 8 + 8] = 1; // region offset 4097: unaligned
+        assert!(Header::decode(&page, u64::MAX).is_err());
+    }
+}

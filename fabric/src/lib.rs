@@ -1,0 +1,51 @@
+//! The DM fabric: the layer through which compute nodes touch disaggregated
+//! memory.
+//!
+//! - [`GlobalAddr`] names a byte of a region; [`Replica`] picks which
+//!   replica(s) of that region a verb goes to.
+//! - [`Batch`] collects READ, WRITE, CAS, FAA and FLUSH verbs;
+//!   [`Client::execute`] runs one batch in one round trip. Verbs to the same
+//!   memory node run in order; there is no order across nodes.
+//! - [`ClusterMap`] routes each verb to the memory node holding the replica.
+//! - [`Transport`]s: [`LocalTransport`] (in-process), [`ShmTransport`]
+//!   (a memory image mapped by several processes: the CXL model),
+//!   [`TcpTransport`] (a pipelined client of the [`server`]).
+//! - [`MemoryNode`] checks every verb (region, bounds, alignment, access key,
+//!   epoch) and executes it.
+//! - [`Faulty`] wraps any transport to crash the client, fly a WRITE, slow
+//!   round trips or skew the clock.
+//! - [`Stats`] counts round trips, verbs and bytes per client.
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("DM words are little-endian and atomics are native: only little-endian targets are supported");
+
+mod addr;
+mod batch;
+mod client;
+mod error;
+pub mod fault;
+pub mod image;
+mod map;
+mod memnode;
+mod memory;
+pub mod server;
+mod stats;
+pub mod transport;
+mod verb;
+pub mod wire;
+
+pub use addr::{
+    AccessKey, Epoch, GlobalAddr, NodeId, RegionId, Replica, ATOMIC_BYTES, OFFSET_BITS, OFFSET_MAX,
+};
+pub use batch::{Batch, On, VerbHandle};
+pub use client::Client;
+pub use error::{FabricError, NodeError};
+pub use fault::{FaultPlan, Faulty, FlyWrite};
+pub use map::{ClusterMap, MapError, NodeInfo, RegionInfo, ReplicaLoc, REPLICAS_MAX};
+pub use memnode::{validate as validate_regions, MemoryNode, NodeDescriptor, RegionDescriptor, RegionSpec};
+pub use stats::Stats;
+pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};
+pub use verb::{
+    Completion, Completions, Op, OpKind, Outcome, PayloadRange, VerbError, VerbKind, BATCH_BYTES_MAX,
+    VERBS_PER_BATCH_MAX, VERB_BYTES_MAX,
+};

@@ -1,0 +1,391 @@
+//! The memory node: regions in one image, and the checks every verb passes
+//! before it touches them.
+//!
+//! A memory node is passive: this code is all its CPU does. The `tcp` server
+//! calls it on behalf of remote clients; the `local` and `shm` transports call
+//! it directly from the client thread (in the CXL model the checks stand for
+//! what the memory controller and IOMMU enforce).
+
+use std::path::{Path, PathBuf};
+
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::addr::{AccessKey, Epoch, NodeId, RegionId, ATOMIC_BYTES};
+use crate::error::{FabricError, NodeError};
+use crate::image::{
+    Header, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX, REGION_BYTES_MIN,
+};
+use crate::memory::SharedMemory;
+use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERB_BYTES_MAX};
+
+/// A region to create: id and size in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionSpec {
+    /// Region id.
+    pub id: RegionId,
+    /// Size in bytes (a multiple of 8).
+    pub size: u64,
+}
+
+/// What a client must know of a region to address it on this node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionDescriptor {
+    /// Region id.
+    pub id: RegionId,
+    /// Size in bytes.
+    pub size: u64,
+    /// Access key.
+    pub key: AccessKey,
+}
+
+/// What a client learns from a node when it attaches or says hello.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeDescriptor {
+    /// The node's id.
+    pub node: NodeId,
+    /// The node's epoch now.
+    pub epoch: Epoch,
+    /// Its regions.
+    pub regions: Vec<RegionDescriptor>,
+}
+
+/// A memory node's regions and their guard.
+#[derive(Debug)]
+pub struct MemoryNode {
+    memory: SharedMemory,
+    node: NodeId,
+    regions: Vec<RegionEntry>,
+    /// A `--shm` image is volatile memory that happens to have a name: it is
+    /// removed when its node stops. Persistent and attached images are kept.
+    remove_on_drop: Option<PathBuf>,
+}
+
+impl MemoryNode {
+    /// A node whose regions live in this process only.
+    pub fn anonymous(node: NodeId, regions: &[RegionSpec]) -> Result<Self, NodeError> {
+        let header = Header::layout(node, 1, &with_fresh_keys(regions)?);
+        let memory = SharedMemory::anonymous(header.image_bytes as usize)
+            .map_err(|e| NodeError::Map(e, header.image_bytes))?;
+        Ok(Self::initialised(memory, header, None))
+    }
+
+    /// A node whose image is a new file at `path` (normally under `/dev/shm`)
+    /// that `shm` clients attach to. The file is removed when the node is
+    /// dropped. Refuses to overwrite an existing file: it may belong to a
+    /// live node.
+    pub fn create_shm(path: &Path, node: NodeId, regions: &[RegionSpec]) -> Result<Self, NodeError> {
+        if path.exists() {
+            return Err(NodeError::Io {
+                context: "refusing to overwrite existing memory image",
+                path: path.to_owned(),
+                source: std::io::ErrorKind::AlreadyExists.into(),
+            });
+        }
+        let header = Header::layout(node, 1, &with_fresh_keys(regions)?);
+        let memory = create_image_file(path, &header)?;
+        Ok(Self::initialised(memory, header, Some(path.to_owned())))
+    }
+
+    /// A node whose image is the file at `path`, kept across restarts. If the
+    /// file exists its regions must be exactly `regions` (ids and sizes), and
+    /// their contents, keys and epoch are taken over; otherwise it is created.
+    /// Returns the node and whether an existing image was reopened.
+    pub fn open_persistent(
+        path: &Path,
+        node: NodeId,
+        regions: &[RegionSpec],
+    ) -> Result<(Self, bool), NodeError> {
+        if !path.exists() {
+            let header = Header::layout(node, 1, &with_fresh_keys(regions)?);
+            let memory = create_image_file(path, &header)?;
+            memory
+                .flush(0, PAGE_BYTES as usize)
+                .map_err(|source| io_error("cannot flush", path, source))?;
+            return Ok((Self::initialised(memory, header, None), false));
+        }
+        let me = Self::attach(path)?;
+        let found: Vec<RegionSpec> = me
+            .regions
+            .iter()
+            .map(|r| RegionSpec {
+                id: r.id,
+                size: r.size,
+            })
+            .collect();
+        if found != regions {
+            return Err(NodeError::Regions(format!(
+                "{} holds regions {} but {} were asked for; use the same --region flags or another file",
+                path.display(),
+                describe(&found),
+                describe(regions)
+            )));
+        }
+        if me.node != node {
+            return Err(NodeError::Regions(format!(
+                "{} belongs to memory node {}, not {node}",
+                path.display(),
+                me.node
+            )));
+        }
+        Ok((me, true))
+    }
+
+    /// Maps an existing image (an `shm` client attaching to a node, or a
+    /// persistent node restarting).
+    pub fn attach(path: &Path) -> Result<Self, NodeError> {
+        let memory = SharedMemory::open_file(path)
+            .map_err(|source| io_error("cannot map memory image", path, source))?;
+        if memory.len() < PAGE_BYTES as usize {
+            return Err(NodeError::Header {
+                path: path.to_owned(),
+                source: crate::image::HeaderError::Corrupt("shorter than one page"),
+            });
+        }
+        let mut page = vec![0u8; PAGE_BYTES as usize];
+        memory.read(0, &mut page);
+        let header = Header::decode(&page, memory.len() as u64).map_err(|source| NodeError::Header {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(MemoryNode {
+            memory,
+            node: header.node,
+            regions: header.regions,
+            remove_on_drop: None,
+        })
+    }
+
+    fn initialised(memory: SharedMemory, header: Header, remove_on_drop: Option<PathBuf>) -> Self {
+        memory.write(0, &header.encode());
+        MemoryNode {
+            memory,
+            node: header.node,
+            regions: header.regions,
+            remove_on_drop,
+        }
+    }
+
+    /// The node's id.
+    pub fn id(&self) -> NodeId {
+        self.node
+    }
+
+    /// The node's epoch: batches from clients with an older map are refused.
+    pub fn epoch(&self) -> Epoch {
+        self.memory.load(EPOCH_OFFSET as usize)
+    }
+
+    /// Raises the epoch to `epoch` (never lowers it); returns the epoch now in
+    /// force. Called when the control plane publishes a new map.
+    pub fn advance_epoch(&self, epoch: Epoch) -> Epoch {
+        let mut current = self.epoch();
+        while current < epoch {
+            let seen = self.memory.cas(EPOCH_OFFSET as usize, current, epoch);
+            if seen == current {
+                return epoch;
+            }
+            current = seen;
+        }
+        current
+    }
+
+    /// True when the image is a file (shm or persistent).
+    pub fn is_file_backed(&self) -> bool {
+        self.memory.is_file_backed()
+    }
+
+    /// What a client needs to address this node.
+    pub fn descriptor(&self) -> NodeDescriptor {
+        NodeDescriptor {
+            node: self.node,
+            epoch: self.epoch(),
+            regions: self
+                .regions
+                .iter()
+                .map(|r| RegionDescriptor {
+                    id: r.id,
+                    size: r.size,
+                    key: r.key,
+                })
+                .collect(),
+        }
+    }
+
+    /// Fails with `StaleEpoch` if a batch from a client at `client_epoch`
+    /// must be refused.
+    pub fn check_epoch(&self, client_epoch: Epoch) -> Result<(), FabricError> {
+        let node_epoch = self.epoch();
+        if client_epoch < node_epoch {
+            return Err(FabricError::StaleEpoch {
+                node: self.node,
+                client_epoch,
+                node_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Executes one verb, appending its completion. `batch_read_bytes`
+    /// accumulates READ bytes across the batch so that one batch cannot make
+    /// the node produce more than [`BATCH_BYTES_MAX`].
+    pub fn execute_op(&self, op: &Op, payload: &[u8], out: &mut Completions, batch_read_bytes: &mut u64) {
+        let entry = match self.check(op) {
+            Ok(entry) => entry,
+            Err(e) => return out.push(Err(e)),
+        };
+        let at = (entry.image_offset + op.offset) as usize;
+        match op.kind {
+            OpKind::Read { len } => {
+                *batch_read_bytes += u64::from(len);
+                if *batch_read_bytes > BATCH_BYTES_MAX {
+                    return out.push(Err(VerbError::TooLarge {
+                        len: *batch_read_bytes,
+                    }));
+                }
+                self.memory.read(at, out.push_read(len));
+            }
+            OpKind::Write { data } => {
+                let Some(bytes) = payload.get(data.range()) else {
+                    // The wire decoder and the batch builder both produce
+                    // in-bounds payload ranges; anything else is a caller bug
+                    // we still refuse to act on.
+                    return out.push(Err(VerbError::TooLarge { len: data.len.into() }));
+                };
+                self.memory.write(at, bytes);
+                out.push(Ok(Outcome::Done));
+            }
+            OpKind::Cas { expect, new } => out.push(Ok(Outcome::Old(self.memory.cas(at, expect, new)))),
+            OpKind::Faa { add } => out.push(Ok(Outcome::Old(self.memory.faa(at, add)))),
+            OpKind::Flush { len } => out.push(
+                self.memory
+                    .flush(at, len as usize)
+                    .map(|()| Outcome::Done)
+                    .map_err(|e| {
+                        tracing::error!(node = self.node, error = %e, "flush failed");
+                        VerbError::FlushFailed
+                    }),
+            ),
+        }
+    }
+
+    /// The checks of one verb: region known, key, size limit, bounds, alignment.
+    fn check(&self, op: &Op) -> Result<&RegionEntry, VerbError> {
+        let entry = self
+            .regions
+            .iter()
+            .find(|r| r.id == op.region)
+            .ok_or(VerbError::UnknownRegion { region: op.region })?;
+        if entry.key != op.key {
+            return Err(VerbError::BadKey);
+        }
+        let len = op.kind.len();
+        if matches!(op.kind, OpKind::Read { .. } | OpKind::Write { .. }) && len > u64::from(VERB_BYTES_MAX) {
+            return Err(VerbError::TooLarge { len });
+        }
+        if op.offset.checked_add(len).is_none_or(|end| end > entry.size) {
+            return Err(VerbError::OutOfBounds {
+                offset: op.offset,
+                len,
+                size: entry.size,
+            });
+        }
+        if matches!(op.kind, OpKind::Cas { .. } | OpKind::Faa { .. }) && op.offset % ATOMIC_BYTES != 0 {
+            return Err(VerbError::Misaligned { offset: op.offset });
+        }
+        Ok(entry)
+    }
+}
+
+impl Drop for MemoryNode {
+    fn drop(&mut self) {
+        if let Some(path) = &self.remove_on_drop {
+            if let Err(e) = std::fs::remove_file(path) {
+                tracing::warn!(path = %path.display(), error = %e, "cannot remove shm image");
+            }
+        }
+    }
+}
+
+/// Executes `ops` against in-process nodes, as one batch: the epoch of every
+/// node involved is checked before any verb runs; verbs run in order; after a
+/// verb fails, later verbs to the same node complete as `Flushed`.
+pub(crate) fn execute_inline<'a>(
+    node: impl Fn(NodeId) -> Option<&'a MemoryNode>,
+    epoch: Epoch,
+    ops: &[Op],
+    payload: &[u8],
+    out: &mut Completions,
+) -> Result<(), FabricError> {
+    for op in ops {
+        node(op.node)
+            .ok_or(FabricError::UnknownNode { node: op.node })?
+            .check_epoch(epoch)?;
+    }
+    // Nodes with a failed verb in this batch; a batch touches few nodes.
+    let mut failed: Vec<NodeId> = Vec::new();
+    let mut read_bytes = 0u64;
+    for op in ops {
+        if !failed.is_empty() && failed.contains(&op.node) {
+            out.push(Err(VerbError::Flushed));
+            continue;
+        }
+        let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
+        n.execute_op(op, payload, out, &mut read_bytes);
+        if matches!(out.as_slice().last(), Some(Err(_))) {
+            failed.push(op.node);
+        }
+    }
+    Ok(())
+}
+
+fn with_fresh_keys(regions: &[RegionSpec]) -> Result<Vec<(RegionId, u64, AccessKey)>, NodeError> {
+    validate(regions)?;
+    let mut rng = rand::thread_rng();
+    Ok(regions.iter().map(|r| (r.id, r.size, rng.gen())).collect())
+}
+
+/// Checks a region list before anything is mapped.
+pub fn validate(regions: &[RegionSpec]) -> Result<(), NodeError> {
+    if regions.is_empty() {
+        return Err(NodeError::Regions(
+            "a memory node needs at least one region".into(),
+        ));
+    }
+    if regions.len() > REGIONS_PER_NODE_MAX {
+        return Err(NodeError::Regions(format!(
+            "{} regions asked for, a node holds at most {REGIONS_PER_NODE_MAX}",
+            regions.len()
+        )));
+    }
+    for (i, r) in regions.iter().enumerate() {
+        if regions[..i].iter().any(|o| o.id == r.id) {
+            return Err(NodeError::Regions(format!("region {} given twice", r.id)));
+        }
+        if !(REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&r.size) || r.size % ATOMIC_BYTES != 0 {
+            return Err(NodeError::Regions(format!(
+                "region {} has size {} bytes; sizes must be multiples of 8 between {REGION_BYTES_MIN} and {REGION_BYTES_MAX}",
+                r.id, r.size
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn create_image_file(path: &Path, header: &Header) -> Result<SharedMemory, NodeError> {
+    SharedMemory::create_file(path, header.image_bytes as usize)
+        .map_err(|source| io_error("cannot create memory image", path, source))
+}
+
+fn io_error(context: &'static str, path: &Path, source: std::io::Error) -> NodeError {
+    NodeError::Io {
+        context,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn describe(regions: &[RegionSpec]) -> String {
+    let parts: Vec<String> = regions.iter().map(|r| format!("{}:{}", r.id, r.size)).collect();
+    format!("[{}]", parts.join(", "))
+}

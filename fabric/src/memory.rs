@@ -1,0 +1,218 @@
+//! The bytes behind a memory node: one `mmap`, anonymous or file-backed,
+//! touched only through atomic accesses.
+//!
+//! This is the only module with `unsafe`. The mapping is shared with other
+//! threads, other processes (the `shm` transport) and remote clients (the
+//! `tcp` server), so no Rust reference to its bytes is ever formed: every
+//! access goes through a raw pointer as a relaxed or sequentially consistent
+//! atomic. Bulk READ and WRITE are copied word by word with relaxed atomics;
+//! they are therefore not atomic as a whole, which is exactly the DM model
+//! (a concurrent READ may see a torn object and must detect it).
+//!
+//! Invariant: every access is bounds-checked here with `assert!`, even though
+//! the memory node checks every verb first. The node's checks produce error
+//! completions; these asserts are what keep memory safety independent of them.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use memmap2::{MmapOptions, MmapRaw};
+
+const WORD: usize = 8;
+
+/// A mapping shared with whoever else maps the same file.
+pub(crate) struct SharedMemory {
+    map: MmapRaw,
+    file: Option<File>,
+}
+
+impl std::fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedMemory")
+            .field("len", &self.len())
+            .field("file_backed", &self.file.is_some())
+            .finish()
+    }
+}
+
+impl SharedMemory {
+    /// Zeroed private memory (for the in-process transport and tcp-only nodes).
+    pub(crate) fn anonymous(len: usize) -> io::Result<Self> {
+        let map = MmapOptions::new().len(len).map_anon()?;
+        Ok(SharedMemory {
+            map: MmapRaw::from(map),
+            file: None,
+        })
+    }
+
+    /// Creates (or truncates) `path` to `len` zero bytes and maps it shared.
+    pub(crate) fn create_file(path: &Path, len: usize) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)?;
+        file.set_len(len as u64)?;
+        Self::map_file(file)
+    }
+
+    /// Maps an existing file, whole.
+    pub(crate) fn open_file(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        Self::map_file(file)
+    }
+
+    fn map_file(file: File) -> io::Result<Self> {
+        let map = MmapOptions::new().map_raw(&file)?;
+        Ok(SharedMemory {
+            map,
+            file: Some(file),
+        })
+    }
+
+    /// Bytes mapped.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// True when the bytes live in a file that outlives the process.
+    pub(crate) fn is_file_backed(&self) -> bool {
+        self.file.is_some()
+    }
+
+    fn check(&self, offset: usize, len: usize) {
+        assert!(
+            offset.checked_add(len).is_some_and(|end| end <= self.len()),
+            "access {offset}+{len} outside mapping of {} bytes",
+            self.len()
+        );
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        self.check(offset, WORD);
+        assert!(offset % WORD == 0, "atomic access at unaligned offset {offset}");
+        // SAFETY: the range is inside the live mapping (checked above) and
+        // 8-byte aligned (the mapping is page-aligned and `offset` is a
+        // multiple of 8). The mapping lives as long as `self`, which bounds the
+        // returned reference. All accesses to this memory from this process go
+        // through atomics; other processes mapping the file do the same.
+        unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast::<u64>()) }
+    }
+
+    fn byte(&self, offset: usize) -> &AtomicU8 {
+        self.check(offset, 1);
+        // SAFETY: in bounds (checked above); a byte is always aligned; the
+        // lifetime is bounded by the mapping's, as in `word`.
+        unsafe { AtomicU8::from_ptr(self.map.as_mut_ptr().add(offset)) }
+    }
+
+    /// Atomic load of an aligned word.
+    pub(crate) fn load(&self, offset: usize) -> u64 {
+        self.word(offset).load(Ordering::SeqCst)
+    }
+
+    /// Compare-and-swap on an aligned word; returns the previous value.
+    pub(crate) fn cas(&self, offset: usize, expect: u64, new: u64) -> u64 {
+        match self
+            .word(offset)
+            .compare_exchange(expect, new, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(old) | Err(old) => old,
+        }
+    }
+
+    /// Fetch-and-add (wrapping) on an aligned word; returns the previous value.
+    pub(crate) fn faa(&self, offset: usize, add: u64) -> u64 {
+        self.word(offset).fetch_add(add, Ordering::SeqCst)
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` out of the mapping.
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
+        self.check(offset, dst.len());
+        let mut i = 0;
+        while i < dst.len() && (offset + i) % WORD != 0 {
+            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
+            i += 1;
+        }
+        for chunk in dst[i..].chunks_exact_mut(WORD) {
+            let w = self.word(offset + i).load(Ordering::Relaxed);
+            chunk.copy_from_slice(&w.to_le_bytes());
+            i += WORD;
+        }
+        while i < dst.len() {
+            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Copies `src` into the mapping starting at `offset`.
+    pub(crate) fn write(&self, offset: usize, src: &[u8]) {
+        self.check(offset, src.len());
+        let mut i = 0;
+        while i < src.len() && (offset + i) % WORD != 0 {
+            self.byte(offset + i).store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+        for chunk in src[i..].chunks_exact(WORD) {
+            let mut w = [0u8; WORD];
+            w.copy_from_slice(chunk);
+            self.word(offset + i)
+                .store(u64::from_le_bytes(w), Ordering::Relaxed);
+            i += WORD;
+        }
+        while i < src.len() {
+            self.byte(offset + i).store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Makes `len` bytes at `offset` durable in the backing file (msync).
+    /// Anonymous memory has nothing to flush to.
+    pub(crate) fn flush(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len);
+        if self.file.is_none() || len == 0 {
+            return Ok(());
+        }
+        self.map.flush_range(offset, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unaligned_copies_round_trip() {
+        let m = SharedMemory::anonymous(4096).unwrap();
+        let src: Vec<u8> = (0..100u8).collect();
+        for start in 0..16 {
+            m.write(start, &src);
+            let mut dst = vec![0u8; src.len()];
+            m.read(start, &mut dst);
+            assert_eq!(dst, src, "start {start}");
+        }
+    }
+
+    #[test]
+    fn words_are_little_endian_in_memory() {
+        let m = SharedMemory::anonymous(4096).unwrap();
+        m.write(8, &0x0102_0304_0506_0708u64.to_le_bytes());
+        let mut b = [0u8; 8];
+        m.read(8, &mut b);
+        assert_eq!(b, [8, 7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(m.cas(8, 0x0102_0304_0506_0708, 5), 0x0102_0304_0506_0708);
+        assert_eq!(m.faa(8, 3), 5);
+        assert_eq!(m.load(8), 8);
+    }
+
+    #[test]
+    #[should_panic(expected = "outside mapping")]
+    fn out_of_bounds_is_refused_even_past_the_node_checks() {
+        let m = SharedMemory::anonymous(4096).unwrap();
+        let mut b = [0u8; 16];
+        m.read(4090, &mut b);
+    }
+}

@@ -1,0 +1,151 @@
+//! Transports: how a batch of routed ops reaches memory nodes.
+//!
+//! One trait, [`Transport`], and one enum, [`AnyTransport`], that clients hold
+//! so that the layers above (txn, index) are not generic over the transport.
+//! A transport gets the whole batch at once (a multi-node batch is posted to
+//! every node before waiting for any, as an RDMA client rings several
+//! doorbells and then polls its completion queue) and must fill exactly one
+//! completion per op, in op order.
+
+mod local;
+mod shm;
+mod tcp;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use local::LocalTransport;
+pub use shm::ShmTransport;
+pub use tcp::TcpTransport;
+
+use crate::addr::Epoch;
+use crate::error::FabricError;
+use crate::fault::{FaultPlan, Faulty};
+use crate::verb::{Completions, Op};
+
+/// Executes batches of routed ops.
+///
+/// Contract: on `Ok`, `out` holds one completion per op, in op order; verbs
+/// to the same node ran in op order. On `Err`, `out` is unspecified and verbs
+/// may or may not have run (a stale epoch is refused per node, before any of
+/// that node's verbs run).
+pub trait Transport: Send + Sync {
+    /// Executes `ops` as one round trip. `payload` holds WRITE data.
+    fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> impl Future<Output = Result<(), FabricError>> + Send + 'a;
+
+    /// A named point in protocol code: fault injection may crash the client
+    /// here. Plain transports never do.
+    fn crash_point(&self, _name: &str) -> Result<(), FabricError> {
+        Ok(())
+    }
+
+    /// Milliseconds to add to this client's clock (clock-skew injection).
+    fn clock_skew_ms(&self) -> i64 {
+        0
+    }
+}
+
+/// A real transport, without fault injection.
+#[derive(Clone, Debug)]
+pub enum BaseTransport {
+    /// In-process memory nodes.
+    Local(LocalTransport),
+    /// Memory images shared by processes on one host.
+    Shm(ShmTransport),
+    /// A tcp connection per memory node.
+    Tcp(TcpTransport),
+}
+
+impl Transport for BaseTransport {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        match self {
+            BaseTransport::Local(t) => t.execute(epoch, ops, payload, out).await,
+            BaseTransport::Shm(t) => t.execute(epoch, ops, payload, out).await,
+            BaseTransport::Tcp(t) => t.execute(epoch, ops, payload, out).await,
+        }
+    }
+}
+
+/// The transport a [`Client`](crate::Client) holds, so that the layers
+/// above (txn, index) are not generic over it. Cheap to clone: clones share
+/// connections, mappings and fault state.
+#[derive(Clone, Debug)]
+pub enum AnyTransport {
+    /// A real transport.
+    Base(BaseTransport),
+    /// A real transport with faults injected.
+    Faulty(Arc<Faulty<BaseTransport>>),
+}
+
+impl AnyTransport {
+    /// The same real transport with faults injected according to `plan`
+    /// (replacing any plan already injected). Returns the handle through
+    /// which a test inspects the faults.
+    pub fn with_faults(self, plan: FaultPlan) -> (AnyTransport, Arc<Faulty<BaseTransport>>) {
+        let base = match self {
+            AnyTransport::Base(b) => b,
+            AnyTransport::Faulty(f) => f.inner().clone(),
+        };
+        let f = Arc::new(Faulty::new(base, plan));
+        (AnyTransport::Faulty(f.clone()), f)
+    }
+}
+
+impl From<LocalTransport> for AnyTransport {
+    fn from(t: LocalTransport) -> Self {
+        AnyTransport::Base(BaseTransport::Local(t))
+    }
+}
+
+impl From<ShmTransport> for AnyTransport {
+    fn from(t: ShmTransport) -> Self {
+        AnyTransport::Base(BaseTransport::Shm(t))
+    }
+}
+
+impl From<TcpTransport> for AnyTransport {
+    fn from(t: TcpTransport) -> Self {
+        AnyTransport::Base(BaseTransport::Tcp(t))
+    }
+}
+
+impl Transport for AnyTransport {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        match self {
+            AnyTransport::Base(t) => t.execute(epoch, ops, payload, out).await,
+            AnyTransport::Faulty(t) => t.execute(epoch, ops, payload, out).await,
+        }
+    }
+
+    fn crash_point(&self, name: &str) -> Result<(), FabricError> {
+        match self {
+            AnyTransport::Base(_) => Ok(()),
+            AnyTransport::Faulty(t) => t.crash_point(name),
+        }
+    }
+
+    fn clock_skew_ms(&self) -> i64 {
+        match self {
+            AnyTransport::Base(_) => 0,
+            AnyTransport::Faulty(t) => t.clock_skew_ms(),
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The shared-memory transport: memory images mapped by several processes.
+//!
+//! This is the CXL-3 model. A memory node process creates its image under
+//! `/dev/shm`; clients map the same file and execute verbs with real
+//! cross-process atomics. Killing a client leaves exactly what it had written.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::addr::{Epoch, NodeId};
+use crate::error::{FabricError, NodeError};
+use crate::map::ClusterMap;
+use crate::memnode::{execute_inline, MemoryNode};
+use crate::transport::Transport;
+use crate::verb::{Completions, Op};
+
+/// Attached memory images; verbs execute on the calling thread.
+#[derive(Clone, Debug)]
+pub struct ShmTransport {
+    nodes: Arc<[MemoryNode]>,
+}
+
+impl ShmTransport {
+    /// Maps each image and builds the map they describe: a region found in
+    /// several images is replicated on them, the first image holding its
+    /// primary. The map's epoch is the highest of the nodes' epochs.
+    pub fn attach(paths: &[PathBuf]) -> Result<(Self, ClusterMap), NodeError> {
+        let mut nodes = Vec::new();
+        let mut descriptors = Vec::new();
+        for p in paths {
+            let node = MemoryNode::attach(p)?;
+            descriptors.push((node.descriptor(), p.display().to_string()));
+            nodes.push(node);
+        }
+        let epoch = descriptors.iter().map(|(d, _)| d.epoch).max().unwrap_or(1);
+        let map = ClusterMap::from_descriptors(epoch, &descriptors).map_err(|e| NodeError::Regions(e.0))?;
+        Ok((ShmTransport { nodes: nodes.into() }, map))
+    }
+
+    /// The attached node with this id.
+    pub fn node(&self, id: NodeId) -> Option<&MemoryNode> {
+        self.nodes.iter().find(|n| n.id() == id)
+    }
+}
+
+impl Transport for ShmTransport {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        execute_inline(|id| self.node(id), epoch, ops, payload, out)
+    }
+}

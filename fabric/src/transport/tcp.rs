@@ -1,0 +1,339 @@
+//! The tcp transport's client side: one pipelined connection per memory node.
+//!
+//! Any number of batches may be outstanding on a connection: each carries a
+//! request id, a writer task coalesces queued frames into few socket writes,
+//! and a reader task hands each response to whoever waits for its id. Forks
+//! of a client share the connections, so K forks give K outstanding batches.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::addr::{Epoch, NodeId};
+use crate::error::FabricError;
+use crate::map::ClusterMap;
+use crate::memnode::NodeDescriptor;
+use crate::transport::Transport;
+use crate::verb::{Completions, Op, Outcome};
+use crate::wire::{self, Response, FRAME_BYTES_MAX};
+
+const IO_BUFFER_BYTES: usize = 64 * 1024;
+
+/// Connections to memory nodes over tcp.
+#[derive(Clone, Debug)]
+pub struct TcpTransport {
+    conns: Arc<[Arc<Connection>]>,
+}
+
+#[derive(Debug)]
+struct Connection {
+    node: NodeId,
+    frames: mpsc::UnboundedSender<Vec<u8>>,
+    next_id: AtomicU64,
+    pending: Mutex<Pending>,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    waiters: HashMap<u64, oneshot::Sender<Vec<u8>>>,
+    /// Set once the connection is broken; no waiter is registered after.
+    broken: Option<String>,
+}
+
+impl TcpTransport {
+    /// Connects to every node of `map` at its endpoint and checks that each
+    /// endpoint is the node the map says it is.
+    pub async fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
+        let mut conns = Vec::new();
+        for n in map.nodes() {
+            let (conn, d) = Connection::open(&n.endpoint, n.id).await?;
+            if d.node != n.id {
+                return Err(FabricError::Protocol {
+                    node: n.id,
+                    reason: format!("{} is memory node {}, the map says {}", n.endpoint, d.node, n.id),
+                });
+            }
+            conns.push(conn);
+        }
+        Ok(TcpTransport { conns: conns.into() })
+    }
+
+    /// Connects to each address, asks each node what it holds, and builds
+    /// the map they describe (the first node holding a region is its
+    /// primary; the epoch is the highest the nodes report).
+    pub async fn discover(addrs: &[String]) -> Result<(Self, ClusterMap), FabricError> {
+        let mut conns = Vec::new();
+        let mut descriptors = Vec::new();
+        for addr in addrs {
+            let (conn, d) = Connection::open(addr, 0).await?;
+            descriptors.push((d, addr.clone()));
+            conns.push(conn);
+        }
+        let epoch = descriptors.iter().map(|(d, _)| d.epoch).max().unwrap_or(1);
+        let map = ClusterMap::from_descriptors(epoch, &descriptors).map_err(|e| FabricError::Protocol {
+            node: 0,
+            reason: e.to_string(),
+        })?;
+        Ok((TcpTransport { conns: conns.into() }, map))
+    }
+
+    fn conn(&self, node: NodeId) -> Result<&Arc<Connection>, FabricError> {
+        self.conns
+            .iter()
+            .find(|c| c.node == node)
+            .ok_or(FabricError::UnknownNode { node })
+    }
+}
+
+impl Connection {
+    /// Connects, says hello, and starts the reader and writer tasks.
+    async fn open(addr: &str, node_hint: NodeId) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
+        let broken = |reason: String| FabricError::Disconnected {
+            node: node_hint,
+            reason,
+        };
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| broken(format!("cannot connect to {addr}: {e}")))?;
+        stream.set_nodelay(true).map_err(|e| broken(e.to_string()))?;
+        let mut frame = Vec::new();
+        wire::encode_hello(&mut frame, 0);
+        stream
+            .write_all(&frame)
+            .await
+            .map_err(|e| broken(e.to_string()))?;
+        let body = read_frame(&mut stream).await.map_err(|e| broken(e.to_string()))?;
+        let descriptor = match wire::decode_response(&body, &mut Completions::default()) {
+            Ok(Response::Hello(d)) => d,
+            Ok(other) => {
+                return Err(FabricError::Protocol {
+                    node: node_hint,
+                    reason: format!("answered hello with {other:?}"),
+                })
+            }
+            Err(e) => {
+                return Err(FabricError::Protocol {
+                    node: node_hint,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        let (r, w) = stream.into_split();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Connection {
+            node: descriptor.node,
+            frames: tx,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(Pending::default()),
+        });
+        tokio::spawn(write_loop(rx, w, conn.clone()));
+        tokio::spawn(read_loop(r, conn.clone()));
+        Ok((conn, descriptor))
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a request built by `encode` (given the buffer and request id)
+    /// and returns where its response will arrive.
+    fn send(
+        &self,
+        encode: impl FnOnce(&mut Vec<u8>, u64),
+    ) -> Result<oneshot::Receiver<Vec<u8>>, FabricError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = self.pending();
+            if let Some(reason) = &p.broken {
+                return Err(self.disconnected(reason.clone()));
+            }
+            p.waiters.insert(id, tx);
+        }
+        let mut frame = Vec::new();
+        encode(&mut frame, id);
+        if self.frames.send(frame).is_err() {
+            self.fail("writer stopped".into());
+            return Err(self.disconnected("writer stopped".into()));
+        }
+        Ok(rx)
+    }
+
+    /// Waits for a response queued by `send`.
+    async fn receive(&self, rx: oneshot::Receiver<Vec<u8>>) -> Result<Vec<u8>, FabricError> {
+        rx.await.map_err(|_| {
+            let reason = self.pending().broken.clone().unwrap_or_else(|| "closed".into());
+            self.disconnected(reason)
+        })
+    }
+
+    fn fail(&self, reason: String) {
+        let mut p = self.pending();
+        if p.broken.is_none() {
+            tracing::warn!(node = self.node, %reason, "memory node connection broken");
+            p.broken = Some(reason);
+        }
+        // Dropping the senders wakes every waiter with an error.
+        p.waiters.clear();
+    }
+
+    fn disconnected(&self, reason: String) -> FabricError {
+        FabricError::Disconnected {
+            node: self.node,
+            reason,
+        }
+    }
+
+    fn decode(
+        &self,
+        body: &[u8],
+        epoch: Epoch,
+        expected: usize,
+        out: &mut Completions,
+    ) -> Result<(), FabricError> {
+        let before = out.len();
+        match wire::decode_response(body, out) {
+            Ok(Response::Done) if out.len() - before == expected => Ok(()),
+            Ok(Response::Done) => Err(FabricError::Protocol {
+                node: self.node,
+                reason: format!("{} completions for {expected} verbs", out.len() - before),
+            }),
+            Ok(Response::Stale { node_epoch }) => Err(FabricError::StaleEpoch {
+                node: self.node,
+                client_epoch: epoch,
+                node_epoch,
+            }),
+            Ok(Response::Hello(_)) => Err(FabricError::Protocol {
+                node: self.node,
+                reason: "answered a batch with hello".into(),
+            }),
+            Err(e) => Err(FabricError::Protocol {
+                node: self.node,
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+async fn read_frame(stream: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Vec<u8>> {
+    let len = stream.read_u32_le().await? as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("response frame of {len} bytes over the limit"),
+        ));
+    }
+    let mut body = vec![0; len];
+    stream.read_exact(&mut body).await?;
+    Ok(body)
+}
+
+async fn write_loop(mut frames: mpsc::UnboundedReceiver<Vec<u8>>, w: OwnedWriteHalf, conn: Arc<Connection>) {
+    let mut w = BufWriter::with_capacity(IO_BUFFER_BYTES, w);
+    let result: std::io::Result<()> = async {
+        while let Some(frame) = frames.recv().await {
+            w.write_all(&frame).await?;
+            while let Ok(frame) = frames.try_recv() {
+                w.write_all(&frame).await?;
+            }
+            w.flush().await?;
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        conn.fail(format!("write failed: {e}"));
+    }
+}
+
+async fn read_loop(r: OwnedReadHalf, conn: Arc<Connection>) {
+    let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, r);
+    loop {
+        let body = match read_frame(&mut r).await {
+            Ok(b) => b,
+            Err(e) => return conn.fail(format!("read failed: {e}")),
+        };
+        let id = match wire::response_id(&body) {
+            Ok(id) => id,
+            Err(e) => return conn.fail(e.to_string()),
+        };
+        let waiter = conn.pending().waiters.remove(&id);
+        match waiter {
+            // The waiter may have given up (its future was dropped); fine.
+            Some(tx) => drop(tx.send(body)),
+            None => return conn.fail(format!("response to unknown request {id}")),
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        let first = ops[0].node;
+        if ops.iter().all(|op| op.node == first) {
+            let conn = self.conn(first)?;
+            let rx = conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ops.iter(), payload))?;
+            let body = conn.receive(rx).await?;
+            return conn.decode(&body, epoch, ops.len(), out);
+        }
+        // Several nodes: post to all of them, then wait for all of them.
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for op in ops {
+            if !nodes.contains(&op.node) {
+                nodes.push(op.node);
+            }
+        }
+        let mut waits = Vec::with_capacity(nodes.len());
+        for &node in &nodes {
+            let conn = self.conn(node)?;
+            let mine = ops.iter().filter(|op| op.node == node);
+            let count = mine.clone().count();
+            let rx =
+                conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ExactLen(mine, count), payload))?;
+            waits.push((conn, rx, count));
+        }
+        let mut per_node = Vec::with_capacity(nodes.len());
+        for (conn, rx, count) in waits {
+            let body = conn.receive(rx).await?;
+            let mut c = Completions::default();
+            conn.decode(&body, epoch, count, &mut c)?;
+            per_node.push((c, 0usize));
+        }
+        // Back into op order.
+        for op in ops {
+            let i = nodes.iter().position(|&n| n == op.node).unwrap_or_default();
+            let (c, next) = &mut per_node[i];
+            match c.as_slice()[*next] {
+                Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(c.read_data(range)),
+                other => out.push(other),
+            }
+            *next += 1;
+        }
+        Ok(())
+    }
+}
+
+/// An iterator with a known length (a filter whose count was taken first).
+struct ExactLen<I>(I, usize);
+
+impl<I: Iterator> Iterator for ExactLen<I> {
+    type Item = I::Item;
+    fn next(&mut self) -> Option<I::Item> {
+        self.0.next()
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.1, Some(self.1))
+    }
+}
+
+impl<I: Iterator> ExactSizeIterator for ExactLen<I> {}
