@@ -190,6 +190,11 @@ impl MemoryNode {
         current
     }
 
+    /// Makes the whole image durable (msync); a no-op for anonymous memory.
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.memory.flush(0, self.memory.len())
+    }
+
     /// True when the image is a file (shm or persistent).
     pub fn is_file_backed(&self) -> bool {
         self.memory.is_file_backed()

@@ -1,0 +1,116 @@
+//! `kintsugi memnode`: a memory node process.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use fabric::{MemoryNode, NodeId, RegionSpec};
+
+use super::units::parse_region;
+
+/// Arguments of `kintsugi memnode`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Once serving, prints one line to stdout: `listening ADDR` (the bound address, useful with port 0).
+Stops cleanly on Ctrl-C or SIGTERM: closes connections, syncs a --persist image, removes a --shm image.
+
+Examples:
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:64MiB --region 2:64MiB --shm /dev/shm/kintsugi-mn1
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:256MiB --persist /var/lib/kintsugi/mn1.img")]
+pub struct MemnodeArgs {
+    /// Address to serve verbs on (tcp), e.g. 127.0.0.1:7100; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// A region to hold, as ID:SIZE (sizes like 4096, 64MiB, 1GiB). Repeat for more.
+    #[arg(long = "region", value_name = "ID:SIZE", value_parser = parse_region, required = true)]
+    regions: Vec<RegionSpec>,
+    /// Also publish the regions as a memory image at PATH (e.g. under /dev/shm) that
+    /// `shm` clients on this host map directly. Removed when the node stops.
+    #[arg(long, value_name = "PATH", conflicts_with = "persist")]
+    shm: Option<PathBuf>,
+    /// Back the regions with FILE so that their contents survive a restart (the
+    /// persistent-memory model; FLUSH verbs msync). Restarting with the same FILE
+    /// requires the same --region flags. shm clients may map FILE too.
+    #[arg(long, value_name = "FILE")]
+    persist: Option<PathBuf>,
+    /// This node's id in the cluster map.
+    #[arg(long, default_value_t = 1)]
+    id: NodeId,
+    /// Start at this map epoch at least (clients with an older map are refused).
+    #[arg(long, default_value_t = 1)]
+    epoch: u64,
+}
+
+pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
+    fabric::validate_regions(&args.regions)?;
+    let node = if let Some(path) = &args.persist {
+        let (node, reopened) = MemoryNode::open_persistent(path, args.id, &args.regions)?;
+        if reopened {
+            tracing::info!(path = %path.display(), epoch = node.epoch(), "reopened persistent image");
+        } else {
+            tracing::info!(path = %path.display(), "created persistent image");
+        }
+        node
+    } else if let Some(path) = &args.shm {
+        MemoryNode::create_shm(path, args.id, &args.regions)?
+    } else {
+        MemoryNode::anonymous(args.id, &args.regions)?
+    };
+    node.advance_epoch(args.epoch);
+    let node = Arc::new(node);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let (listener, addr) = fabric::server::bind(&args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        tracing::info!(
+            node = node.id(),
+            %addr,
+            regions = ?args.regions.iter().map(|r| (r.id, r.size)).collect::<Vec<_>>(),
+            epoch = node.epoch(),
+            shm = ?args.shm.as_ref().or(args.persist.as_ref()),
+            "memory node serving"
+        );
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening {addr}")?;
+        stdout.flush()?;
+        drop(stdout);
+        fabric::server::serve(listener, node.clone(), shutdown_signal()).await?;
+        anyhow::Ok(())
+    })?;
+
+    if args.persist.is_some() {
+        node.sync().context("cannot sync the persistent image")?;
+    }
+    tracing::info!(node = node.id(), "memory node stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {},
+                    _ = term.recv() => {},
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on Ctrl-C only");
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    tracing::info!("stop requested");
+}

@@ -1,0 +1,63 @@
+//! Command-line parsing and dispatch. Each subcommand lives in its own
+//! module; this one only wires them.
+
+mod fabric_bench;
+mod memnode;
+mod units;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Crash-tolerant indexes on disaggregated memory.
+#[derive(Parser, Debug)]
+#[command(name = "kintsugi", version, about, long_about = None)]
+pub struct Cli {
+    /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a memory node: regions served over tcp (and shm, and persisted).
+    Memnode(memnode::MemnodeArgs),
+    /// The DM fabric on its own.
+    Fabric {
+        #[command(subcommand)]
+        command: FabricCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum FabricCommand {
+    /// Measure verb throughput and round-trip latency against a raw baseline.
+    Bench(fabric_bench::BenchArgs),
+}
+
+/// Logs go to stderr so that stdout stays machine-readable.
+pub fn init_tracing(verbose: u8) {
+    let default = match verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Memnode(args) => memnode::run(args),
+        Command::Fabric {
+            command: FabricCommand::Bench(args),
+        } => fabric_bench::run(args),
+    }
+}
