@@ -8,7 +8,8 @@
 //!
 //! Memory is bounded: at most [`CONNECTIONS_MAX`] connections, each holding
 //! at most one request body and one response of at most `FRAME_BYTES_MAX`
-//! bytes plus two I/O buffers.
+//! bytes plus two I/O buffers. A request body grows only with the bytes
+//! received, so idle or trickling connections cost little.
 
 use std::future::Future;
 use std::io;
@@ -102,8 +103,14 @@ async fn serve_connection(stream: TcpStream, node: &MemoryNode) -> io::Result<()
                 "length prefix {len} over the {FRAME_BYTES_MAX}-byte limit"
             )));
         }
-        body.resize(len, 0);
-        reader.read_exact(&mut body).await?;
+        // Grow with the bytes that actually arrive, not with the declared
+        // length: a peer that announces a large frame and trickles it in
+        // costs only what it has sent.
+        body.clear();
+        (&mut reader).take(len as u64).read_to_end(&mut body).await?;
+        if body.len() != len {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside a frame"));
+        }
         match wire::decode_request(&body, node.id(), &mut ops).map_err(|e| invalid(e.to_string()))? {
             Request::Hello { id } => wire::encode_hello_response(&mut response, id, &node.descriptor()),
             Request::Batch { id, epoch } => {

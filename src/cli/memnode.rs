@@ -67,6 +67,9 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        // Watch for signals before announcing the address: whoever reads the
+        // `listening` line may send SIGTERM at once.
+        let shutdown = shutdown_signal()?;
         let (listener, addr) = fabric::server::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -82,7 +85,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "listening {addr}")?;
         stdout.flush()?;
         drop(stdout);
-        fabric::server::serve(listener, node.clone(), shutdown_signal()).await?;
+        fabric::server::serve(listener, node.clone(), shutdown).await?;
         anyhow::Ok(())
     })?;
 
@@ -93,24 +96,16 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = ctrl_c => {},
-                    _ = term.recv() => {},
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch SIGTERM; stopping on Ctrl-C only");
-                let _ = ctrl_c.await;
-            }
+/// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
+/// called, not when the future is first polled.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received: stopping"),
+            _ = int.recv() => tracing::info!("SIGINT received: stopping"),
         }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("stop requested");
+    })
 }
