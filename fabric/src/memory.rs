@@ -132,40 +132,49 @@ impl SharedMemory {
     /// Copies `dst.len()` bytes starting at `offset` out of the mapping.
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
         self.check(offset, dst.len());
-        let mut i = 0;
-        while i < dst.len() && (offset + i) % WORD != 0 {
-            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
-            i += 1;
+        let base = self.map.as_mut_ptr();
+        let (head, words, tail) = split_aligned(offset, dst.len());
+        for (i, b) in dst[..head].iter_mut().enumerate() {
+            // SAFETY: `offset + i` < `offset + dst.len()`, inside the mapping
+            // (checked above); a byte is always aligned; the reference does
+            // not outlive this statement.
+            *b = unsafe { AtomicU8::from_ptr(base.add(offset + i)) }.load(Ordering::Relaxed);
         }
-        for chunk in dst[i..].chunks_exact_mut(WORD) {
-            let w = self.word(offset + i).load(Ordering::Relaxed);
-            chunk.copy_from_slice(&w.to_le_bytes());
-            i += WORD;
+        for (w, chunk) in dst[head..head + words * WORD].chunks_exact_mut(WORD).enumerate() {
+            // SAFETY: in bounds as above; `offset + head` is a multiple of 8
+            // by construction of `split_aligned` and the mapping is
+            // page-aligned, so the word is 8-byte aligned.
+            let v = unsafe { AtomicU64::from_ptr(base.add(offset + head + w * WORD).cast::<u64>()) }
+                .load(Ordering::Relaxed);
+            chunk.copy_from_slice(&v.to_le_bytes());
         }
-        while i < dst.len() {
-            dst[i] = self.byte(offset + i).load(Ordering::Relaxed);
-            i += 1;
+        let start = head + words * WORD;
+        for (i, b) in dst[start..start + tail].iter_mut().enumerate() {
+            // SAFETY: in bounds as above; bytes are always aligned.
+            *b = unsafe { AtomicU8::from_ptr(base.add(offset + start + i)) }.load(Ordering::Relaxed);
         }
     }
 
     /// Copies `src` into the mapping starting at `offset`.
     pub(crate) fn write(&self, offset: usize, src: &[u8]) {
         self.check(offset, src.len());
-        let mut i = 0;
-        while i < src.len() && (offset + i) % WORD != 0 {
-            self.byte(offset + i).store(src[i], Ordering::Relaxed);
-            i += 1;
+        let base = self.map.as_mut_ptr();
+        let (head, words, tail) = split_aligned(offset, src.len());
+        for (i, b) in src[..head].iter().enumerate() {
+            // SAFETY: as in `read`.
+            unsafe { AtomicU8::from_ptr(base.add(offset + i)) }.store(*b, Ordering::Relaxed);
         }
-        for chunk in src[i..].chunks_exact(WORD) {
-            let mut w = [0u8; WORD];
-            w.copy_from_slice(chunk);
-            self.word(offset + i)
-                .store(u64::from_le_bytes(w), Ordering::Relaxed);
-            i += WORD;
+        for (w, chunk) in src[head..head + words * WORD].chunks_exact(WORD).enumerate() {
+            let mut v = [0u8; WORD];
+            v.copy_from_slice(chunk);
+            // SAFETY: as in `read`: in bounds and 8-byte aligned.
+            unsafe { AtomicU64::from_ptr(base.add(offset + head + w * WORD).cast::<u64>()) }
+                .store(u64::from_le_bytes(v), Ordering::Relaxed);
         }
-        while i < src.len() {
-            self.byte(offset + i).store(src[i], Ordering::Relaxed);
-            i += 1;
+        let start = head + words * WORD;
+        for (i, b) in src[start..start + tail].iter().enumerate() {
+            // SAFETY: as in `read`.
+            unsafe { AtomicU8::from_ptr(base.add(offset + start + i)) }.store(*b, Ordering::Relaxed);
         }
     }
 
@@ -180,6 +189,14 @@ impl SharedMemory {
     }
 }
 
+/// Splits `len` bytes at `offset` into a byte-wise head up to the first
+/// 8-byte boundary, whole words, and a byte-wise tail.
+fn split_aligned(offset: usize, len: usize) -> (usize, usize, usize) {
+    let head = ((WORD - offset % WORD) % WORD).min(len);
+    let words = (len - head) / WORD;
+    (head, words, len - head - words * WORD)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,12 +204,31 @@ mod tests {
     #[test]
     fn unaligned_copies_round_trip() {
         let m = SharedMemory::anonymous(4096).unwrap();
-        let src: Vec<u8> = (0..100u8).collect();
-        for start in 0..16 {
-            m.write(start, &src);
-            let mut dst = vec![0u8; src.len()];
-            m.read(start, &mut dst);
-            assert_eq!(dst, src, "start {start}");
+        for len in [0, 1, 7, 8, 9, 15, 16, 17, 100] {
+            let src: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37).wrapping_add(1)).collect();
+            for start in 0..16 {
+                m.write(0, &[0; 160]);
+                m.write(start + 8, &src);
+                let mut dst = vec![0u8; src.len()];
+                m.read(start + 8, &mut dst);
+                assert_eq!(dst, src, "start {start} len {len}");
+                let mut around = vec![0u8; 160];
+                m.read(0, &mut around);
+                assert!(around[..start + 8].iter().all(|&b| b == 0), "wrote before the range");
+                assert!(around[start + 8 + len..].iter().all(|&b| b == 0), "wrote past the range");
+            }
+        }
+    }
+
+    #[test]
+    fn split_covers_the_range() {
+        for offset in 0..20 {
+            for len in 0..40 {
+                let (h, w, t) = split_aligned(offset, len);
+                assert_eq!(h + w * WORD + t, len);
+                assert!(w == 0 || (offset + h) % WORD == 0);
+                assert!(h < WORD && t < WORD || len < WORD);
+            }
         }
     }
 
