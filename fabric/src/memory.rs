@@ -102,13 +102,6 @@ impl SharedMemory {
         unsafe { AtomicU64::from_ptr(self.map.as_mut_ptr().add(offset).cast::<u64>()) }
     }
 
-    fn byte(&self, offset: usize) -> &AtomicU8 {
-        self.check(offset, 1);
-        // SAFETY: in bounds (checked above); a byte is always aligned; the
-        // lifetime is bounded by the mapping's, as in `word`.
-        unsafe { AtomicU8::from_ptr(self.map.as_mut_ptr().add(offset)) }
-    }
-
     /// Atomic load of an aligned word.
     pub(crate) fn load(&self, offset: usize) -> u64 {
         self.word(offset).load(Ordering::SeqCst)
