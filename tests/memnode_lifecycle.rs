@@ -9,7 +9,9 @@ use support::{kintsugi, path_str, MemnodeProcess};
 const PATTERN: &[u8] = b"survives kill -9 because it was flushed";
 
 async fn connect(node: &MemnodeProcess) -> Client {
-    let (transport, map) = TcpTransport::discover(std::slice::from_ref(&node.addr)).await.unwrap();
+    let (transport, map) = TcpTransport::discover(std::slice::from_ref(&node.addr))
+        .await
+        .unwrap();
     Client::new(map, transport.into())
 }
 
@@ -17,7 +19,16 @@ async fn connect(node: &MemnodeProcess) -> Client {
 async fn persisted_regions_survive_a_crash_and_restart() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("mn.img");
-    let args = ["--region", "1:1MiB", "--region", "2:64KiB", "--persist", path_str(&file), "--epoch", "3"];
+    let args = [
+        "--region",
+        "1:1MiB",
+        "--region",
+        "2:64KiB",
+        "--persist",
+        path_str(&file),
+        "--epoch",
+        "3",
+    ];
     let at = GlobalAddr::new(2, 1000);
 
     let node = MemnodeProcess::start(&args);
@@ -42,9 +53,20 @@ async fn persisted_regions_survive_a_crash_and_restart() {
     assert!(file.exists(), "a persistent image outlives its node");
 
     // Restarting with other regions is refused, and names both layouts.
-    let (code, _, stderr) = kintsugi(&["memnode", "--listen", "127.0.0.1:0", "--region", "1:2MiB", "--persist", path_str(&file)]);
+    let (code, _, stderr) = kintsugi(&[
+        "memnode",
+        "--listen",
+        "127.0.0.1:0",
+        "--region",
+        "1:2MiB",
+        "--persist",
+        path_str(&file),
+    ]);
     assert_ne!(code, 0);
-    assert!(stderr.contains("holds regions") && stderr.contains("1:2097152"), "{stderr}");
+    assert!(
+        stderr.contains("holds regions") && stderr.contains("1:2097152"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -100,16 +122,55 @@ async fn a_client_with_an_older_epoch_is_fenced() {
 fn bad_arguments_get_clear_errors() {
     let cases: &[(&[&str], &str)] = &[
         (&["memnode", "--listen", "127.0.0.1:0"], "--region"),
-        (&["memnode", "--listen", "127.0.0.1:0", "--region", "1:12"], "multiple of 8"),
-        (&["memnode", "--listen", "127.0.0.1:0", "--region", "one:1MiB"], "region id"),
-        (&["memnode", "--listen", "127.0.0.1:0", "--region", "1:lots"], "not a size"),
-        (&["memnode", "--listen", "127.0.0.1:0", "--region", "1:8", "--region", "1:8"], "given twice"),
-        (&["memnode", "--listen", "not-an-address", "--region", "1:8"], "cannot listen"),
-        (&["memnode", "--listen", "127.0.0.1:0", "--region", "1:8", "--shm", "/a", "--persist", "/b"], "cannot be used with"),
+        (
+            &["memnode", "--listen", "127.0.0.1:0", "--region", "1:12"],
+            "multiple of 8",
+        ),
+        (
+            &["memnode", "--listen", "127.0.0.1:0", "--region", "one:1MiB"],
+            "region id",
+        ),
+        (
+            &["memnode", "--listen", "127.0.0.1:0", "--region", "1:lots"],
+            "not a size",
+        ),
+        (
+            &[
+                "memnode",
+                "--listen",
+                "127.0.0.1:0",
+                "--region",
+                "1:8",
+                "--region",
+                "1:8",
+            ],
+            "given twice",
+        ),
+        (
+            &["memnode", "--listen", "not-an-address", "--region", "1:8"],
+            "cannot listen",
+        ),
+        (
+            &[
+                "memnode",
+                "--listen",
+                "127.0.0.1:0",
+                "--region",
+                "1:8",
+                "--shm",
+                "/a",
+                "--persist",
+                "/b",
+            ],
+            "cannot be used with",
+        ),
     ];
     for (args, needle) in cases {
         let (code, _, stderr) = kintsugi(args);
         assert_ne!(code, 0, "{args:?} should fail");
-        assert!(stderr.contains(needle), "{args:?}: stderr lacks {needle:?}:\n{stderr}");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: stderr lacks {needle:?}:\n{stderr}"
+        );
     }
 }

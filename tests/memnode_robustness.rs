@@ -65,7 +65,11 @@ fn hostile(round: usize, addr: &str, rng: &mut rand::rngs::StdRng, key: u32) {
         }
         // A huge length prefix: must be refused without allocating it.
         1 => {
-            let len = if rng.gen() { u32::MAX } else { FRAME_BYTES_MAX as u32 + 1 };
+            let len = if rng.gen() {
+                u32::MAX
+            } else {
+                FRAME_BYTES_MAX as u32 + 1
+            };
             s.write_all(&frame_with_len(len, &[2; 64])).unwrap();
             assert!(closed_by_server(s));
         }
@@ -118,8 +122,13 @@ fn hostile(round: usize, addr: &str, rng: &mut rand::rngs::StdRng, key: u32) {
             let mut out = fabric::Completions::default();
             assert_eq!(wire::decode_response(&body, &mut out), Ok(wire::Response::Done));
             assert_eq!(out.len(), ops.len());
-            assert!(matches!(out.as_slice()[0], Err(fabric::VerbError::OutOfBounds { .. })));
-            assert!(out.as_slice()[1..].iter().all(|c| *c == Err(fabric::VerbError::Flushed)));
+            assert!(matches!(
+                out.as_slice()[0],
+                Err(fabric::VerbError::OutOfBounds { .. })
+            ));
+            assert!(out.as_slice()[1..]
+                .iter()
+                .all(|c| *c == Err(fabric::VerbError::Flushed)));
         }
         // A truncated frame followed by hanging up mid-header.
         _ => {
@@ -132,7 +141,9 @@ fn hostile(round: usize, addr: &str, rng: &mut rand::rngs::StdRng, key: u32) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_connections_do_not_disturb_a_good_client() {
     let mut node = MemnodeProcess::start(&["--region", "1:1MiB"]);
-    let (transport, map) = TcpTransport::discover(std::slice::from_ref(&node.addr)).await.unwrap();
+    let (transport, map) = TcpTransport::discover(std::slice::from_ref(&node.addr))
+        .await
+        .unwrap();
     let key = map.region(REGION).unwrap().replicas[0].key;
     let mut good = Client::new(map, transport.into());
     let counter = GlobalAddr::new(REGION, 0);
@@ -167,7 +178,8 @@ async fn hostile_connections_do_not_disturb_a_good_client() {
         (0..SLOW_CONNECTIONS)
             .map(|_| {
                 let mut s = connect(&addr);
-                s.write_all(&frame_with_len(FRAME_BYTES_MAX as u32, &[1; 16 * 1024])).unwrap();
+                s.write_all(&frame_with_len(FRAME_BYTES_MAX as u32, &[1; 16 * 1024]))
+                    .unwrap();
                 s
             })
             .collect()

@@ -49,9 +49,17 @@ impl Client {
         batch.route(&self.map)?;
         let epoch = self.map.epoch();
         let (ops, payload, out) = batch.parts();
-        self.stats.record(ops);
         let verbs = ops.len();
-        self.transport.execute(epoch, ops, payload, out).await?;
+        let result = self.transport.execute(epoch, ops, payload, out).await;
+        // A batch that ends in `Crashed` is not counted: a crashed client
+        // sends nothing more, and the verbs that ran before the crash fired
+        // are counted exactly by the fault handle. A batch refused for a
+        // stale epoch or lost with its connection did cost a round trip.
+        if !matches!(result, Err(FabricError::Crashed { .. })) {
+            self.stats.record(batch.ops());
+        }
+        result?;
+        let out = &batch.out;
         assert_eq!(
             out.len(),
             verbs,

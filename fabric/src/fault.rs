@@ -41,7 +41,8 @@ pub struct FaultPlan {
 pub struct FlyWrite {
     /// The client's N-th WRITE verb (counting from 1).
     pub nth_write: u64,
-    /// It lands after this many further batches have executed. The client
+    /// It lands after this many further batches have executed (0: at the end
+    /// of its own batch, after that batch's other verbs). The client
     /// sees it complete at once, as with an RDMA WRITE whose completion is
     /// reported before the data reaches memory.
     pub after_batches: u32,
@@ -183,12 +184,15 @@ impl<T: Transport> Transport for Faulty<T> {
                 }
             }
             s.verbs += run as u64;
-            // A write held by an earlier batch lands after this one.
+            // A write held by an earlier batch lands after this one; one held
+            // by this batch with no further batch to wait for lands right
+            // after this batch's other verbs.
             let landing = match &mut s.flying {
                 Some(f) if held_at.is_none() => {
                     f.batches_left = f.batches_left.saturating_sub(1);
                     (f.batches_left == 0).then(|| s.flying.take()).flatten()
                 }
+                Some(f) if f.batches_left == 0 => s.flying.take(),
                 _ => None,
             };
             (run, held_at, crash_after, landing)
@@ -210,7 +214,13 @@ impl<T: Transport> Transport for Faulty<T> {
             }
         };
         if let Some(f) = landing {
-            self.land(f).await?;
+            // The delayed WRITE is not part of this batch, whose verbs have
+            // run: if it is refused (its epoch is stale by now) or lost, it is
+            // lost silently, as in the network, rather than making the caller
+            // believe this batch failed and retry it.
+            if let Err(e) = self.land(f).await {
+                tracing::debug!(error = %e, "delayed WRITE did not land");
+            }
         }
         if let Some(n) = crash_after {
             let mut s = self.state();

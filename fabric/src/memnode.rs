@@ -232,8 +232,8 @@ impl MemoryNode {
     }
 
     /// Executes one verb, appending its completion. `batch_read_bytes`
-    /// accumulates READ bytes across the batch so that one batch cannot make
-    /// the node produce more than [`BATCH_BYTES_MAX`].
+    /// accumulates READ bytes across the batch's verbs to this node so that
+    /// one batch cannot make the node produce more than [`BATCH_BYTES_MAX`].
     pub fn execute_op(&self, op: &Op, payload: &[u8], out: &mut Completions, batch_read_bytes: &mut u64) {
         let entry = match self.check(op) {
             Ok(entry) => entry,
@@ -329,14 +329,23 @@ pub(crate) fn execute_inline<'a>(
     }
     // Nodes with a failed verb in this batch; a batch touches few nodes.
     let mut failed: Vec<NodeId> = Vec::new();
-    let mut read_bytes = 0u64;
+    // READ bytes per node: the budget bounds what one node produces for a
+    // batch, as a tcp node (which sees only its own verbs) enforces it.
+    let mut read_bytes: Vec<(NodeId, u64)> = Vec::new();
     for op in ops {
         if !failed.is_empty() && failed.contains(&op.node) {
             out.push(Err(VerbError::Flushed));
             continue;
         }
         let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
-        n.execute_op(op, payload, out, &mut read_bytes);
+        let i = match read_bytes.iter().position(|&(id, _)| id == op.node) {
+            Some(i) => i,
+            None => {
+                read_bytes.push((op.node, 0));
+                read_bytes.len() - 1
+            }
+        };
+        n.execute_op(op, payload, out, &mut read_bytes[i].1);
         if matches!(out.as_slice().last(), Some(Err(_))) {
             failed.push(op.node);
         }

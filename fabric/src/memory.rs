@@ -198,7 +198,9 @@ mod tests {
     fn unaligned_copies_round_trip() {
         let m = SharedMemory::anonymous(4096).unwrap();
         for len in [0, 1, 7, 8, 9, 15, 16, 17, 100] {
-            let src: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37).wrapping_add(1)).collect();
+            let src: Vec<u8> = (0..len as u8)
+                .map(|b| b.wrapping_mul(37).wrapping_add(1))
+                .collect();
             for start in 0..16 {
                 m.write(0, &[0; 160]);
                 m.write(start + 8, &src);
@@ -207,8 +209,14 @@ mod tests {
                 assert_eq!(dst, src, "start {start} len {len}");
                 let mut around = vec![0u8; 160];
                 m.read(0, &mut around);
-                assert!(around[..start + 8].iter().all(|&b| b == 0), "wrote before the range");
-                assert!(around[start + 8 + len..].iter().all(|&b| b == 0), "wrote past the range");
+                assert!(
+                    around[..start + 8].iter().all(|&b| b == 0),
+                    "wrote before the range"
+                );
+                assert!(
+                    around[start + 8 + len..].iter().all(|&b| b == 0),
+                    "wrote past the range"
+                );
             }
         }
     }

@@ -109,7 +109,10 @@ async fn serve_connection(stream: TcpStream, node: &MemoryNode) -> io::Result<()
         body.clear();
         (&mut reader).take(len as u64).read_to_end(&mut body).await?;
         if body.len() != len {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside a frame"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed inside a frame",
+            ));
         }
         match wire::decode_request(&body, node.id(), &mut ops).map_err(|e| invalid(e.to_string()))? {
             Request::Hello { id } => wire::encode_hello_response(&mut response, id, &node.descriptor()),

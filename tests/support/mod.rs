@@ -27,7 +27,9 @@ impl MemnodeProcess {
             .expect("spawn kintsugi memnode");
         let stdout = child.stdout.take().expect("stdout piped");
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).expect("read listening line");
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("read listening line");
         let addr = line
             .trim()
             .strip_prefix("listening ")
