@@ -322,35 +322,72 @@ pub(crate) fn execute_inline<'a>(
     payload: &[u8],
     out: &mut Completions,
 ) -> Result<(), FabricError> {
+    let mut nodes = BatchNodes::default();
     for op in ops {
-        node(op.node)
-            .ok_or(FabricError::UnknownNode { node: op.node })?
-            .check_epoch(epoch)?;
+        if nodes.find(op.node).is_none() {
+            node(op.node)
+                .ok_or(FabricError::UnknownNode { node: op.node })?
+                .check_epoch(epoch)?;
+            nodes.add(op.node);
+        }
     }
-    // Nodes with a failed verb in this batch; a batch touches few nodes.
-    let mut failed: Vec<NodeId> = Vec::new();
-    // READ bytes per node: the budget bounds what one node produces for a
-    // batch, as a tcp node (which sees only its own verbs) enforces it.
-    let mut read_bytes: Vec<(NodeId, u64)> = Vec::new();
     for op in ops {
-        if !failed.is_empty() && failed.contains(&op.node) {
+        let state = nodes
+            .find(op.node)
+            .expect("every node was added by the epoch pass");
+        if state.failed {
             out.push(Err(VerbError::Flushed));
             continue;
         }
         let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
-        let i = match read_bytes.iter().position(|&(id, _)| id == op.node) {
-            Some(i) => i,
-            None => {
-                read_bytes.push((op.node, 0));
-                read_bytes.len() - 1
-            }
-        };
-        n.execute_op(op, payload, out, &mut read_bytes[i].1);
-        if matches!(out.as_slice().last(), Some(Err(_))) {
-            failed.push(op.node);
-        }
+        n.execute_op(op, payload, out, &mut state.read_bytes);
+        state.failed = matches!(out.as_slice().last(), Some(Err(_)));
     }
     Ok(())
+}
+
+/// What one batch has done on each node it touches. A batch touches few
+/// nodes (the replicas of a few regions), so the common case lives on the
+/// stack and the verb path does not allocate.
+#[derive(Default)]
+struct BatchNodes {
+    inline: [NodeState; BatchNodes::INLINE],
+    inline_len: usize,
+    spill: Vec<NodeState>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct NodeState {
+    node: NodeId,
+    /// A verb to this node failed: the rest complete as `Flushed`.
+    failed: bool,
+    /// READ bytes so far: the per-node, per-batch budget a tcp node enforces.
+    read_bytes: u64,
+}
+
+impl BatchNodes {
+    const INLINE: usize = 8;
+
+    fn find(&mut self, node: NodeId) -> Option<&mut NodeState> {
+        let inline = &mut self.inline[..self.inline_len];
+        match inline.iter().position(|s| s.node == node) {
+            Some(i) => Some(&mut inline[i]),
+            None => self.spill.iter_mut().find(|s| s.node == node),
+        }
+    }
+
+    fn add(&mut self, node: NodeId) {
+        let state = NodeState {
+            node,
+            ..NodeState::default()
+        };
+        if self.inline_len < Self::INLINE {
+            self.inline[self.inline_len] = state;
+            self.inline_len += 1;
+        } else {
+            self.spill.push(state);
+        }
+    }
 }
 
 fn with_fresh_keys(regions: &[RegionSpec]) -> Result<Vec<(RegionId, u64, AccessKey)>, NodeError> {

@@ -42,6 +42,19 @@ impl LocalTransport {
     }
 }
 
+impl LocalTransport {
+    /// Executes a batch on the calling thread.
+    pub(crate) fn execute_now(
+        &self,
+        epoch: Epoch,
+        ops: &[Op],
+        payload: &[u8],
+        out: &mut Completions,
+    ) -> Result<(), FabricError> {
+        execute_inline(|id| self.node(id).map(|n| &**n), epoch, ops, payload, out)
+    }
+}
+
 impl Transport for LocalTransport {
     async fn execute<'a>(
         &'a self,
@@ -50,6 +63,6 @@ impl Transport for LocalTransport {
         payload: &'a [u8],
         out: &'a mut Completions,
     ) -> Result<(), FabricError> {
-        execute_inline(|id| self.node(id).map(|n| &**n), epoch, ops, payload, out)
+        self.execute_now(epoch, ops, payload, out)
     }
 }

@@ -103,6 +103,26 @@ impl AnyTransport {
     }
 }
 
+impl AnyTransport {
+    /// Executes the batch at once on the calling thread if this transport
+    /// completes inline (local, shm without faults); `None` otherwise.
+    /// The verb path of the inline transports thus skips the state machine
+    /// of the async path, which has room for the largest transport's future.
+    pub(crate) fn execute_now(
+        &self,
+        epoch: Epoch,
+        ops: &[Op],
+        payload: &[u8],
+        out: &mut Completions,
+    ) -> Option<Result<(), FabricError>> {
+        match self {
+            AnyTransport::Base(BaseTransport::Local(t)) => Some(t.execute_now(epoch, ops, payload, out)),
+            AnyTransport::Base(BaseTransport::Shm(t)) => Some(t.execute_now(epoch, ops, payload, out)),
+            _ => None,
+        }
+    }
+}
+
 impl From<LocalTransport> for AnyTransport {
     fn from(t: LocalTransport) -> Self {
         AnyTransport::Base(BaseTransport::Local(t))

@@ -43,6 +43,19 @@ impl ShmTransport {
     }
 }
 
+impl ShmTransport {
+    /// Executes a batch on the calling thread.
+    pub(crate) fn execute_now(
+        &self,
+        epoch: Epoch,
+        ops: &[Op],
+        payload: &[u8],
+        out: &mut Completions,
+    ) -> Result<(), FabricError> {
+        execute_inline(|id| self.node(id), epoch, ops, payload, out)
+    }
+}
+
 impl Transport for ShmTransport {
     async fn execute<'a>(
         &'a self,
@@ -51,6 +64,6 @@ impl Transport for ShmTransport {
         payload: &'a [u8],
         out: &'a mut Completions,
     ) -> Result<(), FabricError> {
-        execute_inline(|id| self.node(id), epoch, ops, payload, out)
+        self.execute_now(epoch, ops, payload, out)
     }
 }
