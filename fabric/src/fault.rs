@@ -26,6 +26,11 @@ pub struct FaultPlan {
     /// replica of an `All` verb separately). The batch holding that verb runs
     /// up to and including it; the client then sees `Crashed`.
     pub crash_after_verbs: Option<u64>,
+    /// Stop right after the client's N-th verb until [`Faulty::resume`] is
+    /// called (the rest of that batch runs after the resume): a client
+    /// descheduled past its lease, suspected dead, that then carries on.
+    /// Pauses once.
+    pub pause_after_verbs: Option<u64>,
     /// Crash when protocol code reaches any of these named points.
     pub crash_points: Vec<String>,
     /// Hold one WRITE back while later verbs run.
@@ -49,11 +54,18 @@ pub struct FlyWrite {
 }
 
 #[derive(Debug, Default)]
+struct Gate {
+    paused: tokio::sync::Notify,
+    resume: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
 struct State {
     verbs: u64,
     writes: u64,
     crashed: Option<String>,
     flying: Option<Flying>,
+    paused: bool,
 }
 
 #[derive(Debug)]
@@ -70,6 +82,7 @@ pub struct Faulty<T> {
     inner: T,
     plan: FaultPlan,
     state: Mutex<State>,
+    gate: Gate,
 }
 
 impl<T: Transport> Faulty<T> {
@@ -79,6 +92,7 @@ impl<T: Transport> Faulty<T> {
             inner,
             plan,
             state: Mutex::new(State::default()),
+            gate: Gate::default(),
         }
     }
 
@@ -91,6 +105,16 @@ impl<T: Transport> Faulty<T> {
     /// The wrapped transport.
     pub fn inner(&self) -> &T {
         &self.inner
+    }
+
+    /// Waits until the client has paused (see `FaultPlan::pause_after_verbs`).
+    pub async fn paused(&self) {
+        self.gate.paused.notified().await
+    }
+
+    /// Lets a paused client carry on.
+    pub fn resume(&self) {
+        self.gate.resume.notify_one()
     }
 
     /// Why the client crashed, if it did.
@@ -198,6 +222,18 @@ impl<T: Transport> Transport for Faulty<T> {
             (run, held_at, crash_after, landing)
         };
 
+        if let Some(k) = self.pause_at(ops.len()) {
+            // Run up to the k-th verb, stop until resumed, then post the rest.
+            let mut first = Completions::default();
+            self.inner.execute(epoch, &ops[..k], payload, &mut first).await?;
+            self.gate.paused.notify_one();
+            self.gate.resume.notified().await;
+            let mut rest = Completions::default();
+            let r = self.inner.execute(epoch, &ops[k..run], payload, &mut rest).await;
+            append(&first, out);
+            append(&rest, out);
+            return r;
+        }
         let result = match held_at {
             None => self.inner.execute(epoch, &ops[..run], payload, out).await,
             Some(h) => {
@@ -244,6 +280,31 @@ impl<T: Transport> Transport for Faulty<T> {
 
     fn clock_skew_ms(&self) -> i64 {
         self.plan.clock_skew_ms
+    }
+}
+
+impl<T: Transport> Faulty<T> {
+    /// If this batch of `len` verbs crosses the pause point, how many of its
+    /// verbs run before the pause. Marks the pause as taken.
+    fn pause_at(&self, len: usize) -> Option<usize> {
+        let k = self.plan.pause_after_verbs?;
+        let mut s = self.state();
+        // `verbs` already counts this batch.
+        let before = s.verbs - len as u64;
+        if s.paused || k <= before || k > s.verbs {
+            return None;
+        }
+        s.paused = true;
+        Some((k - before) as usize)
+    }
+}
+
+fn append(from: &Completions, out: &mut Completions) {
+    for c in from.as_slice() {
+        match c {
+            Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(from.read_data(*range)),
+            other => out.push(*other),
+        }
     }
 }
 

@@ -17,6 +17,7 @@ on_every_transport!(
     crash_after_zero_verbs_runs_nothing,
     crash_after_verbs_counts_each_replica,
     named_crash_points,
+    pause_stops_after_k_verbs_until_resumed,
     fly_write_lands_after_later_batches,
     fly_write_with_zero_batches_lands_after_its_own_batch,
     fly_write_overwrites_a_later_write,
@@ -560,4 +561,40 @@ async fn no_faults_means_a_plain_client(kind: Kind) {
         f2.crashed().is_some() && faults.crashed().is_none(),
         "[{kind}] separate fault state"
     );
+}
+
+async fn pause_stops_after_k_verbs_until_resumed(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut observer = c.client();
+    let (mut client, faults) = c.faulty_client(FaultPlan {
+        pause_after_verbs: Some(2),
+        ..FaultPlan::default()
+    });
+    let paused_client = tokio::spawn(async move {
+        let mut b = Batch::new();
+        push_writes(&mut b, 0..4);
+        client.execute(&mut b).await.unwrap();
+        b.clear();
+        push_writes(&mut b, 4..5);
+        client.execute(&mut b).await.unwrap();
+        client.stats().round_trips
+    });
+    faults.paused().await;
+    assert_eq!(
+        read(&mut observer, big(0), 5).await,
+        [1, 2, 0, 0, 0],
+        "[{kind}] two verbs ran before the pause"
+    );
+    faults.resume();
+    assert_eq!(
+        paused_client.await.unwrap(),
+        2,
+        "[{kind}] a paused batch is still one round trip"
+    );
+    assert_eq!(
+        read(&mut observer, big(0), 5).await,
+        [1, 2, 3, 4, 5],
+        "[{kind}] the client carried on after the resume"
+    );
+    assert_eq!(faults.crashed(), None, "[{kind}]");
 }
