@@ -231,6 +231,11 @@ impl Batch {
         Ok(all)
     }
 
+    /// The first error completion of the last execution, if any verb failed.
+    pub fn first_error(&self) -> Option<VerbError> {
+        self.out.as_slice().iter().find_map(|c| c.err())
+    }
+
     /// `Ok` when the verb succeeded on every replica it was aimed at.
     pub fn done(&self, h: VerbHandle) -> Result<(), VerbError> {
         for c in self.completions(h) {

@@ -1,0 +1,387 @@
+//! Commit: the paper's Figure 8 (`TXEnd`) and Figure 9 (`TryCommit`), as the
+//! owner runs them.
+//!
+//! ```text
+//! RT1  WRITE new data blocks (every replica), created objects (every replica),
+//!      the log if the write set has more than one object (every replica),
+//!      CAS every lock: seen version -> (owner, lease)           (primary)
+//!      -- the log is in the same batch only if its primary is the locks'
+//!         node (in-order); otherwise it gets a round trip of its own first,
+//!         so that no lock is ever visible before its log.
+//! RT2  READ the meta of every object read but not written: validate.
+//! RT3  CAS log INIT -> DOING(commit lease)                  (logged only)
+//! RT4  CAS every data pointer old -> new: backups, then the primary;
+//!      release every lock: (owner, lease) -> version + 1;
+//!      CAS log DOING -> DONE                                 (logged only)
+//!      -- with one replica this is one batch (in-order on one node); with
+//!         more, backups are CASed in a round trip before the primary's
+//!         release, so a backup is never behind an acknowledged write.
+//! ```
+//!
+//! Single-object write sets skip the log (Opt1): the primary's pointer CAS
+//! is their commit point. Multi-object ones commit at RT3; from there a
+//! repairer that finds the lease expired finishes RT4 from the log, and every
+//! step is an idempotent CAS, so owner and repairer may both run it.
+
+use fabric::{GlobalAddr, Replica, VerbHandle};
+
+use crate::client::{le_word, meta_bytes};
+use crate::error::{AbortReason, TxError};
+use crate::log::{Log, LogEntry, HEADER_OFFSET, LOG_ENTRIES_MAX};
+use crate::obj::META_BYTES;
+use crate::tx::Tx;
+use crate::word::{LockWord, LogHeader, LogState};
+
+impl Tx<'_> {
+    /// Commits, or aborts with the reason. On abort nothing of this
+    /// transaction is visible and none of its locks is held.
+    pub async fn commit(mut self) -> Result<(), TxError> {
+        if self.writes.is_empty() && self.fresh.is_empty() {
+            self.validate_reads(None).await?;
+            self.c.stats.commits += 1;
+            return Ok(());
+        }
+        let n = self.writes.len();
+        if n > LOG_ENTRIES_MAX {
+            let objects = n;
+            self.rollback().await?;
+            return Err(TxError::WriteSetTooLarge {
+                objects,
+                max: LOG_ENTRIES_MAX,
+            });
+        }
+        let logged = n > 1 || (n == 1 && !self.c.config.opt1);
+        let lock = match (self.prelock, logged) {
+            (Some(pre), false) => pre,
+            _ => self.c.next_lock(n),
+        };
+
+        // New data blocks, each under a pointer whose version follows the old one.
+        for i in 0..n {
+            let len = self.writes[i].obj.len;
+            let offset = self.c.alloc.data(&mut self.c.fabric, len).await?;
+            self.writes[i].new = Some(self.writes[i].old.successor(offset));
+        }
+
+        // RT1 (and RT1a when the log needs a round trip of its own).
+        let log = logged.then(|| self.log(lock));
+        let log_alone = log.is_some() && !self.log_shares_node_with_locks();
+        self.batch.clear();
+        self.push_new_data();
+        if let Some(log) = &log {
+            self.push_log(log)?;
+        }
+        if log_alone {
+            self.c.fabric.execute(&mut self.batch).await?;
+            self.check_done()?;
+            self.batch.clear();
+        }
+        let lock_handles = self.push_locks(lock);
+        self.c.fabric.execute(&mut self.batch).await?;
+        self.check_done()?;
+        let mut failed = None;
+        for &(i, h) in &lock_handles {
+            let found = LockWord::from_raw(self.batch.old_value(h).map_err(TxError::Verb)?);
+            let expected = if self.writes[i].prelocked {
+                self.prelock.unwrap_or(self.writes[i].seen)
+            } else {
+                self.writes[i].seen
+            };
+            if found == expected {
+                self.writes[i].prelocked = true;
+            } else if failed.is_none() {
+                failed = Some((i, found));
+            }
+        }
+        // Every lock the transaction holds is now `lock` (pre-locks included,
+        // once re-locked); `prelocked` marks which ones it holds.
+        self.prelock = Some(lock);
+        if let Some((i, found)) = failed {
+            let obj = self.writes[i].obj;
+            self.abort_holding(lock, log.is_some()).await?;
+            return Err(self.conflict(obj, found).await);
+        }
+
+        // RT2: validate what was read and not written.
+        if let Err(e) = self.validate_reads(Some(lock)).await {
+            self.abort_holding(lock, log.is_some()).await?;
+            return Err(e);
+        }
+
+        // RT3: the commit point of a logged transaction.
+        if log.is_some() {
+            let slot = self.c.heap.log_slot(self.c.owner)?;
+            let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n));
+            self.batch.clear();
+            let h = self.batch.on(Replica::All).cas(
+                slot.add(HEADER_OFFSET),
+                LogHeader::new(LogState::Init, 0).raw(),
+                doing.raw(),
+            );
+            self.c.fabric.execute(&mut self.batch).await?;
+            let found = LogHeader::from_raw(self.batch.old_value(h).map_err(TxError::Verb)?);
+            if found.map(LogHeader::state) != Some(LogState::Init) {
+                // Only the owner moves INIT forward to DOING, so a repairer
+                // aborted this log: release what is still held and give up.
+                tracing::debug!(owner = self.c.owner, ?found, "log aborted by a repairer");
+                self.abort_holding(lock, true).await?;
+                return Err(TxError::Abort(AbortReason::LogAborted));
+            }
+            self.install(lock, Some(doing)).await?;
+            self.c.stats.logged_commits += 1;
+        } else {
+            self.install(lock, None).await?;
+        }
+        self.c.stats.commits += 1;
+        // The old blocks are garbage now; this commit replaced them.
+        for w in &self.writes {
+            self.c.alloc.free(w.old.offset(), w.obj.len);
+        }
+        Ok(())
+    }
+
+    /// Abandons the transaction: releases pre-locks and frees what it
+    /// allocated. Nothing of it was visible.
+    pub async fn rollback(mut self) -> Result<(), TxError> {
+        if let Some(lock) = self.prelock {
+            self.abort_holding(lock, false).await?;
+        } else {
+            self.free_new_blocks();
+        }
+        Ok(())
+    }
+
+    fn log(&self, lock: LockWord) -> Log {
+        Log {
+            header: LogHeader::new(LogState::Init, 0),
+            checksum: lock,
+            entries: self
+                .writes
+                .iter()
+                .map(|w| LogEntry {
+                    meta: w.obj.meta,
+                    old: w.old,
+                    new: w.new.expect("new blocks are allocated before logging"),
+                    old_version: w.seen.version(),
+                })
+                .collect(),
+        }
+    }
+
+    /// True when the log's primary is the node of every lock, so that one
+    /// batch writes the log before taking the locks.
+    fn log_shares_node_with_locks(&self) -> bool {
+        let log_node = self.c.primary(self.c.heap.region());
+        self.writes
+            .iter()
+            .all(|w| self.c.primary(w.obj.meta.region()) == log_node)
+    }
+
+    fn push_new_data(&mut self) {
+        for w in &self.writes {
+            let new = w.new.expect("allocated");
+            self.batch
+                .on(Replica::All)
+                .write(GlobalAddr::new(w.obj.meta.region(), new.offset()), &w.data);
+        }
+        for f in &self.fresh {
+            self.batch
+                .on(Replica::All)
+                .write(GlobalAddr::new(f.meta.region(), f.data_offset), &f.data);
+            let dptr = crate::word::DataPtr::new(0, f.data_offset);
+            self.batch
+                .on(Replica::All)
+                .write(f.meta, &meta_bytes(LockWord::unlocked(0), dptr));
+        }
+    }
+
+    fn push_log(&mut self, log: &Log) -> Result<(), TxError> {
+        let slot = self.c.heap.log_slot(self.c.owner)?;
+        let mut bytes = Vec::with_capacity(log.encoded_len());
+        log.encode(&mut bytes);
+        self.batch.on(Replica::All).write(slot, &bytes);
+        Ok(())
+    }
+
+    /// Lock CASes for every write-set object: unlocked ones from the version
+    /// seen, pre-locked ones from the pre-lock word when the commit lock
+    /// differs (a logged commit re-locks them under the word its log names).
+    fn push_locks(&mut self, lock: LockWord) -> Vec<(usize, VerbHandle)> {
+        let mut handles = Vec::with_capacity(self.writes.len());
+        for (i, w) in self.writes.iter().enumerate() {
+            let from = match (w.prelocked, self.prelock) {
+                (true, Some(pre)) if pre == lock => continue,
+                (true, Some(pre)) => pre,
+                _ => w.seen,
+            };
+            handles.push((i, self.batch.cas(w.obj.lock_addr(), from.raw(), lock.raw())));
+        }
+        handles
+    }
+
+    /// Every verb of the last batch completed (a CAS that did not swap still
+    /// completes); an error completion here is a layout bug, not a conflict.
+    fn check_done(&self) -> Result<(), TxError> {
+        match self.batch.first_error() {
+            Some(e) => Err(TxError::Verb(e)),
+            None => Ok(()),
+        }
+    }
+
+    /// Validates the read set against DM (one round trip): every object read
+    /// and not written must be unlocked at the version and pointer seen.
+    /// `holding` is the lock word this transaction holds its write set with.
+    async fn validate_reads(&mut self, holding: Option<LockWord>) -> Result<(), TxError> {
+        let to_check: Vec<usize> = (0..self.reads.len())
+            .filter(|&i| !self.writes.iter().any(|w| w.obj.meta == self.reads[i].obj.meta))
+            .collect();
+        if to_check.is_empty() {
+            return Ok(());
+        }
+        self.batch.clear();
+        let handles: Vec<VerbHandle> = to_check
+            .iter()
+            .map(|&i| self.batch.read(self.reads[i].obj.meta, META_BYTES as u32))
+            .collect();
+        self.c.fabric.execute(&mut self.batch).await?;
+        for (&i, h) in to_check.iter().zip(handles) {
+            let meta = self.batch.read_result(h).map_err(TxError::Verb)?;
+            let lock = LockWord::from_raw(le_word(meta, 0));
+            let dptr = le_word(meta, 8);
+            let r = &self.reads[i];
+            if lock == r.seen && dptr == r.dptr.raw() {
+                continue;
+            }
+            if lock.is_locked() && Some(lock) != holding {
+                let obj = r.obj;
+                if holding.is_some() {
+                    // The caller releases its locks before repairing: an
+                    // expired lock is handled by the next attempt's read.
+                    return Err(TxError::Abort(if lock.is_expired(self.c.fabric.now_ms()) {
+                        AbortReason::Repaired
+                    } else {
+                        AbortReason::Locked
+                    }));
+                }
+                return Err(self.conflict(obj, lock).await);
+            }
+            return Err(TxError::Abort(AbortReason::Changed));
+        }
+        Ok(())
+    }
+
+    /// Installs the new pointers and releases the locks (TryCommit lines
+    /// 4–10), then marks a logged transaction DONE.
+    async fn install(&mut self, lock: LockWord, doing: Option<LogHeader>) -> Result<(), TxError> {
+        let single_replica = self
+            .writes
+            .iter()
+            .all(|w| self.c.replicas(w.obj.meta.region()) == 1)
+            && self.c.replicas(self.c.heap.region()) == 1;
+        let logged = doing.is_some();
+        // Backups first: a separate round trip when there are backups.
+        if !single_replica {
+            self.batch.clear();
+            for w in &self.writes {
+                let replicas = self.c.replicas(w.obj.meta.region());
+                let new = w.new.expect("allocated").raw();
+                if logged {
+                    self.batch
+                        .on(Replica::All)
+                        .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                } else {
+                    for b in 0..replicas.saturating_sub(1) {
+                        self.batch
+                            .on(Replica::Backup(b as u8))
+                            .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                    }
+                }
+            }
+            self.c.fabric.execute(&mut self.batch).await?;
+        }
+        self.batch.clear();
+        let mut primary_cas = Vec::new();
+        for w in &self.writes {
+            if single_replica || !logged {
+                let new = w.new.expect("allocated").raw();
+                primary_cas.push(self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new));
+            }
+        }
+        for w in &self.writes {
+            let released = LockWord::unlocked(w.seen.version() + 1);
+            self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw());
+        }
+        if let Some(doing) = doing {
+            let slot = self.c.heap.log_slot(self.c.owner)?;
+            self.batch.on(Replica::All).cas(
+                slot.add(HEADER_OFFSET),
+                doing.raw(),
+                LogHeader::new(LogState::Done, 0).raw(),
+            );
+        }
+        self.c.fabric.execute(&mut self.batch).await?;
+        if !logged {
+            // Opt1: the primary's pointer CAS is the commit point. If it
+            // failed, a repairer stole the expired lock and fenced the object:
+            // this transaction did not happen. Its new block may be
+            // referenced by a backup until the repairer is done, so it is
+            // not reused.
+            let w = &self.writes[0];
+            let found = self.batch.old_value(primary_cas[0]).map_err(TxError::Verb)?;
+            if found != w.old.raw() {
+                tracing::debug!(owner = self.c.owner, "single-object commit fenced by a repairer");
+                return Err(TxError::Abort(AbortReason::Repaired));
+            }
+        }
+        Ok(())
+    }
+
+    /// Aborts a transaction that may hold locks with `lock` and may have
+    /// written its log: log INIT -> ABORT (unless a repairer did), release
+    /// every held lock back to the version seen, log -> DONE.
+    async fn abort_holding(&mut self, lock: LockWord, logged: bool) -> Result<(), TxError> {
+        let slot = self.c.heap.log_slot(self.c.owner)?;
+        if logged {
+            self.batch.clear();
+            self.batch.on(Replica::All).cas(
+                slot.add(HEADER_OFFSET),
+                LogHeader::new(LogState::Init, 0).raw(),
+                LogHeader::new(LogState::Abort, 0).raw(),
+            );
+            self.c.fabric.execute(&mut self.batch).await?;
+        }
+        self.batch.clear();
+        for w in &self.writes {
+            if w.prelocked {
+                self.batch.cas(w.obj.lock_addr(), lock.raw(), w.seen.raw());
+            }
+        }
+        if logged {
+            self.batch.on(Replica::All).cas(
+                slot.add(HEADER_OFFSET),
+                LogHeader::new(LogState::Abort, 0).raw(),
+                LogHeader::new(LogState::Done, 0).raw(),
+            );
+        }
+        if !self.batch.is_empty() {
+            self.c.fabric.execute(&mut self.batch).await?;
+        }
+        for w in &mut self.writes {
+            w.prelocked = false;
+        }
+        self.prelock = None;
+        self.free_new_blocks();
+        Ok(())
+    }
+
+    fn free_new_blocks(&mut self) {
+        for w in &mut self.writes {
+            if let Some(new) = w.new.take() {
+                self.c.alloc.free(new.offset(), w.obj.len);
+            }
+        }
+        for f in self.fresh.drain(..) {
+            self.c.alloc.free(f.data_offset, f.data.len() as u32);
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! Client configuration of rTX.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How a client runs transactions. Durations are written like `100us`,
+/// `8ms` in TOML (humantime).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TxConfig {
+    /// Estimated time of one locked object's share of a commit (`OP_TIME`):
+    /// a lease is `now + n * op_time + drift` for `n` locked objects.
+    #[serde(with = "humantime_serde_compat")]
+    pub op_time: Duration,
+    /// Slack for unsynchronised clocks and delayed verbs (`DRIFT`).
+    #[serde(with = "humantime_serde_compat")]
+    pub drift: Duration,
+    /// Opt1: commit a single-object write set without a log.
+    pub opt1: bool,
+    /// Attempts of one transaction before giving up with `TooManyAborts`.
+    pub attempts_max: u32,
+    /// Backoff after an abort starts here and doubles per attempt...
+    #[serde(with = "humantime_serde_compat")]
+    pub backoff_min: Duration,
+    /// ...up to this.
+    #[serde(with = "humantime_serde_compat")]
+    pub backoff_max: Duration,
+}
+
+impl Default for TxConfig {
+    fn default() -> Self {
+        TxConfig {
+            op_time: Duration::from_micros(100),
+            drift: Duration::from_millis(8),
+            opt1: true,
+            attempts_max: 10_000,
+            backoff_min: Duration::from_micros(2),
+            backoff_max: Duration::from_millis(1),
+        }
+    }
+}
+
+impl TxConfig {
+    /// The lease length for a commit that locks `objects` objects, rounded up
+    /// to whole milliseconds (leases are in ms).
+    pub fn lease_ms(&self, objects: usize) -> u64 {
+        let t = self.op_time * objects as u32 + self.drift;
+        t.as_micros().div_ceil(1000) as u64
+    }
+}
+
+/// `serde(with)` helpers: durations as humantime strings.
+mod humantime_serde_compat {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_paper_and_parse_from_toml() {
+        let c = TxConfig::default();
+        assert_eq!(c.lease_ms(1), 9, "100us + 8ms, rounded up");
+        assert_eq!(c.lease_ms(80), 16);
+        let parsed: TxConfig = toml::from_str("op_time = \"250us\"\ndrift = \"5ms\"").unwrap();
+        assert_eq!(parsed.op_time, Duration::from_micros(250));
+        assert_eq!(parsed.drift, Duration::from_millis(5));
+        assert!(parsed.opt1);
+        assert!(toml::from_str::<TxConfig>("drift = \"soon\"").is_err());
+        assert!(toml::from_str::<TxConfig>("drfit = \"1ms\"").is_err());
+    }
+}

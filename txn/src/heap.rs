@@ -1,0 +1,274 @@
+//! The rTX heap: how a region is organised for transactions.
+//!
+//! ```text
+//! [0, 4 KiB)          header: magic, layout version, owner slots, chunk size,
+//!                     chunk count, next free chunk (FAA), named roots
+//! log array           one LOG_SLOT_BYTES slot per owner id
+//! chunk owner table   one word per chunk: owner id + 1 of who took it, 0 = free
+//! chunks              the meta and data pools, handed to clients chunk by chunk
+//! ```
+//!
+//! Every replica of the region has the same layout. Clients take chunks with
+//! an FAA on the primary's next-chunk word and record themselves in the owner
+//! table on every replica, so a dead client's memory can be found.
+
+use fabric::{Batch, Client, GlobalAddr, RegionId, Replica};
+
+use crate::error::TxError;
+use crate::log::LOG_SLOT_BYTES;
+use crate::word::OwnerId;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"KTXHEAP1");
+const LAYOUT_VERSION: u64 = 1;
+const HEADER_BYTES: u64 = 4096;
+const W_MAGIC: u64 = 0;
+const W_VERSION: u64 = 1;
+const W_OWNER_SLOTS: u64 = 2;
+const W_CHUNK_BYTES: u64 = 3;
+const W_CHUNK_COUNT: u64 = 4;
+const W_NEXT_CHUNK: u64 = 5;
+const W_ROOTS: u64 = 6;
+/// Named roots per heap: words an index uses to find its root objects.
+pub const ROOTS_MAX: usize = 32;
+
+/// How to lay out a heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeapConfig {
+    /// Log slots, hence the largest owner id + 1 that can run transactions here.
+    pub owner_slots: u16,
+    /// Bytes per chunk (a multiple of 4 KiB).
+    pub chunk_bytes: u64,
+}
+
+impl Default for HeapConfig {
+    fn default() -> Self {
+        HeapConfig {
+            owner_slots: 256,
+            chunk_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A formatted heap in one region. Cheap to clone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Heap {
+    region: RegionId,
+    owner_slots: u64,
+    chunk_bytes: u64,
+    chunk_count: u64,
+}
+
+impl Heap {
+    fn word(&self, w: u64) -> GlobalAddr {
+        GlobalAddr::new(self.region, w * 8)
+    }
+
+    /// The region.
+    pub fn region(&self) -> RegionId {
+        self.region
+    }
+
+    /// Bytes per chunk.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
+    }
+
+    /// Chunks in the heap.
+    pub fn chunk_count(&self) -> u64 {
+        self.chunk_count
+    }
+
+    fn log_base(&self) -> u64 {
+        HEADER_BYTES
+    }
+
+    fn owner_table(&self) -> u64 {
+        self.log_base() + self.owner_slots * LOG_SLOT_BYTES
+    }
+
+    fn chunk_base(&self) -> u64 {
+        (self.owner_table() + self.chunk_count * 8).next_multiple_of(HEADER_BYTES)
+    }
+
+    /// Where `owner`'s log slot lives.
+    pub fn log_slot(&self, owner: OwnerId) -> Result<GlobalAddr, TxError> {
+        if u64::from(owner) >= self.owner_slots {
+            return Err(TxError::OwnerOutOfRange {
+                owner,
+                slots: self.owner_slots,
+            });
+        }
+        Ok(GlobalAddr::new(
+            self.region,
+            self.log_base() + u64::from(owner) * LOG_SLOT_BYTES,
+        ))
+    }
+
+    /// The address of named root `i`.
+    ///
+    /// # Panics
+    /// If `i >= ROOTS_MAX` (root numbers are constants of the index code).
+    pub fn root(&self, i: usize) -> GlobalAddr {
+        assert!(i < ROOTS_MAX, "root {i} out of range");
+        self.word(W_ROOTS + i as u64)
+    }
+
+    /// Byte offset of chunk `i`.
+    pub fn chunk_offset(&self, i: u64) -> u64 {
+        self.chunk_base() + i * self.chunk_bytes
+    }
+
+    fn layout(region: RegionId, region_bytes: u64, config: HeapConfig) -> Result<Heap, TxError> {
+        if config.chunk_bytes == 0 || config.chunk_bytes % HEADER_BYTES != 0 || config.owner_slots == 0 {
+            return Err(TxError::Heap(format!(
+                "chunk size {} must be a positive multiple of 4096 and owner slots positive",
+                config.chunk_bytes
+            )));
+        }
+        let fixed = HEADER_BYTES + u64::from(config.owner_slots) * LOG_SLOT_BYTES + HEADER_BYTES;
+        let chunk_count = region_bytes.saturating_sub(fixed) / (config.chunk_bytes + 8);
+        let heap = Heap {
+            region,
+            owner_slots: u64::from(config.owner_slots),
+            chunk_bytes: config.chunk_bytes,
+            chunk_count,
+        };
+        if chunk_count == 0 || heap.chunk_offset(chunk_count) > region_bytes {
+            return Err(TxError::Heap(format!(
+                "region {region} ({region_bytes} bytes) is too small for {} log slots and one {}-byte chunk",
+                config.owner_slots, config.chunk_bytes
+            )));
+        }
+        Ok(heap)
+    }
+
+    /// Formats `region` as an empty heap on every replica. The region must
+    /// not be in use: formatting clears the header, log array and owner table.
+    pub async fn format(client: &mut Client, region: RegionId, config: HeapConfig) -> Result<Heap, TxError> {
+        let size = client
+            .map()
+            .region(region)
+            .ok_or(TxError::Fabric(fabric::FabricError::UnknownRegion { region }))?
+            .size;
+        let heap = Self::layout(region, size, config)?;
+        let mut words = vec![0u64; (HEADER_BYTES / 8) as usize];
+        words[W_MAGIC as usize] = MAGIC;
+        words[W_VERSION as usize] = LAYOUT_VERSION;
+        words[W_OWNER_SLOTS as usize] = heap.owner_slots;
+        words[W_CHUNK_BYTES as usize] = heap.chunk_bytes;
+        words[W_CHUNK_COUNT as usize] = heap.chunk_count;
+        let header: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        // Zero the log array and owner table in batch-sized pieces, then
+        // write the header last so that a half-formatted heap has no magic.
+        let zeros = vec![0u8; 256 * 1024];
+        let mut at = heap.log_base();
+        let end = heap.chunk_base();
+        let mut batch = Batch::new();
+        while at < end {
+            let len = (end - at).min(zeros.len() as u64);
+            batch.clear();
+            let h = batch
+                .on(Replica::All)
+                .write(GlobalAddr::new(region, at), &zeros[..len as usize]);
+            client.execute(&mut batch).await?;
+            batch.done(h).map_err(TxError::Verb)?;
+            at += len;
+        }
+        batch.clear();
+        let h = batch.on(Replica::All).write(GlobalAddr::new(region, 0), &header);
+        client.execute(&mut batch).await?;
+        batch.done(h).map_err(TxError::Verb)?;
+        Ok(heap)
+    }
+
+    /// Opens a formatted heap (reads its header from the primary).
+    pub async fn open(client: &mut Client, region: RegionId) -> Result<Heap, TxError> {
+        let mut batch = Batch::new();
+        let h = batch.read(GlobalAddr::new(region, 0), (W_NEXT_CHUNK * 8) as u32);
+        client.execute(&mut batch).await?;
+        let bytes = batch.read_result(h).map_err(TxError::Verb)?;
+        let w = |i: u64| {
+            u64::from_le_bytes(
+                bytes[i as usize * 8..i as usize * 8 + 8]
+                    .try_into()
+                    .unwrap_or_default(),
+            )
+        };
+        if w(W_MAGIC) != MAGIC {
+            return Err(TxError::Heap(format!(
+                "region {region} is not a formatted rTX heap"
+            )));
+        }
+        if w(W_VERSION) != LAYOUT_VERSION {
+            return Err(TxError::Heap(format!(
+                "region {region} has heap layout version {}, this build reads {LAYOUT_VERSION}",
+                w(W_VERSION)
+            )));
+        }
+        let owner_slots = u16::try_from(w(W_OWNER_SLOTS)).map_err(|_| TxError::Heap("owner slots".into()))?;
+        let heap = Heap {
+            region,
+            owner_slots: u64::from(owner_slots),
+            chunk_bytes: w(W_CHUNK_BYTES),
+            chunk_count: w(W_CHUNK_COUNT),
+        };
+        let size = client.map().region(region).map_or(0, |r| r.size);
+        if heap.chunk_bytes == 0 || heap.chunk_offset(heap.chunk_count) > size {
+            return Err(TxError::Heap(format!(
+                "region {region}: heap header does not fit the region"
+            )));
+        }
+        Ok(heap)
+    }
+
+    /// Takes `count` consecutive chunks for `owner` and records the
+    /// ownership on every replica. Returns the first chunk's index.
+    pub async fn take_chunks(&self, client: &mut Client, owner: OwnerId, count: u64) -> Result<u64, TxError> {
+        let mut batch = Batch::new();
+        let h = batch.faa(self.word(W_NEXT_CHUNK), count);
+        client.execute(&mut batch).await?;
+        let first = batch.old_value(h).map_err(TxError::Verb)?;
+        if first.saturating_add(count) > self.chunk_count {
+            return Err(TxError::OutOfMemory {
+                region: self.region,
+                chunks: self.chunk_count,
+            });
+        }
+        let tag = (u64::from(owner) + 1).to_le_bytes();
+        let table: Vec<u8> = (0..count).flat_map(|_| tag).collect();
+        batch.clear();
+        let h = batch.on(Replica::All).write(
+            GlobalAddr::new(self.region, self.owner_table() + first * 8),
+            &table,
+        );
+        client.execute(&mut batch).await?;
+        batch.done(h).map_err(TxError::Verb)?;
+        Ok(first)
+    }
+
+    /// The chunks recorded as taken by `owner` (a scan of the owner table on
+    /// the primary; for reclaiming a dead client's memory).
+    pub async fn chunks_of(&self, client: &mut Client, owner: OwnerId) -> Result<Vec<u64>, TxError> {
+        let mut found = Vec::new();
+        let per_read = (fabric::VERB_BYTES_MAX as u64 / 8).min(self.chunk_count.max(1));
+        let mut batch = Batch::new();
+        let mut first = 0;
+        while first < self.chunk_count {
+            let n = per_read.min(self.chunk_count - first);
+            batch.clear();
+            let h = batch.read(
+                GlobalAddr::new(self.region, self.owner_table() + first * 8),
+                (n * 8) as u32,
+            );
+            client.execute(&mut batch).await?;
+            let bytes = batch.read_result(h).map_err(TxError::Verb)?;
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                if u64::from_le_bytes(w.try_into().unwrap_or_default()) == u64::from(owner) + 1 {
+                    found.push(first + i as u64);
+                }
+            }
+            first += n;
+        }
+        Ok(found)
+    }
+}

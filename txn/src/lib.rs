@@ -1,0 +1,41 @@
+//! Repairable transactions (rTX) over the DM fabric.
+//!
+//! An rTX reads objects into a local read set, writes them into a local write
+//! set, and at commit logs the write set, locks it with leased locks
+//! (LLLock), validates the read set, and installs new data blocks by CASing
+//! versioned pointers. A client that meets a lock whose lease expired reads
+//! the holder's log and finishes or aborts its transaction online
+//! ([`TxClient::repair`]); every step is idempotent, so a holder that was only
+//! slow does no harm when it wakes. See `docs/txn.md` for the protocol as
+//! built, its round trips and verbs, and how it maps to the paper.
+//!
+//! - [`word`]: the lock word, data pointer and log header bit layouts.
+//! - [`log`]: the log slot layout.
+//! - [`heap`]: how a region is organised (header, log array, chunk owner
+//!   table, chunks) and chunk allocation.
+//! - [`TxClient`] runs transactions as one owner id; [`Tx`] is one attempt.
+
+mod alloc;
+mod client;
+mod commit;
+pub mod config;
+mod error;
+pub mod heap;
+pub mod log;
+mod obj;
+pub mod owner;
+mod repair;
+mod stats;
+mod tx;
+pub mod word;
+
+pub use client::TxClient;
+pub use config::TxConfig;
+pub use error::{AbortReason, TxError};
+pub use heap::{Heap, HeapConfig};
+pub use obj::{RawObj, TxObj, DPTR_OFFSET, META_BYTES};
+pub use owner::{LocalOwnerIds, OwnerIdAllocator};
+pub use repair::RepairOutcome;
+pub use stats::TxStats;
+pub use tx::Tx;
+pub use word::{DataPtr, LockWord, OwnerId};

@@ -1,0 +1,283 @@
+//! A transaction's execution phase: reads fetch the meta then the data and
+//! keep local copies; writes stay local until commit (`commit.rs`).
+//!
+//! The paper's Figure 7: `TXRead` is two READs (meta, then data) the first
+//! time an object is touched and none after; `TXWrite` only records the new
+//! value. Opt2 adds [`Tx::lock_now`] (pre-lock during execution, as Sherman's
+//! leaf updates want) and [`Tx::check_lease`] (no concurrency control on an
+//! object whose update is atomic by other means, keeping only the lease
+//! check, as RACE inserts want).
+
+use bytemuck::Pod;
+use fabric::{Batch, GlobalAddr};
+
+use crate::client::{le_word, TxClient};
+use crate::error::{AbortReason, TxError};
+use crate::obj::{RawObj, TxObj, META_BYTES};
+use crate::repair::RepairOutcome;
+use crate::word::{DataPtr, LockWord};
+
+/// Rounds of "meet an expired lock, repair it, look again" before an access
+/// gives up and aborts: repairs are idempotent and a round usually suffices;
+/// the bound keeps a pathological owner from pinning this transaction.
+const REPAIR_ROUNDS_MAX: u32 = 8;
+
+/// What a transaction read.
+#[derive(Debug)]
+pub(crate) struct ReadEntry {
+    pub obj: RawObj,
+    /// The unlocked lock word seen: the version validation expects.
+    pub seen: LockWord,
+    pub dptr: DataPtr,
+    pub data: Vec<u8>,
+}
+
+/// What a transaction will write.
+#[derive(Debug)]
+pub(crate) struct WriteEntry {
+    pub obj: RawObj,
+    /// The unlocked lock word seen; the lock CAS expects it, so locking also
+    /// validates that the object did not change.
+    pub seen: LockWord,
+    pub old: DataPtr,
+    pub data: Vec<u8>,
+    /// Set at commit: the block the new data goes to.
+    pub new: Option<DataPtr>,
+    /// Locked during execution (Opt2).
+    pub prelocked: bool,
+}
+
+/// An object created by this transaction: written at commit.
+#[derive(Debug)]
+pub(crate) struct Fresh {
+    pub meta: GlobalAddr,
+    pub data_offset: u64,
+    pub data: Vec<u8>,
+}
+
+/// A transaction in progress. Made by [`TxClient::run`] (or
+/// [`TxClient::begin`]); ends with [`Tx::commit`] or [`Tx::rollback`].
+#[derive(Debug)]
+pub struct Tx<'c> {
+    pub(crate) c: &'c mut TxClient,
+    pub(crate) reads: Vec<ReadEntry>,
+    pub(crate) writes: Vec<WriteEntry>,
+    pub(crate) fresh: Vec<Fresh>,
+    /// The lock word pre-locks were taken with, if any.
+    pub(crate) prelock: Option<LockWord>,
+    pub(crate) batch: Batch,
+}
+
+impl<'c> Tx<'c> {
+    pub(crate) fn new(c: &'c mut TxClient) -> Self {
+        Tx {
+            c,
+            reads: Vec::new(),
+            writes: Vec::new(),
+            fresh: Vec::new(),
+            prelock: None,
+            batch: Batch::new(),
+        }
+    }
+
+    /// The client running this transaction.
+    pub fn client(&mut self) -> &mut TxClient {
+        self.c
+    }
+
+    /// Reads a typed object.
+    pub async fn read<T: Pod>(&mut self, obj: TxObj<T>) -> Result<T, TxError> {
+        let bytes = self.read_raw(obj.raw()).await?;
+        Ok(bytemuck::pod_read_unaligned(bytes))
+    }
+
+    /// Writes a typed object (at commit).
+    pub async fn write<T: Pod>(&mut self, obj: TxObj<T>, value: &T) -> Result<(), TxError> {
+        self.write_raw(obj.raw(), bytemuck::bytes_of(value)).await
+    }
+
+    /// Creates an object holding `value`; it is written at commit, and is
+    /// reachable once something committed refers to it.
+    pub async fn create<T: Pod>(&mut self, value: &T) -> Result<TxObj<T>, TxError> {
+        let bytes = bytemuck::bytes_of(value);
+        let meta = self.c.alloc.meta(&mut self.c.fabric).await?;
+        let data_offset = self.c.alloc.data(&mut self.c.fabric, bytes.len() as u32).await?;
+        self.fresh.push(Fresh {
+            meta,
+            data_offset,
+            data: bytes.to_vec(),
+        });
+        Ok(TxObj::at(meta))
+    }
+
+    /// Reads an object's bytes: from the write set or read set if it is
+    /// there, else from DM (meta, then data: two round trips).
+    pub async fn read_raw(&mut self, obj: RawObj) -> Result<&[u8], TxError> {
+        if let Some(i) = self.writes.iter().position(|w| w.obj.meta == obj.meta) {
+            return Ok(&self.writes[i].data);
+        }
+        if let Some(i) = self.fresh.iter().position(|f| f.meta == obj.meta) {
+            return Ok(&self.fresh[i].data);
+        }
+        if let Some(i) = self.reads.iter().position(|r| r.obj.meta == obj.meta) {
+            return Ok(&self.reads[i].data);
+        }
+        let (seen, dptr) = self.unlocked_meta(obj).await?;
+        self.batch.clear();
+        let h = self
+            .batch
+            .read(GlobalAddr::new(obj.meta.region(), dptr.offset()), obj.len);
+        self.c.fabric.execute(&mut self.batch).await?;
+        let data = self.batch.read_result(h).map_err(TxError::Verb)?.to_vec();
+        self.reads.push(ReadEntry {
+            obj,
+            seen,
+            dptr,
+            data,
+        });
+        Ok(&self.reads[self.reads.len() - 1].data)
+    }
+
+    /// Records a new value for an object. If the object was not read, its
+    /// meta is read now (one round trip) for the version and pointer the
+    /// commit must replace.
+    pub async fn write_raw(&mut self, obj: RawObj, bytes: &[u8]) -> Result<(), TxError> {
+        if bytes.len() != obj.len as usize {
+            return Err(TxError::BadObject(format!(
+                "{:?} holds {} bytes, not {}",
+                obj.meta,
+                obj.len,
+                bytes.len()
+            )));
+        }
+        if let Some(w) = self.writes.iter_mut().find(|w| w.obj.meta == obj.meta) {
+            w.data.copy_from_slice(bytes);
+            return Ok(());
+        }
+        if let Some(f) = self.fresh.iter_mut().find(|f| f.meta == obj.meta) {
+            f.data.copy_from_slice(bytes);
+            return Ok(());
+        }
+        let (seen, old) = match self.reads.iter().find(|r| r.obj.meta == obj.meta) {
+            Some(r) => (r.seen, r.dptr),
+            None => self.unlocked_meta(obj).await?,
+        };
+        self.writes.push(WriteEntry {
+            obj,
+            seen,
+            old,
+            data: bytes.to_vec(),
+            new: None,
+            prelocked: false,
+        });
+        Ok(())
+    }
+
+    /// Opt2: locks an object now, during execution, so that concurrent
+    /// writers of it wait instead of making this transaction abort at commit.
+    /// The object joins the write set (with its current value until written).
+    pub async fn lock_now(&mut self, obj: RawObj) -> Result<(), TxError> {
+        if !self.writes.iter().any(|w| w.obj.meta == obj.meta) {
+            let current = self.read_raw(obj).await?.to_vec();
+            self.write_raw(obj, &current).await?;
+        }
+        let i = self
+            .writes
+            .iter()
+            .position(|w| w.obj.meta == obj.meta)
+            .expect("the object was just put in the write set");
+        if self.writes[i].prelocked {
+            return Ok(());
+        }
+        // All pre-locks of a transaction share one lock word, with a lease
+        // for the objects locked so far and one more.
+        let lock = match self.prelock {
+            Some(l) => l,
+            None => {
+                let l = self.c.next_lock(self.writes.len() + 1);
+                self.prelock = Some(l);
+                l
+            }
+        };
+        let seen = self.writes[i].seen;
+        self.batch.clear();
+        let h = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
+        self.c.fabric.execute(&mut self.batch).await?;
+        let found = LockWord::from_raw(self.batch.old_value(h).map_err(TxError::Verb)?);
+        if found == seen {
+            self.writes[i].prelocked = true;
+            return Ok(());
+        }
+        Err(self.conflict(obj, found).await)
+    }
+
+    /// Opt2: checks only that no live transaction holds `obj`'s lock, and
+    /// repairs an expired holder. For objects whose update is atomic by
+    /// other means (a RACE slot CAS under a subtable TXObj): the object is
+    /// not added to the read or write set.
+    pub async fn check_lease(&mut self, obj: RawObj) -> Result<(), TxError> {
+        for _ in 0..REPAIR_ROUNDS_MAX {
+            self.batch.clear();
+            let h = self.batch.read(obj.lock_addr(), 8);
+            self.c.fabric.execute(&mut self.batch).await?;
+            let lock = LockWord::from_raw(le_word(self.batch.read_result(h).map_err(TxError::Verb)?, 0));
+            if !lock.is_locked() {
+                return Ok(());
+            }
+            if !lock.is_expired(self.c.fabric.now_ms()) {
+                return Err(TxError::Abort(AbortReason::Locked));
+            }
+            self.c.repair(obj, lock).await?;
+        }
+        Err(TxError::Abort(AbortReason::Locked))
+    }
+
+    /// Aborts this attempt on purpose; [`TxClient::run`] retries it.
+    pub fn abort(&self) -> TxError {
+        TxError::Abort(AbortReason::User)
+    }
+
+    /// Reads an object's meta (one round trip) until it is unlocked,
+    /// repairing expired holders on the way.
+    async fn unlocked_meta(&mut self, obj: RawObj) -> Result<(LockWord, DataPtr), TxError> {
+        if obj.meta.offset() % META_BYTES != 0 {
+            return Err(TxError::BadObject(format!(
+                "meta {:?} is not 16-byte aligned",
+                obj.meta
+            )));
+        }
+        for _ in 0..REPAIR_ROUNDS_MAX {
+            self.batch.clear();
+            let h = self.batch.read(obj.meta, META_BYTES as u32);
+            self.c.fabric.execute(&mut self.batch).await?;
+            let meta = self.batch.read_result(h).map_err(TxError::Verb)?;
+            let lock = LockWord::from_raw(le_word(meta, 0));
+            let dptr = DataPtr::from_raw(le_word(meta, 8));
+            if !lock.is_locked() {
+                return Ok((lock, dptr));
+            }
+            if !lock.is_expired(self.c.fabric.now_ms()) {
+                return Err(TxError::Abort(AbortReason::Locked));
+            }
+            self.c.repair(obj, lock).await?;
+        }
+        Err(TxError::Abort(AbortReason::Locked))
+    }
+
+    /// Turns a lock word found where another was expected into the abort it
+    /// means, repairing an expired holder first (the paper's Figure 8, lines
+    /// 5–7 and 10–13).
+    pub(crate) async fn conflict(&mut self, obj: RawObj, found: LockWord) -> TxError {
+        if !found.is_locked() {
+            return TxError::Abort(AbortReason::Changed);
+        }
+        if found.owner() == self.c.owner || !found.is_expired(self.c.fabric.now_ms()) {
+            return TxError::Abort(AbortReason::Locked);
+        }
+        match self.c.repair(obj, found).await {
+            Ok(RepairOutcome::Repaired | RepairOutcome::Retry) => TxError::Abort(AbortReason::Repaired),
+            Ok(RepairOutcome::Busy) => TxError::Abort(AbortReason::Locked),
+            Err(e) => e,
+        }
+    }
+}

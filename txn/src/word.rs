@@ -1,0 +1,279 @@
+//! The 64-bit words rTX keeps in DM, each with its one definition:
+//! the lock word (LLLock), the versioned data pointer, and the log header.
+//! All are stored as little-endian u64 words (`../shared/design.md` §3).
+
+use fabric::OFFSET_MAX;
+
+/// Owner ids are 15 bits: they share the locked lock word with a 48-bit lease.
+pub const OWNER_BITS: u32 = 15;
+/// Largest owner id.
+pub const OWNER_MAX: u16 = (1 << OWNER_BITS) - 1;
+/// Leases are milliseconds since the Unix epoch in 48 bits (good until the
+/// year 10889).
+pub const LEASE_MS_MAX: u64 = (1 << 48) - 1;
+const LOCKED: u64 = 1 << 63;
+/// Unlocked versions are 63 bits.
+pub const VERSION_MAX: u64 = LOCKED - 1;
+
+/// An owner id: one per client thread or coroutine, unique in the cluster.
+pub type OwnerId = u16;
+
+/// The LLLock word at the start of every TXObj meta.
+///
+/// Bit 63 = locked. Locked: `owner: 15 bits (62..48) | lease_end_ms: 48 bits`.
+/// Unlocked: `version: 63 bits`, bumped by every commit of the object, which
+/// is what defeats ABA when a data block is reused.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LockWord(u64);
+
+impl LockWord {
+    /// An unlocked word at `version`.
+    pub fn unlocked(version: u64) -> Self {
+        assert!(version <= VERSION_MAX, "version {version} does not fit 63 bits");
+        LockWord(version)
+    }
+
+    /// A locked word held by `owner` until `lease_ms`.
+    pub fn locked(owner: OwnerId, lease_ms: u64) -> Self {
+        assert!(owner <= OWNER_MAX, "owner id {owner} does not fit 15 bits");
+        assert!(lease_ms <= LEASE_MS_MAX, "lease {lease_ms} does not fit 48 bits");
+        LockWord(LOCKED | (u64::from(owner) << 48) | lease_ms)
+    }
+
+    /// From a word read from DM.
+    pub fn from_raw(raw: u64) -> Self {
+        LockWord(raw)
+    }
+
+    /// The word as stored.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// True when held.
+    pub fn is_locked(self) -> bool {
+        self.0 & LOCKED != 0
+    }
+
+    /// The holder (meaningful when locked).
+    pub fn owner(self) -> OwnerId {
+        ((self.0 >> 48) & u64::from(OWNER_MAX)) as OwnerId
+    }
+
+    /// The lease end in ms (meaningful when locked).
+    pub fn lease_ms(self) -> u64 {
+        self.0 & LEASE_MS_MAX
+    }
+
+    /// The version (meaningful when unlocked).
+    pub fn version(self) -> u64 {
+        self.0 & VERSION_MAX
+    }
+
+    /// True when locked and the lease ended at or before `now_ms`.
+    pub fn is_expired(self, now_ms: u64) -> bool {
+        self.is_locked() && now_ms >= self.lease_ms()
+    }
+
+    /// The version a log-less repair gives an object whose lock it stole:
+    /// the stolen lease in ms, shifted into the high bits. The repairer cannot
+    /// know the version before the lock, but this floor is above it as long as
+    /// an object sees fewer than 2^15 commits per millisecond (each commit is
+    /// several round trips, so at most a few hundred).
+    pub fn version_floor(stolen: LockWord) -> u64 {
+        debug_assert!(stolen.is_locked());
+        stolen.lease_ms() << OWNER_BITS
+    }
+}
+
+impl std::fmt::Debug for LockWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_locked() {
+            write!(f, "Locked(owner {}, lease {} ms)", self.owner(), self.lease_ms())
+        } else {
+            write!(f, "Unlocked(v{})", self.version())
+        }
+    }
+}
+
+/// The data pointer in the second word of a TXObj meta:
+/// `ptr_version: 16 | offset: 48`, in the meta's region. Every commit bumps
+/// `ptr_version`, so CAS-installing a pointer is idempotent even when blocks
+/// are reused (up to a 16-bit wrap-around; see `repair`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DataPtr(u64);
+
+impl DataPtr {
+    /// A pointer to `offset` at `ptr_version`.
+    pub fn new(ptr_version: u16, offset: u64) -> Self {
+        assert!(offset <= OFFSET_MAX, "offset {offset} does not fit 48 bits");
+        DataPtr((u64::from(ptr_version) << 48) | offset)
+    }
+
+    /// From a word read from DM.
+    pub fn from_raw(raw: u64) -> Self {
+        DataPtr(raw)
+    }
+
+    /// The word as stored.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The pointer version.
+    pub fn ptr_version(self) -> u16 {
+        (self.0 >> 48) as u16
+    }
+
+    /// Offset of the data block in the region.
+    pub fn offset(self) -> u64 {
+        self.0 & OFFSET_MAX
+    }
+
+    /// A pointer to `offset` whose version follows this one's.
+    pub fn successor(self, offset: u64) -> Self {
+        DataPtr::new(self.ptr_version().wrapping_add(1), offset)
+    }
+}
+
+impl std::fmt::Debug for DataPtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DataPtr(v{} @ {:#x})", self.ptr_version(), self.offset())
+    }
+}
+
+/// The state of an rTX log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogState {
+    /// Never written, or freshly formatted.
+    Empty,
+    /// Executing or validating: a repairer may abort it.
+    Init,
+    /// Aborted; its locks may still be held and must be released.
+    Abort,
+    /// Committing under a lease; a repairer may take over once it expires.
+    Doing,
+    /// Finished (committed, or aborted with its locks released).
+    Done,
+}
+
+impl LogState {
+    fn code(self) -> u64 {
+        match self {
+            LogState::Empty => 0,
+            LogState::Init => 1,
+            LogState::Abort => 2,
+            LogState::Doing => 3,
+            LogState::Done => 4,
+        }
+    }
+}
+
+/// The log header word: `state: 16 | lease_ms: 48`. The lease is the commit
+/// lease of a DOING log (who commits it, until when); it is zero otherwise.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct LogHeader(u64);
+
+impl LogHeader {
+    /// A header in `state` with `lease_ms` (zero unless `Doing`).
+    pub fn new(state: LogState, lease_ms: u64) -> Self {
+        assert!(lease_ms <= LEASE_MS_MAX);
+        debug_assert!(state == LogState::Doing || lease_ms == 0);
+        LogHeader((state.code() << 48) | lease_ms)
+    }
+
+    /// From a word read from DM; `None` for an unknown state code.
+    pub fn from_raw(raw: u64) -> Option<Self> {
+        (raw >> 48 <= 4).then_some(LogHeader(raw))
+    }
+
+    /// The word as stored.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// The state.
+    pub fn state(self) -> LogState {
+        match self.0 >> 48 {
+            0 => LogState::Empty,
+            1 => LogState::Init,
+            2 => LogState::Abort,
+            3 => LogState::Doing,
+            _ => LogState::Done,
+        }
+    }
+
+    /// The commit lease (DOING only).
+    pub fn lease_ms(self) -> u64 {
+        self.0 & LEASE_MS_MAX
+    }
+}
+
+impl std::fmt::Debug for LogHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.state())?;
+        if self.state() == LogState::Doing {
+            write!(f, "(lease {} ms)", self.lease_ms())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_word_encoding_is_bit_exact() {
+        let l = LockWord::locked(0x1234, 0xABCD_EF01_2345);
+        assert_eq!(l.raw(), (1 << 63) | (0x1234 << 48) | 0xABCD_EF01_2345);
+        assert!(l.is_locked());
+        assert_eq!((l.owner(), l.lease_ms()), (0x1234, 0xABCD_EF01_2345));
+        assert_eq!(LockWord::from_raw(l.raw()), l);
+        let max = LockWord::locked(OWNER_MAX, LEASE_MS_MAX);
+        assert_eq!(max.raw(), u64::MAX);
+        assert_eq!((max.owner(), max.lease_ms()), (OWNER_MAX, LEASE_MS_MAX));
+
+        let u = LockWord::unlocked(VERSION_MAX);
+        assert!(!u.is_locked());
+        assert_eq!(u.version(), VERSION_MAX);
+        assert_eq!(LockWord::unlocked(0).raw(), 0);
+    }
+
+    #[test]
+    fn expiry_is_at_the_lease_end() {
+        let l = LockWord::locked(1, 1000);
+        assert!(!l.is_expired(999));
+        assert!(l.is_expired(1000));
+        assert!(!LockWord::unlocked(5).is_expired(u64::MAX));
+    }
+
+    #[test]
+    fn version_floor_beats_any_plausible_version() {
+        let stolen = LockWord::locked(3, 1_700_000_000_000);
+        assert_eq!(LockWord::version_floor(stolen), 1_700_000_000_000 << 15);
+        assert!(LockWord::version_floor(stolen) <= VERSION_MAX);
+    }
+
+    #[test]
+    fn data_ptr_encoding_is_bit_exact() {
+        let p = DataPtr::new(0xFFFF, 0x0000_1234_5678_9ABC);
+        assert_eq!(p.raw(), 0xFFFF_1234_5678_9ABC);
+        assert_eq!((p.ptr_version(), p.offset()), (0xFFFF, 0x1234_5678_9ABC));
+        let q = p.successor(64);
+        assert_eq!((q.ptr_version(), q.offset()), (0, 64), "ptr_version wraps");
+    }
+
+    #[test]
+    fn log_header_encoding_is_bit_exact() {
+        let h = LogHeader::new(LogState::Doing, 77);
+        assert_eq!(h.raw(), (3 << 48) | 77);
+        assert_eq!(LogHeader::from_raw(h.raw()), Some(h));
+        assert_eq!(h.state(), LogState::Doing);
+        for s in [LogState::Empty, LogState::Init, LogState::Abort, LogState::Done] {
+            let h = LogHeader::new(s, 0);
+            assert_eq!(LogHeader::from_raw(h.raw()).map(LogHeader::state), Some(s));
+        }
+        assert_eq!(LogHeader::from_raw(9 << 48), None);
+    }
+}
