@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own
 //! module; this one only wires them.
 
+mod chaos;
 mod fabric_bench;
 mod memnode;
 mod units;
@@ -24,6 +25,11 @@ pub struct Cli {
 enum Command {
     /// Run a memory node: regions served over tcp (and shm, and persisted).
     Memnode(memnode::MemnodeArgs),
+    /// Chaos experiments: crash and pause clients, then check what is left.
+    Chaos {
+        #[command(subcommand)]
+        command: chaos::ChaosCommand,
+    },
     /// The DM fabric on its own.
     Fabric {
         #[command(subcommand)]
@@ -56,6 +62,7 @@ pub fn init_tracing(verbose: u8) {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Memnode(args) => memnode::run(args),
+        Command::Chaos { command } => chaos::run(command),
         Command::Fabric {
             command: FabricCommand::Bench(args),
         } => fabric_bench::run(args),

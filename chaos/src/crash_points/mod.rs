@@ -1,0 +1,96 @@
+//! Crash-point exploration.
+//!
+//! A scenario is a transaction (or index operation) run by a victim client
+//! on a fresh cluster. The explorer first runs it without faults to count its
+//! verbs `V`, then once per position `k = 1..=V` in each mode:
+//!
+//! - **crash**: the victim crashes right after its k-th verb and never comes
+//!   back;
+//! - **pause**: the victim stops after its k-th verb, a survivor whose clock
+//!   is past the victim's lease repairs whatever it left, then the victim
+//!   wakes up and carries on (false suspicion).
+//!
+//! After each run a checker looks at DM directly. Every finding is a
+//! [`Violation`]; a target that is meant to be crash-tolerant must have none.
+
+pub mod rtx;
+
+use serde::Serialize;
+
+/// How the victim is stopped at its k-th verb.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Crashes for good.
+    Crash,
+    /// Pauses past its lease, is repaired, then carries on.
+    Pause,
+}
+
+/// One thing a checker found wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    /// The scenario, e.g. `rf=2 objects=3`.
+    pub scenario: String,
+    /// Crash or pause.
+    pub mode: Mode,
+    /// The victim's verb position.
+    pub k: u64,
+    /// What was wrong.
+    pub what: String,
+}
+
+/// The exploration of one scenario.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ScenarioReport {
+    /// The scenario, e.g. `rf=2 objects=3`.
+    pub scenario: String,
+    /// Verbs of the victim's operation when nothing goes wrong.
+    pub verbs: u64,
+    /// Runs made (positions × modes).
+    pub crash_points: u64,
+    /// Runs with at least one violation.
+    pub violating_runs: u64,
+}
+
+/// The result of exploring a target.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The target, e.g. `rtx`.
+    pub target: String,
+    /// Runs made in all.
+    pub crash_points: u64,
+    /// Violations found in all.
+    pub violations: u64,
+    /// Per scenario.
+    pub scenarios: Vec<ScenarioReport>,
+    /// Every violation (the first few hundred).
+    pub details: Vec<Violation>,
+}
+
+/// Most violations kept in a report's details; the count stays exact.
+pub const DETAILS_MAX: usize = 200;
+
+impl Report {
+    /// Adds one scenario's runs.
+    pub fn add(&mut self, scenario: ScenarioReport, violations: Vec<Violation>) {
+        self.crash_points += scenario.crash_points;
+        self.violations += violations.len() as u64;
+        let room = DETAILS_MAX.saturating_sub(self.details.len());
+        self.details.extend(violations.into_iter().take(room));
+        self.scenarios.push(scenario);
+    }
+}
+
+/// Why exploration itself failed (as opposed to finding violations).
+#[derive(Debug, thiserror::Error)]
+pub enum ExploreError {
+    /// Building a cluster or running the fault-free operation failed.
+    #[error("setting up scenario {scenario}: {reason}")]
+    Setup {
+        /// The scenario.
+        scenario: String,
+        /// What failed.
+        reason: String,
+    },
+}

@@ -1,0 +1,138 @@
+//! `kintsugi chaos ...`: crash-point exploration (and, later, experiments).
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chaos::crash_points::{self, Mode, Report};
+
+/// Chaos subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum ChaosCommand {
+    /// Stop a client after each of its verbs in turn (crash for good, or
+    /// pause past its lease and wake), let another client through, and check
+    /// what is left. Exits non-zero if any run violates the target's
+    /// guarantees.
+    #[command(after_help = "\
+Target rtx: a transaction reads and rewrites N objects (N = 1, 2, 3, 8; one replica and two). After the
+victim stops, a survivor whose clock is past the victim's leases must read all-old or all-new values,
+repair what was left, and commit; no lock may remain and replicas must agree.")]
+    CrashPoints(CrashPointsArgs),
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Repairable transactions.
+    Rtx,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModeArg {
+    /// Crash after the k-th verb, for good.
+    Crash,
+    /// Pause after the k-th verb past the lease; wake after a repair.
+    Pause,
+}
+
+/// Arguments of `kintsugi chaos crash-points`.
+#[derive(clap::Args, Debug)]
+pub struct CrashPointsArgs {
+    /// What to explore.
+    #[arg(long, value_enum)]
+    target: Target,
+    /// Write-set sizes to explore (rtx).
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 3, 8])]
+    objects: Vec<usize>,
+    /// Replication factors to explore.
+    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 2])]
+    replicas: Vec<u16>,
+    /// Stop modes to explore.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ModeArg::Crash, ModeArg::Pause])]
+    modes: Vec<ModeArg>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(command: ChaosCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ChaosCommand::CrashPoints(args) => crash_points_cmd(args),
+    }
+}
+
+fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
+    if let Some(&n) = args
+        .objects
+        .iter()
+        .find(|&&n| n == 0 || n > txn::log::LOG_ENTRIES_MAX)
+    {
+        anyhow::bail!(
+            "--objects {n}: write sets of 1 to {} objects can be explored",
+            txn::log::LOG_ENTRIES_MAX
+        );
+    }
+    if let Some(&r) = args
+        .replicas
+        .iter()
+        .find(|&&r| r == 0 || r as usize > fabric::REPLICAS_MAX)
+    {
+        anyhow::bail!("--replicas {r}: 1 to {} replicas", fabric::REPLICAS_MAX);
+    }
+    let options = crash_points::rtx::Options {
+        objects: args.objects,
+        replicas: args.replicas,
+        modes: args
+            .modes
+            .iter()
+            .map(|m| match m {
+                ModeArg::Crash => Mode::Crash,
+                ModeArg::Pause => Mode::Pause,
+            })
+            .collect(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    eprintln!("crash-points: exploring target {:?} ...", args.target);
+    let report = runtime.block_on(crash_points::rtx::explore(&options))?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        write!(out, "{}", table(&report))?;
+    }
+    Ok(if report.violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn table(r: &Report) -> String {
+    let mut s = format!("target {}\n", r.target);
+    s += &format!(
+        "{:<22} {:>7} {:>13} {:>15}\n",
+        "scenario", "verbs", "crash points", "violating runs"
+    );
+    for sc in &r.scenarios {
+        s += &format!(
+            "{:<22} {:>7} {:>13} {:>15}\n",
+            sc.scenario, sc.verbs, sc.crash_points, sc.violating_runs
+        );
+    }
+    for v in &r.details {
+        s += &format!("VIOLATION {} {:?} k={}: {}\n", v.scenario, v.mode, v.k, v.what);
+    }
+    if r.details.len() as u64 != r.violations {
+        s += &format!(
+            "... {} more violations not listed\n",
+            r.violations - r.details.len() as u64
+        );
+    }
+    s += &format!(
+        "crash points explored: {}, violations: {}\n",
+        r.crash_points, r.violations
+    );
+    s
+}
