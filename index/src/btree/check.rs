@@ -1,0 +1,256 @@
+//! The structural checker: reads the whole tree level by level and reports
+//! everything that is not a well-formed, quiescent B-link tree.
+//!
+//! Per level, the sibling chain must start at `KEY_MIN`, end at `KEY_MAX`
+//! and be contiguous (each node's high fence is the next one's low fence).
+//! Every node must be consistent (no torn read), at its level, with keys in
+//! order inside its fences. Every internal node's children, in order, must
+//! be exactly the next level's chain nodes, each with the fences its
+//! separators give it: that is "every node referenced by its parent", and
+//! with it every key reachable from the root. No lock may be held.
+
+use fabric::{Batch, GlobalAddr};
+use txn::LockWord;
+
+use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN};
+use super::optimal::LOCK_WORDS;
+use super::seam::Store;
+use super::{BTree, IndexError};
+
+/// Nodes the checker visits at most: a bound on a corrupt chain that loops.
+pub const CHECK_NODES_MAX: usize = 50_000_000;
+
+/// What the checker found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CheckReport {
+    /// Every entry, in key order.
+    pub entries: Vec<(u64, u64)>,
+    /// Nodes per level, leaves first.
+    pub nodes_per_level: Vec<usize>,
+    /// Everything wrong, in words.
+    pub violations: Vec<String>,
+}
+
+impl CheckReport {
+    /// True when nothing is wrong.
+    pub fn is_ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Nodes in all.
+    pub fn nodes(&self) -> usize {
+        self.nodes_per_level.iter().sum()
+    }
+}
+
+impl BTree {
+    /// Checks the whole tree (see the module doc). Run it when no client is
+    /// writing; concurrent writes show up as violations.
+    pub async fn check(&mut self) -> Result<CheckReport, IndexError> {
+        let mut report = CheckReport::default();
+        let root = self.store.read_node(self.root).await?;
+        if root.fence_lo != KEY_MIN || root.fence_hi != KEY_MAX || root.sibling != 0 {
+            report.violations.push(format!(
+                "root covers [{}, {}) with sibling {:#x}",
+                root.fence_lo, root.fence_hi, root.sibling
+            ));
+        }
+        // The chain of each level, from the top.
+        let mut chain: Vec<(NodeRef, Node)> = vec![(self.root, root)];
+        let mut levels: Vec<Vec<(NodeRef, Node)>> = Vec::new();
+        loop {
+            let level = chain[0].1.level;
+            check_chain(&chain, level, &mut report);
+            if level == 0 {
+                levels.push(chain);
+                break;
+            }
+            let leftmost = chain[0].1.leftmost;
+            let next = self.read_chain(leftmost, &mut report).await?;
+            check_children(&chain, &next, &mut report);
+            levels.push(chain);
+            chain = next;
+        }
+        for l in levels.iter().rev() {
+            report.nodes_per_level.push(l.len());
+        }
+        let leaves = levels.last().map(Vec::as_slice).unwrap_or_default();
+        for (_, leaf) in leaves {
+            report.entries.extend(leaf.sorted_entries());
+        }
+        for w in report.entries.windows(2) {
+            if w[0].0 >= w[1].0 {
+                report
+                    .violations
+                    .push(format!("key {} appears twice or out of order", w[1].0));
+            }
+        }
+        let all: Vec<NodeRef> = levels.iter().flatten().map(|(r, _)| *r).collect();
+        self.check_locks(&all, &mut report).await?;
+        Ok(report)
+    }
+
+    async fn read_chain(
+        &mut self,
+        first: NodeRef,
+        report: &mut CheckReport,
+    ) -> Result<Vec<(NodeRef, Node)>, IndexError> {
+        let mut chain = Vec::new();
+        let mut r = first;
+        while r != 0 {
+            if chain.len() >= CHECK_NODES_MAX {
+                report
+                    .violations
+                    .push("sibling chain longer than the checker's bound (a loop?)".into());
+                break;
+            }
+            let node = self.store.read_node(r).await?;
+            let next = node.sibling;
+            chain.push((r, node));
+            r = next;
+        }
+        Ok(chain)
+    }
+
+    async fn check_locks(&mut self, nodes: &[NodeRef], report: &mut CheckReport) -> Result<(), IndexError> {
+        let mut batch = Batch::new();
+        match &mut self.store {
+            Store::Optimal(o) => {
+                let table = o.lock_table();
+                let words_per_read = 1 << 17;
+                let mut first = 0;
+                while first < LOCK_WORDS {
+                    let n = (LOCK_WORDS - first).min(words_per_read);
+                    batch.clear();
+                    let h = batch.read(table.add(first * 8), (n * 8) as u32);
+                    o.fabric.execute(&mut batch).await?;
+                    let bytes = batch.read_result(h).map_err(IndexError::Verb)?;
+                    for (i, w) in bytes.chunks_exact(8).enumerate() {
+                        let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                        if holder != 0 {
+                            report.violations.push(format!(
+                                "lock word {} is held by client {} (owner {})",
+                                first + i as u64,
+                                holder,
+                                holder - 1
+                            ));
+                        }
+                    }
+                    first += n;
+                }
+            }
+            Store::Rtx(c) => {
+                for chunk in nodes.chunks(1024) {
+                    batch.clear();
+                    let handles: Vec<_> = chunk
+                        .iter()
+                        .map(|&r| batch.read(GlobalAddr::from_raw(r), 8))
+                        .collect();
+                    c.fabric().execute(&mut batch).await?;
+                    for (&r, h) in chunk.iter().zip(handles) {
+                        let b = batch.read_result(h).map_err(IndexError::Verb)?;
+                        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+                        if lock.is_locked() {
+                            report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_chain(chain: &[(NodeRef, Node)], level: u8, report: &mut CheckReport) {
+    if chain[0].1.fence_lo != KEY_MIN {
+        report.violations.push(format!(
+            "level {level} starts at {} instead of the minimum",
+            chain[0].1.fence_lo
+        ));
+    }
+    if let Some((r, last)) = chain.last() {
+        if last.fence_hi != KEY_MAX {
+            report.violations.push(format!(
+                "level {level} ends at {r:#x} with fence {} instead of the maximum",
+                last.fence_hi
+            ));
+        }
+    }
+    for w in chain.windows(2) {
+        if w[0].1.fence_hi != w[1].1.fence_lo {
+            report.violations.push(format!(
+                "level {level}: {:#x} ends at {} but its sibling {:#x} starts at {}",
+                w[0].0, w[0].1.fence_hi, w[1].0, w[1].1.fence_lo
+            ));
+        }
+    }
+    for (r, n) in chain {
+        if n.level != level {
+            report.violations.push(format!(
+                "node {r:#x} has level {} on level {level}'s chain",
+                n.level
+            ));
+        }
+        if n.fence_lo >= n.fence_hi {
+            report.violations.push(format!(
+                "node {r:#x} has empty fences [{}, {})",
+                n.fence_lo, n.fence_hi
+            ));
+        }
+        let keys = n.keys();
+        if keys.iter().any(|&k| !n.covers(k)) {
+            report.violations.push(format!(
+                "node {r:#x} holds keys outside [{}, {})",
+                n.fence_lo, n.fence_hi
+            ));
+        }
+        if !n.is_leaf() && keys.windows(2).any(|w| w[0] >= w[1]) {
+            report
+                .violations
+                .push(format!("internal node {r:#x} has unsorted separators"));
+        }
+        if !n.is_leaf() && keys.first() == Some(&n.fence_lo) {
+            report.violations.push(format!(
+                "internal node {r:#x} has a separator equal to its low fence"
+            ));
+        }
+    }
+}
+
+/// The children of `parents`, in order, must be exactly `children` with the
+/// fences their separators give them.
+fn check_children(parents: &[(NodeRef, Node)], children: &[(NodeRef, Node)], report: &mut CheckReport) {
+    let mut expected: Vec<(NodeRef, u64, u64)> = Vec::new();
+    for (_, p) in parents {
+        let mut lo = p.fence_lo;
+        let mut child = p.leftmost;
+        for &(k, c) in &p.children {
+            expected.push((child, lo, k));
+            lo = k;
+            child = c;
+        }
+        expected.push((child, lo, p.fence_hi));
+    }
+    if expected.len() != children.len() {
+        report.violations.push(format!(
+            "level {}: parents reference {} children but the chain holds {} nodes (a split not linked into its parent?)",
+            children.first().map_or(0, |c| c.1.level),
+            expected.len(),
+            children.len()
+        ));
+    }
+    for ((r, n), &(er, lo, hi)) in children.iter().zip(&expected) {
+        if *r != er {
+            report.violations.push(format!(
+                "chain node {r:#x} is not the child {er:#x} its parent names there"
+            ));
+            break;
+        }
+        if n.fence_lo != lo || n.fence_hi != hi {
+            report.violations.push(format!(
+                "node {r:#x} covers [{}, {}) but its parent gives it [{lo}, {hi})",
+                n.fence_lo, n.fence_hi
+            ));
+        }
+    }
+}

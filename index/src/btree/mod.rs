@@ -1,0 +1,240 @@
+//! A B-link tree on disaggregated memory, after Sherman.
+//!
+//! 1 KiB nodes (`node.rs`) with fence keys and sibling pointers; lock-free
+//! lookups that detect torn reads; internal nodes cached at the client
+//! (`cache.rs`); leaf updates written back as one entry and combined with
+//! the unlock (optimal); splits that propagate to the root, whose ref never
+//! changes (a root split moves its halves into two new children); range
+//! scans along the sibling chain; a structural checker (`check.rs`).
+//!
+//! The algorithm (`ops.rs`) is written once against the seam in `seam.rs`;
+//! the variants are `optimal` (`optimal.rs`) and `rtx` (`rtx.rs`).
+
+mod cache;
+mod check;
+pub mod node;
+mod ops;
+pub use ops::Written;
+mod optimal;
+mod rtx;
+mod seam;
+
+use fabric::{Batch, Client, GlobalAddr, Replica, VerbError};
+use txn::{Heap, TxClient, TxConfig, TxError};
+
+pub use cache::NodeCache;
+pub use check::CheckReport;
+pub use node::{NodeRef, KEY_MAX, KEY_MIN};
+pub use seam::{Store, Variant};
+
+use node::Node;
+use optimal::Optimal;
+
+/// Heap root slots a tree uses: its root node, its variant, its lock table.
+const ROOT_SLOT: usize = 0;
+const VARIANT_SLOT: usize = 1;
+const LOCK_TABLE_SLOT: usize = 2;
+
+/// Errors of the B+tree.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// Keys must be strictly between `KEY_MIN` and `KEY_MAX`.
+    #[error("key {0} is reserved (keys must be above 0 and below u64::MAX)")]
+    ReservedKey(u64),
+    /// The fabric failed.
+    #[error(transparent)]
+    Fabric(#[from] fabric::FabricError),
+    /// A memory node refused a verb: a layout bug or a corrupt pointer.
+    #[error("memory node refused a verb: {0}")]
+    Verb(VerbError),
+    /// The transaction layer failed (not an abort: those are retried).
+    #[error(transparent)]
+    Tx(#[from] TxError),
+    /// A node kept reading torn.
+    #[error("node {0:#x} kept reading torn")]
+    Torn(NodeRef),
+    /// A lock was never released (optimal: its holder is presumably dead).
+    #[error("node {0:#x} stays locked: its holder does not release it")]
+    Blocked(NodeRef),
+    /// The heap holds no tree, or another variant's.
+    #[error("{0}")]
+    Layout(String),
+    /// The operation kept being retried.
+    #[error("gave up after {0} attempts")]
+    TooManyAttempts(u32),
+}
+
+/// Control flow of one modification attempt.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Start over (after dropping a stale cached node, if any).
+    Retry { invalidate: Option<NodeRef> },
+    /// A lock is never released.
+    Blocked(NodeRef),
+    /// A real error.
+    Fail(IndexError),
+}
+
+/// Attempts of one operation before it gives up.
+pub const ATTEMPTS_MAX: u32 = 100_000;
+
+/// Counters of one tree client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TreeStats {
+    /// Modification attempts that were retried.
+    pub retries: u64,
+    /// Splits performed (one per node split).
+    pub splits: u64,
+}
+
+/// One client of a B+tree (one per thread or coroutine).
+#[derive(Debug)]
+pub struct BTree {
+    pub(crate) store: Store,
+    pub(crate) root: NodeRef,
+    pub(crate) heap: Heap,
+    pub(crate) cache: NodeCache,
+    pub(crate) stats: TreeStats,
+    pub(crate) attempts_max: u32,
+}
+
+impl BTree {
+    /// Creates an empty tree of `variant` in `heap` (whose named roots 0..3
+    /// it takes) and returns a client of it running as `owner`.
+    pub async fn create(
+        mut fabric: Client,
+        heap: Heap,
+        variant: Variant,
+        owner: u16,
+    ) -> Result<BTree, IndexError> {
+        let root_node = Node::leaf(KEY_MIN, KEY_MAX);
+        let (store, root) = match variant {
+            Variant::Optimal => {
+                let lock_table = Optimal::make_lock_table(&mut fabric, &heap, owner).await?;
+                let mut o = Optimal::new(fabric, heap, owner, lock_table);
+                let root = o.alloc().await?;
+                let mut batch = Batch::new();
+                let h = batch
+                    .on(Replica::All)
+                    .write(GlobalAddr::from_raw(root), &root_node.encode());
+                o.fabric.execute(&mut batch).await?;
+                batch.done(h).map_err(IndexError::Verb)?;
+                set_root(&mut o.fabric, &heap, LOCK_TABLE_SLOT, lock_table.raw()).await?;
+                (Store::Optimal(o), root)
+            }
+            Variant::Rtx => {
+                let mut c = TxClient::new(fabric, heap, owner, TxConfig::default())?;
+                let root = c.create(&root_node.encode()).await?.meta().raw();
+                (Store::Rtx(Box::new(c)), root)
+            }
+        };
+        let mut tree = BTree::with_store(store, heap, root);
+        set_root(tree.store.fabric(), &heap, VARIANT_SLOT, variant.tag()).await?;
+        // The root slot last: a tree is there once it is.
+        set_root(tree.store.fabric(), &heap, ROOT_SLOT, root).await?;
+        Ok(tree)
+    }
+
+    /// Opens the tree in `heap` as `owner`.
+    pub async fn open(fabric: Client, heap: Heap, owner: u16) -> Result<BTree, IndexError> {
+        Self::open_with(fabric, heap, owner, TxConfig::default()).await
+    }
+
+    /// Opens the tree with an rTX configuration of its own (leases, retries;
+    /// ignored by the optimal variant).
+    pub async fn open_with(
+        mut fabric: Client,
+        heap: Heap,
+        owner: u16,
+        config: TxConfig,
+    ) -> Result<BTree, IndexError> {
+        let root = get_root(&mut fabric, &heap, ROOT_SLOT).await?;
+        let tag = get_root(&mut fabric, &heap, VARIANT_SLOT).await?;
+        let variant = Variant::from_tag(tag)
+            .filter(|_| root != 0)
+            .ok_or_else(|| IndexError::Layout(format!("region {} holds no B+tree", heap.region())))?;
+        let store = match variant {
+            Variant::Optimal => {
+                let lock_table = GlobalAddr::from_raw(get_root(&mut fabric, &heap, LOCK_TABLE_SLOT).await?);
+                Store::Optimal(Optimal::new(fabric, heap, owner, lock_table))
+            }
+            Variant::Rtx => Store::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
+        };
+        Ok(BTree::with_store(store, heap, root))
+    }
+
+    fn with_store(store: Store, heap: Heap, root: NodeRef) -> BTree {
+        BTree {
+            store,
+            root,
+            heap,
+            cache: NodeCache::default(),
+            stats: TreeStats::default(),
+            attempts_max: ATTEMPTS_MAX,
+        }
+    }
+
+    /// The variant.
+    pub fn variant(&self) -> Variant {
+        self.store.variant()
+    }
+
+    /// The heap the tree lives in.
+    pub fn heap(&self) -> Heap {
+        self.heap
+    }
+
+    /// The root's ref (fixed for the tree's life).
+    pub fn root(&self) -> NodeRef {
+        self.root
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TreeStats {
+        self.stats
+    }
+
+    /// rTX counters (rtx variant).
+    pub fn tx_stats(&self) -> Option<txn::TxStats> {
+        match &self.store {
+            Store::Rtx(c) => Some(c.stats()),
+            Store::Optimal(_) => None,
+        }
+    }
+
+    /// The fabric client (for its counters).
+    pub fn fabric(&mut self) -> &mut Client {
+        self.store.fabric()
+    }
+
+    /// The internal-node cache.
+    pub fn cache(&self) -> &NodeCache {
+        &self.cache
+    }
+
+    /// Bounds retries and lock waits (crash exploration makes blocked
+    /// writers give up quickly).
+    pub fn set_attempts_max(&mut self, attempts: u32) {
+        self.attempts_max = attempts.max(1);
+        if let Store::Optimal(o) = &mut self.store {
+            o.set_lock_attempts_max(attempts);
+        }
+    }
+}
+
+async fn set_root(fabric: &mut Client, heap: &Heap, slot: usize, value: u64) -> Result<(), IndexError> {
+    let mut batch = Batch::new();
+    let h = batch
+        .on(Replica::All)
+        .write(heap.root(slot), &value.to_le_bytes());
+    fabric.execute(&mut batch).await?;
+    batch.done(h).map_err(IndexError::Verb)
+}
+
+async fn get_root(fabric: &mut Client, heap: &Heap, slot: usize) -> Result<u64, IndexError> {
+    let mut batch = Batch::new();
+    let h = batch.read(heap.root(slot), 8);
+    fabric.execute(&mut batch).await?;
+    let b = batch.read_result(h).map_err(IndexError::Verb)?;
+    Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
+}

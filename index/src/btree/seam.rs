@@ -1,0 +1,173 @@
+//! The variant seam. The tree algorithm (`ops.rs`) reads and writes nodes
+//! only through [`Store`] (lock-free reads) and [`NodeTxn`] (one
+//! modification: lock or pre-lock the leaf, read parents for update, write
+//! entries or whole nodes, create nodes, commit or roll back). Each variant
+//! is one arm; a `dtx` variant is a third arm here and touches nothing else.
+
+use txn::TxClient;
+
+use super::node::{Node, NodeRef};
+use super::optimal::{Optimal, OptimalTxn};
+use super::rtx::{self, RtxTxn};
+use super::{IndexError, Step};
+
+/// How a tree keeps its nodes consistent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// Sherman's own locking; no fault tolerance.
+    Optimal,
+    /// Every node a TXObj, every insert an rTX.
+    Rtx,
+}
+
+impl Variant {
+    pub(crate) fn tag(self) -> u64 {
+        match self {
+            Variant::Optimal => 1,
+            Variant::Rtx => 2,
+        }
+    }
+
+    pub(crate) fn from_tag(tag: u64) -> Option<Variant> {
+        match tag {
+            1 => Some(Variant::Optimal),
+            2 => Some(Variant::Rtx),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Variant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "optimal" => Ok(Variant::Optimal),
+            "rtx" => Ok(Variant::Rtx),
+            other => Err(format!("unknown variant '{other}': expected optimal or rtx")),
+        }
+    }
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Variant::Optimal => "optimal",
+            Variant::Rtx => "rtx",
+        })
+    }
+}
+
+/// A variant's client.
+#[derive(Debug)]
+pub enum Store {
+    /// Optimal.
+    Optimal(Optimal),
+    /// rTX (boxed: a transaction client is several times larger).
+    Rtx(Box<TxClient>),
+}
+
+impl Store {
+    /// Which variant.
+    pub fn variant(&self) -> Variant {
+        match self {
+            Store::Optimal(_) => Variant::Optimal,
+            Store::Rtx(_) => Variant::Rtx,
+        }
+    }
+
+    /// Reads a node without locking it.
+    pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
+        match self {
+            Store::Optimal(o) => o.read_node(r).await,
+            Store::Rtx(c) => rtx::read_node(c, r).await,
+        }
+    }
+
+    /// Starts a modification.
+    pub(crate) fn begin(&mut self) -> NodeTxn<'_> {
+        match self {
+            Store::Optimal(o) => NodeTxn::Optimal(OptimalTxn::new(o)),
+            Store::Rtx(c) => NodeTxn::Rtx(RtxTxn::new(c.begin())),
+        }
+    }
+
+    /// The fabric client (for counters).
+    pub fn fabric(&mut self) -> &mut fabric::Client {
+        match self {
+            Store::Optimal(o) => &mut o.fabric,
+            Store::Rtx(c) => c.fabric(),
+        }
+    }
+}
+
+/// One modification of the tree.
+pub(crate) enum NodeTxn<'a> {
+    Optimal(OptimalTxn<'a>),
+    Rtx(RtxTxn<'a>),
+}
+
+impl NodeTxn<'_> {
+    /// Locks (optimal) or pre-locks (rtx) a leaf and returns it.
+    pub async fn lock_leaf(&mut self, r: NodeRef) -> Result<Node, Step> {
+        match self {
+            NodeTxn::Optimal(t) => t.lock(r).await,
+            NodeTxn::Rtx(t) => t.lock(r).await,
+        }
+    }
+
+    /// Reads an inner node this modification will change.
+    pub async fn read_for_update(&mut self, r: NodeRef) -> Result<Node, Step> {
+        match self {
+            NodeTxn::Optimal(t) => t.lock(r).await,
+            NodeTxn::Rtx(t) => t.read_for_update(r).await,
+        }
+    }
+
+    /// Writes back one leaf entry (optimal writes just the entry; rtx
+    /// copies the node).
+    pub async fn write_entry(&mut self, r: NodeRef, node: &Node, slot: usize) -> Result<(), Step> {
+        match self {
+            NodeTxn::Optimal(t) => {
+                t.write_entry(r, node, slot);
+                Ok(())
+            }
+            NodeTxn::Rtx(t) => t.write_node(r, node).await,
+        }
+    }
+
+    /// Writes back a whole node.
+    pub async fn write_node(&mut self, r: NodeRef, node: &Node) -> Result<(), Step> {
+        match self {
+            NodeTxn::Optimal(t) => {
+                t.write_node(r, node);
+                Ok(())
+            }
+            NodeTxn::Rtx(t) => t.write_node(r, node).await,
+        }
+    }
+
+    /// Creates a node.
+    pub async fn create(&mut self, node: &Node) -> Result<NodeRef, Step> {
+        match self {
+            NodeTxn::Optimal(t) => t.create(node).await,
+            NodeTxn::Rtx(t) => t.create(node).await,
+        }
+    }
+
+    /// Makes the modification visible and releases what it holds.
+    pub async fn commit(self) -> Result<(), Step> {
+        match self {
+            NodeTxn::Optimal(t) => t.commit().await,
+            NodeTxn::Rtx(t) => t.commit().await,
+        }
+    }
+
+    /// Abandons the modification.
+    pub async fn rollback(self) -> Result<(), IndexError> {
+        match self {
+            NodeTxn::Optimal(t) => t.rollback().await,
+            NodeTxn::Rtx(t) => t.rollback().await,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Indexes on disaggregated memory, each in variants that differ only in
+//! how they keep their nodes consistent across concurrent and crashing
+//! clients.
+//!
+//! - [`btree`]: a Sherman-like B-link tree, `optimal` or `rtx`.
+
+pub mod btree;
