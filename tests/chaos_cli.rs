@@ -31,3 +31,34 @@ fn bad_arguments_are_refused() {
     assert_ne!(code, 0);
     assert!(stderr.contains("invalid value"), "{stderr}");
 }
+
+#[test]
+fn btree_crash_points_fail_only_where_tolerance_is_promised() {
+    let (code, stdout, stderr) = kintsugi(&[
+        "chaos",
+        "crash-points",
+        "--target",
+        "btree",
+        "--variant",
+        "rtx",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (v["target"].as_str(), v["violations"].as_u64()),
+        (Some("btree/rtx"), Some(0))
+    );
+    let (code, stdout, _) = kintsugi(&[
+        "chaos",
+        "crash-points",
+        "--target",
+        "btree",
+        "--variant",
+        "optimal",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "optimal's violations are reported, not failed on");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert!(v["violations"].as_u64().unwrap() > 0);
+}

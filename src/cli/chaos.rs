@@ -16,7 +16,13 @@ pub enum ChaosCommand {
     #[command(after_help = "\
 Target rtx: a transaction reads and rewrites N objects (N = 1, 2, 3, 8; one replica and two). After the
 victim stops, a survivor whose clock is past the victim's leases must read all-old or all-new values,
-repair what was left, and commit; no lock may remain and replicas must agree.")]
+repair what was left, and commit; no lock may remain and replicas must agree.
+
+Target btree: an insert that writes one entry, splits a leaf, or splits a leaf and the internal root.
+After the victim stops, a survivor inserts next to its key; then the tree's check() must pass, every
+acknowledged key must be present, and the victim's key present or absent, never half. The optimal
+variant is expected to show violations (blocked survivors, half splits): they are reported, and the
+command exits 0 for it.")]
     CrashPoints(CrashPointsArgs),
 }
 
@@ -24,6 +30,8 @@ repair what was left, and commit; no lock may remain and replicas must agree.")]
 pub enum Target {
     /// Repairable transactions.
     Rtx,
+    /// The B+tree (choose --variant).
+    Btree,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +57,9 @@ pub struct CrashPointsArgs {
     /// Stop modes to explore.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ModeArg::Crash, ModeArg::Pause])]
     modes: Vec<ModeArg>,
+    /// B+tree variant (btree target).
+    #[arg(long, default_value = "rtx")]
+    variant: index::btree::Variant,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -78,31 +89,45 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
     {
         anyhow::bail!("--replicas {r}: 1 to {} replicas", fabric::REPLICAS_MAX);
     }
-    let options = crash_points::rtx::Options {
-        objects: args.objects,
-        replicas: args.replicas,
-        modes: args
-            .modes
-            .iter()
-            .map(|m| match m {
-                ModeArg::Crash => Mode::Crash,
-                ModeArg::Pause => Mode::Pause,
-            })
-            .collect(),
-    };
+    let modes: Vec<Mode> = args
+        .modes
+        .iter()
+        .map(|m| match m {
+            ModeArg::Crash => Mode::Crash,
+            ModeArg::Pause => Mode::Pause,
+        })
+        .collect();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
     eprintln!("crash-points: exploring target {:?} ...", args.target);
-    let report = runtime.block_on(crash_points::rtx::explore(&options))?;
+    let (report, must_hold) = match args.target {
+        Target::Rtx => {
+            let options = crash_points::rtx::Options {
+                objects: args.objects,
+                replicas: args.replicas,
+                modes,
+            };
+            (runtime.block_on(crash_points::rtx::explore(&options))?, true)
+        }
+        Target::Btree => {
+            let options = crash_points::btree::Options {
+                variant: args.variant,
+                modes,
+            };
+            let report = runtime.block_on(crash_points::btree::explore(&options))?;
+            // Optimal has no fault tolerance: its violations are the finding.
+            (report, args.variant != index::btree::Variant::Optimal)
+        }
+    };
     let mut out = std::io::stdout().lock();
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {
         write!(out, "{}", table(&report))?;
     }
-    Ok(if report.violations == 0 {
+    Ok(if report.violations == 0 || !must_hold {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE

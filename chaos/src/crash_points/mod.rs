@@ -13,6 +13,7 @@
 //! After each run a checker looks at DM directly. Every finding is a
 //! [`Violation`]; a target that is meant to be crash-tolerant must have none.
 
+pub mod btree;
 pub mod rtx;
 
 use serde::Serialize;

@@ -90,6 +90,51 @@ impl BTree {
         Ok(report)
     }
 
+    /// Meets every lock in the tree once: each lock whose lease has expired
+    /// (by this client's clock) is repaired, as any client that touched that
+    /// node would. rTX repairs on demand, so a node no client touches keeps
+    /// a dead owner's lock until someone does; this is that someone (the
+    /// recovery module's sweep, or a checker before `check`). Returns the
+    /// locks repaired. The optimal variant has nothing to repair with.
+    pub async fn repair_expired_locks(&mut self) -> Result<usize, IndexError> {
+        if !matches!(self.store, Store::Rtx(_)) {
+            return Ok(0);
+        }
+        let mut refs = Vec::new();
+        let mut scratch = CheckReport::default();
+        let mut r = self.root;
+        loop {
+            let chain = self.read_chain(r, &mut scratch).await?;
+            refs.extend(chain.iter().map(|(r, _)| *r));
+            match chain.first() {
+                Some((_, n)) if !n.is_leaf() => r = n.leftmost,
+                _ => break,
+            }
+        }
+        let Store::Rtx(c) = &mut self.store else {
+            return Ok(0);
+        };
+        let mut repaired = 0;
+        let mut batch = Batch::new();
+        for r in refs {
+            batch.clear();
+            let h = batch.read(GlobalAddr::from_raw(r), 8);
+            c.fabric().execute(&mut batch).await?;
+            let b = batch.read_result(h).map_err(IndexError::Verb)?;
+            let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+            if lock.is_expired(c.fabric().now_ms()) {
+                let obj = txn::RawObj {
+                    meta: GlobalAddr::from_raw(r),
+                    len: super::node::NODE_BYTES as u32,
+                };
+                if c.repair(obj, lock).await? == txn::RepairOutcome::Repaired {
+                    repaired += 1;
+                }
+            }
+        }
+        Ok(repaired)
+    }
+
     async fn read_chain(
         &mut self,
         first: NodeRef,

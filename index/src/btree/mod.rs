@@ -78,6 +78,17 @@ pub(crate) enum Step {
 /// Attempts of one operation before it gives up.
 pub const ATTEMPTS_MAX: u32 = 100_000;
 
+/// Where a tree is: its root, its variant, its lock table (optimal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TreeInfo {
+    /// The root node's ref.
+    pub root: NodeRef,
+    /// The variant.
+    pub variant: Variant,
+    /// The optimal variant's lock table (0 for rtx).
+    pub lock_table: u64,
+}
+
 /// Counters of one tree client.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct TreeStats {
@@ -148,19 +159,55 @@ impl BTree {
         owner: u16,
         config: TxConfig,
     ) -> Result<BTree, IndexError> {
-        let root = get_root(&mut fabric, &heap, ROOT_SLOT).await?;
-        let tag = get_root(&mut fabric, &heap, VARIANT_SLOT).await?;
+        let info = Self::read_info(&mut fabric, &heap).await?;
+        Self::attach(fabric, heap, owner, config, info)
+    }
+
+    /// What a client must know to use the tree in `heap` (read from its roots).
+    pub async fn read_info(fabric: &mut Client, heap: &Heap) -> Result<TreeInfo, IndexError> {
+        let root = get_root(fabric, heap, ROOT_SLOT).await?;
+        let tag = get_root(fabric, heap, VARIANT_SLOT).await?;
         let variant = Variant::from_tag(tag)
             .filter(|_| root != 0)
             .ok_or_else(|| IndexError::Layout(format!("region {} holds no B+tree", heap.region())))?;
-        let store = match variant {
-            Variant::Optimal => {
-                let lock_table = GlobalAddr::from_raw(get_root(&mut fabric, &heap, LOCK_TABLE_SLOT).await?);
-                Store::Optimal(Optimal::new(fabric, heap, owner, lock_table))
-            }
+        let lock_table = get_root(fabric, heap, LOCK_TABLE_SLOT).await?;
+        Ok(TreeInfo {
+            root,
+            variant,
+            lock_table,
+        })
+    }
+
+    /// A client of a tree whose info is known, issuing no verb.
+    pub fn attach(
+        fabric: Client,
+        heap: Heap,
+        owner: u16,
+        config: TxConfig,
+        info: TreeInfo,
+    ) -> Result<BTree, IndexError> {
+        let store = match info.variant {
+            Variant::Optimal => Store::Optimal(Optimal::new(
+                fabric,
+                heap,
+                owner,
+                GlobalAddr::from_raw(info.lock_table),
+            )),
             Variant::Rtx => Store::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
         };
-        Ok(BTree::with_store(store, heap, root))
+        Ok(BTree::with_store(store, heap, info.root))
+    }
+
+    /// This tree's info, for [`BTree::attach`].
+    pub fn info(&self) -> TreeInfo {
+        TreeInfo {
+            root: self.root,
+            variant: self.variant(),
+            lock_table: match &self.store {
+                Store::Optimal(o) => o.lock_table().raw(),
+                Store::Rtx(_) => 0,
+            },
+        }
     }
 
     fn with_store(store: Store, heap: Heap, root: NodeRef) -> BTree {
@@ -172,6 +219,11 @@ impl BTree {
             stats: TreeStats::default(),
             attempts_max: ATTEMPTS_MAX,
         }
+    }
+
+    /// Reads one node without a lock (for tools that inspect the shape).
+    pub async fn node(&mut self, r: NodeRef) -> Result<node::Node, IndexError> {
+        self.store.read_node(r).await
     }
 
     /// The variant.
