@@ -12,6 +12,7 @@
 
 mod cache;
 mod check;
+mod load;
 pub mod node;
 mod ops;
 pub use ops::Written;
@@ -24,6 +25,7 @@ use txn::{Heap, TxClient, TxConfig, TxError};
 
 pub use cache::NodeCache;
 pub use check::CheckReport;
+pub use load::LoadReport;
 pub use node::{NodeRef, KEY_MAX, KEY_MIN};
 pub use seam::{Store, Variant};
 
@@ -229,6 +231,11 @@ impl BTree {
     /// The variant.
     pub fn variant(&self) -> Variant {
         self.store.variant()
+    }
+
+    /// The owner id this client runs as.
+    pub fn owner(&self) -> u16 {
+        self.store.owner()
     }
 
     /// The heap the tree lives in.

@@ -32,7 +32,7 @@ pub const TORN_READS_MAX: u32 = 100_000;
 pub struct Optimal {
     pub(crate) fabric: Client,
     heap: Heap,
-    owner: u16,
+    pub(crate) owner: u16,
     lock_table: GlobalAddr,
     next: u64,
     end: u64,

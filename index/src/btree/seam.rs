@@ -76,6 +76,14 @@ impl Store {
         }
     }
 
+    /// The owner id the client runs as.
+    pub fn owner(&self) -> u16 {
+        match self {
+            Store::Optimal(o) => o.owner,
+            Store::Rtx(c) => c.owner(),
+        }
+    }
+
     /// Reads a node without locking it.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
         match self {
