@@ -26,6 +26,7 @@ pub struct TxClient {
     pub(crate) alloc: BlockAllocator,
     pub(crate) stats: TxStats,
     last_lease_ms: u64,
+    last_commit_lease_ms: u64,
     rng: rand::rngs::StdRng,
 }
 
@@ -41,6 +42,7 @@ impl TxClient {
             alloc: BlockAllocator::new(heap, owner),
             stats: TxStats::default(),
             last_lease_ms: 0,
+            last_commit_lease_ms: 0,
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
         })
     }
@@ -104,6 +106,8 @@ impl TxClient {
                 Err(TxError::Abort(reason)) => reason,
                 Err(e) => return Err(e),
             };
+            // `TxStats::aborts` was documented but never counted.
+            self.stats.aborts += 1;
             if attempt >= self.config.attempts_max {
                 return Err(TxError::TooManyAborts {
                     attempts: attempt,
@@ -160,9 +164,15 @@ impl TxClient {
         LockWord::locked(self.owner, lease)
     }
 
-    /// The commit lease of a log taken to DOING now.
-    pub(crate) fn commit_lease(&self, objects: usize) -> u64 {
-        self.fabric.now_ms() + self.config.lease_ms(objects)
+    /// The commit lease of a log taken to DOING now, strictly later than any
+    /// this client used before. The take-over CAS of a repairer compares the
+    /// header word only: two commits of one owner within a millisecond used
+    /// to write the same DOING word, so a repairer holding the first one's
+    /// header could take over (and mark DONE) the second one's log.
+    pub(crate) fn commit_lease(&mut self, objects: usize) -> u64 {
+        let lease = (self.fabric.now_ms() + self.config.lease_ms(objects)).max(self.last_commit_lease_ms + 1);
+        self.last_commit_lease_ms = lease;
+        lease
     }
 
     /// Replicas of `region`.

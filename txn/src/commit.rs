@@ -10,12 +10,16 @@
 //!         so that no lock is ever visible before its log.
 //! RT2  READ the meta of every object read but not written: validate.
 //! RT3  CAS log INIT -> DOING(commit lease)                  (logged only)
-//! RT4  CAS every data pointer old -> new: backups, then the primary;
+//! RT4  CAS every data pointer old -> new;
 //!      release every lock: (owner, lease) -> version + 1;
 //!      CAS log DOING -> DONE                                 (logged only)
-//!      -- with one replica this is one batch (in-order on one node); with
-//!         more, backups are CASed in a round trip before the primary's
-//!         release, so a backup is never behind an acknowledged write.
+//!      -- with one replica this is one batch (in-order on one node). With
+//!         more, pointers are CASed in a round trip (RT4a) before the
+//!         releases: a logged commit CASes every replica's, the primary's
+//!         included (its lock, still held, hides it); Opt1 CASes only the
+//!         backups' there, and the primary's (its commit point) goes with
+//!         the release. Either way a backup is never behind an acknowledged
+//!         write. (tests/round_trips.rs asserts these counts.)
 //! ```
 //!
 //! Single-object write sets skip the log (Opt1): the primary's pointer CAS
@@ -258,6 +262,7 @@ impl Tx<'_> {
                     // The caller releases its locks before repairing: an
                     // expired lock is handled by the next attempt's read.
                     return Err(TxError::Abort(if lock.is_expired(self.c.fabric.now_ms()) {
+                        self.c.stats.expired_seen += 1;
                         AbortReason::Repaired
                     } else {
                         AbortReason::Locked
@@ -320,7 +325,9 @@ impl Tx<'_> {
             );
         }
         self.c.fabric.execute(&mut self.batch).await?;
-        if !logged {
+        // A transaction that only created objects writes nothing here (and
+        // used to index `writes[0]` out of bounds): its RT1 WRITEs were all.
+        if !logged && !self.writes.is_empty() {
             // Opt1: the primary's pointer CAS is the commit point. If it
             // failed, a repairer stole the expired lock and fenced the object:
             // this transaction did not happen. Its new block may be

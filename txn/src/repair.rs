@@ -10,12 +10,16 @@
 //!   lease), install every pointer on every replica, release every lock to
 //!   version + 1, DONE. Each step is a CAS, so the owner waking up and doing
 //!   the same is harmless.
-//! - DOING with a live lease, or DONE: nothing to do now.
+//! - DOING with a live lease: nothing to do now.
+//! - DONE: the lock found is a late lock CAS of an owner whose log a
+//!   repairer aborted and finished; release it to its old version.
 //!
 //! If the checksum differs, the lock was taken without a log (a single-object
 //! commit, or a pre-lock before its transaction logged): the repairer steals
 //! the lock (a TryLock on the expired word, so the owner can neither re-lock
-//! nor release it), copies the primary's current data to a fresh block,
+//! nor release it), checks with each read of the pointers that the lock is
+//! still the word it stole (else a repairer suspecting it took over), copies
+//! the primary's current data to a fresh block,
 //! installs that block on every replica, and releases the lock at a version
 //! floor above any version the object had. The owner's own pointer CAS then
 //! fails, and its transaction did not happen.
@@ -102,7 +106,25 @@ impl TxClient {
                 LogState::Doing => {
                     return self.roll_forward(&log, found, header_addr).await;
                 }
-                LogState::Done | LogState::Empty => return Ok(RepairOutcome::Retry),
+                LogState::Done => {
+                    // Every lock a commit or abort knew of was released
+                    // before DONE, so `found` still on `obj` is a lock CAS
+                    // of an owner paused in RT1 that landed after a repairer
+                    // aborted its log and finished it; if the owner then
+                    // died, nothing else would ever release it. Nothing
+                    // happened under it: back to the version logged.
+                    if let Some(e) = log.entries.iter().find(|e| e.meta == obj.meta) {
+                        batch.clear();
+                        let h = batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version).raw());
+                        self.fabric.execute(&mut batch).await?;
+                        if batch.old_value(h).map_err(TxError::Verb)? == found.raw() {
+                            self.stats.repairs += 1;
+                            return Ok(RepairOutcome::Repaired);
+                        }
+                    }
+                    return Ok(RepairOutcome::Retry);
+                }
+                LogState::Empty => return Ok(RepairOutcome::Retry),
             }
         }
         Ok(RepairOutcome::Retry)
@@ -178,6 +200,15 @@ impl TxClient {
     /// release above any earlier version.
     async fn repair_without_log(&mut self, obj: RawObj, found: LockWord) -> Result<RepairOutcome, TxError> {
         let region = obj.meta.region();
+        // The copy is allocated in this client's heap but addressed in the
+        // object's region (see `Tx::unlocked_meta`): refuse other regions.
+        if region != self.heap.region() {
+            return Err(TxError::BadObject(format!(
+                "{:?} is outside this client's heap (region {})",
+                obj.meta,
+                self.heap.region()
+            )));
+        }
         let replicas = self.replicas(region);
         let stolen = self.next_lock(1);
         let mut batch = Batch::new();
@@ -195,7 +226,18 @@ impl TxClient {
         for _ in 0..2 {
             batch.clear();
             let ptrs = batch.on(Replica::All).read(obj.dptr_addr(), 8);
+            // The lock, read after the primary's pointer (in order on its
+            // node): if it is no longer the word this repair stole, a
+            // repairer that suspected this one took over, and a pointer read
+            // now may be one a later transaction is committing from; CASing
+            // it would undo that commit. If it still is ours, the pointer was
+            // read while we held the lock, and any later move of it bumps
+            // its version, so our CASes from it fail harmlessly.
+            let held = batch.read(obj.lock_addr(), 8);
             self.fabric.execute(&mut batch).await?;
+            if le_word(batch.read_result(held).map_err(TxError::Verb)?, 0) != stolen.raw() {
+                return Ok(RepairOutcome::Retry);
+            }
             let seen: Vec<DataPtr> = (0..replicas)
                 .map(|i| {
                     batch

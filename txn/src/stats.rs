@@ -17,6 +17,14 @@ pub struct TxStats {
     pub repairs: u64,
     /// Commits that wrote a log (multi-object write sets, or Opt1 off).
     pub logged_commits: u64,
+    /// Locks of other owners found held with an expired lease (by this
+    /// client's clock), counted each time one is met: when reading a meta,
+    /// when a lock CAS or the validation of the read set finds one, and in
+    /// `Tx::check_lease`. A repair may follow (then `repairs` counts what it
+    /// changed) or not (the validation of a transaction that holds locks
+    /// aborts instead; a repair may find nothing left to do). When every
+    /// client is alive, each one is a false expiry.
+    pub expired_seen: u64,
 }
 
 impl Add for TxStats {
@@ -27,6 +35,7 @@ impl Add for TxStats {
             aborts: self.aborts + o.aborts,
             repairs: self.repairs + o.repairs,
             logged_commits: self.logged_commits + o.logged_commits,
+            expired_seen: self.expired_seen + o.expired_seen,
         }
     }
 }

@@ -227,6 +227,7 @@ impl<'c> Tx<'c> {
             if !lock.is_expired(self.c.fabric.now_ms()) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
+            self.c.stats.expired_seen += 1;
             self.c.repair(obj, lock).await?;
         }
         Err(TxError::Abort(AbortReason::Locked))
@@ -246,6 +247,17 @@ impl<'c> Tx<'c> {
                 obj.meta
             )));
         }
+        // Data pointers are offsets in the meta's region, but this client
+        // allocates new blocks (commits, log-less repairs) in its heap's
+        // region only: an object of another region would get its new data
+        // written at an offset allocated elsewhere, over whatever is there.
+        if obj.meta.region() != self.c.heap.region() {
+            return Err(TxError::BadObject(format!(
+                "{:?} is outside this client's heap (region {})",
+                obj.meta,
+                self.c.heap.region()
+            )));
+        }
         for _ in 0..REPAIR_ROUNDS_MAX {
             self.batch.clear();
             let h = self.batch.read(obj.meta, META_BYTES as u32);
@@ -259,6 +271,7 @@ impl<'c> Tx<'c> {
             if !lock.is_expired(self.c.fabric.now_ms()) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
+            self.c.stats.expired_seen += 1;
             self.c.repair(obj, lock).await?;
         }
         Err(TxError::Abort(AbortReason::Locked))
@@ -274,6 +287,7 @@ impl<'c> Tx<'c> {
         if found.owner() == self.c.owner || !found.is_expired(self.c.fabric.now_ms()) {
             return TxError::Abort(AbortReason::Locked);
         }
+        self.c.stats.expired_seen += 1;
         match self.c.repair(obj, found).await {
             Ok(RepairOutcome::Repaired | RepairOutcome::Retry) => TxError::Abort(AbortReason::Repaired),
             Ok(RepairOutcome::Busy) => TxError::Abort(AbortReason::Locked),
