@@ -6,5 +6,7 @@
 //!
 //! - [`fabric`]: global addresses, one-sided verbs, batches, memory nodes,
 //!   transports (local, shm, tcp), fault injection, per-client counters.
+//! - [`txn`]: repairable transactions (rTX) over the fabric.
 
 pub use fabric;
+pub use txn;

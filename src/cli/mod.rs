@@ -1,6 +1,7 @@
 //! Command-line parsing and dispatch. Each subcommand lives in its own
 //! module; this one only wires them.
 
+mod bench;
 mod chaos;
 mod fabric_bench;
 mod memnode;
@@ -29,6 +30,11 @@ enum Command {
     Chaos {
         #[command(subcommand)]
         command: chaos::ChaosCommand,
+    },
+    /// Benchmarks of the layers above the fabric: rTX throughput and cost, lease accuracy.
+    Bench {
+        #[command(subcommand)]
+        command: bench::BenchCommand,
     },
     /// The DM fabric on its own.
     Fabric {
@@ -63,6 +69,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Memnode(args) => memnode::run(args),
         Command::Chaos { command } => chaos::run(command),
+        Command::Bench { command } => bench::run(command),
         Command::Fabric {
             command: FabricCommand::Bench(args),
         } => fabric_bench::run(args),

@@ -1,0 +1,138 @@
+//! Flags that `bench txn` and `bench lease` share, and checks on them.
+
+use anyhow::bail;
+use fabric::REPLICAS_MAX;
+
+use super::cluster::OBJECT_BYTES;
+use crate::cli::units::parse_bytes;
+
+/// Most client threads (each is an owner id with a log slot in the heap).
+pub const THREADS_MAX: usize = 1024;
+
+/// Flags of both bench commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Where the memory lives: local (in-process memory nodes) or shm (memory images under /dev/shm,
+    /// mapped by this process: the CXL model). Both execute verbs on the calling thread.
+    #[arg(long, value_enum, default_value_t = TransportArg::Local)]
+    pub transport: TransportArg,
+    /// Replicas of the region (1 = primary only). With more, every commit also CASes each backup, in a
+    /// round trip before the primary's.
+    #[arg(long, value_name = "R", default_value_t = 1)]
+    pub replicas: usize,
+    /// Bytes of each object's data (one of 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1KiB, 2KiB, 4KiB).
+    /// Its first 8 bytes are the counter the transactions increment.
+    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = parse_bytes)]
+    pub object_bytes: u64,
+    /// Seed of the random choices (objects per transaction, clock skews); the same seed makes the
+    /// same choices, not the same interleaving.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON object on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--transport`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportArg {
+    /// In-process memory nodes.
+    Local,
+    /// Memory images in a temporary directory under /dev/shm.
+    Shm,
+}
+
+impl TransportArg {
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportArg::Local => "local",
+            TransportArg::Shm => "shm",
+        }
+    }
+}
+
+/// The validated common flags.
+#[derive(Clone, Copy, Debug)]
+pub struct Common {
+    pub transport: TransportArg,
+    pub replicas: u16,
+    pub object_bytes: u32,
+    pub seed: u64,
+    pub json: bool,
+}
+
+impl CommonArgs {
+    pub fn validate(self) -> anyhow::Result<Common> {
+        if self.replicas == 0 || self.replicas > REPLICAS_MAX {
+            bail!(
+                "--replicas must be between 1 and {REPLICAS_MAX}, got {}",
+                self.replicas
+            );
+        }
+        let object_bytes = match u32::try_from(self.object_bytes) {
+            Ok(b) if OBJECT_BYTES.contains(&b) => b,
+            _ => bail!(
+                "--object-bytes must be one of {} (got {})",
+                OBJECT_BYTES
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                self.object_bytes
+            ),
+        };
+        Ok(Common {
+            transport: self.transport,
+            replicas: self.replicas as u16,
+            object_bytes,
+            seed: self.seed,
+            json: self.json,
+        })
+    }
+}
+
+/// Checks `--threads`.
+pub fn check_threads(threads: usize) -> anyhow::Result<()> {
+    if threads == 0 || threads > THREADS_MAX {
+        bail!("--threads must be between 1 and {THREADS_MAX}, got {threads}");
+    }
+    Ok(())
+}
+
+/// Checks that `write_set` objects per transaction can be drawn from `objects` and logged.
+pub fn check_write_set(flag: &str, write_set: usize, objects: usize) -> anyhow::Result<()> {
+    if objects == 0 {
+        bail!("--objects must be at least 1");
+    }
+    if write_set == 0 {
+        bail!("{flag} must be at least 1 object per transaction");
+    }
+    if write_set > objects {
+        bail!(
+            "{flag} {write_set} is more objects than there are (--objects {objects}): a transaction \
+             writes distinct objects"
+        );
+    }
+    if write_set > txn::log::LOG_ENTRIES_MAX {
+        bail!(
+            "{flag} {write_set} does not fit one rTX log: at most {} objects per transaction \
+             (txn::log::LOG_ENTRIES_MAX)",
+            txn::log::LOG_ENTRIES_MAX
+        );
+    }
+    Ok(())
+}
+
+/// CPU cores this process may run on.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The seed of random stream `stream` (a client, a clock) under `--seed`:
+/// distinct streams get unrelated seeds (a SplitMix64 step).
+pub fn seed_for(seed: u64, stream: u64) -> u64 {
+    let mut z = seed.wrapping_add(stream.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -1,0 +1,208 @@
+//! The results of `bench lease`: Figure 18 as two tables (with and without
+//! lease regulation; rows are locks per transaction, columns are drifts),
+//! one line per cell, and one JSON object for tools.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::common::cores;
+use super::format::{duration, millis, percent, thousands};
+use super::lease_args::LeasePlan;
+use super::lease_run::Cell;
+use super::txn_report::lead_note;
+
+pub struct LeaseReport<'a> {
+    pub plan: &'a LeasePlan,
+    /// Each client's clock skew in ms.
+    pub skews: &'a [i64],
+    /// In the order run: locks, then drift, then with before without.
+    pub cells: &'a [Cell],
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl LeaseReport<'_> {
+    fn cell(&self, locks: usize, drift: Duration, regulated: bool) -> Option<&Cell> {
+        self.cells
+            .iter()
+            .find(|c| c.locks == locks && c.drift == drift && c.regulated == regulated)
+    }
+
+    /// The most any client's leases ran ahead of its clock (see `probe`).
+    fn lead_ms(&self) -> Option<i64> {
+        self.cells.iter().filter_map(|c| c.run.lease_lead_ms).max()
+    }
+
+    /// Rows of locks, columns of drifts: the false-expiry rates.
+    fn matrix(&self, regulated: bool) -> Vec<Vec<f64>> {
+        let p = self.plan;
+        p.locks
+            .iter()
+            .map(|&n| {
+                p.drifts
+                    .iter()
+                    .map(|&d| self.cell(n, d, regulated).map_or(f64::NAN, Cell::rate))
+                    .collect()
+            })
+            .collect()
+    }
+
+    pub fn json(&self) -> Value {
+        let p = self.plan;
+        let cells: Vec<Value> = self
+            .cells
+            .iter()
+            .map(|c| {
+                let r = &c.run;
+                json!({
+                    "locks": c.locks,
+                    "drift_ms": ms(c.drift),
+                    "regulated": c.regulated,
+                    "lease_ms": c.lease_ms,
+                    "transactions": r.txns,
+                    "expired_txns": r.expired_txns,
+                    "false_expiry_rate": c.rate(),
+                    "expired_seen": r.tx.expired_seen,
+                    "repairs": r.tx.repairs,
+                    "commits": r.commits,
+                    "aborts": r.aborts(),
+                    "gave_up": r.gave_up,
+                    "commits_per_sec": r.per_sec(r.commits),
+                    "lease_lead_ms": r.lease_lead_ms,
+                    "elapsed_s": r.elapsed.as_secs_f64(),
+                    "check": {
+                        "ok": c.check.ok(),
+                        "expected": c.check.expected,
+                        "found": c.check.found,
+                        "locks_left": c.check.locks_left,
+                    },
+                })
+            })
+            .collect();
+        json!({
+            "transport": p.common.transport.name(),
+            "replicas": p.common.replicas,
+            "threads": p.threads,
+            "cores": cores(),
+            "objects": p.objects,
+            "object_bytes": p.common.object_bytes,
+            "seed": p.common.seed,
+            "duration_s": p.duration.as_secs_f64(),
+            "clock_skew_ms": p.clock_skew_ms,
+            "clock_skews_ms": self.skews,
+            "op_time_us": p.op_time.as_secs_f64() * 1e6,
+            "drifts_ms": p.drifts.iter().map(|&d| ms(d)).collect::<Vec<_>>(),
+            "locks": p.locks,
+            "false_expiry_rate": {
+                "rows": "locks",
+                "columns": "drifts_ms",
+                "with_regulation": self.matrix(true),
+                "without_regulation": self.matrix(false),
+            },
+            "cells": cells,
+            "check_ok": self.cells.iter().all(|c| c.check.ok()),
+            "lease_lead_ms_max": self.lead_ms(),
+            "notes": self.lead_ms().filter(|&l| l > 0).map(lead_note).into_iter().collect::<Vec<_>>(),
+        })
+    }
+
+    fn write_matrix(&self, s: &mut String, regulated: bool) {
+        let p = self.plan;
+        let _ = write!(s, "{:<8}", "locks");
+        for &d in &p.drifts {
+            let _ = write!(s, "{:>12}", format!("drift {}", duration(d)));
+        }
+        let _ = writeln!(s);
+        for (&n, row) in p.locks.iter().zip(self.matrix(regulated)) {
+            let _ = write!(s, "{n:<8}");
+            for rate in row {
+                let _ = write!(s, "{:>12}", percent(rate));
+            }
+            let _ = writeln!(s);
+        }
+    }
+
+    pub fn table(&self) -> String {
+        let p = self.plan;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "lease bench: {} client threads on {} core(s), {} objects of {} B, clock skew within ±{} ms \
+             per client, {} per cell, {}",
+            p.threads,
+            cores(),
+            thousands(p.objects as f64),
+            p.common.object_bytes,
+            p.clock_skew_ms,
+            duration(p.duration),
+            p.common.transport.name(),
+        );
+        let _ = writeln!(s, "clock skews (ms): {:?}", self.skews);
+        let _ = writeln!(
+            s,
+            "false-expiry rate = transactions that met a lock whose lease had expired by their clock \
+             although its holder was alive, divided by all transactions"
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "with regulation (lease = now + locks x {} + drift)",
+            duration(p.op_time)
+        );
+        self.write_matrix(&mut s, true);
+        let _ = writeln!(s);
+        let _ = writeln!(s, "without regulation (lease = now + drift)");
+        self.write_matrix(&mut s, false);
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:>6}{:>8}{:>9}{:>7}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}  check",
+            "locks",
+            "drift",
+            "regul.",
+            "lease",
+            "txns",
+            "commits/s",
+            "met exp.",
+            "expired",
+            "repairs",
+            "rate",
+            "gave up",
+            "lead"
+        );
+        for c in self.cells {
+            let r = &c.run;
+            let _ = writeln!(
+                s,
+                "{:>6}{:>8}{:>9}{:>7}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}  {}",
+                c.locks,
+                duration(c.drift),
+                if c.regulated { "with" } else { "without" },
+                format!("{}ms", c.lease_ms),
+                thousands(r.txns as f64),
+                thousands(r.per_sec(r.commits)),
+                thousands(r.expired_txns as f64),
+                thousands(r.tx.expired_seen as f64),
+                thousands(r.tx.repairs as f64),
+                percent(c.rate()),
+                r.gave_up,
+                r.lease_lead_ms.map_or("?".to_owned(), millis),
+                if c.check.ok() { "ok" } else { "FAILED" },
+            );
+        }
+        let _ = writeln!(
+            s,
+            "(met exp. = transactions that met an expired lock; expired = expired locks met; lease = the lease \
+             length, rounded up to ms; lead = the most a client's next lease ended past its clock + lease \
+             after the cell)"
+        );
+        if let Some(lead) = self.lead_ms().filter(|&l| l > 0) {
+            let _ = writeln!(s, "note: {}", lead_note(lead));
+        }
+        s
+    }
+}

@@ -1,0 +1,162 @@
+//! `kintsugi bench lease`: one fresh cluster and one run of live clients per
+//! cell (locks x drift x regulation), then the Figure 18 tables.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use txn::TxConfig;
+
+use super::check::{self, Check};
+use super::cluster::{self, Cluster, FIRST_WORKER};
+use super::common::seed_for;
+use super::format::{duration, percent};
+use super::lease_args::{LeaseArgs, LeasePlan};
+use super::lease_report::LeaseReport;
+use super::threads::{on_threads, runtime};
+use super::worker::{ClientRun, Worker};
+
+/// Untimed transactions per client before a cell's clock starts.
+const WARMUP_TXNS: u64 = 4;
+/// Random streams of the clients' object choices start here (see `seed_for`);
+/// their clock skews use streams `0..threads`.
+const CHOICE_STREAMS: u64 = 1 << 32;
+
+/// One cell's configuration and results.
+pub struct Cell {
+    pub locks: usize,
+    pub drift: Duration,
+    pub regulated: bool,
+    /// The lease length this cell's commits used, in ms.
+    pub lease_ms: u64,
+    pub run: ClientRun,
+    pub check: Check,
+}
+
+impl Cell {
+    /// Transactions that met an expired lock of a live holder / transactions.
+    pub fn rate(&self) -> f64 {
+        self.run.expired_txns as f64 / self.run.txns.max(1) as f64
+    }
+}
+
+/// The lease rule of a cell: the TxConfig default with `op_time`, or a fixed
+/// lease (`op_time` zero).
+fn config(plan: &LeasePlan, drift: Duration, regulated: bool) -> TxConfig {
+    TxConfig {
+        op_time: if regulated { plan.op_time } else { Duration::ZERO },
+        drift,
+        ..TxConfig::default()
+    }
+}
+
+/// Each client's clock skew in ms, the same in every cell.
+fn clock_skews(plan: &LeasePlan) -> Vec<i64> {
+    let s = plan.clock_skew_ms;
+    (0..plan.threads)
+        .map(|t| StdRng::seed_from_u64(seed_for(plan.common.seed, t as u64)).gen_range(-s..=s))
+        .collect()
+}
+
+pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
+    let plan = args.validate()?;
+    let skews = clock_skews(&plan);
+    let total = plan.locks.len() * plan.drifts.len() * 2;
+    eprintln!(
+        "lease bench: {total} cells of {} each, {} client threads, {} objects, clock skews (ms) {skews:?}",
+        duration(plan.duration),
+        plan.threads,
+        plan.objects,
+    );
+    let mut cells = Vec::with_capacity(total);
+    for &locks in &plan.locks {
+        for &drift in &plan.drifts {
+            for regulated in [true, false] {
+                let lease_ms = config(&plan, drift, regulated).lease_ms(locks);
+                eprint!(
+                    "lease bench: cell {}/{total}: {locks} lock(s), drift {}, {} regulation (lease {lease_ms} ms) ... ",
+                    cells.len() + 1,
+                    duration(drift),
+                    if regulated { "with" } else { "without" },
+                );
+                let (run, check) = run_cell(&plan, locks, config(&plan, drift, regulated), &skews)?;
+                let cell = Cell {
+                    locks,
+                    drift,
+                    regulated,
+                    lease_ms,
+                    run,
+                    check,
+                };
+                eprintln!(
+                    "{} of {} transactions met an expired lock ({})",
+                    cell.run.expired_txns,
+                    cell.run.txns,
+                    percent(cell.rate())
+                );
+                cells.push(cell);
+            }
+        }
+    }
+
+    let report = LeaseReport {
+        plan: &plan,
+        skews: &skews,
+        cells: &cells,
+    };
+    let mut out = std::io::stdout().lock();
+    if plan.common.json {
+        writeln!(out, "{}", report.json()).context("cannot write to stdout")?;
+    } else {
+        write!(out, "{}", report.table()).context("cannot write to stdout")?;
+    }
+    out.flush().context("cannot write to stdout")?;
+    if let Some(bad) = cells.iter().find(|c| !c.check.ok()) {
+        bail!(
+            "the end-of-cell check failed ({} locks, drift {}, {} regulation): {}",
+            bad.locks,
+            duration(bad.drift),
+            if bad.regulated { "with" } else { "without" },
+            bad.check.describe(plan.objects)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A fresh cluster, `plan.threads` live clients writing `locks` objects per
+/// transaction under `config` for `plan.duration`, and the check.
+fn run_cell(
+    plan: &LeasePlan,
+    locks: usize,
+    config: TxConfig,
+    skews: &[i64],
+) -> anyhow::Result<(ClientRun, Check)> {
+    let common = plan.common;
+    let rt = runtime()?;
+    let region = cluster::region_bytes(plan.objects, common.object_bytes, plan.threads, locks)?;
+    let cluster = rt.block_on(Cluster::new(&common, region, plan.threads))?;
+    let (mut checker, objects) = rt.block_on(cluster.load(plan.objects, common.object_bytes))?;
+    let runs = on_threads("lease", plan.threads, |t, gate| {
+        let setup = (|| {
+            let rt = runtime()?;
+            // No skew at all: keep the transport's inline path.
+            let skew = (plan.clock_skew_ms > 0).then_some(skews[t]);
+            let client = cluster.client(FIRST_WORKER + t as u16, config.clone(), skew)?;
+            let seed = seed_for(common.seed, CHOICE_STREAMS + t as u64);
+            let mut worker = Worker::new(client, &objects, locks, seed);
+            rt.block_on(worker.warm_up(WARMUP_TXNS))?;
+            anyhow::Ok((rt, worker))
+        })();
+        gate.wait();
+        let (rt, worker) = setup?;
+        let start = Instant::now();
+        rt.block_on(worker.run(start, start + plan.duration, 1))
+    })?;
+    let run = ClientRun::merge(runs)?;
+    let expected = run.committed_total * locks as u64;
+    let check = rt.block_on(check::counters(&mut checker, &objects, expected))?;
+    Ok((run, check))
+}

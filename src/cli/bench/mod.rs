@@ -1,0 +1,57 @@
+//! `kintsugi bench ...`: benchmarks of the layers above the fabric.
+//!
+//! - `bench txn`: rTX throughput, latency and cost per commit (round trips,
+//!   verbs, bytes) for read-modify-write transactions on random objects;
+//! - `bench lease`: the paper's Figure 18, how often live clients meet each
+//!   other's locks with an expired lease, with and without lease regulation.
+//!
+//! Modules, one idea each:
+//!
+//! - [`common`]: flags both commands share and their validation;
+//! - [`txn_args`] / [`lease_args`]: each command's flags, validated into a plan;
+//! - [`cluster`]: the memory (fresh in-process nodes or shm images), the heap
+//!   and the objects, and a transaction client per owner id;
+//! - [`worker`]: one client's loop of transactions and what it counted;
+//! - [`threads`]: client threads that start their clocks together;
+//! - [`check`]: the end-of-run invariant (every committed increment is there);
+//! - [`probe`]: how far ahead of the clock a client's leases have run;
+//! - [`txn_run`] / [`txn_report`], [`lease_run`] / [`lease_report`]: the two
+//!   commands and their tables and JSON objects;
+//! - [`format`]: number formatting for the tables.
+
+mod check;
+mod cluster;
+mod common;
+mod format;
+mod lease_args;
+mod lease_report;
+mod lease_run;
+mod probe;
+mod threads;
+mod txn_args;
+mod txn_report;
+mod txn_run;
+mod worker;
+
+use std::process::ExitCode;
+
+pub use lease_args::LeaseArgs;
+pub use txn_args::TxnArgs;
+
+/// `kintsugi bench ...`.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// rTX throughput and cost: read-modify-write transactions on random objects; commits/s,
+    /// aborts/s, repairs/s, commit latency, round trips, verbs and bytes per commit.
+    Txn(TxnArgs),
+    /// Lease accuracy (rTX paper, Figure 18): how often live clients meet a lock whose lease expired,
+    /// per drift and locks per transaction, with and without lease regulation.
+    Lease(LeaseArgs),
+}
+
+pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        BenchCommand::Txn(args) => txn_run::run(args),
+        BenchCommand::Lease(args) => lease_run::run(args),
+    }
+}
