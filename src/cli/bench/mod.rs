@@ -2,6 +2,8 @@
 //!
 //! - `bench txn`: rTX throughput, latency and cost per commit (round trips,
 //!   verbs, bytes) for read-modify-write transactions on random objects;
+//! - `bench ycsb`: YCSB A–E on the B+tree per variant (`ycsb_args`,
+//!   `ycsb_run`, `ycsb_report`);
 //! - `bench lease`: the paper's Figure 18, how often live clients meet each
 //!   other's locks with an expired lease, with and without lease regulation.
 //!
@@ -32,11 +34,15 @@ mod txn_args;
 mod txn_report;
 mod txn_run;
 mod worker;
+mod ycsb_args;
+mod ycsb_report;
+mod ycsb_run;
 
 use std::process::ExitCode;
 
 pub use lease_args::LeaseArgs;
 pub use txn_args::TxnArgs;
+pub use ycsb_args::YcsbArgs;
 
 /// `kintsugi bench ...`.
 #[derive(clap::Subcommand, Debug)]
@@ -47,11 +53,16 @@ pub enum BenchCommand {
     /// Lease accuracy (rTX paper, Figure 18): how often live clients meet a lock whose lease expired,
     /// per drift and locks per transaction, with and without lease regulation.
     Lease(LeaseArgs),
+    /// YCSB A-E on an index (B+tree), per variant, workload and distribution: throughput,
+    /// latency, round trips, verbs and bytes per op, aborts and repairs, and throughput
+    /// relative to optimal.
+    Ycsb(YcsbArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
         BenchCommand::Txn(args) => txn_run::run(args),
         BenchCommand::Lease(args) => lease_run::run(args),
+        BenchCommand::Ycsb(args) => ycsb_run::run(args),
     }
 }

@@ -1,0 +1,144 @@
+//! `kintsugi bench ycsb` flags, validated into a plan.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chaos::workload::{Distribution, Workload};
+use index::btree::Variant;
+
+use crate::cli::units::parse_duration;
+
+/// Transports `bench ycsb` runs on.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum YcsbTransport {
+    /// In-process memory node.
+    Local,
+    /// A memory image in /dev/shm mapped by every client thread (the CXL model).
+    Shm,
+    /// A memory-node server on loopback, one connection per client thread.
+    Tcp,
+}
+
+/// Indexes `bench ycsb` knows.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexArg {
+    /// The Sherman-like B+tree.
+    Btree,
+}
+
+/// Arguments of `kintsugi bench ycsb`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Each variant gets its own memory node and tree, bulk-loaded with --keys keys (8-byte keys and values,
+leaves filled to --fill); then every workload runs on it for --duration per distribution, in the order
+given (inserts of D and E stay in the tree). Workloads follow the rTX paper's Table 1: A 50/50
+read/update, B 90/10, C read only, D 95/5 read/insert (reads favour the latest inserts), E 95/5
+scan(1..100)/insert. Latency is sampled (one op in 16). The ratio table divides each variant's
+throughput by optimal's for the same workload and distribution.")]
+pub struct YcsbArgs {
+    /// Index to measure.
+    #[arg(long, value_enum, default_value = "btree")]
+    index: IndexArg,
+    /// Variants, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
+    variant: Vec<Variant>,
+    /// YCSB workloads, comma-separated (a..e).
+    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c", "d", "e"])]
+    workload: Vec<Workload>,
+    /// Request distributions, comma-separated (uniform, zipf).
+    #[arg(long, value_delimiter = ',', default_values = ["uniform", "zipf"])]
+    dist: Vec<Distribution>,
+    /// Keys loaded before the run.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Leaf fill of the bulk load (0.1..=1.0).
+    #[arg(long, default_value_t = 0.7)]
+    fill: f64,
+    /// Client threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Clients (coroutines, each with its own owner id) per thread.
+    #[arg(long, default_value_t = 1)]
+    coroutines: usize,
+    /// How long each workload runs, per distribution and variant.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    duration: Duration,
+    /// Where the memory is.
+    #[arg(long, value_enum, default_value = "shm")]
+    transport: YcsbTransport,
+    /// Seed of the key set and the op streams.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as a JSON array to FILE.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+}
+
+/// A validated run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub variants: Vec<Variant>,
+    pub workloads: Vec<Workload>,
+    pub dists: Vec<Distribution>,
+    pub keys: u64,
+    pub fill: f64,
+    pub threads: usize,
+    pub coroutines: usize,
+    pub duration: Duration,
+    pub transport: YcsbTransport,
+    pub seed: u64,
+    pub json: Option<std::path::PathBuf>,
+}
+
+/// Most clients of one run: each needs an owner id and a log slot.
+pub const CLIENTS_MAX: usize = 4096;
+/// Most keys: 100M keys take about 4 GiB of nodes; far more would not fit
+/// this machine class, and the generator's key indices are 48-bit anyway.
+pub const KEYS_MAX: u64 = 1 << 31;
+
+impl YcsbArgs {
+    pub fn validate(self) -> anyhow::Result<Plan> {
+        let IndexArg::Btree = self.index;
+        if self.variant.is_empty() || self.workload.is_empty() || self.dist.is_empty() {
+            bail!("--variant, --workload and --dist each need at least one value");
+        }
+        if self.keys == 0 || self.keys > KEYS_MAX {
+            bail!("--keys must be between 1 and {KEYS_MAX}");
+        }
+        if !(0.1..=1.0).contains(&self.fill) {
+            bail!("--fill {} is not between 0.1 and 1.0", self.fill);
+        }
+        let clients = self
+            .threads
+            .checked_mul(self.coroutines)
+            .filter(|&c| c > 0 && c <= CLIENTS_MAX)
+            .with_context(|| format!("--threads × --coroutines must be between 1 and {CLIENTS_MAX}"))?;
+        let _ = clients;
+        if self.duration.is_zero() {
+            bail!("--duration must be positive");
+        }
+        Ok(Plan {
+            variants: dedup(self.variant),
+            workloads: dedup(self.workload),
+            dists: dedup(self.dist),
+            keys: self.keys,
+            fill: self.fill,
+            threads: self.threads,
+            coroutines: self.coroutines,
+            duration: self.duration,
+            transport: self.transport,
+            seed: self.seed,
+            json: self.json,
+        })
+    }
+}
+
+fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(v.len());
+    for x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}

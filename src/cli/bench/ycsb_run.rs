@@ -1,0 +1,322 @@
+//! `kintsugi bench ycsb`: per variant, a fresh memory node and a bulk-loaded
+//! tree, then every (distribution, workload) for a fixed time on
+//! `threads × coroutines` clients.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chaos::driver::{drive, ClientResult, IndexClient};
+use chaos::workload::{sorted_keys, Distribution, KeyMap, Keyspace, Workload, WorkloadSpec};
+use fabric::{
+    AnyTransport, Client, ClusterMap, LocalTransport, MemoryNode, RegionSpec, ShmTransport, TcpTransport,
+};
+use index::btree::{BTree, TreeInfo, Variant};
+use indicatif::{ProgressBar, ProgressStyle};
+use txn::{Heap, HeapConfig, TxConfig};
+
+use super::threads::{on_threads, runtime};
+use super::ycsb_args::{Plan, YcsbArgs, YcsbTransport};
+use super::ycsb_report::{self, Row};
+
+const REGION: u16 = 1;
+/// The owner id that loads the tree; clients are 2 onwards.
+const LOADER: u16 = 1;
+const FIRST_CLIENT: u16 = 2;
+const CHUNK_BYTES: u64 = 64 * 1024;
+/// Ops each client runs before the clock starts, to fill its node cache.
+const WARMUP: Duration = Duration::from_millis(300);
+/// Inserts one second of one client may add, for sizing the region: far
+/// above what any transport here reaches with 5% inserts.
+const INSERTS_PER_CLIENT_SECOND: u64 = 200_000;
+
+/// Where the memory is, kept alive for the whole variant.
+struct Memory {
+    map: ClusterMap,
+    kind: MemoryKind,
+}
+
+enum MemoryKind {
+    Local(LocalTransport),
+    Shm {
+        path: PathBuf,
+        _node: MemoryNode,
+        _dir: tempfile::TempDir,
+    },
+    Tcp {
+        addr: String,
+        _server: std::thread::JoinHandle<()>,
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+    },
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if let MemoryKind::Tcp { stop, .. } = &mut self.kind {
+            if let Some(stop) = stop.take() {
+                let _ = stop.send(());
+            }
+        }
+    }
+}
+
+impl Memory {
+    fn new(transport: YcsbTransport, region_bytes: u64) -> anyhow::Result<Memory> {
+        let spec = [RegionSpec {
+            id: REGION,
+            size: region_bytes,
+        }];
+        match transport {
+            YcsbTransport::Local => {
+                let (t, map) = LocalTransport::cluster(1, &spec).context("cannot create the memory node")?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Local(t),
+                })
+            }
+            YcsbTransport::Shm => {
+                let dir = tempfile::Builder::new()
+                    .prefix("kintsugi-ycsb-")
+                    .tempdir_in("/dev/shm")
+                    .or_else(|_| tempfile::tempdir())
+                    .context("cannot create a directory for the memory image")?;
+                let path = dir.path().join("node1.img");
+                let node =
+                    MemoryNode::create_shm(&path, 1, &spec).context("cannot create the memory image")?;
+                let (_, map) = ShmTransport::attach(std::slice::from_ref(&path)).context("cannot attach")?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Shm {
+                        path,
+                        _node: node,
+                        _dir: dir,
+                    },
+                })
+            }
+            YcsbTransport::Tcp => {
+                let node =
+                    Arc::new(MemoryNode::anonymous(1, &spec).context("cannot create the memory node")?);
+                let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+                let server = std::thread::Builder::new()
+                    .name("ycsb-memnode".into())
+                    .spawn(move || {
+                        let rt = match tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(1)
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt,
+                            Err(e) => {
+                                let _ = addr_tx.send(Err(e.to_string()));
+                                return;
+                            }
+                        };
+                        rt.block_on(async move {
+                            match fabric::server::bind("127.0.0.1:0").await {
+                                Ok((listener, addr)) => {
+                                    let _ = addr_tx.send(Ok(addr.to_string()));
+                                    let _ = fabric::server::serve(listener, node, async {
+                                        let _ = stop_rx.await;
+                                    })
+                                    .await;
+                                }
+                                Err(e) => {
+                                    let _ = addr_tx.send(Err(e.to_string()));
+                                }
+                            }
+                        });
+                    })
+                    .context("cannot start the memory-node thread")?;
+                let addr = addr_rx
+                    .recv()
+                    .context("the memory-node thread stopped")?
+                    .map_err(anyhow::Error::msg)
+                    .context("cannot start the memory-node server")?;
+                let map = runtime()?.block_on(async {
+                    TcpTransport::discover(std::slice::from_ref(&addr))
+                        .await
+                        .map(|(_, m)| m)
+                })?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Tcp {
+                        addr,
+                        _server: server,
+                        stop: Some(stop_tx),
+                    },
+                })
+            }
+        }
+    }
+
+    /// A fabric client for the calling thread (inside its runtime).
+    async fn client(&self) -> anyhow::Result<Client> {
+        let t: AnyTransport = match &self.kind {
+            MemoryKind::Local(t) => t.clone().into(),
+            MemoryKind::Shm { path, .. } => ShmTransport::attach(std::slice::from_ref(path))?.0.into(),
+            MemoryKind::Tcp { addr, .. } => {
+                TcpTransport::discover(std::slice::from_ref(addr)).await?.0.into()
+            }
+        };
+        Ok(Client::new(self.map.clone(), t))
+    }
+}
+
+/// Region bytes for `keys` loaded keys, inserts during the run, and the
+/// rTX copy-on-write churn of every client.
+fn region_bytes(plan: &Plan) -> u64 {
+    let per_leaf = ((index::btree::node::LEAF_SLOTS as f64) * plan.fill).max(1.0) as u64;
+    let clients = (plan.threads * plan.coroutines) as u64;
+    let runs = (plan.workloads.len() * plan.dists.len()) as u64;
+    let inserts = clients * INSERTS_PER_CLIENT_SECOND * (plan.duration.as_secs() + 1) * runs / 20;
+    let leaves = plan.keys / per_leaf + 1 + inserts / 20;
+    let node_bytes = 1024 + txn::META_BYTES;
+    let bytes = leaves * node_bytes * 21 / 20 + clients * 64 * CHUNK_BYTES + (256 << 20);
+    bytes.next_multiple_of(4096)
+}
+
+pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
+    let plan = args.validate()?;
+    let mut rows: Vec<Row> = Vec::new();
+    for &variant in &plan.variants {
+        let memory = Memory::new(plan.transport, region_bytes(&plan))?;
+        let (heap, info) = load(&memory, variant, &plan)?;
+        for &dist in &plan.dists {
+            for &workload in &plan.workloads {
+                eprintln!(
+                    "bench ycsb: {variant} {workload} {dist}: running {} ...",
+                    humantime::format_duration(plan.duration)
+                );
+                let result = measure(&memory, heap, info, workload, dist, &plan)?;
+                rows.push(Row::new(variant, workload, dist, &plan, &result));
+            }
+        }
+    }
+    print!("{}", ycsb_report::table(&rows));
+    print!("{}", ycsb_report::ratios(&rows));
+    if let Some(path) = &plan.json {
+        let json = serde_json::to_string_pretty(&rows)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("bench ycsb: wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Formats the heap, creates the tree and bulk-loads it, with a progress bar.
+fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(Heap, TreeInfo)> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut fabric = memory.client().await?;
+        let clients = plan.threads * plan.coroutines;
+        let owner_slots = u16::try_from(clients + usize::from(FIRST_CLIENT)).context("too many clients")?;
+        let heap = Heap::format(
+            &mut fabric,
+            REGION,
+            HeapConfig {
+                owner_slots,
+                chunk_bytes: CHUNK_BYTES,
+            },
+        )
+        .await?;
+        let mut tree = BTree::create(fabric, heap, variant, LOADER).await?;
+        let started = Instant::now();
+        let map = KeyMap::new(plan.seed);
+        let entries: Vec<(u64, u64)> = sorted_keys(plan.keys, plan.seed)
+            .into_iter()
+            .map(|k| (k, map.load_value(k)))
+            .collect();
+        let bar = ProgressBar::new(plan.keys);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} keys ({per_sec}, {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("loading {variant}"));
+        let report = tree.bulk_load(&entries, plan.fill, |n| bar.set_position(n)).await?;
+        bar.finish_and_clear();
+        let secs = started.elapsed().as_secs_f64();
+        eprintln!(
+            "bench ycsb: loaded {} keys into {variant} in {:.1} s ({:.2} M keys/s): {} nodes, {} levels, {:.1} DM bytes per key",
+            report.keys,
+            secs,
+            report.keys as f64 / secs / 1e6,
+            report.nodes,
+            report.levels,
+            report.bytes_per_key
+        );
+        if report.keys != plan.keys {
+            bail!("loaded {} keys of {}", report.keys, plan.keys);
+        }
+        Ok((heap, tree.info()))
+    })
+}
+
+/// Runs one workload on every client and adds their results up.
+fn measure(
+    memory: &Memory,
+    heap: Heap,
+    info: TreeInfo,
+    workload: Workload,
+    dist: Distribution,
+    plan: &Plan,
+) -> anyhow::Result<ClientResult> {
+    let spec = WorkloadSpec {
+        workload,
+        distribution: dist,
+        records: plan.keys,
+        seed: plan.seed,
+    };
+    let keyspace = Keyspace::new(spec)?;
+    let results = on_threads("ycsb", plan.threads, |t, gate| {
+        let setup = (|| -> anyhow::Result<_> {
+            let rt = runtime()?;
+            let clients = rt.block_on(async {
+                let fabric = memory.client().await?;
+                let mut clients = Vec::with_capacity(plan.coroutines);
+                for c in 0..plan.coroutines {
+                    let slot = t * plan.coroutines + c;
+                    let owner = FIRST_CLIENT + slot as u16;
+                    let tree = BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
+                    clients.push((IndexClient::BTree(Box::new(tree)), keyspace.generator(slot)));
+                }
+                anyhow::Ok(clients)
+            })?;
+            Ok((rt, clients))
+        })();
+        let (rt, clients) = match setup {
+            Ok(s) => s,
+            Err(e) => {
+                gate.wait();
+                return Err(e);
+            }
+        };
+        rt.block_on(async {
+            // Warm the node caches, then start together.
+            let mut warm = Vec::with_capacity(clients.len());
+            for (mut client, mut generator) in clients {
+                let deadline = Instant::now() + WARMUP;
+                drive(&mut client, &mut generator, deadline).await?;
+                warm.push((client, generator));
+            }
+            gate.wait();
+            let deadline = Instant::now() + plan.duration;
+            let mut tasks = tokio::task::JoinSet::new();
+            for (mut client, mut generator) in warm {
+                tasks.spawn(async move { drive(&mut client, &mut generator, deadline).await });
+            }
+            let mut total = ClientResult::empty();
+            while let Some(r) = tasks.join_next().await {
+                total.merge(&r.context("a client task failed")??);
+            }
+            anyhow::Ok(total)
+        })
+    })?;
+    let mut total = ClientResult::empty();
+    for r in &results {
+        total.merge(r);
+    }
+    Ok(total)
+}
