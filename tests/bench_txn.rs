@@ -142,14 +142,24 @@ fn lease_reports_every_cell() {
         assert!(rows.iter().all(|r| r.as_array().map(Vec::len) == Some(2)), "{v}");
     }
     assert_eq!(v["drifts_ms"], serde_json::json!([1.0, 8.0]));
-    // Regulation lengthens the lease by locks x 100us, rounded up to ms.
+    // Regulation lengthens the lease by locks x 100us, rounded up to a lease
+    // tick (1/256 ms): 1.3 ms is 332.8 ticks, so 333 = 1.30078125 ms.
     let lease = |locks: u64, regulated: bool| {
         cells
             .iter()
             .find(|c| c["locks"] == locks && c["drift_ms"] == 1.0 && c["regulated"] == regulated)
-            .map(|c| c["lease_ms"].as_u64().unwrap())
+            .map(|c| {
+                (
+                    c["lease_ticks"].as_u64().unwrap(),
+                    c["lease_ms"].as_f64().unwrap(),
+                )
+            })
     };
-    assert_eq!((lease(3, true), lease(3, false)), (Some(2), Some(1)));
+    assert_eq!(lease(3, true), Some((333, 1.30078125)));
+    assert_eq!(lease(3, false), Some((256, 1.0)));
+    // Leases run at most txn::LEAD_TICKS_MAX (1 ms) ahead of a client's clock.
+    let lead = v["lease_lead_ms_max"].as_f64().expect("a lead was measured");
+    assert!((0.0..=1.0).contains(&lead), "{v}");
 }
 
 #[test]

@@ -31,8 +31,12 @@ impl IndexClient {
         match self {
             IndexClient::BTree(t) => match op {
                 Op::Read { key } => Ok(t.get(key).await?.is_some()),
-                Op::Update { key, value } => Ok(t.update(key, value).await? != index::btree::Written::Unchanged),
-                Op::Insert { key, value } => Ok(t.upsert(key, value).await? != index::btree::Written::Unchanged),
+                Op::Update { key, value } => {
+                    Ok(t.update(key, value).await? != index::btree::Written::Unchanged)
+                }
+                Op::Insert { key, value } => {
+                    Ok(t.upsert(key, value).await? != index::btree::Written::Unchanged)
+                }
                 Op::Scan { start, count } => Ok(!t.scan(start, count).await?.is_empty()),
             },
         }

@@ -106,4 +106,14 @@ impl Client {
             .map_or(0, |d| d.as_millis() as u64);
         real.saturating_add_signed(self.transport.clock_skew_ms())
     }
+
+    /// This client's wall clock in microseconds since the Unix epoch, with
+    /// any injected skew (which stays whole milliseconds). For protocols
+    /// that need time finer than a millisecond (rTX leases are in 1/256 ms).
+    pub fn now_us(&self) -> u64 {
+        let real = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        real.saturating_add_signed(self.transport.clock_skew_ms().saturating_mul(1000))
+    }
 }

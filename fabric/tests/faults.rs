@@ -464,6 +464,18 @@ async fn clock_skew_shifts_now_ms(kind: Kind) {
             lo <= f && f <= hi,
             "[{kind}] skew {skew}: fork's clock {f} not in [{lo}, {hi}]"
         );
+        // The microsecond clock carries the same skew (still whole ms).
+        let lo_us = plain.now_us().saturating_add_signed(skew * 1000);
+        let s_us = skewed.now_us();
+        let hi_us = plain.now_us().saturating_add_signed(skew * 1000);
+        assert!(
+            lo_us <= s_us && s_us <= hi_us,
+            "[{kind}] skew {skew}: {s_us} us not in [{lo_us}, {hi_us}]"
+        );
+        assert!(
+            s_us / 1000 >= lo && s_us / 1000 <= skewed.now_ms(),
+            "[{kind}] skew {skew}: us vs ms"
+        );
     }
 }
 

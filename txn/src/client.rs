@@ -11,6 +11,7 @@ use crate::alloc::BlockAllocator;
 use crate::config::TxConfig;
 use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
+use crate::lease::LeaseSequence;
 use crate::obj::TxObj;
 use crate::stats::TxStats;
 use crate::tx::Tx;
@@ -25,8 +26,10 @@ pub struct TxClient {
     pub(crate) config: TxConfig,
     pub(crate) alloc: BlockAllocator,
     pub(crate) stats: TxStats,
-    last_lease_ms: u64,
-    last_commit_lease_ms: u64,
+    /// Lease ends of this owner's lock words.
+    lock_leases: LeaseSequence,
+    /// Lease ends of this owner's DOING header words.
+    commit_leases: LeaseSequence,
     rng: rand::rngs::StdRng,
 }
 
@@ -41,8 +44,8 @@ impl TxClient {
             config,
             alloc: BlockAllocator::new(heap, owner),
             stats: TxStats::default(),
-            last_lease_ms: 0,
-            last_commit_lease_ms: 0,
+            lock_leases: LeaseSequence::default(),
+            commit_leases: LeaseSequence::default(),
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
         })
     }
@@ -65,6 +68,19 @@ impl TxClient {
     /// Counters.
     pub fn stats(&self) -> TxStats {
         self.stats
+    }
+
+    /// This client's clock in lease ticks (1/256 ms since 2024-01-01,
+    /// with the fabric's injected skew): what leases are compared with.
+    pub fn now_tick(&self) -> u64 {
+        crate::lease::now_tick(&self.fabric)
+    }
+
+    /// The lease end of the last lock word this owner took (0 before the
+    /// first): every lock word it takes has a later one (the checksum rule),
+    /// at most `LEAD_TICKS_MAX` past `now + lease` by its clock.
+    pub fn last_lock_tick(&self) -> u64 {
+        self.lock_leases.last_tick()
     }
 
     /// The fabric client (for its counters, or for verbs outside transactions).
@@ -156,23 +172,30 @@ impl TxClient {
     }
 
     /// The next lock word of this owner for a commit locking `objects`
-    /// objects: `now + objects * OP_TIME + DRIFT`, and strictly later than
-    /// any lease this owner used before (the log checksum rule).
-    pub(crate) fn next_lock(&mut self, objects: usize) -> LockWord {
-        let lease = (self.fabric.now_ms() + self.config.lease_ms(objects)).max(self.last_lease_ms + 1);
-        self.last_lease_ms = lease;
-        LockWord::locked(self.owner, lease)
+    /// objects: lease end `now + objects * OP_TIME + DRIFT` in ticks, and
+    /// strictly later than any lease this owner used before (the log checksum
+    /// rule). An owner taking lock words faster than one per tick (1/256 ms)
+    /// gets `last + 1`, up to `LEAD_TICKS_MAX` ahead of its clock; beyond,
+    /// this waits for the clock (`crate::lease`). Lock leases in whole ms
+    /// with `last + 1` ran an owner's leases hours ahead after a benchmark.
+    pub(crate) async fn next_lock(&mut self, objects: usize) -> LockWord {
+        let lease_ticks = self.config.lease_ticks(objects);
+        let (tick, waited) = self.lock_leases.take_by(&self.fabric, lease_ticks).await;
+        self.stats.lease_waits += u64::from(waited);
+        LockWord::locked(self.owner, tick)
     }
 
-    /// The commit lease of a log taken to DOING now, strictly later than any
-    /// this client used before. The take-over CAS of a repairer compares the
+    /// The commit lease end (ticks) of a log taken to DOING now, strictly
+    /// later than any this client used before, with the same bounded lead as
+    /// [`TxClient::next_lock`]. The take-over CAS of a repairer compares the
     /// header word only: two commits of one owner within a millisecond used
     /// to write the same DOING word, so a repairer holding the first one's
     /// header could take over (and mark DONE) the second one's log.
-    pub(crate) fn commit_lease(&mut self, objects: usize) -> u64 {
-        let lease = (self.fabric.now_ms() + self.config.lease_ms(objects)).max(self.last_commit_lease_ms + 1);
-        self.last_commit_lease_ms = lease;
-        lease
+    pub(crate) async fn commit_lease(&mut self, objects: usize) -> u64 {
+        let lease_ticks = self.config.lease_ticks(objects);
+        let (tick, waited) = self.commit_leases.take_by(&self.fabric, lease_ticks).await;
+        self.stats.lease_waits += u64::from(waited);
+        tick
     }
 
     /// Replicas of `region`.
@@ -199,4 +222,86 @@ pub(crate) fn le_word(bytes: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&bytes[at..at + 8]);
     u64::from_le_bytes(w)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+
+    use fabric::{LocalTransport, RegionSpec};
+
+    use super::*;
+    use crate::heap::HeapConfig;
+    use crate::lease::LEAD_TICKS_MAX;
+
+    async fn client() -> TxClient {
+        let (t, map) = LocalTransport::cluster(1, &[RegionSpec { id: 1, size: 4 << 20 }]).unwrap();
+        let mut fabric = Client::new(map, t.into());
+        let heap = Heap::format(&mut fabric, 1, HeapConfig::default()).await.unwrap();
+        TxClient::new(fabric, heap, 7, TxConfig::default()).unwrap()
+    }
+
+    /// Lease ends taken with no verbs in between, far faster than one per
+    /// tick: each is later than the last, none runs more than
+    /// `LEAD_TICKS_MAX` past `now + lease`, so the owner waits for its clock
+    /// (with `last + 1` in whole ms, 5,000 of them ran 5 s ahead).
+    #[tokio::test]
+    async fn lease_ends_are_unique_and_wait_for_the_clock() {
+        const TAKES: u64 = 5_000;
+        let mut c = client().await;
+        let lease_ticks = c.config.lease_ticks(1);
+        let start_tick = c.now_tick();
+        let (mut last_lock, mut last_commit) = (0, 0);
+        for _ in 0..TAKES {
+            let lock = c.next_lock(1).await;
+            let commit = c.commit_lease(1).await;
+            let now_tick = c.now_tick();
+            assert_eq!(lock.owner(), 7);
+            assert!(
+                lock.lease_tick() > last_lock,
+                "lock words of an owner never repeat"
+            );
+            assert!(commit > last_commit, "DOING headers of an owner never repeat");
+            assert!(lock.lease_tick() <= now_tick + lease_ticks + LEAD_TICKS_MAX);
+            assert!(commit <= now_tick + lease_ticks + LEAD_TICKS_MAX);
+            (last_lock, last_commit) = (lock.lease_tick(), commit);
+        }
+        assert_eq!(c.last_lock_tick(), last_lock);
+        // 5,000 ends, at most LEAD_TICKS_MAX + 1 of them ahead of the clock:
+        // the clock must have moved by the rest (so the owner waited for it,
+        // `lease_waits`, unless it was descheduled for as long).
+        let elapsed_ticks = c.now_tick() - start_tick;
+        assert!(
+            elapsed_ticks + lease_ticks + LEAD_TICKS_MAX + 1 >= last_lock - start_tick,
+            "{elapsed_ticks} ticks elapsed, last lock {} after start",
+            last_lock - start_tick
+        );
+        assert!(elapsed_ticks >= TAKES - LEAD_TICKS_MAX - 1, "{elapsed_ticks}");
+    }
+
+    /// Outside any tokio runtime (another executor) the wait only yields:
+    /// here a busy-polling one with a no-op waker.
+    #[test]
+    fn waiting_works_outside_tokio() {
+        const TAKES: u64 = 1_000;
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut c = rt.block_on(client());
+        drop(rt);
+        let lease_ticks = c.config.lease_ticks(1);
+        let start_tick = c.now_tick();
+        {
+            let mut takes = std::pin::pin!(async {
+                let mut last = 0;
+                for _ in 0..TAKES {
+                    let lock = c.next_lock(1).await;
+                    assert!(lock.lease_tick() > last);
+                    assert!(lock.lease_tick() <= c.now_tick() + lease_ticks + LEAD_TICKS_MAX);
+                    last = lock.lease_tick();
+                }
+            });
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            while takes.as_mut().poll(&mut cx).is_pending() {}
+        }
+        assert!(c.now_tick() - start_tick >= TAKES - LEAD_TICKS_MAX - 1);
+    }
 }

@@ -57,7 +57,7 @@ impl Tx<'_> {
         let logged = n > 1 || (n == 1 && !self.c.config.opt1);
         let lock = match (self.prelock, logged) {
             (Some(pre), false) => pre,
-            _ => self.c.next_lock(n),
+            _ => self.c.next_lock(n).await,
         };
 
         // New data blocks, each under a pointer whose version follows the old one.
@@ -115,7 +115,7 @@ impl Tx<'_> {
         // RT3: the commit point of a logged transaction.
         if log.is_some() {
             let slot = self.c.heap.log_slot(self.c.owner)?;
-            let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n));
+            let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n).await);
             self.batch.clear();
             let h = self.batch.on(Replica::All).cas(
                 slot.add(HEADER_OFFSET),
@@ -261,7 +261,7 @@ impl Tx<'_> {
                 if holding.is_some() {
                     // The caller releases its locks before repairing: an
                     // expired lock is handled by the next attempt's read.
-                    return Err(TxError::Abort(if lock.is_expired(self.c.fabric.now_ms()) {
+                    return Err(TxError::Abort(if lock.is_expired(self.c.now_tick()) {
                         self.c.stats.expired_seen += 1;
                         AbortReason::Repaired
                     } else {

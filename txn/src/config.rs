@@ -42,11 +42,12 @@ impl Default for TxConfig {
 }
 
 impl TxConfig {
-    /// The lease length for a commit that locks `objects` objects, rounded up
-    /// to whole milliseconds (leases are in ms).
-    pub fn lease_ms(&self, objects: usize) -> u64 {
+    /// The lease length for a commit that locks `objects` objects,
+    /// `objects * op_time + drift`, in lease ticks (1/256 ms, rounded up;
+    /// see [`crate::lease`]).
+    pub fn lease_ticks(&self, objects: usize) -> u64 {
         let t = self.op_time * objects as u32 + self.drift;
-        t.as_micros().div_ceil(1000) as u64
+        crate::lease::ticks_from_duration(t)
     }
 }
 
@@ -73,8 +74,8 @@ mod tests {
     #[test]
     fn defaults_match_the_paper_and_parse_from_toml() {
         let c = TxConfig::default();
-        assert_eq!(c.lease_ms(1), 9, "100us + 8ms, rounded up");
-        assert_eq!(c.lease_ms(80), 16);
+        assert_eq!(c.lease_ticks(1), 2074, "100us + 8ms = 2073.6 ticks, rounded up");
+        assert_eq!(c.lease_ticks(80), 16 * 256, "8ms + 8ms");
         let parsed: TxConfig = toml::from_str("op_time = \"250us\"\ndrift = \"5ms\"").unwrap();
         assert_eq!(parsed.op_time, Duration::from_micros(250));
         assert_eq!(parsed.drift, Duration::from_millis(5));

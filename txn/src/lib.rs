@@ -10,6 +10,8 @@
 //! built, its round trips and verbs, and how it maps to the paper.
 //!
 //! - [`word`]: the lock word, data pointer and log header bit layouts.
+//! - [`lease`]: lease time (1/256 ms ticks since 2024) and unique lease
+//!   ends per owner with a bounded lead over its clock.
 //! - [`log`]: the log slot layout.
 //! - [`heap`]: how a region is organised (header, log array, chunk owner
 //!   table, chunks) and chunk allocation.
@@ -21,6 +23,7 @@ mod commit;
 pub mod config;
 mod error;
 pub mod heap;
+pub mod lease;
 pub mod log;
 mod obj;
 pub mod owner;
@@ -33,6 +36,7 @@ pub use client::TxClient;
 pub use config::TxConfig;
 pub use error::{AbortReason, TxError};
 pub use heap::{Heap, HeapConfig};
+pub use lease::{now_tick, LEAD_TICKS_MAX, LEASE_EPOCH_UNIX_MS, TICKS_PER_MS};
 pub use obj::{RawObj, TxObj, DPTR_OFFSET, META_BYTES};
 pub use owner::{LocalOwnerIds, OwnerIdAllocator};
 pub use repair::RepairOutcome;

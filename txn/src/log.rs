@@ -2,7 +2,7 @@
 //! each logged transaction of that owner.
 //!
 //! ```text
-//! word 0   header   state: 16 | lease_ms: 48          (see `LogHeader`)
+//! word 0   header   state: 16 | lease_tick: 48        (see `LogHeader`)
 //! word 1   checksum the lock word the owner locked with (owner | lease)
 //! word 2   count    number of entries
 //! word 3.. entries  4 words each: meta addr, old data ptr, new data ptr, old lock version

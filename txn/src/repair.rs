@@ -27,7 +27,7 @@
 //! Wrap-around bound (§4.4): pointer versions are 16 bits, so a repair that
 //! takes long could install a pointer whose version wrapped back. A repair
 //! re-checks that the log is still its DOING before each step once it has
-//! run for [`REPAIR_STEP_MS_MAX`], and stops otherwise.
+//! run for [`REPAIR_STEP_TICKS_MAX`], and stops otherwise.
 
 use fabric::{Batch, GlobalAddr, Replica};
 
@@ -37,10 +37,11 @@ use crate::log::{Log, HEADER_OFFSET, LOG_SLOT_BYTES};
 use crate::obj::RawObj;
 use crate::word::{DataPtr, LockWord, LogHeader, LogState};
 
-/// A repair re-reads its log before a step once it has run this long. Far
-/// below the shortest time in which one object's 16-bit pointer version can
-/// wrap (65,536 commits of one object, each several round trips).
-pub const REPAIR_STEP_MS_MAX: u64 = 10;
+/// A repair re-reads its log before a step once it has run this long
+/// (10 ms, in lease ticks like the clock it is compared with). Far below the
+/// shortest time in which one object's 16-bit pointer version can wrap
+/// (65,536 commits of one object, each several round trips).
+pub const REPAIR_STEP_TICKS_MAX: u64 = 10 * crate::lease::TICKS_PER_MS;
 /// Rounds of reading the log and acting on it within one repair call.
 const REPAIR_ROUNDS_MAX: u32 = 8;
 /// Attempts at installing a copy on one backup whose pointer moves under the
@@ -100,7 +101,7 @@ impl TxClient {
                     self.stats.repairs += 1;
                     return Ok(RepairOutcome::Repaired);
                 }
-                LogState::Doing if log.header.lease_ms() > self.fabric.now_ms() => {
+                LogState::Doing if log.header.lease_tick() > self.now_tick() => {
                     return Ok(RepairOutcome::Busy);
                 }
                 LogState::Doing => {
@@ -138,8 +139,8 @@ impl TxClient {
         found: LockWord,
         header_addr: GlobalAddr,
     ) -> Result<RepairOutcome, TxError> {
-        let started_ms = self.fabric.now_ms();
-        let mine = LogHeader::new(LogState::Doing, self.commit_lease(log.entries.len()));
+        let started_tick = self.now_tick();
+        let mine = LogHeader::new(LogState::Doing, self.commit_lease(log.entries.len()).await);
         let mut batch = Batch::new();
         let h = batch
             .on(Replica::All)
@@ -158,7 +159,7 @@ impl TxClient {
                     .cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
             }
             self.fabric.execute(&mut batch).await?;
-            if !self.still_mine(header_addr, mine, started_ms).await? {
+            if !self.still_mine(header_addr, mine, started_tick).await? {
                 return Ok(RepairOutcome::Retry);
             }
         }
@@ -185,9 +186,9 @@ impl TxClient {
         &mut self,
         header_addr: GlobalAddr,
         mine: LogHeader,
-        started_ms: u64,
+        started_tick: u64,
     ) -> Result<bool, TxError> {
-        if self.fabric.now_ms() < started_ms + REPAIR_STEP_MS_MAX {
+        if self.now_tick() < started_tick + REPAIR_STEP_TICKS_MAX {
             return Ok(true);
         }
         let mut batch = Batch::new();
@@ -210,7 +211,7 @@ impl TxClient {
             )));
         }
         let replicas = self.replicas(region);
-        let stolen = self.next_lock(1);
+        let stolen = self.next_lock(1).await;
         let mut batch = Batch::new();
         let h = batch.cas(obj.lock_addr(), found.raw(), stolen.raw());
         self.fabric.execute(&mut batch).await?;

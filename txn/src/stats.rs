@@ -25,6 +25,12 @@ pub struct TxStats {
     /// aborts instead; a repair may find nothing left to do). When every
     /// client is alive, each one is a false expiry.
     pub expired_seen: u64,
+    /// Lease ends (lock words, commit leases) this client had to wait for
+    /// its clock to take: it had taken leases faster than one per tick
+    /// (1/256 ms) for long enough to run `LEAD_TICKS_MAX` ahead of it
+    /// (`txn::lease`). Only in-process transports get there.
+    #[serde(default)]
+    pub lease_waits: u64,
 }
 
 impl Add for TxStats {
@@ -36,6 +42,7 @@ impl Add for TxStats {
             repairs: self.repairs + o.repairs,
             logged_commits: self.logged_commits + o.logged_commits,
             expired_seen: self.expired_seen + o.expired_seen,
+            lease_waits: self.lease_waits + o.lease_waits,
         }
     }
 }

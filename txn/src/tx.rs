@@ -194,7 +194,7 @@ impl<'c> Tx<'c> {
         let lock = match self.prelock {
             Some(l) => l,
             None => {
-                let l = self.c.next_lock(self.writes.len() + 1);
+                let l = self.c.next_lock(self.writes.len() + 1).await;
                 self.prelock = Some(l);
                 l
             }
@@ -224,7 +224,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok(());
             }
-            if !lock.is_expired(self.c.fabric.now_ms()) {
+            if !lock.is_expired(self.c.now_tick()) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -268,7 +268,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok((lock, dptr));
             }
-            if !lock.is_expired(self.c.fabric.now_ms()) {
+            if !lock.is_expired(self.c.now_tick()) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -284,7 +284,7 @@ impl<'c> Tx<'c> {
         if !found.is_locked() {
             return TxError::Abort(AbortReason::Changed);
         }
-        if found.owner() == self.c.owner || !found.is_expired(self.c.fabric.now_ms()) {
+        if found.owner() == self.c.owner || !found.is_expired(self.c.now_tick()) {
             return TxError::Abort(AbortReason::Locked);
         }
         self.c.stats.expired_seen += 1;

@@ -4,13 +4,12 @@
 
 use fabric::OFFSET_MAX;
 
+pub use crate::lease::LEASE_TICK_MAX;
+
 /// Owner ids are 15 bits: they share the locked lock word with a 48-bit lease.
 pub const OWNER_BITS: u32 = 15;
 /// Largest owner id.
 pub const OWNER_MAX: u16 = (1 << OWNER_BITS) - 1;
-/// Leases are milliseconds since the Unix epoch in 48 bits (good until the
-/// year 10889).
-pub const LEASE_MS_MAX: u64 = (1 << 48) - 1;
 const LOCKED: u64 = 1 << 63;
 /// Unlocked versions are 63 bits.
 pub const VERSION_MAX: u64 = LOCKED - 1;
@@ -20,9 +19,21 @@ pub type OwnerId = u16;
 
 /// The LLLock word at the start of every TXObj meta.
 ///
-/// Bit 63 = locked. Locked: `owner: 15 bits (62..48) | lease_end_ms: 48 bits`.
-/// Unlocked: `version: 63 bits`, bumped by every commit of the object, which
-/// is what defeats ABA when a data block is reused.
+/// ```text
+///  63  62           48 47                                          0
+/// +---+---------------+---------------------------------------------+
+/// | 1 | owner (15 b)  | lease end, lease ticks (48 b)               |  locked
+/// +---+---------------+---------------------------------------------+
+/// | 0 |                 version (63 b)                              |  unlocked
+/// +---+-------------------------------------------------------------+
+/// ```
+///
+/// The lease end counts lease ticks (1/256 ms) since 2024-01-01T00:00:00Z
+/// ([`crate::lease`]: [`TICKS_PER_MS`](crate::lease::TICKS_PER_MS),
+/// [`LEASE_EPOCH_UNIX_MS`](crate::lease::LEASE_EPOCH_UNIX_MS); 48 bits last
+/// until 2058-11-03). Unlocked, the word is the version, bumped by every
+/// commit of the object, which is what defeats ABA when a data block is
+/// reused.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LockWord(u64);
 
@@ -33,11 +44,14 @@ impl LockWord {
         LockWord(version)
     }
 
-    /// A locked word held by `owner` until `lease_ms`.
-    pub fn locked(owner: OwnerId, lease_ms: u64) -> Self {
+    /// A locked word held by `owner` until `lease_tick`.
+    pub fn locked(owner: OwnerId, lease_tick: u64) -> Self {
         assert!(owner <= OWNER_MAX, "owner id {owner} does not fit 15 bits");
-        assert!(lease_ms <= LEASE_MS_MAX, "lease {lease_ms} does not fit 48 bits");
-        LockWord(LOCKED | (u64::from(owner) << 48) | lease_ms)
+        assert!(
+            lease_tick <= LEASE_TICK_MAX,
+            "lease tick {lease_tick} does not fit 48 bits (after 2058-11-03?)"
+        );
+        LockWord(LOCKED | (u64::from(owner) << 48) | lease_tick)
     }
 
     /// From a word read from DM.
@@ -60,9 +74,9 @@ impl LockWord {
         ((self.0 >> 48) & u64::from(OWNER_MAX)) as OwnerId
     }
 
-    /// The lease end in ms (meaningful when locked).
-    pub fn lease_ms(self) -> u64 {
-        self.0 & LEASE_MS_MAX
+    /// The lease end in lease ticks (meaningful when locked).
+    pub fn lease_tick(self) -> u64 {
+        self.0 & LEASE_TICK_MAX
     }
 
     /// The version (meaningful when unlocked).
@@ -70,26 +84,32 @@ impl LockWord {
         self.0 & VERSION_MAX
     }
 
-    /// True when locked and the lease ended at or before `now_ms`.
-    pub fn is_expired(self, now_ms: u64) -> bool {
-        self.is_locked() && now_ms >= self.lease_ms()
+    /// True when locked and the lease ended at or before `now_tick`.
+    pub fn is_expired(self, now_tick: u64) -> bool {
+        self.is_locked() && now_tick >= self.lease_tick()
     }
 
     /// The version a log-less repair gives an object whose lock it stole:
-    /// the stolen lease in ms, shifted into the high bits. The repairer cannot
-    /// know the version before the lock, but this floor is above it as long as
-    /// an object sees fewer than 2^15 commits per millisecond (each commit is
-    /// several round trips, so at most a few hundred).
+    /// the stolen lease end in ticks, shifted into the high bits (48 + 15 =
+    /// 63 bits: every floor is a valid version). The repairer cannot know the
+    /// version before the lock, but this floor is above it as long as an
+    /// object sees fewer than 2^15 commits per lease tick (3.9 µs; each
+    /// commit is several round trips, so at most a few).
     pub fn version_floor(stolen: LockWord) -> u64 {
         debug_assert!(stolen.is_locked());
-        stolen.lease_ms() << OWNER_BITS
+        stolen.lease_tick() << OWNER_BITS
     }
 }
 
 impl std::fmt::Debug for LockWord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.is_locked() {
-            write!(f, "Locked(owner {}, lease {} ms)", self.owner(), self.lease_ms())
+            write!(
+                f,
+                "Locked(owner {}, lease tick {})",
+                self.owner(),
+                self.lease_tick()
+            )
         } else {
             write!(f, "Unlocked(v{})", self.version())
         }
@@ -169,17 +189,18 @@ impl LogState {
     }
 }
 
-/// The log header word: `state: 16 | lease_ms: 48`. The lease is the commit
-/// lease of a DOING log (who commits it, until when); it is zero otherwise.
+/// The log header word: `state: 16 | lease_tick: 48`. The lease is the
+/// commit lease of a DOING log (who commits it, until when), in lease ticks
+/// like a lock word's; it is zero otherwise.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct LogHeader(u64);
 
 impl LogHeader {
-    /// A header in `state` with `lease_ms` (zero unless `Doing`).
-    pub fn new(state: LogState, lease_ms: u64) -> Self {
-        assert!(lease_ms <= LEASE_MS_MAX);
-        debug_assert!(state == LogState::Doing || lease_ms == 0);
-        LogHeader((state.code() << 48) | lease_ms)
+    /// A header in `state` with `lease_tick` (zero unless `Doing`).
+    pub fn new(state: LogState, lease_tick: u64) -> Self {
+        assert!(lease_tick <= LEASE_TICK_MAX);
+        debug_assert!(state == LogState::Doing || lease_tick == 0);
+        LogHeader((state.code() << 48) | lease_tick)
     }
 
     /// From a word read from DM; `None` for an unknown state code.
@@ -203,9 +224,9 @@ impl LogHeader {
         }
     }
 
-    /// The commit lease (DOING only).
-    pub fn lease_ms(self) -> u64 {
-        self.0 & LEASE_MS_MAX
+    /// The commit lease end in lease ticks (DOING only).
+    pub fn lease_tick(self) -> u64 {
+        self.0 & LEASE_TICK_MAX
     }
 }
 
@@ -213,7 +234,7 @@ impl std::fmt::Debug for LogHeader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", self.state())?;
         if self.state() == LogState::Doing {
-            write!(f, "(lease {} ms)", self.lease_ms())?;
+            write!(f, "(lease tick {})", self.lease_tick())?;
         }
         Ok(())
     }
@@ -228,11 +249,18 @@ mod tests {
         let l = LockWord::locked(0x1234, 0xABCD_EF01_2345);
         assert_eq!(l.raw(), (1 << 63) | (0x1234 << 48) | 0xABCD_EF01_2345);
         assert!(l.is_locked());
-        assert_eq!((l.owner(), l.lease_ms()), (0x1234, 0xABCD_EF01_2345));
+        assert_eq!((l.owner(), l.lease_tick()), (0x1234, 0xABCD_EF01_2345));
         assert_eq!(LockWord::from_raw(l.raw()), l);
-        let max = LockWord::locked(OWNER_MAX, LEASE_MS_MAX);
+        let max = LockWord::locked(OWNER_MAX, LEASE_TICK_MAX);
         assert_eq!(max.raw(), u64::MAX);
-        assert_eq!((max.owner(), max.lease_ms()), (OWNER_MAX, LEASE_MS_MAX));
+        assert_eq!((max.owner(), max.lease_tick()), (OWNER_MAX, LEASE_TICK_MAX));
+        // A lease of today: 2026-01-01 is 731 days of 86,400,000 ms of 256
+        // ticks after the epoch.
+        let today = 731 * 86_400_000 * crate::lease::TICKS_PER_MS;
+        assert_eq!(today, 16_168_550_400_000);
+        let l = LockWord::locked(7, today);
+        assert_eq!(l.raw(), (1 << 63) | (7 << 48) | today);
+        assert_eq!(l.lease_tick(), today);
 
         let u = LockWord::unlocked(VERSION_MAX);
         assert!(!u.is_locked());
@@ -250,9 +278,13 @@ mod tests {
 
     #[test]
     fn version_floor_beats_any_plausible_version() {
-        let stolen = LockWord::locked(3, 1_700_000_000_000);
-        assert_eq!(LockWord::version_floor(stolen), 1_700_000_000_000 << 15);
+        // 2026-01-01 in ticks.
+        let stolen = LockWord::locked(3, 16_168_550_400_000);
+        assert_eq!(LockWord::version_floor(stolen), 16_168_550_400_000 << 15);
         assert!(LockWord::version_floor(stolen) <= VERSION_MAX);
+        // The largest lease still gives a 63-bit version.
+        let last = LockWord::locked(OWNER_MAX, LEASE_TICK_MAX);
+        assert_eq!(LockWord::version_floor(last), VERSION_MAX - u64::from(OWNER_MAX));
     }
 
     #[test]
@@ -270,6 +302,10 @@ mod tests {
         assert_eq!(h.raw(), (3 << 48) | 77);
         assert_eq!(LogHeader::from_raw(h.raw()), Some(h));
         assert_eq!(h.state(), LogState::Doing);
+        assert_eq!(h.lease_tick(), 77);
+        let h = LogHeader::new(LogState::Doing, LEASE_TICK_MAX);
+        assert_eq!(h.raw(), (3 << 48) | LEASE_TICK_MAX);
+        assert_eq!(h.lease_tick(), LEASE_TICK_MAX);
         for s in [LogState::Empty, LogState::Init, LogState::Abort, LogState::Done] {
             let h = LogHeader::new(s, 0);
             assert_eq!(LogHeader::from_raw(h.raw()).map(LogHeader::state), Some(s));

@@ -28,10 +28,21 @@ fn a_full_config_parses_and_round_trips() {
             backoff_max: Duration::from_micros(2_500),
         }
     );
-    // now + n * OP_TIME + DRIFT, in whole milliseconds, rounded up.
-    assert_eq!(c.lease_ms(1), 6);
-    assert_eq!(c.lease_ms(4), 6);
-    assert_eq!(c.lease_ms(5), 7);
+    // n * OP_TIME + DRIFT, in lease ticks of 1/256 ms, rounded up:
+    // 5.25 ms, 6 ms, 6.25 ms and 5.1 ms + 1 ns (1305.6 ticks + a bit).
+    assert_eq!(c.lease_ticks(1), 1344);
+    assert_eq!(c.lease_ticks(4), 1536);
+    assert_eq!(c.lease_ticks(5), 1600);
+    let odd = TxConfig {
+        op_time: Duration::from_micros(100),
+        drift: Duration::from_nanos(5_000_001),
+        ..c.clone()
+    };
+    assert_eq!(odd.lease_ticks(1), 1306);
+    assert_eq!(
+        txn::lease::duration_from_ticks(c.lease_ticks(5)),
+        Duration::from_micros(6_250)
+    );
     let written = toml::to_string(&c).unwrap();
     assert!(written.contains("op_time = \"250us\""), "{written}");
     assert_eq!(toml::from_str::<TxConfig>(&written).unwrap(), c);
@@ -45,7 +56,7 @@ fn an_empty_config_is_the_paper_s() {
         (c.op_time, c.drift),
         (Duration::from_micros(100), Duration::from_millis(8))
     );
-    assert_eq!(c.lease_ms(1), 9);
+    assert_eq!(c.lease_ticks(1), 2074, "8.1 ms = 2073.6 ticks, rounded up");
 }
 
 #[test]

@@ -82,7 +82,7 @@ async fn a_stale_lock_word_does_not_repair_a_finished_reuse_of_the_slot() {
         assert_eq!(state, LogState::Done);
         assert_ne!(l1, l2, "each transaction of an owner locks with a new word");
         assert!(
-            l2.lease_ms() > l1.lease_ms(),
+            l2.lease_tick() > l1.lease_tick(),
             "leases of one owner strictly increase"
         );
 

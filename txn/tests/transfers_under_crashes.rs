@@ -7,7 +7,7 @@
 //! total never changes, every audit in between sees it whole, and at the end
 //! no lock is held and every replica agrees.
 //!
-//! Killed and paused clients run on real time, so their leases end ~9 ms
+//! Killed and paused clients run on real time, so their leases end ~8.1 ms
 //! after they took them. Half the survivors run a minute ahead
 //! (`clock_skew_ms`): to them, those leases have expired at once, and so has
 //! every lease of the live survivors on real time, which they therefore also

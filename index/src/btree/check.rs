@@ -122,7 +122,7 @@ impl BTree {
             c.fabric().execute(&mut batch).await?;
             let b = batch.read_result(h).map_err(IndexError::Verb)?;
             let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
-            if lock.is_expired(c.fabric().now_ms()) {
+            if lock.is_expired(c.now_tick()) {
                 let obj = txn::RawObj {
                     meta: GlobalAddr::from_raw(r),
                     len: super::node::NODE_BYTES as u32,

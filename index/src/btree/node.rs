@@ -11,7 +11,8 @@
 //! word 7   check        leaf: hash of words 0..7; internal: hash of every other word
 //! bytes 64..1024:
 //!   leaf      40 entries of 24 bytes: key, value, check = h(key, value, version);
-//!             all-zero = empty; unsorted (sorted on split)
+//!             key 0 = empty (value 0, and the check of (0, 0, version) too);
+//!             unsorted (sorted on split)
 //!   internal  60 entries of 16 bytes: key, child; sorted; `count` used
 //! ```
 //!
@@ -22,6 +23,15 @@
 //! from an earlier incarnation of the node (its check names an older
 //! `version`), fails verification and the reader reads again. The chance
 //! that a torn read verifies is that of a 64-bit hash collision.
+//!
+//! Empty slots carry a check too. A split rewrites the left node in place,
+//! keeping the lower half of the entries and emptying the slots of the
+//! upper half (moved to the new right node). A reader that read the old
+//! header and first slots before that rewrite and the emptied slots after
+//! it must not see a consistent node: with unchecked all-zero empty slots
+//! it did, with the old fences and sibling but without the moved entries,
+//! so `get` said "absent" and `scan` skipped them (found by the concurrent
+//! model test, `tests/concurrent_model.rs`; the mix is `tests/torn_reads.rs`).
 
 use fabric::GlobalAddr;
 
@@ -83,7 +93,8 @@ fn fmix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-/// The check of a leaf entry; never 0, so that an all-zero slot is empty.
+/// The check of a leaf entry (of an empty slot: of key 0, value 0); never
+/// 0, so that an all-zero slot is never valid.
 pub fn entry_check(key: u64, value: u64, version: u64) -> u64 {
     let h = fmix(key ^ fmix(value ^ fmix(version ^ 0x6b69_6e74_7375_6769)));
     if h == 0 {
@@ -191,13 +202,14 @@ impl Node {
     }
 
     /// The 24 bytes of a leaf slot, as written in place by an entry update.
+    /// An empty slot is key 0, value 0 and their check under `version`
+    /// (see the module doc: an unchecked empty slot let a torn read pass).
     pub fn entry_bytes(slot: Option<(u64, u64)>, version: u64) -> [u8; LEAF_ENTRY_BYTES] {
+        let (k, v) = slot.unwrap_or((KEY_MIN, 0));
         let mut e = [0u8; LEAF_ENTRY_BYTES];
-        if let Some((k, v)) = slot {
-            e[..8].copy_from_slice(&k.to_le_bytes());
-            e[8..16].copy_from_slice(&v.to_le_bytes());
-            e[16..].copy_from_slice(&entry_check(k, v, version).to_le_bytes());
-        }
+        e[..8].copy_from_slice(&k.to_le_bytes());
+        e[8..16].copy_from_slice(&v.to_le_bytes());
+        e[16..].copy_from_slice(&entry_check(k, v, version).to_le_bytes());
         e
     }
 
@@ -231,12 +243,18 @@ impl Node {
             for i in 0..LEAF_SLOTS {
                 let at = HEADER_BYTES / 8 + i * 3;
                 let (k, v, c) = (word(b, at), word(b, at + 1), word(b, at + 2));
-                if k == 0 && v == 0 && c == 0 {
-                    node.slots.push(None);
-                } else if c == entry_check(k, v, version) {
-                    node.slots.push(Some((k, v)));
-                } else {
+                // Every slot, empty ones included, must carry the check of
+                // this node version.
+                if c != entry_check(k, v, version) {
                     return Err(Torn);
+                }
+                if k == KEY_MIN {
+                    if v != 0 {
+                        return Err(Torn);
+                    }
+                    node.slots.push(None);
+                } else {
+                    node.slots.push(Some((k, v)));
                 }
             }
         } else {
@@ -370,7 +388,11 @@ mod tests {
             (word(&b, 8), word(&b, 9), word(&b, 10)),
             (42, 7, entry_check(42, 7, 1))
         );
-        assert_eq!(&b[Node::slot_range(1)], &[0u8; 24], "empty slot is all zero");
+        assert_eq!(
+            (word(&b, 11), word(&b, 12), word(&b, 13)),
+            (0, 0, entry_check(0, 0, 1)),
+            "an empty slot is key 0, value 0 and their check"
+        );
         assert_eq!(Node::decode(&b), Ok(n));
     }
 

@@ -9,9 +9,10 @@ use txn::{DataPtr, RawObj, Tx, TxClient, TxError};
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
-/// Reads of a node that keep coming back torn before giving up. A
-/// committed node block is never written again until it is freed and
-/// reused, so a torn read means the reader held a stale pointer.
+/// Reads of a node that keep coming back torn (or whose pointer keeps
+/// moving) before giving up. A committed node block is never written again
+/// until it is freed and reused, and `read_node` validates the pointer, so
+/// a torn block under an unchanged pointer is a corrupt node.
 pub const TORN_READS_MAX: u32 = 100_000;
 
 fn obj(r: NodeRef) -> RawObj {
@@ -28,24 +29,43 @@ fn step(e: TxError) -> Step {
     }
 }
 
-/// Reads a node without a transaction: its meta, then its data (two round
-/// trips), again while torn.
+/// Reads a node without a transaction: its data pointer, then its block
+/// and the pointer again in one batch (two round trips, READ 8 + 1 KiB +
+/// 8), again while the pointer moved or the block reads torn.
+///
+/// The second pointer READ validates the block READ before it (verbs to one
+/// memory node run in order). Without it, a commit between the two round
+/// trips moved the pointer and freed the old block, which the committer's
+/// next transaction may have filled with data it never committed (or with
+/// another node): the reader returned it as this node. Found by the
+/// concurrent model test (`tests/concurrent_model.rs`, scans missing keys);
+/// made deterministic in `tests/torn_reads.rs`. An unchanged pointer
+/// (pointers carry a version, bumped by every install) means the block was
+/// this node's committed data throughout: blocks are freed only after the
+/// pointer has left them.
 pub(crate) async fn read_node(c: &mut TxClient, r: NodeRef) -> Result<Node, IndexError> {
     let mut batch = Batch::new();
     let meta = GlobalAddr::from_raw(r);
+    let dptr_addr = meta.add(txn::DPTR_OFFSET);
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+    let h = batch.read(dptr_addr, 8);
+    c.fabric().execute(&mut batch).await?;
+    let mut dptr = word(batch.read_result(h).map_err(IndexError::Verb)?);
     for _ in 0..TORN_READS_MAX {
         batch.clear();
-        let h = batch.read(meta.add(txn::DPTR_OFFSET), 8);
+        let block = GlobalAddr::new(meta.region(), DataPtr::from_raw(dptr).offset());
+        let h = batch.read(block, NODE_BYTES as u32);
+        let again = batch.read(dptr_addr, 8);
         c.fabric().execute(&mut batch).await?;
-        let dptr = batch.read_result(h).map_err(IndexError::Verb)?;
-        let dptr = DataPtr::from_raw(u64::from_le_bytes(dptr.try_into().unwrap_or_default()));
-        batch.clear();
-        let h = batch.read(GlobalAddr::new(meta.region(), dptr.offset()), NODE_BYTES as u32);
-        c.fabric().execute(&mut batch).await?;
-        match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
-            Ok(n) => return Ok(n),
-            Err(Torn) => tokio::task::yield_now().await,
+        let now = word(batch.read_result(again).map_err(IndexError::Verb)?);
+        if now == dptr {
+            match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
+                Ok(n) => return Ok(n),
+                Err(Torn) => tokio::task::yield_now().await,
+            }
         }
+        // Moved: read the block it points to now (one round trip more).
+        dptr = now;
     }
     Err(IndexError::Torn(r))
 }

@@ -1,4 +1,4 @@
-//! Numbers for people: thousands separators, microseconds, percentages.
+//! Numbers for people: thousands separators, microseconds, percentages, lease ticks as ms.
 
 /// A count or rate with thousands separators, rounded to an integer.
 pub fn thousands(x: f64) -> String {
@@ -37,13 +37,9 @@ pub fn percent(fraction: f64) -> String {
     }
 }
 
-/// Milliseconds as ms or s.
-pub fn millis(ms: i64) -> String {
-    if ms.abs() < 10_000 {
-        format!("{ms}ms")
-    } else {
-        format!("{:.0}s", ms as f64 / 1e3)
-    }
+/// Lease ticks (1/256 ms) as milliseconds with two decimals (`8.10ms`).
+pub fn tick_millis(ticks: i64) -> String {
+    format!("{:.2}ms", txn::lease::ms_from_ticks(ticks))
 }
 
 /// A duration in whole units where it has them (`8ms`, `100µs`).
@@ -65,7 +61,8 @@ mod tests {
         assert_eq!(percent(0.0), "0%");
         assert_eq!(percent(0.00001), "0.001%");
         assert_eq!(percent(0.475), "47.50%");
-        assert_eq!(millis(12), "12ms");
-        assert_eq!(millis(1_561_255), "1561s");
+        assert_eq!(tick_millis(2074), "8.10ms");
+        assert_eq!(tick_millis(0), "0.00ms");
+        assert_eq!(tick_millis(256), "1.00ms");
     }
 }

@@ -31,10 +31,9 @@ Output:
   Two tables, with and without regulation: rows are lock counts, columns are drifts, entries are the
   false-expiry rate. Then one line per cell with its lease, transactions, commits/s, expired locks met
   and repairs, and the lease lead: after the cell, how far past its clock + lease the next lease a
-  client takes ends. TxClient takes each of an owner's leases at least 1 ms after the previous one,
-  so clients committing more than once per ms run their leases ahead of the clock, and their locks
-  cannot expire while they live: a large lead means the cell measured that, not the drift (more
-  --threads, hence fewer commits per client, shrink it).
+  client takes ends. Leases count 1/256 ms ticks; TxClient takes each of an owner's leases at least
+  one tick after the previous one and at most 1 ms (txn::LEAD_TICKS_MAX) ahead of its clock, waiting
+  for its clock beyond (waits): clients taking lock words faster than 256,000/s run up to 1 ms ahead.
   After each cell the object counters are checked (commits x locks, no lock left held).
 
 Examples:

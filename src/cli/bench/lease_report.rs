@@ -6,9 +6,10 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use txn::lease::ms_from_ticks;
 
 use super::common::cores;
-use super::format::{duration, millis, percent, thousands};
+use super::format::{duration, percent, thousands, tick_millis};
 use super::lease_args::LeasePlan;
 use super::lease_run::Cell;
 use super::txn_report::lead_note;
@@ -32,9 +33,23 @@ impl LeaseReport<'_> {
             .find(|c| c.locks == locks && c.drift == drift && c.regulated == regulated)
     }
 
-    /// The most any client's leases ran ahead of its clock (see `probe`).
-    fn lead_ms(&self) -> Option<i64> {
-        self.cells.iter().filter_map(|c| c.run.lease_lead_ms).max()
+    /// The most any client's leases ran ahead of its clock (see `probe`),
+    /// in lease ticks.
+    fn lead_ticks(&self) -> Option<i64> {
+        self.cells.iter().filter_map(|c| c.run.lease_lead_ticks).max()
+    }
+
+    /// Times any client waited for its clock to take a lease, in all cells.
+    fn lease_waits(&self) -> u64 {
+        self.cells.iter().map(|c| c.run.tx.lease_waits).sum()
+    }
+
+    fn notes(&self) -> Vec<String> {
+        self.lead_ticks()
+            .filter(|&l| l > 0)
+            .map(|l| lead_note(l, self.lease_waits()))
+            .into_iter()
+            .collect()
     }
 
     /// Rows of locks, columns of drifts: the false-expiry rates.
@@ -62,7 +77,8 @@ impl LeaseReport<'_> {
                     "locks": c.locks,
                     "drift_ms": ms(c.drift),
                     "regulated": c.regulated,
-                    "lease_ms": c.lease_ms,
+                    "lease_ms": ms_from_ticks(c.lease_ticks as i64),
+                    "lease_ticks": c.lease_ticks,
                     "transactions": r.txns,
                     "expired_txns": r.expired_txns,
                     "false_expiry_rate": c.rate(),
@@ -72,7 +88,8 @@ impl LeaseReport<'_> {
                     "aborts": r.aborts(),
                     "gave_up": r.gave_up,
                     "commits_per_sec": r.per_sec(r.commits),
-                    "lease_lead_ms": r.lease_lead_ms,
+                    "lease_lead_ms": r.lease_lead_ticks.map(ms_from_ticks),
+                    "lease_waits": r.tx.lease_waits,
                     "elapsed_s": r.elapsed.as_secs_f64(),
                     "check": {
                         "ok": c.check.ok(),
@@ -105,8 +122,9 @@ impl LeaseReport<'_> {
             },
             "cells": cells,
             "check_ok": self.cells.iter().all(|c| c.check.ok()),
-            "lease_lead_ms_max": self.lead_ms(),
-            "notes": self.lead_ms().filter(|&l| l > 0).map(lead_note).into_iter().collect::<Vec<_>>(),
+            "lease_lead_ms_max": self.lead_ticks().map(ms_from_ticks),
+            "lease_waits": self.lease_waits(),
+            "notes": self.notes(),
         })
     }
 
@@ -160,7 +178,7 @@ impl LeaseReport<'_> {
         let _ = writeln!(s);
         let _ = writeln!(
             s,
-            "{:>6}{:>8}{:>9}{:>7}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}  check",
+            "{:>6}{:>8}{:>9}{:>9}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}{:>8}  check",
             "locks",
             "drift",
             "regul.",
@@ -172,17 +190,18 @@ impl LeaseReport<'_> {
             "repairs",
             "rate",
             "gave up",
-            "lead"
+            "lead",
+            "waits"
         );
         for c in self.cells {
             let r = &c.run;
             let _ = writeln!(
                 s,
-                "{:>6}{:>8}{:>9}{:>7}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}  {}",
+                "{:>6}{:>8}{:>9}{:>9}{:>10}{:>11}{:>10}{:>9}{:>9}{:>9}{:>9}{:>8}{:>8}  {}",
                 c.locks,
                 duration(c.drift),
                 if c.regulated { "with" } else { "without" },
-                format!("{}ms", c.lease_ms),
+                tick_millis(c.lease_ticks as i64),
                 thousands(r.txns as f64),
                 thousands(r.per_sec(r.commits)),
                 thousands(r.expired_txns as f64),
@@ -190,18 +209,19 @@ impl LeaseReport<'_> {
                 thousands(r.tx.repairs as f64),
                 percent(c.rate()),
                 r.gave_up,
-                r.lease_lead_ms.map_or("?".to_owned(), millis),
+                r.lease_lead_ticks.map_or("?".to_owned(), tick_millis),
+                thousands(r.tx.lease_waits as f64),
                 if c.check.ok() { "ok" } else { "FAILED" },
             );
         }
         let _ = writeln!(
             s,
             "(met exp. = transactions that met an expired lock; expired = expired locks met; lease = the lease \
-             length, rounded up to ms; lead = the most a client's next lease ended past its clock + lease \
-             after the cell)"
+             length, rounded up to a lease tick of 1/256 ms; lead = the most a client's next lease ended past \
+             its clock + lease after the cell; waits = times clients waited for their clocks to take a lease)"
         );
-        if let Some(lead) = self.lead_ms().filter(|&l| l > 0) {
-            let _ = writeln!(s, "note: {}", lead_note(lead));
+        for note in self.notes() {
+            let _ = writeln!(s, "note: {note}");
         }
         s
     }

@@ -13,7 +13,7 @@ use txn::TxConfig;
 use super::check::{self, Check};
 use super::cluster::{self, Cluster, FIRST_WORKER};
 use super::common::seed_for;
-use super::format::{duration, percent};
+use super::format::{duration, percent, tick_millis};
 use super::lease_args::{LeaseArgs, LeasePlan};
 use super::lease_report::LeaseReport;
 use super::threads::{on_threads, runtime};
@@ -30,8 +30,8 @@ pub struct Cell {
     pub locks: usize,
     pub drift: Duration,
     pub regulated: bool,
-    /// The lease length this cell's commits used, in ms.
-    pub lease_ms: u64,
+    /// The lease length this cell's commits used, in lease ticks (1/256 ms).
+    pub lease_ticks: u64,
     pub run: ClientRun,
     pub check: Check,
 }
@@ -75,19 +75,20 @@ pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
     for &locks in &plan.locks {
         for &drift in &plan.drifts {
             for regulated in [true, false] {
-                let lease_ms = config(&plan, drift, regulated).lease_ms(locks);
+                let lease_ticks = config(&plan, drift, regulated).lease_ticks(locks);
                 eprint!(
-                    "lease bench: cell {}/{total}: {locks} lock(s), drift {}, {} regulation (lease {lease_ms} ms) ... ",
+                    "lease bench: cell {}/{total}: {locks} lock(s), drift {}, {} regulation (lease {}) ... ",
                     cells.len() + 1,
                     duration(drift),
                     if regulated { "with" } else { "without" },
+                    tick_millis(lease_ticks as i64),
                 );
                 let (run, check) = run_cell(&plan, locks, config(&plan, drift, regulated), &skews)?;
                 let cell = Cell {
                     locks,
                     drift,
                     regulated,
-                    lease_ms,
+                    lease_ticks,
                     run,
                     check,
                 };

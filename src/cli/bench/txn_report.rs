@@ -8,18 +8,21 @@ use serde_json::{json, Value};
 
 use super::check::Check;
 use super::common::cores;
-use super::format::{duration, micros, millis, thousands};
+use super::format::{duration, micros, thousands, tick_millis};
 use super::txn_args::TxnPlan;
 use super::worker::{ClientRun, SAMPLE_EVERY};
 
-/// Explains a lease that ran ahead of the clock (see `probe`).
-pub fn lead_note(lead_ms: i64) -> String {
+/// Explains a lease that ran ahead of the clock (see `probe`); `waits` is
+/// how often clients waited for their clocks to take one.
+pub fn lead_note(lead_ticks: i64, waits: u64) -> String {
     format!(
         "after the run a client's next lease ended {} past its clock plus the configured lease: \
-         TxClient takes each lease at least 1 ms after the owner's previous one, so a client committing \
-         more than once per ms runs its leases ahead of the clock; its locks cannot expire while it \
-         lives, and would outlive its crash by as much",
-        millis(lead_ms)
+         TxClient takes each of an owner's leases at least 1/256 ms after its previous one and at most \
+         {} ahead of its clock, so a client taking lock words faster than 256,000/s runs ahead by up to \
+         that, and clients waited {} time(s) for their clocks (TxStats::lease_waits)",
+        tick_millis(lead_ticks),
+        tick_millis(txn::LEAD_TICKS_MAX as i64),
+        thousands(waits as f64),
     )
 }
 
@@ -52,8 +55,8 @@ impl TxnReport<'_> {
                 cores()
             ));
         }
-        if let Some(lead) = t.lease_lead_ms.filter(|&l| l > 0) {
-            notes.push(lead_note(lead));
+        if let Some(lead) = t.lease_lead_ticks.filter(|&l| l > 0) {
+            notes.push(lead_note(lead, t.tx.lease_waits));
         }
         if t.tx.aborts != t.aborts() {
             notes.push(format!(
@@ -96,7 +99,8 @@ impl TxnReport<'_> {
             "p99_us": t.percentile_us(0.99),
             "latency_samples": t.latency.len(),
             "sample_every": SAMPLE_EVERY,
-            "lease_lead_ms": t.lease_lead_ms,
+            "lease_lead_ms": t.lease_lead_ticks.map(txn::lease::ms_from_ticks),
+            "lease_waits": t.tx.lease_waits,
         });
         let per_commit = json!({
             "round_trips_per_commit": t.per_commit(f.round_trips),

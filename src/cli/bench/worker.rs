@@ -53,8 +53,9 @@ pub struct ClientRun {
     /// Commits including the warm-up: what the client added to the counters.
     pub committed_total: u64,
     /// After the run: how far the lease the client would take ends past
-    /// its clock plus the configured lease (see `probe`); merged: the most.
-    pub lease_lead_ms: Option<i64>,
+    /// its clock plus the configured lease, in lease ticks (1/256 ms; see
+    /// `probe`); merged: the most.
+    pub lease_lead_ticks: Option<i64>,
 }
 
 impl ClientRun {
@@ -77,7 +78,7 @@ impl ClientRun {
             latency: histogram()?,
             elapsed: Duration::ZERO,
             committed_total: 0,
-            lease_lead_ms: None,
+            lease_lead_ticks: None,
         };
         for r in runs {
             all.txns += r.txns;
@@ -92,7 +93,7 @@ impl ClientRun {
                 .context("cannot merge latency histograms")?;
             all.elapsed = all.elapsed.max(r.elapsed);
             all.committed_total += r.committed_total;
-            all.lease_lead_ms = all.lease_lead_ms.max(r.lease_lead_ms);
+            all.lease_lead_ticks = all.lease_lead_ticks.max(r.lease_lead_ticks);
         }
         Ok(all)
     }
@@ -230,7 +231,8 @@ impl<'a> Worker<'a> {
         run.tx = diff(self.client.stats(), tx_before);
         run.fabric = self.client.fabric().stats() - fabric_before;
         run.committed_total = self.committed_total;
-        run.lease_lead_ms = probe::lease_lead_ms(&mut self.client, self.objects[0]).await?;
+        run.lease_lead_ticks =
+            probe::lease_lead_ticks(&mut self.client, self.objects[0], self.write_set).await?;
         Ok(run)
     }
 }
@@ -262,6 +264,7 @@ fn diff(after: TxStats, before: TxStats) -> TxStats {
     d.repairs -= before.repairs;
     d.logged_commits -= before.logged_commits;
     d.expired_seen -= before.expired_seen;
+    d.lease_waits -= before.lease_waits;
     d
 }
 
