@@ -17,8 +17,15 @@ use super::{IndexError, Step};
 /// Lock words in the lock table (Sherman keeps 32,768 in NIC memory).
 pub const LOCK_WORDS: u64 = 32_768;
 /// Lock attempts while holding no other lock before a writer reports the
-/// node blocked (its holder is presumably dead: optimal cannot know).
+/// node blocked (its holder is presumably dead: optimal cannot know). With
+/// the backoff below this is tens of seconds: a live holder descheduled on a
+/// loaded machine must not be mistaken for a dead one.
 pub const LOCK_ATTEMPTS_MAX: u32 = 200_000;
+/// Attempts spun (yielding) before a waiter starts sleeping between them.
+const LOCK_SPINS: u32 = 1_024;
+/// Sleep between lock attempts after the spins: long enough not to burn a
+/// core against a dead holder, short next to a descheduled live one.
+const LOCK_BACKOFF: std::time::Duration = std::time::Duration::from_micros(100);
 /// Lock attempts while holding other locks before a writer backs off and
 /// restarts: two nodes can hash to one lock word, so waiting while holding
 /// could deadlock.
@@ -180,7 +187,9 @@ impl<'a> OptimalTxn<'a> {
                     Err(Torn) => self.o.read_node(r).await.map_err(Step::Fail),
                 };
             }
-            if attempt % 16 == 15 {
+            if attempt >= LOCK_SPINS && tokio::runtime::Handle::try_current().is_ok() {
+                tokio::time::sleep(LOCK_BACKOFF).await;
+            } else if attempt % 16 == 15 {
                 tokio::task::yield_now().await;
             }
         }

@@ -294,14 +294,22 @@ fn measure(
             }
         };
         rt.block_on(async {
-            // Warm the node caches, then start together.
+            // Warm the node caches, then start together. The gate is passed
+            // whatever the warm-up did: the other threads wait for it.
             let mut warm = Vec::with_capacity(clients.len());
+            let mut warmup_error = None;
             for (mut client, mut generator) in clients {
                 let deadline = Instant::now() + WARMUP;
-                drive(&mut client, &mut generator, deadline).await?;
+                if let Err(e) = drive(&mut client, &mut generator, deadline).await {
+                    warmup_error = Some(e);
+                    break;
+                }
                 warm.push((client, generator));
             }
             gate.wait();
+            if let Some(e) = warmup_error {
+                return Err(e.into());
+            }
             let deadline = Instant::now() + plan.duration;
             let mut tasks = tokio::task::JoinSet::new();
             for (mut client, mut generator) in warm {
