@@ -4,7 +4,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::*;
 
@@ -330,33 +329,4 @@ fn bad_specs_are_rejected() {
         SpecError::Records(0).to_string(),
         "record count 0 out of range: must be in 1..=281474976710656"
     );
-}
-
-/// Prints setup time and generation rate for the paper's 100M records.
-/// Not a benchmark: run by hand with
-/// `cargo test --release -p kintsugi-chaos -- --ignored --nocapture generation_rate`.
-#[test]
-#[ignore = "timing; run by hand in release"]
-fn generation_rate() {
-    const RECORDS: u64 = 100_000_000;
-    const OPS: u64 = 10_000_000;
-    for distribution in Distribution::ALL {
-        for workload in Workload::ALL {
-            let started = Instant::now();
-            let ks = keyspace(workload, distribution, RECORDS, 42);
-            let setup = started.elapsed();
-            let mut gen = ks.generator(0);
-            let started = Instant::now();
-            let mut sink = 0u64;
-            for _ in 0..OPS {
-                sink = sink.wrapping_add(gen.next_op().key());
-            }
-            let run = started.elapsed();
-            println!(
-                "{workload}/{distribution}: setup {setup:.2?}, {OPS} ops in {run:.2?} ({:.1} Mops/s, {:.1} ns/op) [{sink:x}]",
-                OPS as f64 / run.as_secs_f64() / 1e6,
-                run.as_nanos() as f64 / OPS as f64,
-            );
-        }
-    }
 }
