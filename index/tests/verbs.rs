@@ -209,8 +209,8 @@ async fn rtx_verbs_match_table_2() {
             "rtx {what}: one commit, no log (one node changed): {c:?}"
         );
         assert_eq!(
-            v.round_trips, 5,
-            "rtx {what}: meta, data, pre-lock, write, install: {v:?}"
+            v.round_trips, 4,
+            "rtx {what}: meta, data, pre-lock, then write + install in one batch: {v:?}"
         );
         assert_eq!(v.reads, 2, "rtx {what}: meta and data: {v:?}");
         assert_eq!(
@@ -265,7 +265,7 @@ async fn rtx_verbs_match_table_2() {
     let v = c.verbs;
     assert_eq!(
         (v.round_trips, v.bytes_read, v.bytes_written, v.cas, c.commits),
-        (5, KIB + META_BYTES, KIB, 3, 1),
+        (4, KIB + META_BYTES, KIB, 3, 1),
         "rtx unchanged insert: {v:?}"
     );
 }
