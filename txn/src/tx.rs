@@ -211,6 +211,51 @@ impl<'c> Tx<'c> {
         Err(self.conflict(obj, found).await)
     }
 
+    /// Opt2 with the read folded in: reads `obj`'s meta, then pre-locks it
+    /// and reads its data in one batch, and returns the data. Two round trips
+    /// where `read_raw` then `lock_now` take three. Sound because the CAS
+    /// precedes the READ on one memory node: if the CAS wins, the version
+    /// did not change since the meta was read, so the data pointer read with
+    /// it is still the live one and the READ returns the data under the lock.
+    pub async fn read_locked(&mut self, obj: RawObj) -> Result<&[u8], TxError> {
+        let known = self.writes.iter().any(|w| w.obj.meta == obj.meta)
+            || self.reads.iter().any(|r| r.obj.meta == obj.meta)
+            || self.fresh.iter().any(|f| f.meta == obj.meta);
+        if known {
+            self.lock_now(obj).await?;
+            return self.read_raw(obj).await;
+        }
+        let (seen, old) = self.unlocked_meta(obj).await?;
+        let lock = match self.prelock {
+            Some(l) => l,
+            None => {
+                let l = self.c.next_lock(self.writes.len() + 1).await;
+                self.prelock = Some(l);
+                l
+            }
+        };
+        self.batch.clear();
+        let c = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
+        let d = self
+            .batch
+            .read(GlobalAddr::new(obj.meta.region(), old.offset()), obj.len);
+        self.c.fabric.execute(&mut self.batch).await?;
+        let found = LockWord::from_raw(self.batch.old_value(c).map_err(TxError::Verb)?);
+        if found != seen {
+            return Err(self.conflict(obj, found).await);
+        }
+        let data = self.batch.read_result(d).map_err(TxError::Verb)?.to_vec();
+        self.writes.push(WriteEntry {
+            obj,
+            seen,
+            old,
+            data,
+            new: None,
+            prelocked: true,
+        });
+        Ok(&self.writes[self.writes.len() - 1].data)
+    }
+
     /// Opt2: checks only that no live transaction holds `obj`'s lock, and
     /// repairs an expired holder. For objects whose update is atomic by
     /// other means (a RACE slot CAS under a subtable TXObj): the object is

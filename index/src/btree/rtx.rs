@@ -88,11 +88,12 @@ impl<'a> RtxTxn<'a> {
         Node::decode(bytes).map_err(|Torn| Step::Retry { invalidate: None })
     }
 
-    /// Reads the leaf and pre-locks it.
+    /// Reads the leaf and pre-locks it (meta, then lock + data in one batch).
     pub(crate) async fn lock(&mut self, r: NodeRef) -> Result<Node, Step> {
-        let node = self.read(r).await?;
-        self.tx.lock_now(obj(r)).await.map_err(step)?;
-        Ok(node)
+        let bytes = self.tx.read_locked(obj(r)).await.map_err(step)?;
+        // Read under the lock, a torn node means a corrupt pointer: retry
+        // (the attempt is rolled back, releasing the lock).
+        Node::decode(bytes).map_err(|Torn| Step::Retry { invalidate: None })
     }
 
     /// Reads a node the transaction may write (validated at commit).
