@@ -4,37 +4,13 @@
 mod common;
 
 use common::*;
-use fabric::{
-    Batch, Client, Completion, FabricError, LocalTransport, Outcome, Replica, ShmTransport, TcpTransport,
-    VerbHandle,
-};
+use fabric::{Batch, Client, FabricError, LocalTransport, Outcome, Replica, ShmTransport, TcpTransport};
 
 on_every_transport!(
     stale_epoch_is_fenced,
     partly_stale_batch_names_the_stale_node,
     a_fresh_transport_learns_the_new_epoch,
 );
-
-/// Runs a batch holding one verb and returns that verb's completion.
-async fn single(client: &mut Client, push: impl FnOnce(&mut Batch) -> VerbHandle) -> Completion {
-    let mut b = Batch::new();
-    let h = push(&mut b);
-    client.execute(&mut b).await.unwrap();
-    assert_eq!(b.completions(h).len(), 1);
-    b.completion(h)
-}
-
-fn replicas_of(replicas: u16) -> Vec<Replica> {
-    (0..replicas)
-        .map(|i| {
-            if i == 0 {
-                Replica::Primary
-            } else {
-                Replica::Backup((i - 1) as u8)
-            }
-        })
-        .collect()
-}
 
 async fn stale_epoch_is_fenced(kind: Kind) {
     for replicas in [1u16, 2] {

@@ -5,8 +5,8 @@ mod common;
 
 use common::*;
 use fabric::{
-    Batch, Client, Completion, FabricError, GlobalAddr, Outcome, Replica, VerbError, VerbHandle,
-    BATCH_BYTES_MAX, OFFSET_MAX, VERBS_PER_BATCH_MAX, VERB_BYTES_MAX,
+    Batch, FabricError, GlobalAddr, Outcome, Replica, VerbError, VerbHandle, BATCH_BYTES_MAX, OFFSET_MAX,
+    VERBS_PER_BATCH_MAX, VERB_BYTES_MAX,
 };
 
 on_every_transport!(
@@ -19,15 +19,6 @@ on_every_transport!(
     read_byte_limit_is_per_node,
     node_keeps_serving_after_errors,
 );
-
-/// Runs a batch holding one verb and returns that verb's completion.
-async fn single(client: &mut Client, push: impl FnOnce(&mut Batch) -> VerbHandle) -> Completion {
-    let mut b = Batch::new();
-    let h = push(&mut b);
-    client.execute(&mut b).await.unwrap();
-    assert_eq!(b.completions(h).len(), 1);
-    b.completion(h)
-}
 
 async fn unknown_region_is_an_error_completion(kind: Kind) {
     for replicas in [1u16, 2] {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use fabric::{Batch, Client, Completion, FabricError, GlobalAddr, Outcome, Replica, Stats, VerbHandle};
+use fabric::{Batch, FabricError, GlobalAddr, Outcome, Replica, Stats, VerbHandle};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -20,27 +20,6 @@ on_every_transport!(
     concurrent_faa_from_forks_is_atomic,
     flush_completes,
 );
-
-/// Runs a batch holding one verb and returns that verb's completion.
-async fn single(client: &mut Client, push: impl FnOnce(&mut Batch) -> VerbHandle) -> Completion {
-    let mut b = Batch::new();
-    let h = push(&mut b);
-    client.execute(&mut b).await.unwrap();
-    assert_eq!(b.completions(h).len(), 1);
-    b.completion(h)
-}
-
-fn replicas_of(replicas: u16) -> Vec<Replica> {
-    (0..replicas)
-        .map(|i| {
-            if i == 0 {
-                Replica::Primary
-            } else {
-                Replica::Backup((i - 1) as u8)
-            }
-        })
-        .collect()
-}
 
 async fn cas_returns_the_old_value_and_swaps_only_on_match(kind: Kind) {
     let c = Cluster::build(kind, 1).await;

@@ -279,3 +279,28 @@ macro_rules! on_every_transport {
         )*
     };
 }
+
+/// Runs a batch holding one verb and returns that verb's completion.
+pub async fn single(
+    client: &mut Client,
+    push: impl FnOnce(&mut fabric::Batch) -> fabric::VerbHandle,
+) -> fabric::Completion {
+    let mut b = fabric::Batch::new();
+    let h = push(&mut b);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(b.completions(h).len(), 1);
+    b.completion(h)
+}
+
+/// The targets of each replica of a region with `replicas` replicas, primary first.
+pub fn replicas_of(replicas: u16) -> Vec<Replica> {
+    (0..replicas)
+        .map(|i| {
+            if i == 0 {
+                Replica::Primary
+            } else {
+                Replica::Backup((i - 1) as u8)
+            }
+        })
+        .collect()
+}
