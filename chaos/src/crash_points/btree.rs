@@ -18,7 +18,7 @@ use index::btree::node::{INTERNAL_SLOTS, LEAF_SLOTS};
 use index::btree::{BTree, TreeInfo, Variant, Written};
 use txn::{Heap, HeapConfig, TxConfig};
 
-use super::{ExploreError, Mode, Report, ScenarioReport, Violation};
+use super::{ExploreError, Mode, Report};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 8 << 20;
@@ -209,33 +209,11 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
         };
         let base = base(options.variant, shape).await.map_err(setup_err)?;
         let verbs = fault_free_verbs(&base).await.map_err(setup_err)?;
-        let mut violations = Vec::new();
-        let (mut runs, mut violating_runs) = (0, 0);
-        for &mode in &options.modes {
-            for k in 1..=verbs {
-                let found = run_once(&base, mode, k).await.map_err(setup_err)?;
-                runs += 1;
-                if !found.is_empty() {
-                    violating_runs += 1;
-                }
-                violations.extend(found.into_iter().map(|what| Violation {
-                    scenario: scenario.clone(),
-                    mode,
-                    k,
-                    what,
-                }));
-            }
-        }
-        tracing::info!(%scenario, verbs, runs, violations = violations.len(), "explored");
-        report.add(
-            ScenarioReport {
-                scenario: scenario.clone(),
-                verbs,
-                crash_points: runs,
-                violating_runs,
-            },
-            violations,
-        );
+        report
+            .explore_scenario(&scenario, verbs, &options.modes, async |mode, k| {
+                run_once(&base, mode, k).await
+            })
+            .await?;
     }
     Ok(report)
 }

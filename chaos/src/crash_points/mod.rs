@@ -95,3 +95,48 @@ pub enum ExploreError {
         reason: String,
     },
 }
+
+impl Report {
+    /// Explores one scenario: `run_once(mode, k)` for every mode and every
+    /// verb position `k` of a victim whose fault-free run takes `verbs`
+    /// verbs; each returns what its checker found wrong.
+    pub(crate) async fn explore_scenario(
+        &mut self,
+        scenario: &str,
+        verbs: u64,
+        modes: &[Mode],
+        mut run_once: impl AsyncFnMut(Mode, u64) -> Result<Vec<String>, String>,
+    ) -> Result<(), ExploreError> {
+        let mut violations = Vec::new();
+        let (mut runs, mut violating_runs) = (0, 0);
+        for &mode in modes {
+            for k in 1..=verbs {
+                let found = run_once(mode, k).await.map_err(|reason| ExploreError::Setup {
+                    scenario: scenario.to_string(),
+                    reason,
+                })?;
+                runs += 1;
+                if !found.is_empty() {
+                    violating_runs += 1;
+                }
+                violations.extend(found.into_iter().map(|what| Violation {
+                    scenario: scenario.to_string(),
+                    mode,
+                    k,
+                    what,
+                }));
+            }
+        }
+        tracing::info!(%scenario, verbs, runs, violations = violations.len(), "explored");
+        self.add(
+            ScenarioReport {
+                scenario: scenario.to_string(),
+                verbs,
+                crash_points: runs,
+                violating_runs,
+            },
+            violations,
+        );
+        Ok(())
+    }
+}

@@ -13,7 +13,7 @@ use bytemuck::{Pod, Zeroable};
 use fabric::{AnyTransport, Batch, Client, FaultPlan, LocalTransport, RegionSpec, Replica};
 use txn::{DataPtr, Heap, HeapConfig, LockWord, TxClient, TxConfig, TxError, TxObj};
 
-use super::{ExploreError, Mode, Report, ScenarioReport, Violation};
+use super::{ExploreError, Mode, Report};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 2 << 20;
@@ -181,34 +181,11 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
                 reason,
             };
             let verbs = fault_free_verbs(replicas, n).await.map_err(setup_err)?;
-            let mut violations = Vec::new();
-            let mut runs = 0;
-            let mut violating_runs = 0;
-            for &mode in &options.modes {
-                for k in 1..=verbs {
-                    let found = run_once(replicas, n, mode, k).await.map_err(setup_err)?;
-                    runs += 1;
-                    if !found.is_empty() {
-                        violating_runs += 1;
-                    }
-                    violations.extend(found.into_iter().map(|what| Violation {
-                        scenario: scenario.clone(),
-                        mode,
-                        k,
-                        what,
-                    }));
-                }
-            }
-            tracing::info!(%scenario, verbs, runs, violations = violations.len(), "explored");
-            report.add(
-                ScenarioReport {
-                    scenario: scenario.clone(),
-                    verbs,
-                    crash_points: runs,
-                    violating_runs,
-                },
-                violations,
-            );
+            report
+                .explore_scenario(&scenario, verbs, &options.modes, async |mode, k| {
+                    run_once(replicas, n, mode, k).await
+                })
+                .await?;
         }
     }
     Ok(report)
