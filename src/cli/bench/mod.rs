@@ -24,12 +24,12 @@
 mod check;
 mod cluster;
 mod common;
-mod format;
+pub(super) mod format;
 mod lease_args;
 mod lease_report;
 mod lease_run;
 mod probe;
-mod threads;
+pub(super) mod threads;
 mod txn_args;
 mod txn_report;
 mod txn_run;

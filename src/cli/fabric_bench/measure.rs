@@ -9,10 +9,9 @@
 //! Every sample still includes one clock read, which bounds how small a
 //! percentile can be.
 
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 use fabric::Stats;
 use hdrhistogram::Histogram;
 
@@ -138,40 +137,7 @@ impl Phase {
     }
 }
 
-/// Lets client threads start their clocks together. Unlike `std::sync::Barrier`
-/// it can be opened early, so that a thread that failed to spawn does not leave
-/// the others waiting forever.
-pub struct StartGate {
-    /// Threads arrived, and whether the gate was opened early.
-    state: Mutex<(usize, bool)>,
-    opened: Condvar,
-    expected: usize,
-}
-
-impl StartGate {
-    fn new(expected: usize) -> Self {
-        StartGate {
-            state: Mutex::new((0, false)),
-            opened: Condvar::new(),
-            expected,
-        }
-    }
-
-    /// Waits until every thread has arrived (or the gate was opened early).
-    pub fn wait(&self) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += 1;
-        while s.0 < self.expected && !s.1 {
-            s = self.opened.wait(s).unwrap_or_else(|p| p.into_inner());
-        }
-        self.opened.notify_all();
-    }
-
-    fn open(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
-        self.opened.notify_all();
-    }
-}
+pub use crate::cli::bench::threads::StartGate;
 
 /// Runs `threads` OS threads named `{name}-{i}` (to tell phases apart in a
 /// profile), each calling `body(i, gate)`, and collects their runs. `body`
@@ -181,35 +147,6 @@ pub fn on_threads<F>(name: &str, threads: usize, body: F) -> anyhow::Result<Vec<
 where
     F: Fn(usize, &StartGate) -> anyhow::Result<Vec<Run>> + Sync,
 {
-    let gate = StartGate::new(threads);
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (body, gate) = (&body, &gate);
-                let spawned = std::thread::Builder::new()
-                    .name(format!("{name}-{t}"))
-                    .spawn_scoped(s, move || body(t, gate))
-                    .context("cannot start a bench thread");
-                if spawned.is_err() {
-                    gate.open();
-                }
-                spawned
-            })
-            .collect();
-        let mut runs = Vec::new();
-        let mut first_error = None;
-        for h in handles {
-            let result = h.and_then(|h| h.join().map_err(|_| anyhow!("a bench thread panicked"))?);
-            match result {
-                Ok(r) => runs.extend(r),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
-            }
-        }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(runs),
-        }
-    })
+    let per_thread = crate::cli::bench::threads::on_threads(name, threads, body)?;
+    Ok(per_thread.into_iter().flatten().collect())
 }

@@ -1,5 +1,6 @@
 //! The results: an aligned table for people, one JSON object for tools.
 
+use crate::cli::bench::format::thousands;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
@@ -202,20 +203,6 @@ impl Report<'_> {
         }
         s
     }
-}
-
-/// A rate with thousands separators, rounded to an integer.
-fn thousands(x: f64) -> String {
-    let n = x.round().max(0.0) as u64;
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn micros(us: f64) -> String {
