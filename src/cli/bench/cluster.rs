@@ -171,8 +171,9 @@ impl Cluster {
     }
 }
 
-/// A temporary directory on tmpfs when the host has one.
-fn shm_tempdir() -> anyhow::Result<tempfile::TempDir> {
+/// A temporary directory on tmpfs when the host has one: an shm image
+/// belongs in memory, not on a disk that writes it back.
+pub fn shm_tempdir() -> anyhow::Result<tempfile::TempDir> {
     let dev_shm = Path::new("/dev/shm");
     let parent: PathBuf = if dev_shm.is_dir() {
         dev_shm.to_owned()

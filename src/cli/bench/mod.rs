@@ -22,7 +22,7 @@
 //! - [`format`]: number formatting for the tables.
 
 mod check;
-mod cluster;
+pub(super) mod cluster;
 mod common;
 pub(super) mod format;
 mod lease_args;

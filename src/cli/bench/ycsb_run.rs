@@ -77,11 +77,7 @@ impl Memory {
                 })
             }
             YcsbTransport::Shm => {
-                let dir = tempfile::Builder::new()
-                    .prefix("kintsugi-ycsb-")
-                    .tempdir_in("/dev/shm")
-                    .or_else(|_| tempfile::tempdir())
-                    .context("cannot create a directory for the memory image")?;
+                let dir = super::cluster::shm_tempdir()?;
                 let path = dir.path().join("node1.img");
                 let node =
                     MemoryNode::create_shm(&path, 1, &spec).context("cannot create the memory image")?;

@@ -1,7 +1,7 @@
 //! The memory under test: a fresh node made for the run, or an existing one
 //! (`--shm PATH`, `--addr ADDR`), and what the memory baseline runs on.
 
-use std::path::{Path, PathBuf};
+use crate::cli::bench::cluster::shm_tempdir;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -176,21 +176,6 @@ pub fn server_runtime(threads: usize, name: &str) -> anyhow::Result<Runtime> {
         .enable_all()
         .build()
         .context("cannot start the server's async runtime")
-}
-
-/// A temporary directory on tmpfs when the host has one: an shm image
-/// belongs in memory, not on a disk that writes it back.
-fn shm_tempdir() -> anyhow::Result<tempfile::TempDir> {
-    let dev_shm = Path::new("/dev/shm");
-    let parent: PathBuf = if dev_shm.is_dir() {
-        dev_shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    };
-    tempfile::Builder::new()
-        .prefix("kintsugi-bench-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("cannot create a temporary directory in {}", parent.display()))
 }
 
 /// The region to use on an existing node, checked to be large enough.
