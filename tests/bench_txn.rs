@@ -3,23 +3,13 @@
 //! every figure is there and sensible, that the end-of-run check passed, and
 //! that bad flags are refused with a message naming them.
 
-use std::process::Command;
+mod support;
 
 use serde_json::Value;
 
 /// Runs `kintsugi bench ARGS`; returns exit code, stdout, stderr.
 fn bench(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
-        .arg("bench")
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run kintsugi");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    support::kintsugi(&[&["bench"], args].concat())
 }
 
 /// Runs a bench command with `--json` and parses the one object it prints.

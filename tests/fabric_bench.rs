@@ -2,8 +2,7 @@
 //! it prints. No timing assertions: only that every figure is there and
 //! positive, and that bad flags are refused with a message naming them.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
 
 use serde_json::Value;
 
@@ -18,17 +17,7 @@ const KEYS: &[&str] = &[
 
 /// Runs `kintsugi fabric bench ARGS`; returns exit code, stdout, stderr.
 fn bench(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
-        .args(["fabric", "bench"])
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("run kintsugi");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    support::kintsugi(&[&["fabric", "bench"], args].concat())
 }
 
 /// Runs a short bench with `--json` and checks the object it prints.
@@ -118,54 +107,12 @@ fn outstanding_on_an_inline_transport_is_reported_not_ignored() {
     );
 }
 
-/// A `kintsugi memnode` child, killed when dropped.
-struct Memnode {
-    child: Child,
-    addr: String,
-}
-
-impl Memnode {
-    fn start(shm: &str) -> Memnode {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
-            .args([
-                "memnode",
-                "--listen",
-                "127.0.0.1:0",
-                "--region",
-                "1:1MiB",
-                "--shm",
-                shm,
-            ])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn kintsugi memnode");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .expect("listening line")
-            .to_owned();
-        Memnode { child, addr }
-    }
-}
-
-impl Drop for Memnode {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn an_existing_memory_node_over_tcp_and_shm() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap_or_else(|_| tempfile::tempdir().unwrap());
     let image = dir.path().join("mn.img");
     let image = image.to_str().unwrap();
-    let node = Memnode::start(image);
+    let node = support::MemnodeProcess::start(&["--region", "1:1MiB", "--shm", image]);
     let v = bench_json(&["--transport", "tcp", "--addr", &node.addr, "--op", "cas"]);
     assert!(v["target"].as_str().unwrap().contains(&node.addr), "{v}");
     let v = bench_json(&[
