@@ -18,11 +18,10 @@ use index::btree::node::{INTERNAL_SLOTS, LEAF_SLOTS};
 use index::btree::{BTree, TreeInfo, Variant, Written};
 use txn::{Heap, HeapConfig, TxConfig};
 
-use super::{ExploreError, Mode, Report};
+use super::{stop_victim, survivor_plan, ExploreError, Mode, Report};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 8 << 20;
-const SURVIVOR_SKEW_MS: i64 = 10 * 60 * 1000;
 const SETUP: u16 = 1;
 const VICTIM: u16 = 2;
 const SURVIVOR: u16 = 3;
@@ -230,46 +229,18 @@ async fn fault_free_verbs(base: &Base) -> Result<u64, String> {
 
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let (map, t, heap) = restore(&base.image).await?;
-    let plan = match mode {
-        Mode::Crash => FaultPlan {
-            crash_after_verbs: Some(k),
-            ..FaultPlan::default()
-        },
-        Mode::Pause => FaultPlan {
-            pause_after_verbs: Some(k),
-            ..FaultPlan::default()
-        },
-    };
+    let plan = mode.plan(k);
     let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, plan)?;
-    let (mut survivor, _) = client(
-        &map,
-        &t,
-        heap,
-        base.info,
-        SURVIVOR,
-        FaultPlan {
-            clock_skew_ms: SURVIVOR_SKEW_MS,
-            ..FaultPlan::default()
-        },
-    )?;
+    let (mut survivor, _) = client(&map, &t, heap, base.info, SURVIVOR, survivor_plan())?;
     let key = base.victim_key;
     let mut found = Vec::new();
-    let mut victim_task = tokio::spawn(async move {
+    let victim_task = tokio::spawn(async move {
         victim
             .insert(key, value_of(key, VICTIM))
             .await
             .map(|w| w == Written::Inserted)
     });
-    let victim_task = match mode {
-        Mode::Crash => {
-            let _ = victim_task.await;
-            None
-        }
-        Mode::Pause => tokio::select! {
-            () = faults.paused() => Some(victim_task),
-            done = &mut victim_task => return Err(format!("victim finished ({done:?}) before verb {k}")),
-        },
-    };
+    let victim_task = stop_victim(mode, victim_task, &faults, k).await?;
 
     let mut acknowledged: Vec<(u64, u64)> = base.keys.iter().map(|&k| (k, value_of(k, SETUP))).collect();
     for i in 1..=SURVIVOR_KEYS {
@@ -296,17 +267,7 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     // rTX repairs on demand: a node the survivor did not touch may still
     // hold the victim's lock. A sweeper meets every lock once, as any later
     // client (or the recovery module) would, and then the tree is checked.
-    let (mut sweeper, _) = client(
-        &map,
-        &t,
-        heap,
-        base.info,
-        CHECKER,
-        FaultPlan {
-            clock_skew_ms: SURVIVOR_SKEW_MS,
-            ..FaultPlan::default()
-        },
-    )?;
+    let (mut sweeper, _) = client(&map, &t, heap, base.info, CHECKER, survivor_plan())?;
     if let Err(e) = sweeper.repair_expired_locks().await {
         found.push(format!("sweeping expired locks failed: {e}"));
     }

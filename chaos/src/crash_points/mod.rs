@@ -28,6 +28,55 @@ pub enum Mode {
     Pause,
 }
 
+impl Mode {
+    /// The victim's faults: stop right after its `k`-th verb.
+    pub fn plan(self, k: u64) -> fabric::FaultPlan {
+        match self {
+            Mode::Crash => fabric::FaultPlan {
+                crash_after_verbs: Some(k),
+                ..fabric::FaultPlan::default()
+            },
+            Mode::Pause => fabric::FaultPlan {
+                pause_after_verbs: Some(k),
+                ..fabric::FaultPlan::default()
+            },
+        }
+    }
+}
+
+/// Survivors run this far ahead of real time, so that every lease the victim
+/// took has expired for them without anyone waiting.
+pub const SURVIVOR_SKEW_MS: i64 = 10 * 60 * 1000;
+
+/// A survivor's faults: only its clock, far enough ahead.
+pub fn survivor_plan() -> fabric::FaultPlan {
+    fabric::FaultPlan {
+        clock_skew_ms: SURVIVOR_SKEW_MS,
+        ..fabric::FaultPlan::default()
+    }
+}
+
+/// Waits until the victim running as `task` has stopped at verb `k`: crashed
+/// (its task is done and nothing of it matters: `None`), or paused (its task
+/// is returned, to be resumed and awaited once the survivor is through).
+pub async fn stop_victim<T: std::fmt::Debug>(
+    mode: Mode,
+    mut task: tokio::task::JoinHandle<T>,
+    faults: &fabric::Faulty<fabric::BaseTransport>,
+    k: u64,
+) -> Result<Option<tokio::task::JoinHandle<T>>, String> {
+    match mode {
+        Mode::Crash => {
+            let _ = task.await;
+            Ok(None)
+        }
+        Mode::Pause => tokio::select! {
+            () = faults.paused() => Ok(Some(task)),
+            done = &mut task => Err(format!("victim finished ({done:?}) before reaching verb {k}")),
+        },
+    }
+}
+
 /// One thing a checker found wrong.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {

@@ -13,13 +13,10 @@ use bytemuck::{Pod, Zeroable};
 use fabric::{AnyTransport, Batch, Client, FaultPlan, LocalTransport, RegionSpec, Replica};
 use txn::{DataPtr, Heap, HeapConfig, LockWord, TxClient, TxConfig, TxError, TxObj};
 
-use super::{ExploreError, Mode, Report};
+use super::{stop_victim, survivor_plan, ExploreError, Mode, Report};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 2 << 20;
-/// Survivors run this far ahead of real time, so that every lease the victim
-/// took has expired for them without anyone waiting.
-const SURVIVOR_SKEW_MS: i64 = 10 * 60 * 1000;
 const VICTIM: u16 = 2;
 const SURVIVOR: u16 = 3;
 /// Attempts before a transaction of the exploration gives up: far more than
@@ -204,43 +201,14 @@ async fn fault_free_verbs(replicas: u16, n: usize) -> Result<u64, String> {
 /// One run: stop the victim at verb `k`, let a survivor through, check.
 async fn run_once(replicas: u16, n: usize, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let w = world(replicas, n).await?;
-    let plan = match mode {
-        Mode::Crash => FaultPlan {
-            crash_after_verbs: Some(k),
-            ..FaultPlan::default()
-        },
-        Mode::Pause => FaultPlan {
-            pause_after_verbs: Some(k),
-            ..FaultPlan::default()
-        },
-    };
+    let plan = mode.plan(k);
     let (mut victim, faults) = w.client(VICTIM, plan)?;
-    let (mut survivor, _) = w.client(
-        SURVIVOR,
-        FaultPlan {
-            clock_skew_ms: SURVIVOR_SKEW_MS,
-            ..FaultPlan::default()
-        },
-    )?;
+    let (mut survivor, _) = w.client(SURVIVOR, survivor_plan())?;
     let mut found = Vec::new();
 
     let objs = w.objs.clone();
-    let mut victim_task = tokio::spawn(async move { rewrite_all(&mut victim, objs, VICTIM_GEN).await });
-    let victim_task = match mode {
-        Mode::Crash => {
-            // The victim's transaction ends in `Crashed`; nothing else of it matters.
-            let _ = victim_task.await;
-            None
-        }
-        Mode::Pause => {
-            tokio::select! {
-                () = faults.paused() => Some(victim_task),
-                done = &mut victim_task => {
-                    return Err(format!("victim finished ({done:?}) before reaching verb {k}"));
-                }
-            }
-        }
-    };
+    let victim_task = tokio::spawn(async move { rewrite_all(&mut victim, objs, VICTIM_GEN).await });
+    let victim_task = stop_victim(mode, victim_task, &faults, k).await?;
 
     match rewrite_all(&mut survivor, w.objs.clone(), SURVIVOR_GEN).await {
         Ok(seen) => {
