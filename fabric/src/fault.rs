@@ -222,8 +222,14 @@ impl<T: Transport> Transport for Faulty<T> {
             (run, held_at, crash_after, landing)
         };
 
-        if let Some(k) = self.pause_at(ops.len()) {
-            // Run up to the k-th verb, stop until resumed, then post the rest.
+        let result = if let Some(k) = self.pause_at(run) {
+            // Run up to the k-th verb, stop until resumed, then post the
+            // rest; a crash falling in this batch is handled below like in
+            // any other. One fault per batch: a WRITE this batch would have
+            // held back runs with it instead, so it must not also fly.
+            if held_at.is_some() {
+                self.state().flying = None;
+            }
             let mut first = Completions::default();
             self.inner.execute(epoch, &ops[..k], payload, &mut first).await?;
             self.gate.paused.notify_one();
@@ -232,21 +238,22 @@ impl<T: Transport> Transport for Faulty<T> {
             let r = self.inner.execute(epoch, &ops[k..run], payload, &mut rest).await;
             append(&first, out);
             append(&rest, out);
-            return r;
-        }
-        let result = match held_at {
-            None => self.inner.execute(epoch, &ops[..run], payload, out).await,
-            Some(h) => {
-                let rest: Vec<Op> = ops[..run]
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, _)| i != h)
-                    .map(|(_, op)| *op)
-                    .collect();
-                let mut inner_out = Completions::default();
-                let r = self.inner.execute(epoch, &rest, payload, &mut inner_out).await;
-                merge_with_held(&inner_out, h, out);
-                r
+            r
+        } else {
+            match held_at {
+                None => self.inner.execute(epoch, &ops[..run], payload, out).await,
+                Some(h) => {
+                    let rest: Vec<Op> = ops[..run]
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != h)
+                        .map(|(_, op)| *op)
+                        .collect();
+                    let mut inner_out = Completions::default();
+                    let r = self.inner.execute(epoch, &rest, payload, &mut inner_out).await;
+                    merge_with_held(&inner_out, h, out);
+                    r
+                }
             }
         };
         if let Some(f) = landing {
@@ -284,8 +291,8 @@ impl<T: Transport> Transport for Faulty<T> {
 }
 
 impl<T: Transport> Faulty<T> {
-    /// If this batch of `len` verbs crosses the pause point, how many of its
-    /// verbs run before the pause. Marks the pause as taken.
+    /// If the `len` verbs this batch runs cross the pause point, how many of
+    /// them run before the pause. Marks the pause as taken.
     fn pause_at(&self, len: usize) -> Option<usize> {
         let k = self.plan.pause_after_verbs?;
         let mut s = self.state();

@@ -18,6 +18,7 @@ on_every_transport!(
     crash_after_verbs_counts_each_replica,
     named_crash_points,
     pause_stops_after_k_verbs_until_resumed,
+    a_crash_in_a_paused_batch_fires_in_that_batch,
     fly_write_lands_after_later_batches,
     fly_write_with_zero_batches_lands_after_its_own_batch,
     fly_write_overwrites_a_later_write,
@@ -609,4 +610,29 @@ async fn pause_stops_after_k_verbs_until_resumed(kind: Kind) {
         "[{kind}] the client carried on after the resume"
     );
     assert_eq!(faults.crashed(), None, "[{kind}]");
+}
+
+async fn a_crash_in_a_paused_batch_fires_in_that_batch(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut observer = c.client();
+    let (mut client, faults) = c.faulty_client(FaultPlan {
+        pause_after_verbs: Some(2),
+        crash_after_verbs: Some(3),
+        ..FaultPlan::default()
+    });
+    let paused_client = tokio::spawn(async move {
+        let mut b = Batch::new();
+        push_writes(&mut b, 0..5);
+        client.execute(&mut b).await
+    });
+    faults.paused().await;
+    assert_eq!(read(&mut observer, big(0), 5).await, [1, 2, 0, 0, 0], "[{kind}]");
+    faults.resume();
+    assert_crashed(kind, "the batch holding verb 3", paused_client.await.unwrap());
+    assert_eq!(faults.verbs_issued(), 3, "[{kind}]");
+    assert_eq!(
+        read(&mut observer, big(0), 5).await,
+        [1, 2, 3, 0, 0],
+        "[{kind}] verbs after the crash point did not run"
+    );
 }
