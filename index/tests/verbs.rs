@@ -209,14 +209,14 @@ async fn rtx_verbs_match_table_2() {
             "rtx {what}: one commit, no log (one node changed): {c:?}"
         );
         assert_eq!(
-            v.round_trips, 3,
-            "rtx {what}: meta; pre-lock + data; write + install in one batch: {v:?}"
+            v.round_trips, 2,
+            "rtx {what}: pre-lock + pointer + data; write + install in one batch: {v:?}"
         );
-        assert_eq!(v.reads, 2, "rtx {what}: meta and data: {v:?}");
+        assert_eq!(v.reads, 2, "rtx {what}: the pointer and the data: {v:?}");
         assert_eq!(
             v.bytes_read,
-            KIB + META_BYTES,
-            "rtx {what}: READ = 1K + 16: {v:?}"
+            KIB + 8,
+            "rtx {what}: READ = 1K + 8 (within Table 2's 1K + 16): {v:?}"
         );
         assert_eq!(
             (v.writes, v.bytes_written),
@@ -229,8 +229,8 @@ async fn rtx_verbs_match_table_2() {
         );
     }
 
-    // One lookup: the data pointer, then the node and the pointer again (to
-    // validate the block: see `rtx::read_node`).
+    // One lookup: the node's block where the hint says, and the meta after
+    // it (to validate the block: see `rtx::read_node`).
     let b = before(&mut t);
     assert_eq!(t.get(20).await.unwrap(), Some(201));
     let c = cost(&mut t, &b);
@@ -238,7 +238,7 @@ async fn rtx_verbs_match_table_2() {
     let v = c.verbs;
     assert_eq!(
         (v.round_trips, v.reads, v.bytes_read),
-        (2, 3, 8 + KIB + 8),
+        (1, 2, KIB + META_BYTES),
         "rtx get: {v:?}"
     );
     assert_eq!((v.writes, v.cas, c.commits), (0, 0, 0), "rtx get: {v:?}");
@@ -252,7 +252,7 @@ async fn rtx_verbs_match_table_2() {
     let v = c.verbs;
     assert_eq!(
         (v.round_trips, v.reads, v.bytes_read),
-        (4, 6, 2 * (8 + KIB + 8)),
+        (2, 4, 2 * (KIB + META_BYTES)),
         "rtx scan: {v:?}"
     );
 
@@ -265,7 +265,7 @@ async fn rtx_verbs_match_table_2() {
     let v = c.verbs;
     assert_eq!(
         (v.round_trips, v.bytes_read, v.bytes_written, v.cas, c.commits),
-        (3, KIB + META_BYTES, KIB, 3, 1),
+        (2, KIB + 8, KIB, 3, 1),
         "rtx unchanged insert: {v:?}"
     );
 }
@@ -298,8 +298,9 @@ async fn a_leaf_split_updates_three_nodes() {
                 assert_eq!(v.cas, 2, "{v:?}");
             }
             Variant::Rtx => {
-                // meta of the leaf, then pre-lock + data in one batch;
-                // meta+data of the parent;
+                // pre-lock + pointer + data of the leaf in one batch (its
+                // hint is current: this client wrote it last); meta, then
+                // data of the parent;
                 // RT1: WRITE two new data blocks, the new leaf's block and
                 // meta, the log (3 words + 4 per written object: 88 B), CAS
                 // the parent's lock and re-lock the leaf under the logged
@@ -310,8 +311,8 @@ async fn a_leaf_split_updates_three_nodes() {
                     (1, 0, 1),
                     "a split logs: {c:?}"
                 );
-                assert_eq!(v.round_trips, 7, "{v:?}");
-                assert_eq!((v.reads, v.bytes_read), (4, 2 * (KIB + META_BYTES)), "{v:?}");
+                assert_eq!(v.round_trips, 6, "{v:?}");
+                assert_eq!((v.reads, v.bytes_read), (4, 2 * KIB + 8 + META_BYTES), "{v:?}");
                 let log = 8 * (3 + 4 * 2);
                 assert_eq!(
                     (v.writes, v.bytes_written),
@@ -324,4 +325,78 @@ async fn a_leaf_split_updates_three_nodes() {
         let report = common::check_ok(&mut t, "after the split").await;
         assert_eq!(report.entries.len(), 200 + 20 + 1);
     }
+}
+
+/// Meta hints (`txn::hint`), the three cases: a client that never saw the
+/// leaf reads its meta first (one round trip more); a client whose hint
+/// another client made stale pays one round trip more and still reads the
+/// committed value; clients sharing one cache keep each other's hints
+/// current.
+#[tokio::test]
+async fn rtx_hints_cold_stale_and_shared() {
+    let mut t = built(Variant::Rtx).await;
+    let mut cold = common::attach(&mut t, 2);
+    // Warm the path (the root) and take a data chunk (the first commit's
+    // allocation costs round trips of its own) without touching the leaf of
+    // 20: the leaf of 1000 is another one.
+    assert_eq!(cold.update(1000, 1000).await.unwrap(), Written::Updated);
+
+    // Cold: meta; block + meta.
+    let b = before(&mut cold);
+    assert_eq!(cold.get(20).await.unwrap(), Some(20));
+    let v = cost(&mut cold, &b).verbs;
+    assert_eq!(
+        (v.round_trips, v.reads, v.bytes_read),
+        (2, 3, KIB + 2 * META_BYTES),
+        "cold get: {v:?}"
+    );
+    // Now warm: block + meta.
+    let b = before(&mut cold);
+    assert_eq!(cold.get(20).await.unwrap(), Some(20));
+    let v = cost(&mut cold, &b).verbs;
+    assert_eq!(
+        (v.round_trips, v.bytes_read),
+        (1, KIB + META_BYTES),
+        "warm get: {v:?}"
+    );
+
+    // `t` commits the leaf: `cold`'s hint is stale. The stale read does not
+    // validate (the version moved) and is read again where the meta points.
+    assert_eq!(t.update(20, 21).await.unwrap(), Written::Updated);
+    let b = before(&mut cold);
+    assert_eq!(cold.get(20).await.unwrap(), Some(21));
+    let v = cost(&mut cold, &b).verbs;
+    assert_eq!(
+        (v.round_trips, v.bytes_read),
+        (2, 2 * (KIB + META_BYTES)),
+        "stale get: {v:?}"
+    );
+
+    // A stale hint on the write path: the pre-lock CAS misses, the pointer
+    // read behind it makes a fresh pair, the second CAS wins.
+    assert_eq!(t.update(20, 22).await.unwrap(), Written::Updated);
+    let b = before(&mut cold);
+    assert_eq!(cold.update(20, 23).await.unwrap(), Written::Updated);
+    let c = cost(&mut cold, &b);
+    assert_eq!(c.verbs.round_trips, 3, "stale update: {c:?}");
+    assert_eq!((c.commits, c.aborts), (1, 0), "stale update: {c:?}");
+    assert_eq!(cold.tx_stats().unwrap().stale_hints, 1);
+    assert_eq!(t.get(20).await.unwrap(), Some(23));
+
+    // Shared: `t` and a client sharing its cache; each one's commit is the
+    // other's hint.
+    let mut shared = common::attach(&mut t, 3);
+    shared.share_hints(t.hints().expect("rtx has hints").clone());
+    assert_eq!(shared.get(1000).await.unwrap(), Some(1000));
+    let b = before(&mut shared);
+    assert_eq!(shared.get(20).await.unwrap(), Some(23));
+    let v = cost(&mut shared, &b).verbs;
+    assert_eq!(v.round_trips, 1, "a hint from t's read: {v:?}");
+    assert_eq!(shared.update(20, 24).await.unwrap(), Written::Updated);
+    let b = before(&mut t);
+    assert_eq!(t.update(20, 25).await.unwrap(), Written::Updated);
+    let v = cost(&mut t, &b).verbs;
+    assert_eq!(v.round_trips, 2, "a hint from shared's commit: {v:?}");
+    assert_eq!(t.tx_stats().unwrap().stale_hints, 0);
+    common::check_ok(&mut t, "after the hint cases").await;
 }

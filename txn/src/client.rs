@@ -1,6 +1,7 @@
 //! The transaction client: one owner id, its log slot, its allocator, and
 //! the retry loop around transaction bodies.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytemuck::Pod;
@@ -11,6 +12,7 @@ use crate::alloc::BlockAllocator;
 use crate::config::TxConfig;
 use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
+use crate::hint::HintCache;
 use crate::lease::LeaseSequence;
 use crate::obj::TxObj;
 use crate::stats::TxStats;
@@ -31,6 +33,9 @@ pub struct TxClient {
     /// Lease ends of this owner's DOING header words.
     commit_leases: LeaseSequence,
     rng: rand::rngs::StdRng,
+    /// Metas seen or installed, shared with the other clients of the
+    /// process that were given the same cache.
+    pub(crate) hints: Arc<HintCache>,
 }
 
 impl TxClient {
@@ -47,6 +52,7 @@ impl TxClient {
             lock_leases: LeaseSequence::default(),
             commit_leases: LeaseSequence::default(),
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
+            hints: Arc::new(HintCache::default()),
         })
     }
 
@@ -81,6 +87,20 @@ impl TxClient {
     /// at most `LEAD_TICKS_MAX` past `now + lease` by its clock.
     pub fn last_lock_tick(&self) -> u64 {
         self.lock_leases.last_tick()
+    }
+
+    /// The meta hints this client reads and keeps (`txn::hint`): every
+    /// commit leaves the metas it installed there, and
+    /// [`Tx::read_locked`](crate::Tx::read_locked) starts from them.
+    pub fn hints(&self) -> &Arc<HintCache> {
+        &self.hints
+    }
+
+    /// Shares `hints` with other clients (of one process, as Sherman shares
+    /// its cache per compute node): one client's commit saves the others
+    /// the round trip a stale hint costs.
+    pub fn share_hints(&mut self, hints: Arc<HintCache>) {
+        self.hints = hints;
     }
 
     /// The fabric client (for its counters, or for verbs outside transactions).

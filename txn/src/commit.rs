@@ -34,10 +34,11 @@ use fabric::{GlobalAddr, Replica, VerbHandle};
 
 use crate::client::{le_word, meta_bytes};
 use crate::error::{AbortReason, TxError};
+use crate::hint::MetaHint;
 use crate::log::{Log, LogEntry, HEADER_OFFSET, LOG_ENTRIES_MAX};
 use crate::obj::META_BYTES;
 use crate::tx::Tx;
-use crate::word::{LockWord, LogHeader, LogState};
+use crate::word::{DataPtr, LockWord, LogHeader, LogState};
 
 impl Tx<'_> {
     /// Commits, or aborts with the reason. On abort nothing of this
@@ -162,11 +163,29 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// Counts the commit and frees the blocks it replaced.
+    /// Counts the commit, frees the blocks it replaced, and keeps the metas
+    /// it left as hints (unlocked at the version it released, with the
+    /// pointer it installed): the next access of these objects by any client
+    /// sharing the cache needs no meta round trip.
     fn committed(&mut self) {
         self.c.stats.commits += 1;
-        for w in &self.writes {
+        for (i, w) in self.writes.iter().enumerate() {
             self.c.alloc.free(w.old.offset(), w.obj.len);
+            if !self.released.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            let hint = MetaHint {
+                version: w.seen.version() + 1,
+                dptr: w.new.expect("allocated before the commit point"),
+            };
+            self.c.hints.put(w.obj.meta, hint);
+        }
+        for f in &self.fresh {
+            let hint = MetaHint {
+                version: 0,
+                dptr: DataPtr::new(0, f.data_offset),
+            };
+            self.c.hints.put(f.meta, hint);
         }
     }
 
@@ -218,7 +237,7 @@ impl Tx<'_> {
             self.batch
                 .on(Replica::All)
                 .write(GlobalAddr::new(f.meta.region(), f.data_offset), &f.data);
-            let dptr = crate::word::DataPtr::new(0, f.data_offset);
+            let dptr = DataPtr::new(0, f.data_offset);
             self.batch
                 .on(Replica::All)
                 .write(f.meta, &meta_bytes(LockWord::unlocked(0), dptr));
@@ -352,9 +371,10 @@ impl Tx<'_> {
                 primary_cas.push(self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new));
             }
         }
+        let mut releases = Vec::with_capacity(self.writes.len());
         for w in &self.writes {
             let released = LockWord::unlocked(w.seen.version() + 1);
-            self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw());
+            releases.push(self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw()));
         }
         if let Some(doing) = doing {
             let slot = self.c.heap.log_slot(self.c.owner)?;
@@ -366,6 +386,12 @@ impl Tx<'_> {
         }
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
+        // A release that lost to a repairer (who stole the expired lock
+        // after the pointer CAS) left another version: no hint of it.
+        self.released = releases
+            .iter()
+            .map(|&h| self.batch.old_value(h) == Ok(lock.raw()))
+            .collect();
         // A transaction that only created objects writes nothing here (and
         // used to index `writes[0]` out of bounds): its RT1 WRITEs were all.
         if !logged && !self.writes.is_empty() {

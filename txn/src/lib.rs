@@ -13,6 +13,8 @@
 //! - [`lease`]: lease time (1/256 ms ticks since 2024) and unique lease
 //!   ends per owner with a bounded lead over its clock.
 //! - [`log`]: the log slot layout.
+//! - [`hint`]: meta hints (a version and pointer seen together) and the
+//!   process-wide cache of them that saves reads their meta round trip.
 //! - [`heap`]: how a region is organised (header, log array, chunk owner
 //!   table, chunks) and chunk allocation.
 //! - [`TxClient`] runs transactions as one owner id; [`Tx`] is one attempt.
@@ -23,6 +25,7 @@ mod commit;
 pub mod config;
 mod error;
 pub mod heap;
+pub mod hint;
 pub mod lease;
 pub mod log;
 mod obj;
@@ -36,6 +39,7 @@ pub use client::TxClient;
 pub use config::TxConfig;
 pub use error::{AbortReason, TxError};
 pub use heap::{Heap, HeapConfig};
+pub use hint::{HintCache, MetaHint};
 pub use lease::{now_tick, LEAD_TICKS_MAX, LEASE_EPOCH_UNIX_MS, TICKS_PER_MS};
 pub use obj::{RawObj, TxObj, DPTR_OFFSET, META_BYTES};
 pub use owner::{LocalOwnerIds, OwnerIdAllocator};

@@ -31,6 +31,10 @@ pub struct TxStats {
     /// (`txn::lease`). Only in-process transports get there.
     #[serde(default)]
     pub lease_waits: u64,
+    /// [`MetaHint`](crate::MetaHint)s a pre-lock CAS found stale (another
+    /// client committed the object since): each cost one round trip more.
+    #[serde(default)]
+    pub stale_hints: u64,
 }
 
 impl Add for TxStats {
@@ -43,6 +47,7 @@ impl Add for TxStats {
             logged_commits: self.logged_commits + o.logged_commits,
             expired_seen: self.expired_seen + o.expired_seen,
             lease_waits: self.lease_waits + o.lease_waits,
+            stale_hints: self.stale_hints + o.stale_hints,
         }
     }
 }

@@ -66,6 +66,9 @@ pub struct Tx<'c> {
     /// The lock word pre-locks were taken with, if any.
     pub(crate) prelock: Option<LockWord>,
     pub(crate) batch: Batch,
+    /// Set by the commit's install: which writes' releases won (their
+    /// metas are then known, and kept as hints).
+    pub(crate) released: Vec<bool>,
 }
 
 impl<'c> Tx<'c> {
@@ -77,6 +80,7 @@ impl<'c> Tx<'c> {
             fresh: Vec::new(),
             prelock: None,
             batch: Batch::new(),
+            released: Vec::new(),
         }
     }
 
@@ -211,12 +215,23 @@ impl<'c> Tx<'c> {
         Err(self.conflict(obj, found).await)
     }
 
-    /// Opt2 with the read folded in: reads `obj`'s meta, then pre-locks it
-    /// and reads its data in one batch, and returns the data. Two round trips
-    /// where `read_raw` then `lock_now` take three. Sound because the CAS
-    /// precedes the READ on one memory node: if the CAS wins, the version
-    /// did not change since the meta was read, so the data pointer read with
-    /// it is still the live one and the READ returns the data under the lock.
+    /// Opt2 with the read folded in: pre-locks `obj` and reads its data,
+    /// and returns the data.
+    ///
+    /// Without a hint: reads the meta, then CASes the lock word seen to the
+    /// pre-lock and READs the data in one batch (two round trips where
+    /// `read_raw` then `lock_now` take three). Sound because the CAS precedes
+    /// the READ on one memory node: if the CAS wins, the version did not
+    /// change since the meta was read, so the data pointer read with it is
+    /// still the live one and the READ returns the data under the lock.
+    ///
+    /// With a [`MetaHint`](crate::MetaHint) for `obj` in the client's
+    /// cache: the same batch straight away, CASing from the hinted version
+    /// and READing the hinted block (one round trip); by the hint rule
+    /// (`txn::hint`) a CAS that wins proves the hinted pointer live. The
+    /// batch also READs the data pointer after the CAS, so a stale hint
+    /// (the CAS found another unlocked version) costs one round trip more,
+    /// not two: that version and that pointer form a fresh pair.
     pub async fn read_locked(&mut self, obj: RawObj) -> Result<&[u8], TxError> {
         let known = self.writes.iter().any(|w| w.obj.meta == obj.meta)
             || self.reads.iter().any(|r| r.obj.meta == obj.meta)
@@ -225,7 +240,14 @@ impl<'c> Tx<'c> {
             self.lock_now(obj).await?;
             return self.read_raw(obj).await;
         }
-        let (seen, old) = self.unlocked_meta(obj).await?;
+        let hint = self.c.hints.get(obj.meta);
+        let (mut seen, mut old) = match hint {
+            Some(h) => {
+                self.check_meta_addr(obj)?;
+                (h.lock_word(), h.dptr)
+            }
+            None => self.unlocked_meta(obj).await?,
+        };
         let lock = match self.prelock {
             Some(l) => l,
             None => {
@@ -234,17 +256,34 @@ impl<'c> Tx<'c> {
                 l
             }
         };
-        self.batch.clear();
-        let c = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
-        let d = self
-            .batch
-            .read(GlobalAddr::new(obj.meta.region(), old.offset()), obj.len);
-        self.c.fabric.execute(&mut self.batch).await?;
-        let found = LockWord::from_raw(self.batch.old_value(c).map_err(TxError::Verb)?);
-        if found != seen {
-            return Err(self.conflict(obj, found).await);
-        }
-        let data = self.batch.read_result(d).map_err(TxError::Verb)?.to_vec();
+        // At most two rounds: the first CAS can only miss on a stale hint,
+        // and then the second has a pair read after it.
+        let mut stale = hint.is_some();
+        let data = loop {
+            self.batch.clear();
+            let c = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
+            let p = stale.then(|| self.batch.read(obj.dptr_addr(), 8));
+            let d = self
+                .batch
+                .read(GlobalAddr::new(obj.meta.region(), old.offset()), obj.len);
+            self.c.fabric.execute(&mut self.batch).await?;
+            let found = LockWord::from_raw(self.batch.old_value(c).map_err(TxError::Verb)?);
+            if found == seen {
+                break self.batch.read_result(d).map_err(TxError::Verb)?.to_vec();
+            }
+            match p {
+                // The CAS found the word unlocked at `found` and the pointer
+                // was read after it: if the next CAS wins from `found`, no
+                // pointer moved since, and this one is live.
+                Some(p) if !found.is_locked() => {
+                    self.c.stats.stale_hints += 1;
+                    seen = found;
+                    old = DataPtr::from_raw(le_word(self.batch.read_result(p).map_err(TxError::Verb)?, 0));
+                    stale = false;
+                }
+                _ => return Err(self.conflict(obj, found).await),
+            }
+        };
         self.writes.push(WriteEntry {
             obj,
             seen,
@@ -283,9 +322,9 @@ impl<'c> Tx<'c> {
         TxError::Abort(AbortReason::User)
     }
 
-    /// Reads an object's meta (one round trip) until it is unlocked,
-    /// repairing expired holders on the way.
-    async fn unlocked_meta(&mut self, obj: RawObj) -> Result<(LockWord, DataPtr), TxError> {
+    /// Refuses a meta this client cannot commit: misaligned, or outside
+    /// its heap's region.
+    fn check_meta_addr(&self, obj: RawObj) -> Result<(), TxError> {
         if obj.meta.offset() % META_BYTES != 0 {
             return Err(TxError::BadObject(format!(
                 "meta {:?} is not 16-byte aligned",
@@ -303,6 +342,13 @@ impl<'c> Tx<'c> {
                 self.c.heap.region()
             )));
         }
+        Ok(())
+    }
+
+    /// Reads an object's meta (one round trip) until it is unlocked,
+    /// repairing expired holders on the way.
+    async fn unlocked_meta(&mut self, obj: RawObj) -> Result<(LockWord, DataPtr), TxError> {
+        self.check_meta_addr(obj)?;
         for _ in 0..REPAIR_ROUNDS_MAX {
             self.batch.clear();
             let h = self.batch.read(obj.meta, META_BYTES as u32);

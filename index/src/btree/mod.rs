@@ -21,7 +21,9 @@ mod rtx;
 mod seam;
 
 use fabric::{Batch, Client, GlobalAddr, Replica, VerbError};
-use txn::{Heap, TxClient, TxConfig, TxError};
+use std::sync::Arc;
+
+use txn::{Heap, HintCache, TxClient, TxConfig, TxError};
 
 pub use cache::NodeCache;
 pub use check::CheckReport;
@@ -269,6 +271,25 @@ impl BTree {
     /// The internal-node cache.
     pub fn cache(&self) -> &NodeCache {
         &self.cache
+    }
+
+    /// The rtx variant's meta hints (`txn::hint`): where each node's block
+    /// was last seen, which makes a lookup one round trip. `None` for
+    /// optimal.
+    pub fn hints(&self) -> Option<&Arc<HintCache>> {
+        match &self.store {
+            Store::Rtx(c) => Some(c.hints()),
+            Store::Optimal(_) => None,
+        }
+    }
+
+    /// Shares `hints` with the other clients of this process (rtx; optimal
+    /// has none): a node one client committed or read is then one round
+    /// trip for all of them.
+    pub fn share_hints(&mut self, hints: Arc<HintCache>) {
+        if let Store::Rtx(c) = &mut self.store {
+            c.share_hints(hints);
+        }
     }
 
     /// Bounds retries and lock waits (crash exploration makes blocked

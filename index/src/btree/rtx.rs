@@ -4,15 +4,15 @@
 //! concurrent writers of one leaf wait instead of aborting at commit.
 
 use fabric::{Batch, GlobalAddr};
-use txn::{DataPtr, RawObj, Tx, TxClient, TxError};
+use txn::{DataPtr, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
 /// Reads of a node that keep coming back torn (or whose pointer keeps
 /// moving) before giving up. A committed node block is never written again
-/// until it is freed and reused, and `read_node` validates the pointer, so
-/// a torn block under an unchanged pointer is a corrupt node.
+/// until it is freed and reused, and `read_node` validates it by the meta
+/// read after it, so a torn block that validates is a corrupt node.
 pub const TORN_READS_MAX: u32 = 100_000;
 
 fn obj(r: NodeRef) -> RawObj {
@@ -29,43 +29,103 @@ fn step(e: TxError) -> Step {
     }
 }
 
-/// Reads a node without a transaction: its data pointer, then its block
-/// and the pointer again in one batch (two round trips, READ 8 + 1 KiB +
-/// 8), again while the pointer moved or the block reads torn.
+/// What a lock-free read knows of a node's meta before it reads the block.
+#[derive(Clone, Copy)]
+struct Known {
+    dptr: DataPtr,
+    /// The version seen unlocked with `dptr`, if it was.
+    hint: Option<MetaHint>,
+    /// `dptr` was read by this call, a round trip ago.
+    fresh: bool,
+}
+
+impl Known {
+    fn read(lock: LockWord, dptr: DataPtr) -> Known {
+        Known {
+            dptr,
+            hint: MetaHint::from_meta(lock, dptr),
+            fresh: true,
+        }
+    }
+
+    /// Did the meta read after the block prove the block committed data?
+    fn validated_by(self, lock: LockWord, dptr: DataPtr) -> bool {
+        match self.hint {
+            // The hint rule (`txn::hint`): any age.
+            Some(h) if h.validates(lock, dptr) => true,
+            // A pointer alone, unchanged across one round trip: its 16-bit
+            // version cannot wrap that fast.
+            _ => self.fresh && dptr == self.dptr,
+        }
+    }
+}
+
+fn meta_words(b: &[u8]) -> (LockWord, DataPtr) {
+    let word = |i: usize| {
+        u64::from_le_bytes(
+            b.get(i..i + 8)
+                .and_then(|w| w.try_into().ok())
+                .unwrap_or_default(),
+        )
+    };
+    (LockWord::from_raw(word(0)), DataPtr::from_raw(word(8)))
+}
+
+/// Reads a node without a transaction: its block, then its meta again in
+/// the same batch (verbs to one memory node run in order), again while
+/// the meta does not validate the block or the block reads torn.
 ///
-/// The second pointer READ validates the block READ before it (verbs to one
-/// memory node run in order). Without it, a commit between the two round
-/// trips moved the pointer and freed the old block, which the committer's
-/// next transaction may have filled with data it never committed (or with
-/// another node): the reader returned it as this node. Found by the
-/// concurrent model test (`tests/concurrent_model.rs`, scans missing keys);
-/// made deterministic in `tests/torn_reads.rs`. An unchanged pointer
-/// (pointers carry a version, bumped by every install) means the block was
-/// this node's committed data throughout: blocks are freed only after the
-/// pointer has left them.
+/// Where the block is comes from the client's meta hint (`txn::hint`): with
+/// one that is still current, a lookup is one round trip, READ 1 KiB + 16;
+/// without one, or with a stale one, the meta is read first (one round trip
+/// more) and the block is validated by its pointer being unchanged a round
+/// trip later. Every meta read unlocked becomes the hint.
+///
+/// Why validate after the READ at all: without it, a commit moved the
+/// pointer and freed the old block, which the committer's next transaction
+/// may have filled with data it never committed (or with another node), and
+/// the reader returned it as this node. Found by the concurrent model test
+/// (`tests/concurrent_model.rs`, scans missing keys); made deterministic in
+/// `tests/torn_reads.rs`. Blocks are freed only after the pointer has left
+/// them.
 pub(crate) async fn read_node(c: &mut TxClient, r: NodeRef) -> Result<Node, IndexError> {
     let mut batch = Batch::new();
     let meta = GlobalAddr::from_raw(r);
-    let dptr_addr = meta.add(txn::DPTR_OFFSET);
-    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
-    let h = batch.read(dptr_addr, 8);
-    c.fabric().execute(&mut batch).await?;
-    let mut dptr = word(batch.read_result(h).map_err(IndexError::Verb)?);
+    let cached = c.hints().get(meta);
+    let mut known = match cached {
+        Some(h) => Known {
+            dptr: h.dptr,
+            hint: Some(h),
+            fresh: false,
+        },
+        None => {
+            let h = batch.read(meta, META_BYTES as u32);
+            c.fabric().execute(&mut batch).await?;
+            let (lock, dptr) = meta_words(batch.read_result(h).map_err(IndexError::Verb)?);
+            Known::read(lock, dptr)
+        }
+    };
     for _ in 0..TORN_READS_MAX {
         batch.clear();
-        let block = GlobalAddr::new(meta.region(), DataPtr::from_raw(dptr).offset());
+        let block = GlobalAddr::new(meta.region(), known.dptr.offset());
         let h = batch.read(block, NODE_BYTES as u32);
-        let again = batch.read(dptr_addr, 8);
+        let again = batch.read(meta, META_BYTES as u32);
         c.fabric().execute(&mut batch).await?;
-        let now = word(batch.read_result(again).map_err(IndexError::Verb)?);
-        if now == dptr {
+        let (lock, dptr) = meta_words(batch.read_result(again).map_err(IndexError::Verb)?);
+        if known.validated_by(lock, dptr) {
             match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
-                Ok(n) => return Ok(n),
+                Ok(n) => {
+                    let seen = MetaHint::from_meta(lock, dptr);
+                    if let Some(h) = seen.filter(|&h| Some(h) != cached) {
+                        c.hints().put(meta, h);
+                    }
+                    return Ok(n);
+                }
                 Err(Torn) => tokio::task::yield_now().await,
             }
         }
-        // Moved: read the block it points to now (one round trip more).
-        dptr = now;
+        // Moved (or the hint is stale): read the block it points to now.
+        known = Known::read(lock, dptr);
     }
     Err(IndexError::Torn(r))
 }

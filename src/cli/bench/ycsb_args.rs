@@ -34,7 +34,9 @@ leaves filled to --fill); then every workload runs on it for --duration per dist
 given (inserts of D and E stay in the tree). Workloads follow the rTX paper's Table 1: A 50/50
 read/update, B 90/10, C read only, D 95/5 read/insert (reads favour the latest inserts), E 95/5
 scan(1..100)/insert. Latency is sampled (one op in 16). The ratio table divides each variant's
-throughput by optimal's for the same workload and distribution.")]
+throughput by optimal's for the same workload and distribution. The clients of one cell share a
+process, so rtx clients share one cache of meta hints, as Sherman's threads share one index cache
+per compute node; each cell starts with empty caches and warms them for --warmup.")]
 pub struct YcsbArgs {
     /// Index to measure.
     #[arg(long, value_enum, default_value = "btree")]
@@ -63,6 +65,10 @@ pub struct YcsbArgs {
     /// How long each workload runs, per distribution and variant.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     duration: Duration,
+    /// Untimed run of the same workload before each measurement, to warm
+    /// the clients' caches (internal nodes; rtx: meta hints).
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    warmup: Duration,
     /// Where the memory is.
     #[arg(long, value_enum, default_value = "shm")]
     transport: YcsbTransport,
@@ -85,6 +91,7 @@ pub struct Plan {
     pub threads: usize,
     pub coroutines: usize,
     pub duration: Duration,
+    pub warmup: Duration,
     pub transport: YcsbTransport,
     pub seed: u64,
     pub json: Option<std::path::PathBuf>,
@@ -126,6 +133,7 @@ impl YcsbArgs {
             threads: self.threads,
             coroutines: self.coroutines,
             duration: self.duration,
+            warmup: self.warmup,
             transport: self.transport,
             seed: self.seed,
             json: self.json,

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 use chaos::driver::{drive, ClientResult, IndexClient};
@@ -15,7 +15,7 @@ use fabric::{
 };
 use index::btree::{BTree, TreeInfo, Variant};
 use indicatif::{ProgressBar, ProgressStyle};
-use txn::{Heap, HeapConfig, TxConfig};
+use txn::{Heap, HeapConfig, HintCache, TxConfig};
 
 use super::threads::{on_threads, runtime};
 use super::ycsb_args::{Plan, YcsbArgs, YcsbTransport};
@@ -27,7 +27,6 @@ const LOADER: u16 = 1;
 const FIRST_CLIENT: u16 = 2;
 const CHUNK_BYTES: u64 = 64 * 1024;
 /// Ops each client runs before the clock starts, to fill its node cache.
-const WARMUP: Duration = Duration::from_millis(300);
 /// Inserts one second of one client may add, for sizing the region: far
 /// above what any transport here reaches with 5% inserts.
 const INSERTS_PER_CLIENT_SECOND: u64 = 200_000;
@@ -163,6 +162,14 @@ impl Memory {
 
 /// Region bytes for `keys` loaded keys, inserts during the run, and the
 /// rTX copy-on-write churn of every client.
+/// Hint slots for a tree of `keys`: two per leaf of a fresh load, so
+/// that few leaves share a slot (a direct-mapped cache). 32 bytes a slot,
+/// taken as slots are first written: 32 MiB for 10M keys.
+fn hint_slots(keys: u64) -> usize {
+    const LEAF_KEYS_MIN: u64 = 20;
+    usize::try_from(keys / LEAF_KEYS_MIN * 2).unwrap_or(usize::MAX)
+}
+
 fn region_bytes(plan: &Plan) -> u64 {
     let per_leaf = ((index::btree::node::LEAF_SLOTS as f64) * plan.fill).max(1.0) as u64;
     let clients = (plan.threads * plan.coroutines) as u64;
@@ -266,6 +273,7 @@ fn measure(
         seed: plan.seed,
     };
     let keyspace = Keyspace::new(spec)?;
+    let hints = Arc::new(HintCache::with_slots(hint_slots(plan.keys)));
     let results = on_threads("ycsb", plan.threads, |t, gate| {
         let setup = (|| -> anyhow::Result<_> {
             let rt = runtime()?;
@@ -275,7 +283,8 @@ fn measure(
                 for c in 0..plan.coroutines {
                     let slot = t * plan.coroutines + c;
                     let owner = FIRST_CLIENT + slot as u16;
-                    let tree = BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
+                    let mut tree = BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
+                    tree.share_hints(hints.clone());
                     clients.push((IndexClient::BTree(Box::new(tree)), keyspace.generator(slot)));
                 }
                 anyhow::Ok(clients)
@@ -295,7 +304,7 @@ fn measure(
             let mut warm = Vec::with_capacity(clients.len());
             let mut warmup_error = None;
             for (mut client, mut generator) in clients {
-                let deadline = Instant::now() + WARMUP;
+                let deadline = Instant::now() + plan.warmup;
                 if let Err(e) = drive(&mut client, &mut generator, deadline).await {
                     warmup_error = Some(e);
                     break;
