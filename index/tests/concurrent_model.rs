@@ -12,7 +12,9 @@
 //!   value one of the clients wrote to it.
 //!
 //! Clients are tasks of a multi-threaded runtime, each with its own
-//! `BTree` (own fabric client, own owner id) attached to one tree.
+//! `BTree` (own fabric client, own owner id) attached to one tree. Half of
+//! them share one cache of meta hints (rtx), as the clients of one process
+//! do; the others keep their own, which other clients' commits make stale.
 //! Interleavings vary from run to run; what is asserted holds in all of
 //! them. Every client's operations come from a seeded RNG.
 
@@ -20,12 +22,23 @@ mod common;
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use common::{attach, check_ok, tree, CREATOR, VARIANTS};
 use index::btree::{BTree, Variant, Written};
 use rand::{Rng, SeedableRng};
+use txn::HintCache;
 
 const CLIENTS: u64 = 4;
+
+/// Client `id` of `creator`'s tree; the even ones share `shared` hints.
+fn client(creator: &mut BTree, id: u64, shared: &Arc<HintCache>) -> BTree {
+    let mut t = attach(creator, CREATOR + 1 + id as u16);
+    if id % 2 == 0 {
+        t.share_hints(shared.clone());
+    }
+    t
+}
 
 /// One client's share of the disjoint-keys workload; returns its model.
 async fn disjoint_client(
@@ -106,9 +119,10 @@ async fn disjoint_client(
 
 async fn disjoint(variant: Variant, seed: u64) {
     let mut creator = tree(variant, 1, 64 << 20).await;
+    let shared = Arc::new(HintCache::default());
     let mut tasks = Vec::new();
     for id in 0..CLIENTS {
-        let t = attach(&mut creator, CREATOR + 1 + id as u16);
+        let t = client(&mut creator, id, &shared);
         tasks.push(tokio::spawn(disjoint_client(t, id, seed, 6_000, 1_500)));
     }
     let mut union = BTreeMap::new();
@@ -199,9 +213,10 @@ async fn overlapping_client(
 async fn overlapping(variant: Variant, seed: u64) {
     let keys = 3_000;
     let mut creator = tree(variant, 1, 64 << 20).await;
+    let shared = Arc::new(HintCache::default());
     let mut tasks = Vec::new();
     for id in 0..CLIENTS {
-        let t = attach(&mut creator, CREATOR + 1 + id as u16);
+        let t = client(&mut creator, id, &shared);
         tasks.push(tokio::spawn(overlapping_client(t, id, seed, 6_000, keys)));
     }
     let mut lasts = Vec::new();
