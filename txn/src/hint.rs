@@ -158,9 +158,34 @@ impl HintCache {
     pub fn put(&self, meta: GlobalAddr, hint: MetaHint) {
         let (c, i) = self.index(meta);
         let slot = &self.chunks[c].get_or_init(|| (0..CHUNK_SLOTS).map(|_| Slot::default()).collect())[i];
-        let seq = slot.seq.load(Ordering::Relaxed);
+        slot.write(|slot| {
+            slot.tag.store(meta.raw().wrapping_add(1), Ordering::Relaxed);
+            slot.version.store(hint.version, Ordering::Relaxed);
+            slot.dptr.store(hint.dptr.raw(), Ordering::Relaxed);
+        });
+    }
+
+    /// Forgets the hint for `meta` (if its slot holds it).
+    pub fn remove(&self, meta: GlobalAddr) {
+        let (c, i) = self.index(meta);
+        let Some(chunk) = self.chunks[c].get() else {
+            return;
+        };
+        chunk[i].write(|slot| {
+            if slot.tag.load(Ordering::Relaxed) == meta.raw().wrapping_add(1) {
+                slot.tag.store(0, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+impl Slot {
+    /// Runs `store` as the seqlock's writer, or not at all if another
+    /// writer holds the slot.
+    fn write(&self, store: impl FnOnce(&Slot)) {
+        let seq = self.seq.load(Ordering::Relaxed);
         if seq % 2 == 1
-            || slot
+            || self
                 .seq
                 .compare_exchange(seq, seq + 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_err()
@@ -170,33 +195,8 @@ impl HintCache {
         // Orders the odd sequence before the data stores for any reader
         // that sees one of them (it then sees the sequence changed).
         fence(Ordering::Release);
-        slot.tag.store(meta.raw().wrapping_add(1), Ordering::Relaxed);
-        slot.version.store(hint.version, Ordering::Relaxed);
-        slot.dptr.store(hint.dptr.raw(), Ordering::Relaxed);
-        slot.seq.store(seq + 2, Ordering::Release);
-    }
-
-    /// Forgets the hint for `meta` (if its slot holds it).
-    pub fn remove(&self, meta: GlobalAddr) {
-        let (c, i) = self.index(meta);
-        let Some(chunk) = self.chunks[c].get() else {
-            return;
-        };
-        let slot = &chunk[i];
-        let seq = slot.seq.load(Ordering::Relaxed);
-        if seq % 2 == 1
-            || slot
-                .seq
-                .compare_exchange(seq, seq + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        fence(Ordering::Release);
-        if slot.tag.load(Ordering::Relaxed) == meta.raw().wrapping_add(1) {
-            slot.tag.store(0, Ordering::Relaxed);
-        }
-        slot.seq.store(seq + 2, Ordering::Release);
+        store(self);
+        self.seq.store(seq + 2, Ordering::Release);
     }
 }
 

@@ -258,11 +258,11 @@ impl<'c> Tx<'c> {
         };
         // At most two rounds: the first CAS can only miss on a stale hint,
         // and then the second has a pair read after it.
-        let mut stale = hint.is_some();
+        let mut may_be_stale = hint.is_some();
         let data = loop {
             self.batch.clear();
             let c = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
-            let p = stale.then(|| self.batch.read(obj.dptr_addr(), 8));
+            let p = may_be_stale.then(|| self.batch.read(obj.dptr_addr(), 8));
             let d = self
                 .batch
                 .read(GlobalAddr::new(obj.meta.region(), old.offset()), obj.len);
@@ -279,7 +279,7 @@ impl<'c> Tx<'c> {
                     self.c.stats.stale_hints += 1;
                     seen = found;
                     old = DataPtr::from_raw(le_word(self.batch.read_result(p).map_err(TxError::Verb)?, 0));
-                    stale = false;
+                    may_be_stale = false;
                 }
                 _ => return Err(self.conflict(obj, found).await),
             }
