@@ -164,21 +164,12 @@ impl Tx<'_> {
     }
 
     /// Counts the commit, frees the blocks it replaced, and keeps the metas
-    /// it left as hints (unlocked at the version it released, with the
-    /// pointer it installed): the next access of these objects by any client
-    /// sharing the cache needs no meta round trip.
+    /// of the objects it created as hints (the written ones were kept by
+    /// `install`, which saw their releases).
     fn committed(&mut self) {
         self.c.stats.commits += 1;
-        for (i, w) in self.writes.iter().enumerate() {
+        for w in &self.writes {
             self.c.alloc.free(w.old.offset(), w.obj.len);
-            if !self.released.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            let hint = MetaHint {
-                version: w.seen.version() + 1,
-                dptr: w.new.expect("allocated before the commit point"),
-            };
-            self.c.hints.put(w.obj.meta, hint);
         }
         for f in &self.fresh {
             let hint = MetaHint {
@@ -386,12 +377,18 @@ impl Tx<'_> {
         }
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
-        // A release that lost to a repairer (who stole the expired lock
-        // after the pointer CAS) left another version: no hint of it.
-        self.released = releases
-            .iter()
-            .map(|&h| self.batch.old_value(h) == Ok(lock.raw()))
-            .collect();
+        // Each release that won left the meta unlocked at `seen + 1` with
+        // the new pointer: a hint. One that lost to a repairer (who stole
+        // the expired lock after the pointer CAS) left another version.
+        for (w, h) in self.writes.iter().zip(releases) {
+            if self.batch.old_value(h) == Ok(lock.raw()) {
+                let hint = MetaHint {
+                    version: w.seen.version() + 1,
+                    dptr: w.new.expect("allocated"),
+                };
+                self.c.hints.put(w.obj.meta, hint);
+            }
+        }
         // A transaction that only created objects writes nothing here (and
         // used to index `writes[0]` out of bounds): its RT1 WRITEs were all.
         if !logged && !self.writes.is_empty() {

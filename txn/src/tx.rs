@@ -66,9 +66,6 @@ pub struct Tx<'c> {
     /// The lock word pre-locks were taken with, if any.
     pub(crate) prelock: Option<LockWord>,
     pub(crate) batch: Batch,
-    /// Set by the commit's install: which writes' releases won (their
-    /// metas are then known, and kept as hints).
-    pub(crate) released: Vec<bool>,
 }
 
 impl<'c> Tx<'c> {
@@ -80,7 +77,6 @@ impl<'c> Tx<'c> {
             fresh: Vec::new(),
             prelock: None,
             batch: Batch::new(),
-            released: Vec::new(),
         }
     }
 
