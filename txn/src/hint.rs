@@ -164,19 +164,6 @@ impl HintCache {
             slot.dptr.store(hint.dptr.raw(), Ordering::Relaxed);
         });
     }
-
-    /// Forgets the hint for `meta` (if its slot holds it).
-    pub fn remove(&self, meta: GlobalAddr) {
-        let (c, i) = self.index(meta);
-        let Some(chunk) = self.chunks[c].get() else {
-            return;
-        };
-        chunk[i].write(|slot| {
-            if slot.tag.load(Ordering::Relaxed) == meta.raw().wrapping_add(1) {
-                slot.tag.store(0, Ordering::Relaxed);
-            }
-        });
-    }
 }
 
 impl Slot {
@@ -225,8 +212,6 @@ mod tests {
             let b = GlobalAddr::new(1, 4096 + 16 * k);
             assert_ne!(cache.get(b), Some(hint(3, 8192)));
         }
-        cache.remove(a);
-        assert_eq!(cache.get(a), None);
         // The zero address is a real address, not an empty slot.
         let zero = GlobalAddr::from_raw(0);
         assert_eq!(cache.get(zero), None);

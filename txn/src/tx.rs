@@ -189,16 +189,7 @@ impl<'c> Tx<'c> {
         if self.writes[i].prelocked {
             return Ok(());
         }
-        // All pre-locks of a transaction share one lock word, with a lease
-        // for the objects locked so far and one more.
-        let lock = match self.prelock {
-            Some(l) => l,
-            None => {
-                let l = self.c.next_lock(self.writes.len() + 1).await;
-                self.prelock = Some(l);
-                l
-            }
-        };
+        let lock = self.prelock_word().await;
         let seen = self.writes[i].seen;
         self.batch.clear();
         let h = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
@@ -244,14 +235,7 @@ impl<'c> Tx<'c> {
             }
             None => self.unlocked_meta(obj).await?,
         };
-        let lock = match self.prelock {
-            Some(l) => l,
-            None => {
-                let l = self.c.next_lock(self.writes.len() + 1).await;
-                self.prelock = Some(l);
-                l
-            }
-        };
+        let lock = self.prelock_word().await;
         // At most two rounds: the first CAS can only miss on a stale hint,
         // and then the second has a pair read after it.
         let mut may_be_stale = hint.is_some();
@@ -316,6 +300,18 @@ impl<'c> Tx<'c> {
     /// Aborts this attempt on purpose; [`TxClient::run`] retries it.
     pub fn abort(&self) -> TxError {
         TxError::Abort(AbortReason::User)
+    }
+
+    /// The lock word every pre-lock of this transaction shares, taken on
+    /// the first pre-lock with a lease for the objects locked so far and
+    /// one more.
+    async fn prelock_word(&mut self) -> LockWord {
+        if let Some(l) = self.prelock {
+            return l;
+        }
+        let l = self.c.next_lock(self.writes.len() + 1).await;
+        self.prelock = Some(l);
+        l
     }
 
     /// Refuses a meta this client cannot commit: misaligned, or outside

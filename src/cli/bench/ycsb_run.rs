@@ -160,8 +160,6 @@ impl Memory {
     }
 }
 
-/// Region bytes for `keys` loaded keys, inserts during the run, and the
-/// rTX copy-on-write churn of every client.
 /// Hint slots for a tree of `keys`: two per leaf of a fresh load, so
 /// that few leaves share a slot (a direct-mapped cache). 32 bytes a slot,
 /// taken as slots are first written: 32 MiB for 10M keys.
@@ -170,6 +168,8 @@ fn hint_slots(keys: u64) -> usize {
     usize::try_from(keys / LEAF_KEYS_MIN * 2).unwrap_or(usize::MAX)
 }
 
+/// Region bytes for `keys` loaded keys, inserts during the run, and the
+/// rTX copy-on-write churn of every client.
 fn region_bytes(plan: &Plan) -> u64 {
     let per_leaf = ((index::btree::node::LEAF_SLOTS as f64) * plan.fill).max(1.0) as u64;
     let clients = (plan.threads * plan.coroutines) as u64;
