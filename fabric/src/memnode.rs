@@ -274,6 +274,18 @@ impl MemoryNode {
         }
     }
 
+    /// Prefetches what `op` will touch (see `SharedMemory::prefetch`);
+    /// a verb that fails its checks is left for `execute_op` to refuse.
+    pub(crate) fn prefetch_op(&self, op: &Op) {
+        if let Ok(entry) = self.check(op) {
+            let at = entry.image_offset + op.offset;
+            if let (Ok(at), Ok(len)) = (usize::try_from(at), usize::try_from(op.kind.len())) {
+                let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
+                self.memory.prefetch(at, len, write);
+            }
+        }
+    }
+
     /// The checks of one verb: region known, key, size limit, bounds, alignment.
     fn check(&self, op: &Op) -> Result<&RegionEntry, VerbError> {
         let entry = self
@@ -329,6 +341,13 @@ pub(crate) fn execute_inline<'a>(
                 .ok_or(FabricError::UnknownNode { node: op.node })?
                 .check_epoch(epoch)?;
             nodes.add(op.node);
+        }
+    }
+    if ops.len() > 1 {
+        for op in ops {
+            if let Some(n) = node(op.node) {
+                n.prefetch_op(op);
+            }
         }
     }
     for op in ops {

@@ -122,6 +122,42 @@ impl SharedMemory {
         self.word(offset).fetch_add(add, Ordering::SeqCst)
     }
 
+    /// Starts loading `[offset, offset + len)` into the CPU cache without
+    /// waiting for it. A NIC works on the verbs of one doorbell batch in
+    /// parallel; prefetching every verb's target before running any lets
+    /// the CPU overlap their cache misses the same way, instead of taking
+    /// them one verb after another. `write` asks for the lines in exclusive
+    /// state, as a store needs them. Out-of-range requests do nothing.
+    pub(crate) fn prefetch(&self, offset: usize, len: usize, write: bool) {
+        /// Lines prefetched per verb: a 1 KiB node; the hardware
+        /// prefetcher streams longer copies on its own.
+        const LINES_MAX: usize = 16;
+        const LINE: usize = 64;
+        if offset.checked_add(len).is_none_or(|end| end > self.len()) {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+            let base = self.map.as_ptr();
+            let first = offset - offset % LINE;
+            for line in (first..offset + len).step_by(LINE).take(LINES_MAX) {
+                // SAFETY: `line` lies inside the live mapping (checked
+                // above), so the pointer arithmetic stays in one allocation.
+                let p = unsafe { base.add(line) }.cast::<i8>();
+                // SAFETY: a prefetch is a hint that changes cache state only:
+                // it never faults and nothing the program reads depends on it.
+                unsafe {
+                    if write {
+                        _mm_prefetch::<_MM_HINT_ET0>(p);
+                    } else {
+                        _mm_prefetch::<_MM_HINT_T0>(p);
+                    }
+                }
+            }
+        }
+    }
+
     /// Copies `dst.len()` bytes starting at `offset` out of the mapping.
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
         self.check(offset, dst.len());
@@ -193,6 +229,23 @@ fn split_aligned(offset: usize, len: usize) -> (usize, usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefetch_changes_nothing_and_ignores_bad_ranges() {
+        let m = SharedMemory::anonymous(4096).unwrap();
+        m.write(0, &[7; 64]);
+        for (offset, len, write) in [
+            (0, 64, false),
+            (4000, 96, true),
+            (4095, 2, false),
+            (usize::MAX, 1, true),
+        ] {
+            m.prefetch(offset, len, write);
+        }
+        let mut back = [0u8; 64];
+        m.read(0, &mut back);
+        assert_eq!(back, [7; 64]);
+    }
 
     #[test]
     fn unaligned_copies_round_trip() {
