@@ -29,16 +29,24 @@
 //!
 //! # The cache
 //!
-//! [`HintCache`] is direct-mapped and shared by every client of a process
-//! (as Sherman shares its index cache per compute node): a slot holds one
-//! object's hint and a colliding object overwrites it. A hint is only ever
-//! an optimisation: a stale or missing one costs a round trip, never
-//! correctness, because every use validates it remotely by the rule above.
-//! But a hint must be a pair that was read together: a slot is a seqlock,
-//! so a reader never takes one object's version with another's pointer.
+//! [`HintCache`] is shared by every client of a process (as Sherman shares
+//! its index cache per compute node). It is dense and needs no tags: metas
+//! are 16-byte objects that are never freed, so `meta >> 4` names one object
+//! for good, and the cache keeps one 16-byte slot per meta in pages that
+//! mirror 64 KiB of meta address space (4,096 metas, one heap chunk of the
+//! default size). A hot tree's hints take 16 bytes per node, packed four to
+//! a cache line, where a hashed slot per node would take a line each.
+//!
+//! A hint is only ever an optimisation: a stale or missing one costs a round
+//! trip, never correctness, because every use validates it remotely by the
+//! rule above. But a hint must be a pair that was read together, so a slot
+//! is one 128-bit atomic: a reader never takes one put's version with
+//! another's pointer.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+
+use portable_atomic::AtomicU128;
 
 use fabric::GlobalAddr;
 
@@ -76,114 +84,144 @@ impl MetaHint {
     }
 }
 
-/// Slots per lazily allocated chunk: 4,096 × 32 bytes = 128 KiB, so a
-/// cache costs memory in proportion to what it holds.
-const CHUNK_SLOTS: usize = 4096;
+/// Metas per page: 64 KiB of meta address space, one default heap chunk.
+const PAGE_METAS: u64 = 4096;
 
-/// Slots of a cache made by [`HintCache::default`]: one per leaf of a
-/// B+tree of about 40 M keys (1 M × 32 bytes = 32 MiB when full). Larger
-/// trees share slots and miss more, never err.
-pub const HINT_SLOTS_DEFAULT: usize = 1 << 20;
+/// Bits of a meta address below the page number (16-byte metas, 4,096 a page).
+const PAGE_SHIFT: u32 = 16;
 
-/// One slot: a seqlock around (meta address + 1, version, pointer). The
-/// tag is offset by one so that a zeroed slot holds nothing.
+/// Table positions probed for a page before giving up on it: a page that
+/// finds no place gets no hints (a round trip more per read, nothing worse).
+const PROBES_MAX: usize = 8;
+
+/// Pages of a cache made by [`HintCache::default`]: hints for 1 M objects,
+/// 64 MiB when every page is taken.
+pub const HINT_PAGES_DEFAULT: usize = 1024;
+
+/// One page: the page number + 1 it holds (0 = free), and its slots, one
+/// 128-bit word per meta: `version << 64 | data pointer`, 0 = no hint (no
+/// data pointer is ever 0: offset 0 is a heap header).
 #[derive(Debug, Default)]
-struct Slot {
-    seq: AtomicU64,
-    tag: AtomicU64,
-    version: AtomicU64,
-    dptr: AtomicU64,
+struct Page {
+    key: AtomicU64,
+    slots: OnceLock<Box<[AtomicU128]>>,
 }
 
-/// A direct-mapped cache of [`MetaHint`]s by meta address, shared by the
-/// clients of one process (clone the `Arc` it lives in).
+/// The [`MetaHint`]s of a process, by meta address, shared by its clients
+/// (clone the `Arc` it lives in).
 #[derive(Debug)]
 pub struct HintCache {
-    chunks: Box<[OnceLock<Box<[Slot]>>]>,
-    /// 64 - log2(slots): a multiplicative hash keeps its top bits.
+    /// Open addressing, linear probing, never shrinks.
+    pages: Box<[Page]>,
+    /// 64 - log2(pages.len()): a multiplicative hash keeps its top bits.
     shift: u32,
 }
 
 impl Default for HintCache {
     fn default() -> Self {
-        HintCache::with_slots(HINT_SLOTS_DEFAULT)
+        HintCache::with_pages(HINT_PAGES_DEFAULT)
     }
 }
 
 impl HintCache {
-    /// A cache of `slots` slots (rounded up to a power of two, at least one
-    /// chunk). Memory is taken a chunk at a time, when first written.
-    pub fn with_slots(slots: usize) -> HintCache {
-        let slots = slots.max(CHUNK_SLOTS).next_power_of_two();
-        let chunks = (0..slots / CHUNK_SLOTS).map(|_| OnceLock::new()).collect();
+    /// A cache of `pages` pages (rounded up to a power of two) of 4,096
+    /// metas each: at most 64 KiB per page, taken when first written.
+    pub fn with_pages(pages: usize) -> HintCache {
+        let pages = pages.max(1).next_power_of_two();
         HintCache {
-            chunks,
-            shift: 64 - slots.trailing_zeros(),
+            pages: (0..pages).map(|_| Page::default()).collect(),
+            shift: 64 - pages.trailing_zeros(),
         }
     }
 
-    /// Slots in the cache.
-    pub fn slots(&self) -> usize {
-        self.chunks.len() * CHUNK_SLOTS
+    /// A cache sized for about `objects` live metas, with room for the
+    /// partly used pages that allocators leave (one run of metas per tree
+    /// level at load, one chunk at a time per client).
+    pub fn for_objects(objects: u64) -> HintCache {
+        /// Pages beyond twice the dense need: the partly used ones.
+        const PAGES_SLACK: u64 = 64;
+        let pages = objects
+            .div_ceil(PAGE_METAS)
+            .saturating_mul(2)
+            .saturating_add(PAGES_SLACK);
+        HintCache::with_pages(usize::try_from(pages).unwrap_or(usize::MAX))
     }
 
-    fn index(&self, meta: GlobalAddr) -> (usize, usize) {
-        // Metas are 16-byte aligned; a multiplicative hash spreads the
-        // chunk-strided addresses of one client's allocations.
-        let i = ((meta.raw() >> 4).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
-        (i / CHUNK_SLOTS, i % CHUNK_SLOTS)
+    /// Pages the cache can hold.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
     }
 
-    /// The hint for `meta`, if its slot holds one.
+    /// Pages taken so far.
+    pub fn pages_used(&self) -> usize {
+        self.pages
+            .iter()
+            .filter(|p| p.key.load(Ordering::Relaxed) != 0)
+            .count()
+    }
+
+    /// The table positions page `key` may sit at.
+    fn probes(&self, key: u64) -> impl Iterator<Item = &Page> {
+        let home = key
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .checked_shr(self.shift)
+            .unwrap_or(0) as usize;
+        let mask = self.pages.len() - 1;
+        (0..PROBES_MAX.min(self.pages.len())).map(move |i| &self.pages[(home + i) & mask])
+    }
+
+    /// The slot of `meta`; with `insert`, takes a page for it if needed.
+    fn slot(&self, meta: GlobalAddr, insert: bool) -> Option<&AtomicU128> {
+        let key = (meta.raw() >> PAGE_SHIFT) + 1;
+        let index = ((meta.raw() >> 4) % PAGE_METAS) as usize;
+        for page in self.probes(key) {
+            let mut held = page.key.load(Ordering::Acquire);
+            if held == 0 && insert {
+                held = match page
+                    .key
+                    .compare_exchange(0, key, Ordering::AcqRel, Ordering::Acquire)
+                {
+                    Ok(_) => key,
+                    Err(other) => other,
+                };
+            }
+            if held == key {
+                let slots = if insert {
+                    page.slots
+                        .get_or_init(|| (0..PAGE_METAS).map(|_| AtomicU128::new(0)).collect())
+                } else {
+                    // Taken but not yet filled by its first writer: no hint.
+                    page.slots.get()?
+                };
+                return Some(&slots[index]);
+            }
+            if held == 0 {
+                // Pages are never freed, so a free position ends the probe.
+                return None;
+            }
+        }
+        None
+    }
+
+    /// The hint for `meta`, if one was put.
     pub fn get(&self, meta: GlobalAddr) -> Option<MetaHint> {
-        let (c, i) = self.index(meta);
-        let slot = &self.chunks[c].get()?[i];
-        // Seqlock read (Boehm, "Can seqlocks get along with programming
-        // language memory models?"): data loads between an acquire load of
-        // the sequence and an acquire fence before loading it again.
-        let before = slot.seq.load(Ordering::Acquire);
-        let tag = slot.tag.load(Ordering::Relaxed);
-        let version = slot.version.load(Ordering::Relaxed);
-        let dptr = slot.dptr.load(Ordering::Relaxed);
-        fence(Ordering::Acquire);
-        let after = slot.seq.load(Ordering::Relaxed);
-        (before == after && before % 2 == 0 && tag == meta.raw().wrapping_add(1)).then_some(MetaHint {
-            version,
-            dptr: DataPtr::from_raw(dptr),
+        let word = self.slot(meta, false)?.load(Ordering::Acquire);
+        (word != 0).then(|| MetaHint {
+            version: (word >> 64) as u64,
+            dptr: DataPtr::from_raw(word as u64),
         })
     }
 
-    /// Records `hint` for `meta`. Skipped if another writer holds the slot
-    /// this instant: a hint is never worth waiting for.
+    /// Records `hint` for `meta` (a later put wins). Dropped if the table
+    /// has no place for the meta's page.
     pub fn put(&self, meta: GlobalAddr, hint: MetaHint) {
-        let (c, i) = self.index(meta);
-        let slot = &self.chunks[c].get_or_init(|| (0..CHUNK_SLOTS).map(|_| Slot::default()).collect())[i];
-        slot.write(|slot| {
-            slot.tag.store(meta.raw().wrapping_add(1), Ordering::Relaxed);
-            slot.version.store(hint.version, Ordering::Relaxed);
-            slot.dptr.store(hint.dptr.raw(), Ordering::Relaxed);
-        });
-    }
-}
-
-impl Slot {
-    /// Runs `store` as the seqlock's writer, or not at all if another
-    /// writer holds the slot.
-    fn write(&self, store: impl FnOnce(&Slot)) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        if seq % 2 == 1
-            || self
-                .seq
-                .compare_exchange(seq, seq + 1, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
+        debug_assert_ne!(hint.dptr.raw(), 0, "no data block lives at offset 0");
+        if let Some(slot) = self.slot(meta, true) {
+            slot.store(
+                u128::from(hint.version) << 64 | u128::from(hint.dptr.raw()),
+                Ordering::Release,
+            );
         }
-        // Orders the odd sequence before the data stores for any reader
-        // that sees one of them (it then sees the sequence changed).
-        fence(Ordering::Release);
-        store(self);
-        self.seq.store(seq + 2, Ordering::Release);
     }
 }
 
@@ -201,22 +239,49 @@ mod tests {
 
     #[test]
     fn holds_what_was_put_and_nothing_else() {
-        let cache = HintCache::with_slots(1);
-        assert_eq!(cache.slots(), CHUNK_SLOTS);
+        let cache = HintCache::with_pages(3);
+        assert_eq!(cache.pages(), 4);
         let a = GlobalAddr::new(1, 4096);
         assert_eq!(cache.get(a), None);
         cache.put(a, hint(3, 8192));
         assert_eq!(cache.get(a), Some(hint(3, 8192)));
-        // Another address never reads a's hint, even in a's slot.
-        for k in 1..(4 * CHUNK_SLOTS as u64) {
-            let b = GlobalAddr::new(1, 4096 + 16 * k);
-            assert_ne!(cache.get(b), Some(hint(3, 8192)));
+        cache.put(a, hint(4, 9216));
+        assert_eq!(cache.get(a), Some(hint(4, 9216)), "a later put wins");
+        // Neighbours in a's page and metas of other pages and regions
+        // never read a's hint.
+        for k in 1..(2 * PAGE_METAS) {
+            assert_eq!(cache.get(GlobalAddr::new(1, 4096 + 16 * k)), None);
         }
-        // The zero address is a real address, not an empty slot.
+        assert_eq!(cache.get(GlobalAddr::new(2, 4096)), None);
+        // The zero address is a real meta address, not an empty slot.
         let zero = GlobalAddr::from_raw(0);
         assert_eq!(cache.get(zero), None);
         cache.put(zero, hint(1, 64));
         assert_eq!(cache.get(zero), Some(hint(1, 64)));
+        assert_eq!(cache.pages_used(), 2, "a's page and the zero page");
+    }
+
+    #[test]
+    fn a_full_table_drops_new_pages_and_keeps_old_hints() {
+        let cache = HintCache::with_pages(2);
+        let metas: Vec<GlobalAddr> = (0..8).map(|p| GlobalAddr::new(0, p << PAGE_SHIFT)).collect();
+        for (i, &m) in metas.iter().enumerate() {
+            cache.put(m, hint(i as u64 + 1, 64));
+        }
+        assert_eq!(cache.pages_used(), 2);
+        let kept: Vec<usize> = (0..8).filter(|&i| cache.get(metas[i]).is_some()).collect();
+        assert_eq!(kept.len(), 2, "only two pages fit: {kept:?}");
+        for i in kept {
+            assert_eq!(cache.get(metas[i]), Some(hint(i as u64 + 1, 64)));
+        }
+    }
+
+    #[test]
+    fn slots_are_lock_free_atomics() {
+        assert!(
+            AtomicU128::is_lock_free(),
+            "a locked 128-bit atomic would serialise every hint"
+        );
     }
 
     #[test]
@@ -234,14 +299,14 @@ mod tests {
     /// a reader must never see a mixed pair, on any slot.
     #[test]
     fn concurrent_readers_never_see_a_torn_pair() {
-        let cache = Arc::new(HintCache::with_slots(CHUNK_SLOTS));
+        let cache = Arc::new(HintCache::with_pages(1));
         let metas: Vec<GlobalAddr> = (0..64).map(|i| GlobalAddr::new(0, 16 * i)).collect();
         std::thread::scope(|s| {
             for w in 0..2u64 {
                 let (cache, metas) = (cache.clone(), metas.clone());
                 s.spawn(move || {
                     for n in 0..200_000u64 {
-                        let v = n * 2 + w;
+                        let v = n * 2 + w + 1;
                         cache.put(metas[(n % 64) as usize], hint(v, v * 64));
                     }
                 });

@@ -160,12 +160,12 @@ impl Memory {
     }
 }
 
-/// Hint slots for a tree of `keys`: two per leaf of a fresh load, so
-/// that few leaves share a slot (a direct-mapped cache). 32 bytes a slot,
-/// taken as slots are first written: 32 MiB for 10M keys.
-fn hint_slots(keys: u64) -> usize {
-    const LEAF_KEYS_MIN: u64 = 20;
-    usize::try_from(keys / LEAF_KEYS_MIN * 2).unwrap_or(usize::MAX)
+/// Objects whose hints a tree of `keys` needs: one per node, and a node
+/// of a fresh load holds more than 20 keys. 16 bytes each, taken a page at
+/// a time as first written: about 6 MiB for 10M keys.
+fn hinted_objects(keys: u64) -> u64 {
+    const NODE_KEYS_MIN: u64 = 20;
+    keys / NODE_KEYS_MIN
 }
 
 /// Region bytes for `keys` loaded keys, inserts during the run, and the
@@ -273,7 +273,7 @@ fn measure(
         seed: plan.seed,
     };
     let keyspace = Keyspace::new(spec)?;
-    let hints = Arc::new(HintCache::with_slots(hint_slots(plan.keys)));
+    let hints = Arc::new(HintCache::for_objects(hinted_objects(plan.keys)));
     let results = on_threads("ycsb", plan.threads, |t, gate| {
         let setup = (|| -> anyhow::Result<_> {
             let rt = runtime()?;
