@@ -1,0 +1,15 @@
+//! The control plane: a Raft-replicated record of the cluster's memory
+//! nodes, regions and their replica roles, clients with their leases and
+//! owner-id blocks, the map epoch, and an audit trail of operator actions.
+//!
+//! Layers, after openraft's split of the pure engine from its I/O:
+//! - [`state`]: the replicated state machine as plain data and a pure,
+//!   deterministic `apply` (no clock, no I/O: a command carries its time);
+//! - [`raft`]: the openraft type configuration;
+//! - [`store`]: the Raft log, vote and state machine persisted in sled;
+//! - [`network`]: Raft RPCs between members over HTTP/JSON.
+
+pub mod network;
+pub mod raft;
+pub mod state;
+pub mod store;

@@ -1,0 +1,1 @@
+//! Raft RPCs between members over HTTP/JSON (written next).

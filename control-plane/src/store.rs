@@ -1,0 +1,1 @@
+//! The Raft log, vote and state machine in sled (written next).
