@@ -306,6 +306,9 @@ pub enum Outcome {
     Client(Client),
     /// Something was removed.
     Removed,
+    /// A log entry without a command (openraft's blank or membership
+    /// entries) was applied: the state is unchanged.
+    NoCommand,
 }
 
 /// Why a command was refused. Each leaves the state as it was.
@@ -1060,7 +1063,7 @@ mod tests {
     #[test]
     fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
         let mut s = ControlState::default();
-        let mut register = |s: &mut ControlState, n: u16| match s.apply(&req(
+        let register = |s: &mut ControlState, n: u16| match s.apply(&req(
             10,
             Command::RegisterClient {
                 name: format!("c{n}"),

@@ -1,1 +1,0 @@
-//! Raft RPCs between members over HTTP/JSON (written next).

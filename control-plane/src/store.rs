@@ -1,1 +1,0 @@
-//! The Raft log, vote and state machine in sled (written next).
