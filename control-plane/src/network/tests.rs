@@ -17,9 +17,9 @@ use openraft::raft::{VoteRequest, VoteResponse};
 use openraft::{BasicNode, Config, Vote};
 use tower::ServiceExt;
 
-use self::memstore::{MemLog, MemStateMachine};
 use super::*;
 use crate::raft::{MemberId, Raft};
+use crate::store::{self, StateReader};
 use crate::state::{Command, Request};
 
 const SECRET: &str = "test-secret-0123456789";
@@ -45,21 +45,23 @@ fn config() -> Arc<Config> {
     Arc::new(config.validate().expect("test config is valid"))
 }
 
-/// A member with in-memory storage, not serving anything yet.
-async fn raft(id: MemberId, secret: &ClusterSecret) -> (Raft, MemStateMachine) {
+/// A member with its sled store in a temporary directory, not serving
+/// anything yet. The directory lives as long as the returned guard.
+async fn raft(id: MemberId, secret: &ClusterSecret) -> (Raft, StateReader, tempfile::TempDir) {
     let network = HttpNetworkFactory::new(id, secret).expect("http client builds");
-    let sm = MemStateMachine::default();
-    let raft = Raft::new(id, config(), network, MemLog::default(), sm.clone())
-        .await
-        .expect("raft starts");
-    (raft, sm)
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, sm) = store::open(dir.path()).await.expect("store opens");
+    let reader = sm.reader();
+    let raft = Raft::new(id, config(), network, log, sm).await.expect("raft starts");
+    (raft, reader, dir)
 }
 
 /// A member serving its router on an ephemeral loopback port.
 struct Member {
     id: MemberId,
     raft: Raft,
-    sm: MemStateMachine,
+    state: StateReader,
+    _dir: tempfile::TempDir,
     node: BasicNode,
     /// Requests seen on the snapshot route.
     snapshot_posts: Arc<AtomicUsize>,
@@ -72,7 +74,7 @@ impl Member {
             .await
             .expect("bind loopback");
         let addr = listener.local_addr().expect("local addr");
-        let (raft, sm) = raft(id, &secret()).await;
+        let (raft, state, dir) = raft(id, &secret()).await;
         let snapshot_posts = Arc::new(AtomicUsize::new(0));
         let counter = snapshot_posts.clone();
         let router = raft_router(raft.clone(), secret()).layer(axum::middleware::from_fn(
@@ -89,7 +91,8 @@ impl Member {
         Member {
             id,
             raft,
-            sm,
+            state,
+            _dir: dir,
             node: BasicNode::new(addr.to_string()),
             snapshot_posts,
             server,
@@ -155,8 +158,9 @@ fn secret_matches_only_itself() {
 // ---- router refusals -----------------------------------------------------
 
 async fn router() -> Router {
-    let (raft, _) = raft(1, &secret()).await;
-    raft_router(raft, secret())
+    let (raft, _, dir) = raft(1, &secret()).await;
+    // The router owns the store's directory: it is removed with the router.
+    raft_router(raft, secret()).layer(axum::Extension(Arc::new(dir)))
 }
 
 fn vote_json() -> Vec<u8> {
@@ -403,7 +407,7 @@ async fn three_members_elect_and_commit() {
             .applied_index_at_least(Some(index), "the write applied")
             .await
             .expect("every member applies the write");
-        let state = m.sm.state();
+        let state = m.state.state();
         assert_eq!(state.memnodes.len(), 1, "member {}", m.id);
         let node = state.memnodes.values().next().expect("one node");
         assert_eq!(node.endpoint, "10.0.0.1:7000");
@@ -466,225 +470,10 @@ async fn learner_catches_up_through_a_chunked_snapshot() {
         .await
         .expect("learner catches up");
     assert_eq!(metrics.snapshot, Some(last), "installed from a snapshot");
-    assert_eq!(two.sm.state().memnodes.len(), 3);
+    assert_eq!(two.state.state().memnodes.len(), 3);
     let chunks = two.snapshot_posts.load(Ordering::Relaxed);
     assert!(chunks > 1, "the snapshot spans many chunks, got {chunks}");
 
     one.stop().await;
     two.stop().await;
-}
-
-/// Minimal in-memory storage, only for driving a Raft in these tests.
-mod memstore {
-    use std::collections::BTreeMap;
-    use std::fmt::Debug;
-    use std::io::Cursor;
-    use std::ops::RangeBounds;
-    use std::sync::{Arc, Mutex, MutexGuard};
-
-    use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine};
-    use openraft::{
-        BasicNode, Entry, EntryPayload, LogId, LogState, RaftLogReader, RaftSnapshotBuilder, Snapshot,
-        SnapshotMeta, StorageError, StorageIOError, StoredMembership, Vote,
-    };
-    use serde::{Deserialize, Serialize};
-
-    use crate::raft::{MemberId, TypeConfig};
-    use crate::state::{ControlState, Outcome, Response};
-
-    type StorageResult<T> = Result<T, StorageError<MemberId>>;
-
-    /// A lock that survives a panicking holder: the tests report the panic.
-    fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-        m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    #[derive(Default)]
-    struct LogInner {
-        vote: Option<Vote<MemberId>>,
-        committed: Option<LogId<MemberId>>,
-        purged: Option<LogId<MemberId>>,
-        entries: BTreeMap<u64, Entry<TypeConfig>>,
-    }
-
-    /// The log and vote.
-    #[derive(Clone, Default)]
-    pub struct MemLog(Arc<Mutex<LogInner>>);
-
-    impl RaftLogReader<TypeConfig> for MemLog {
-        async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
-            &mut self,
-            range: RB,
-        ) -> StorageResult<Vec<Entry<TypeConfig>>> {
-            let inner = lock(&self.0);
-            Ok(inner.entries.range(range).map(|(_, e)| e.clone()).collect())
-        }
-    }
-
-    impl RaftLogStorage<TypeConfig> for MemLog {
-        type LogReader = MemLog;
-
-        async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
-            let inner = lock(&self.0);
-            let last = inner.entries.values().next_back().map(|e| e.log_id);
-            Ok(LogState {
-                last_purged_log_id: inner.purged,
-                last_log_id: last.or(inner.purged),
-            })
-        }
-
-        async fn get_log_reader(&mut self) -> MemLog {
-            self.clone()
-        }
-
-        async fn save_vote(&mut self, vote: &Vote<MemberId>) -> StorageResult<()> {
-            lock(&self.0).vote = Some(*vote);
-            Ok(())
-        }
-
-        async fn read_vote(&mut self) -> StorageResult<Option<Vote<MemberId>>> {
-            Ok(lock(&self.0).vote)
-        }
-
-        async fn save_committed(&mut self, committed: Option<LogId<MemberId>>) -> StorageResult<()> {
-            lock(&self.0).committed = committed;
-            Ok(())
-        }
-
-        async fn read_committed(&mut self) -> StorageResult<Option<LogId<MemberId>>> {
-            Ok(lock(&self.0).committed)
-        }
-
-        async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
-        where
-            I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-            I::IntoIter: Send,
-        {
-            let mut inner = lock(&self.0);
-            for entry in entries {
-                inner.entries.insert(entry.log_id.index, entry);
-            }
-            callback.log_io_completed(Ok(()));
-            Ok(())
-        }
-
-        async fn truncate(&mut self, log_id: LogId<MemberId>) -> StorageResult<()> {
-            lock(&self.0).entries.split_off(&log_id.index);
-            Ok(())
-        }
-
-        async fn purge(&mut self, log_id: LogId<MemberId>) -> StorageResult<()> {
-            let mut inner = lock(&self.0);
-            let kept = inner.entries.split_off(&(log_id.index + 1));
-            inner.entries = kept;
-            inner.purged = Some(log_id);
-            Ok(())
-        }
-    }
-
-    /// What a snapshot holds.
-    #[derive(Clone, Default, Serialize, Deserialize)]
-    struct SmData {
-        applied: Option<LogId<MemberId>>,
-        membership: StoredMembership<MemberId, BasicNode>,
-        state: ControlState,
-    }
-
-    #[derive(Default)]
-    struct SmInner {
-        data: SmData,
-        snapshot: Option<(SnapshotMeta<MemberId, BasicNode>, Vec<u8>)>,
-    }
-
-    /// The state machine: [`ControlState`] plus Raft's bookkeeping.
-    #[derive(Clone, Default)]
-    pub struct MemStateMachine(Arc<Mutex<SmInner>>);
-
-    impl MemStateMachine {
-        /// The replicated state as applied so far.
-        pub fn state(&self) -> ControlState {
-            lock(&self.0).data.state.clone()
-        }
-    }
-
-    impl RaftSnapshotBuilder<TypeConfig> for MemStateMachine {
-        async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
-            let mut inner = lock(&self.0);
-            let bytes =
-                serde_json::to_vec(&inner.data).map_err(|e| StorageIOError::read_state_machine(&e))?;
-            let meta = SnapshotMeta {
-                last_log_id: inner.data.applied,
-                last_membership: inner.data.membership.clone(),
-                snapshot_id: format!("{:?}", inner.data.applied.map(|l| l.index)),
-            };
-            inner.snapshot = Some((meta.clone(), bytes.clone()));
-            Ok(Snapshot {
-                meta,
-                snapshot: Box::new(Cursor::new(bytes)),
-            })
-        }
-    }
-
-    impl RaftStateMachine<TypeConfig> for MemStateMachine {
-        type SnapshotBuilder = MemStateMachine;
-
-        async fn applied_state(
-            &mut self,
-        ) -> StorageResult<(Option<LogId<MemberId>>, StoredMembership<MemberId, BasicNode>)> {
-            let inner = lock(&self.0);
-            Ok((inner.data.applied, inner.data.membership.clone()))
-        }
-
-        async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Response>>
-        where
-            I: IntoIterator<Item = Entry<TypeConfig>> + Send,
-            I::IntoIter: Send,
-        {
-            let mut inner = lock(&self.0);
-            let mut responses = Vec::new();
-            for entry in entries {
-                inner.data.applied = Some(entry.log_id);
-                responses.push(match entry.payload {
-                    EntryPayload::Normal(req) => inner.data.state.apply(&req),
-                    EntryPayload::Membership(m) => {
-                        inner.data.membership = StoredMembership::new(Some(entry.log_id), m);
-                        Ok(Outcome::Removed)
-                    }
-                    // Nobody waits on these responses; any value will do.
-                    EntryPayload::Blank => Ok(Outcome::Removed),
-                });
-            }
-            Ok(responses)
-        }
-
-        async fn get_snapshot_builder(&mut self) -> MemStateMachine {
-            self.clone()
-        }
-
-        async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
-            Ok(Box::new(Cursor::new(Vec::new())))
-        }
-
-        async fn install_snapshot(
-            &mut self,
-            meta: &SnapshotMeta<MemberId, BasicNode>,
-            snapshot: Box<Cursor<Vec<u8>>>,
-        ) -> StorageResult<()> {
-            let bytes = snapshot.into_inner();
-            let data: SmData = serde_json::from_slice(&bytes)
-                .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-            let mut inner = lock(&self.0);
-            inner.data = data;
-            inner.snapshot = Some((meta.clone(), bytes));
-            Ok(())
-        }
-
-        async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
-            let inner = lock(&self.0);
-            Ok(inner.snapshot.as_ref().map(|(meta, bytes)| Snapshot {
-                meta: meta.clone(),
-                snapshot: Box::new(Cursor::new(bytes.clone())),
-            }))
-        }
-    }
 }
