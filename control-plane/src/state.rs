@@ -379,10 +379,11 @@ impl ControlState {
     /// Applies one request. Deterministic: the same state and request give
     /// the same result on every member.
     pub fn apply(&mut self, req: &Request) -> Response {
+        let before = self.epoch;
         let result = self.execute(req);
         if result.is_ok() && req.command.alters_routing() {
-            self.epoch += 1;
-            self.stamp_regions(&req.command);
+            // The handler stamped what it changed with this epoch.
+            self.epoch = self.next_epoch();
         }
         self.audit.push_back(AuditEntry {
             at_ms: req.at_ms,
@@ -396,36 +397,14 @@ impl ControlState {
         while self.audit.len() > AUDIT_ENTRIES_MAX {
             self.audit.pop_front();
         }
+        debug_assert!(self.epoch == before || self.epoch == before + 1);
         debug_assert_eq!(self.check(), Ok(()));
-        // The region in the response carries the epoch it was stamped with.
-        match result {
-            Ok(Outcome::Region(r)) => Ok(Outcome::Region(self.regions.get(&r.id).cloned().unwrap_or(r))),
-            other => other,
-        }
+        result
     }
 
-    fn stamp_regions(&mut self, command: &Command) {
-        let epoch = self.epoch;
-        match *command {
-            Command::CreateRegion { .. } => {
-                if let Some(r) = self.regions.values_mut().next_back() {
-                    r.epoch = epoch;
-                }
-            }
-            Command::PromoteBackup { region, .. }
-            | Command::AddBackup { region, .. }
-            | Command::RemoveBackup { region, .. } => {
-                if let Some(r) = self.regions.get_mut(&region) {
-                    r.epoch = epoch;
-                }
-            }
-            Command::DeclareMemNodeDead { id } => {
-                for r in self.regions.values_mut().filter(|r| r.on(id)) {
-                    r.epoch = epoch;
-                }
-            }
-            _ => {}
-        }
+    /// The epoch a routing change being applied now is stamped with.
+    fn next_epoch(&self) -> Epoch {
+        self.epoch + 1
     }
 
     fn execute(&mut self, req: &Request) -> Response {
@@ -444,16 +423,23 @@ impl ControlState {
                 &[MemNodeState::Active, MemNodeState::Suspect],
                 MemNodeState::Suspect,
             ),
-            Command::DeclareMemNodeDead { id } => self.transition(
-                id,
-                &[
-                    MemNodeState::Joining,
-                    MemNodeState::Active,
-                    MemNodeState::Suspect,
-                    MemNodeState::Drained,
-                ],
-                MemNodeState::Dead,
-            ),
+            Command::DeclareMemNodeDead { id } => {
+                let dead = self.transition(
+                    id,
+                    &[
+                        MemNodeState::Joining,
+                        MemNodeState::Active,
+                        MemNodeState::Suspect,
+                        MemNodeState::Drained,
+                    ],
+                    MemNodeState::Dead,
+                )?;
+                let epoch = self.next_epoch();
+                for r in self.regions.values_mut().filter(|r| r.on(id)) {
+                    r.epoch = epoch;
+                }
+                Ok(dead)
+            }
             Command::DrainMemNode { id } => self.transition(
                 id,
                 &[MemNodeState::Joining, MemNodeState::Active, MemNodeState::Suspect],
@@ -608,7 +594,7 @@ impl ControlState {
             id,
             size_bytes,
             replicas,
-            epoch: self.epoch,
+            epoch: self.next_epoch(),
         };
         self.regions.insert(id, region.clone());
         Ok(Outcome::Region(region))
@@ -630,6 +616,7 @@ impl ControlState {
         if !self.memnodes.contains_key(&node) {
             return Err(CommandError::UnknownMemNode { id: node });
         }
+        let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         match r.replicas.iter().position(|x| x.node == node) {
             None => Err(CommandError::Conflict(format!(
@@ -640,6 +627,7 @@ impl ControlState {
             ))),
             Some(i) => {
                 r.replicas.swap(0, i);
+                r.epoch = epoch;
                 Ok(Outcome::Region(r.clone()))
             }
         }
@@ -679,15 +667,18 @@ impl ControlState {
             });
         }
         self.charge(node, size as i128);
+        let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         r.replicas.push(ReplicaLoc {
             node,
             key: access_key(nonce, region, node),
         });
+        r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
     }
 
     fn remove_backup(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         match r.replicas.iter().position(|x| x.node == node) {
             None => Err(CommandError::Conflict(format!(
@@ -698,6 +689,7 @@ impl ControlState {
             ))),
             Some(i) => {
                 r.replicas.remove(i);
+                r.epoch = epoch;
                 let (size, out) = (r.size_bytes, r.clone());
                 self.charge(node, -(size as i128));
                 Ok(Outcome::Region(out))

@@ -19,8 +19,8 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::raft::{MemberId, Raft};
-use crate::store::{self, StateReader};
 use crate::state::{Command, Request};
+use crate::store::{self, StateReader};
 
 const SECRET: &str = "test-secret-0123456789";
 const OTHER_SECRET: &str = "other-secret-0123456789";
@@ -52,7 +52,9 @@ async fn raft(id: MemberId, secret: &ClusterSecret) -> (Raft, StateReader, tempf
     let dir = tempfile::tempdir().expect("temp dir");
     let (log, sm) = store::open(dir.path()).await.expect("store opens");
     let reader = sm.reader();
-    let raft = Raft::new(id, config(), network, log, sm).await.expect("raft starts");
+    let raft = Raft::new(id, config(), network, log, sm)
+        .await
+        .expect("raft starts");
     (raft, reader, dir)
 }
 
