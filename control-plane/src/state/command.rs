@@ -1,0 +1,184 @@
+//! What may be asked of the state, and what it answers: the log entry's
+//! payload ([`Request`]) and the result of applying it ([`Response`]).
+
+use fabric::RegionId;
+use serde::{Deserialize, Serialize};
+
+use super::{Client, ClientId, MemNode, MemNodeId, Region};
+
+/// A change to the state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "op")]
+pub enum Command {
+    /// Adds a memory node (state `joining`).
+    RegisterMemNode {
+        /// Where clients reach it.
+        endpoint: String,
+        /// Bytes it offers.
+        capacity_bytes: u64,
+    },
+    /// Joining or suspect → active (its lease was renewed).
+    ActivateMemNode {
+        /// The node.
+        id: MemNodeId,
+    },
+    /// Active → suspect (missed renewals).
+    SuspectMemNode {
+        /// The node.
+        id: MemNodeId,
+    },
+    /// Declares a node dead.
+    DeclareMemNodeDead {
+        /// The node.
+        id: MemNodeId,
+    },
+    /// Takes a node out of placement; its replicas stay.
+    DrainMemNode {
+        /// The node.
+        id: MemNodeId,
+    },
+    /// Forgets a node that holds no replica.
+    RemoveMemNode {
+        /// The node.
+        id: MemNodeId,
+    },
+    /// Creates a region with `replicas` (1 + f) replicas on distinct active nodes.
+    CreateRegion {
+        /// Bytes.
+        size_bytes: u64,
+        /// Replicas, primary included.
+        replicas: u8,
+    },
+    /// Makes a backup the primary (the old primary becomes a backup).
+    PromoteBackup {
+        /// The region.
+        region: RegionId,
+        /// The backup's node.
+        node: MemNodeId,
+    },
+    /// Adds a backup on an active node.
+    AddBackup {
+        /// The region.
+        region: RegionId,
+        /// The node.
+        node: MemNodeId,
+    },
+    /// Removes a backup (never the primary).
+    RemoveBackup {
+        /// The region.
+        region: RegionId,
+        /// The node.
+        node: MemNodeId,
+    },
+    /// Registers a client: an id, an owner-id block and a lease length.
+    RegisterClient {
+        /// A name for operators.
+        name: String,
+        /// Owner ids wanted (one per coroutine).
+        owner_ids: u16,
+        /// Lease length.
+        lease_ms: u64,
+    },
+    /// Declares a client's lease lapsed.
+    ExpireClient {
+        /// The client.
+        id: ClientId,
+    },
+    /// Forgets an expired client whose logs recovery has rolled, freeing its owner ids.
+    ForgetClient {
+        /// The client.
+        id: ClientId,
+    },
+}
+
+impl Command {
+    /// True for commands that change routing (and so bump the epoch when
+    /// they succeed).
+    pub fn alters_routing(&self) -> bool {
+        matches!(
+            self,
+            Command::DeclareMemNodeDead { .. }
+                | Command::RemoveMemNode { .. }
+                | Command::CreateRegion { .. }
+                | Command::PromoteBackup { .. }
+                | Command::AddBackup { .. }
+                | Command::RemoveBackup { .. }
+        )
+    }
+}
+
+/// A log entry's payload: a command with the context `apply` may use.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// When the proposing member accepted it (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// Who asked.
+    pub actor: String,
+    /// Randomness chosen by the proposer (access keys are derived from it).
+    pub nonce: u64,
+    /// The change.
+    pub command: Command,
+}
+
+/// What a successful command produced.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "value")]
+pub enum Outcome {
+    /// The memory node as it now is.
+    MemNode(MemNode),
+    /// The region as it now is.
+    Region(Region),
+    /// The client as it now is.
+    Client(Client),
+    /// Something was removed.
+    Removed,
+    /// A log entry without a command (openraft's blank or membership
+    /// entries) was applied: the state is unchanged.
+    NoCommand,
+}
+
+/// Why a command was refused. Each leaves the state as it was.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case", tag = "error")]
+pub enum CommandError {
+    /// No such memory node.
+    #[error("no memory node {id}")]
+    UnknownMemNode {
+        /// The id asked for.
+        id: MemNodeId,
+    },
+    /// No such region.
+    #[error("no region {id}")]
+    UnknownRegion {
+        /// The id asked for.
+        id: RegionId,
+    },
+    /// No such client.
+    #[error("no client {id}")]
+    UnknownClient {
+        /// The id asked for.
+        id: ClientId,
+    },
+    /// The command does not apply in the current state.
+    #[error("{0}")]
+    Conflict(String),
+    /// Not enough distinct active nodes with room.
+    #[error("cannot place {needed} replicas of {size_bytes} bytes: only {available} active nodes with room")]
+    Placement {
+        /// Replicas asked for.
+        needed: usize,
+        /// Size asked for.
+        size_bytes: u64,
+        /// Nodes that could take one.
+        available: usize,
+    },
+    /// An argument out of range.
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    /// A limit of the state is reached.
+    #[error("limit reached: {0}")]
+    Full(String),
+}
+
+/// The result of applying one request: what every member returns for it.
+pub type Response = Result<Outcome, CommandError>;

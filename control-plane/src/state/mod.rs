@@ -1,0 +1,530 @@
+//! The replicated state machine: what every member agrees on, and the one
+//! function that changes it.
+//!
+//! `apply` is pure and deterministic: it reads nothing but the state and the
+//! request (a request carries its own time, actor and nonce, stamped by the
+//! member that proposed it), so every member that applies the same log ends
+//! with the same state. A command that is not allowed (unknown id, impossible
+//! placement, wrong state) changes nothing but the audit trail and returns an
+//! error as its response.
+//!
+//! Invariants (checked by [`ControlState::check`], asserted in tests):
+//! - every replica of a region sits on a known memory node, at most once per
+//!   region, between 1 and [`REPLICAS_MAX`] replicas, primary first;
+//! - a node's `allocated_bytes` is the sum of the sizes of the replicas it holds;
+//! - owner-id blocks of clients never overlap and lie in `1..OWNER_ID_END`;
+//! - the epoch grows by one with every change that alters routing, and each
+//!   region's `epoch` is the epoch of its last change.
+
+mod command;
+mod records;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use fabric::{AccessKey, ClusterMap, Epoch, NodeInfo, RegionId, RegionInfo, ReplicaLoc, REPLICAS_MAX};
+use serde::{Deserialize, Serialize};
+
+pub use command::{Command, CommandError, Outcome, Request, Response};
+pub use records::{
+    AuditEntry, Client, ClientId, ClientState, MemNode, MemNodeId, MemNodeState, OwnerBlock, Region,
+};
+
+/// Owner ids handed out in blocks: `1..OWNER_ID_END`. The rTX heap keeps one
+/// log slot per owner id (256 by default, `txn::HeapConfig::owner_slots`);
+/// owner id 0 is reserved as "nobody".
+pub const OWNER_ID_END: u16 = 256;
+
+/// Owner ids one client may hold: one per coroutine of a client process.
+pub const OWNER_IDS_PER_CLIENT_MAX: u16 = 64;
+
+/// Audit entries kept: the oldest are dropped first. At about 200 bytes an
+/// entry this bounds the trail near 2 MB of every snapshot.
+pub const AUDIT_ENTRIES_MAX: usize = 10_000;
+
+/// Longest name or endpoint accepted, in bytes: they are shown in tables and
+/// kept in every snapshot.
+pub const NAME_BYTES_MAX: usize = 256;
+
+/// Shortest and longest client lease: below 1 ms a healthy client cannot
+/// renew in time; above a minute a dead one blocks its objects too long.
+pub const LEASE_MS_MIN: u64 = 1;
+/// See [`LEASE_MS_MIN`].
+pub const LEASE_MS_MAX: u64 = 60_000;
+/// The replicated state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ControlState {
+    /// The map epoch: bumped by every change that alters routing.
+    pub epoch: Epoch,
+    /// Memory nodes by id.
+    pub memnodes: BTreeMap<MemNodeId, MemNode>,
+    /// Regions by id.
+    pub regions: BTreeMap<RegionId, Region>,
+    /// Clients by id (expired ones stay until forgotten).
+    pub clients: BTreeMap<ClientId, Client>,
+    /// The most recent applied commands, oldest first.
+    pub audit: VecDeque<AuditEntry>,
+    next_memnode: u32,
+    next_region: u32,
+    next_client: ClientId,
+}
+
+impl ControlState {
+    /// Applies one request. Deterministic: the same state and request give
+    /// the same result on every member.
+    pub fn apply(&mut self, req: &Request) -> Response {
+        let before = self.epoch;
+        let result = self.execute(req);
+        if result.is_ok() && req.command.alters_routing() {
+            // The handler stamped what it changed with this epoch.
+            self.epoch = self.next_epoch();
+        }
+        self.audit.push_back(AuditEntry {
+            at_ms: req.at_ms,
+            actor: req.actor.clone(),
+            command: req.command.clone(),
+            outcome: match &result {
+                Ok(_) => "ok".to_owned(),
+                Err(e) => e.to_string(),
+            },
+        });
+        while self.audit.len() > AUDIT_ENTRIES_MAX {
+            self.audit.pop_front();
+        }
+        debug_assert!(self.epoch == before || self.epoch == before + 1);
+        debug_assert_eq!(self.check(), Ok(()));
+        result
+    }
+
+    /// The epoch a routing change being applied now is stamped with.
+    fn next_epoch(&self) -> Epoch {
+        self.epoch + 1
+    }
+
+    fn execute(&mut self, req: &Request) -> Response {
+        match req.command {
+            Command::RegisterMemNode {
+                ref endpoint,
+                capacity_bytes,
+            } => self.register_memnode(endpoint, capacity_bytes),
+            Command::ActivateMemNode { id } => self.transition(
+                id,
+                &[MemNodeState::Joining, MemNodeState::Suspect, MemNodeState::Active],
+                MemNodeState::Active,
+            ),
+            Command::SuspectMemNode { id } => self.transition(
+                id,
+                &[MemNodeState::Active, MemNodeState::Suspect],
+                MemNodeState::Suspect,
+            ),
+            Command::DeclareMemNodeDead { id } => {
+                let dead = self.transition(
+                    id,
+                    &[
+                        MemNodeState::Joining,
+                        MemNodeState::Active,
+                        MemNodeState::Suspect,
+                        MemNodeState::Drained,
+                    ],
+                    MemNodeState::Dead,
+                )?;
+                let epoch = self.next_epoch();
+                for r in self.regions.values_mut().filter(|r| r.on(id)) {
+                    r.epoch = epoch;
+                }
+                Ok(dead)
+            }
+            Command::DrainMemNode { id } => self.transition(
+                id,
+                &[MemNodeState::Joining, MemNodeState::Active, MemNodeState::Suspect],
+                MemNodeState::Drained,
+            ),
+            Command::RemoveMemNode { id } => self.remove_memnode(id),
+            Command::CreateRegion { size_bytes, replicas } => {
+                self.create_region(size_bytes, replicas, req.nonce)
+            }
+            Command::PromoteBackup { region, node } => self.promote(region, node),
+            Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
+            Command::RemoveBackup { region, node } => self.remove_backup(region, node),
+            Command::RegisterClient {
+                ref name,
+                owner_ids,
+                lease_ms,
+            } => self.register_client(name, owner_ids, lease_ms, req.at_ms),
+            Command::ExpireClient { id } => {
+                let c = self
+                    .clients
+                    .get_mut(&id)
+                    .ok_or(CommandError::UnknownClient { id })?;
+                if let ClientState::Expired { at_ms } = c.state {
+                    return Err(CommandError::Conflict(format!(
+                        "client {id} already expired at {at_ms} ms"
+                    )));
+                }
+                c.state = ClientState::Expired { at_ms: req.at_ms };
+                Ok(Outcome::Client(c.clone()))
+            }
+            Command::ForgetClient { id } => {
+                let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
+                if c.state == ClientState::Live {
+                    return Err(CommandError::Conflict(format!(
+                        "client {id} is live: expire it (and let recovery roll its logs) first"
+                    )));
+                }
+                self.clients.remove(&id);
+                Ok(Outcome::Removed)
+            }
+        }
+    }
+
+    fn register_memnode(&mut self, endpoint: &str, capacity_bytes: u64) -> Response {
+        check_name("endpoint", endpoint)?;
+        if capacity_bytes == 0 {
+            return Err(CommandError::Invalid("capacity must be above 0 bytes".into()));
+        }
+        if let Some(n) = self.memnodes.values().find(|n| n.endpoint == endpoint) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {} already has endpoint {endpoint}",
+                n.id
+            )));
+        }
+        let id = MemNodeId::try_from(self.next_memnode)
+            .map_err(|_| CommandError::Full(format!("memory node ids are {} at most", MemNodeId::MAX)))?;
+        self.next_memnode += 1;
+        let node = MemNode {
+            id,
+            endpoint: endpoint.to_owned(),
+            capacity_bytes,
+            allocated_bytes: 0,
+            state: MemNodeState::Joining,
+        };
+        self.memnodes.insert(id, node.clone());
+        Ok(Outcome::MemNode(node))
+    }
+
+    fn transition(&mut self, id: MemNodeId, from: &[MemNodeState], to: MemNodeState) -> Response {
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        if !from.contains(&n.state) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {id} is {}; cannot become {to}",
+                n.state
+            )));
+        }
+        n.state = to;
+        Ok(Outcome::MemNode(n.clone()))
+    }
+
+    fn remove_memnode(&mut self, id: MemNodeId) -> Response {
+        if !self.memnodes.contains_key(&id) {
+            return Err(CommandError::UnknownMemNode { id });
+        }
+        let held: Vec<String> = self
+            .regions
+            .values()
+            .filter(|r| r.on(id))
+            .map(|r| r.id.to_string())
+            .collect();
+        if !held.is_empty() {
+            return Err(CommandError::Conflict(format!(
+                "memory node {id} holds replicas of regions {}; move them first",
+                held.join(", ")
+            )));
+        }
+        self.memnodes.remove(&id);
+        Ok(Outcome::Removed)
+    }
+
+    /// Nodes that may take a new replica of `size_bytes`, roomiest first
+    /// (ties by id, so every member picks the same).
+    fn candidates(&self, size_bytes: u64, exclude: &[MemNodeId]) -> Vec<MemNodeId> {
+        let mut nodes: Vec<&MemNode> = self
+            .memnodes
+            .values()
+            .filter(|n| n.state == MemNodeState::Active && !exclude.contains(&n.id))
+            .filter(|n| n.capacity_bytes - n.allocated_bytes >= size_bytes)
+            .collect();
+        nodes.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));
+        nodes.into_iter().map(|n| n.id).collect()
+    }
+
+    fn create_region(&mut self, size_bytes: u64, replicas: u8, nonce: u64) -> Response {
+        let needed = usize::from(replicas);
+        if needed == 0 || needed > REPLICAS_MAX {
+            return Err(CommandError::Invalid(format!(
+                "a region has 1 to {REPLICAS_MAX} replicas, not {needed}"
+            )));
+        }
+        if size_bytes == 0 || size_bytes > fabric::OFFSET_MAX + 1 {
+            return Err(CommandError::Invalid(format!(
+                "region size must be 1 to {} bytes, not {size_bytes}",
+                fabric::OFFSET_MAX + 1
+            )));
+        }
+        let nodes = self.candidates(size_bytes, &[]);
+        if nodes.len() < needed {
+            return Err(CommandError::Placement {
+                needed,
+                size_bytes,
+                available: nodes.len(),
+            });
+        }
+        let id = RegionId::try_from(self.next_region)
+            .map_err(|_| CommandError::Full(format!("region ids are {} at most", RegionId::MAX)))?;
+        self.next_region += 1;
+        let replicas: Vec<ReplicaLoc> = nodes[..needed]
+            .iter()
+            .map(|&node| ReplicaLoc {
+                node,
+                key: access_key(nonce, id, node),
+            })
+            .collect();
+        for r in &replicas {
+            self.charge(r.node, size_bytes as i128);
+        }
+        let region = Region {
+            id,
+            size_bytes,
+            replicas,
+            epoch: self.next_epoch(),
+        };
+        self.regions.insert(id, region.clone());
+        Ok(Outcome::Region(region))
+    }
+
+    fn charge(&mut self, node: MemNodeId, bytes: i128) {
+        if let Some(n) = self.memnodes.get_mut(&node) {
+            n.allocated_bytes = (i128::from(n.allocated_bytes) + bytes) as u64;
+        }
+    }
+
+    fn region_mut(&mut self, id: RegionId) -> Result<&mut Region, CommandError> {
+        self.regions
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownRegion { id })
+    }
+
+    fn promote(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        if !self.memnodes.contains_key(&node) {
+            return Err(CommandError::UnknownMemNode { id: node });
+        }
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        match r.replicas.iter().position(|x| x.node == node) {
+            None => Err(CommandError::Conflict(format!(
+                "memory node {node} holds no replica of region {region}"
+            ))),
+            Some(0) => Err(CommandError::Conflict(format!(
+                "memory node {node} is already region {region}'s primary"
+            ))),
+            Some(i) => {
+                r.replicas.swap(0, i);
+                r.epoch = epoch;
+                Ok(Outcome::Region(r.clone()))
+            }
+        }
+    }
+
+    fn add_backup(&mut self, region: RegionId, node: MemNodeId, nonce: u64) -> Response {
+        let n = self
+            .memnodes
+            .get(&node)
+            .ok_or(CommandError::UnknownMemNode { id: node })?;
+        let r = self
+            .regions
+            .get(&region)
+            .ok_or(CommandError::UnknownRegion { id: region })?;
+        if r.on(node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} already holds a replica of region {region}"
+            )));
+        }
+        if r.replicas.len() >= REPLICAS_MAX {
+            return Err(CommandError::Full(format!(
+                "region {region} has {REPLICAS_MAX} replicas already"
+            )));
+        }
+        if n.state != MemNodeState::Active {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} is {}, not active",
+                n.state
+            )));
+        }
+        let size = r.size_bytes;
+        if n.capacity_bytes - n.allocated_bytes < size {
+            return Err(CommandError::Placement {
+                needed: 1,
+                size_bytes: size,
+                available: 0,
+            });
+        }
+        self.charge(node, size as i128);
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        r.replicas.push(ReplicaLoc {
+            node,
+            key: access_key(nonce, region, node),
+        });
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
+    fn remove_backup(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        match r.replicas.iter().position(|x| x.node == node) {
+            None => Err(CommandError::Conflict(format!(
+                "memory node {node} holds no replica of region {region}"
+            ))),
+            Some(0) => Err(CommandError::Conflict(format!(
+                "memory node {node} is region {region}'s primary: promote a backup first"
+            ))),
+            Some(i) => {
+                r.replicas.remove(i);
+                r.epoch = epoch;
+                let (size, out) = (r.size_bytes, r.clone());
+                self.charge(node, -(size as i128));
+                Ok(Outcome::Region(out))
+            }
+        }
+    }
+
+    fn register_client(&mut self, name: &str, owner_ids: u16, lease_ms: u64, at_ms: u64) -> Response {
+        check_name("client name", name)?;
+        if owner_ids == 0 || owner_ids > OWNER_IDS_PER_CLIENT_MAX {
+            return Err(CommandError::Invalid(format!(
+                "a client takes 1 to {OWNER_IDS_PER_CLIENT_MAX} owner ids, not {owner_ids}"
+            )));
+        }
+        if !(LEASE_MS_MIN..=LEASE_MS_MAX).contains(&lease_ms) {
+            return Err(CommandError::Invalid(format!(
+                "a lease lasts {LEASE_MS_MIN} to {LEASE_MS_MAX} ms, not {lease_ms}"
+            )));
+        }
+        let owners = self.free_owner_block(owner_ids).ok_or_else(|| {
+            CommandError::Full(format!(
+                "no {owner_ids} consecutive free owner ids below {OWNER_ID_END}"
+            ))
+        })?;
+        let id = self.next_client;
+        self.next_client += 1;
+        let client = Client {
+            id,
+            name: name.to_owned(),
+            lease_ms,
+            owners,
+            registered_at_ms: at_ms,
+            state: ClientState::Live,
+        };
+        self.clients.insert(id, client.clone());
+        Ok(Outcome::Client(client))
+    }
+
+    /// The lowest free run of `count` owner ids (first fit).
+    fn free_owner_block(&self, count: u16) -> Option<OwnerBlock> {
+        let mut taken: Vec<OwnerBlock> = self.clients.values().map(|c| c.owners).collect();
+        taken.sort_by_key(|b| b.first);
+        let mut first = 1u16;
+        for b in taken {
+            if b.first >= first + count {
+                break;
+            }
+            first = first.max(b.end());
+        }
+        (u32::from(first) + u32::from(count) <= u32::from(OWNER_ID_END))
+            .then_some(OwnerBlock { first, count })
+    }
+
+    /// The map clients route by: every memory node (a dead one too, while
+    /// replicas still name it) and every region, at the current epoch.
+    pub fn map(&self) -> Result<ClusterMap, fabric::MapError> {
+        let nodes = self
+            .memnodes
+            .values()
+            .map(|n| NodeInfo {
+                id: n.id,
+                endpoint: n.endpoint.clone(),
+            })
+            .collect();
+        let regions = self
+            .regions
+            .values()
+            .map(|r| RegionInfo {
+                id: r.id,
+                size: r.size_bytes,
+                replicas: r.replicas.clone(),
+            })
+            .collect();
+        ClusterMap::new(self.epoch, nodes, regions)
+    }
+
+    /// Checks the invariants in the module docs.
+    pub fn check(&self) -> Result<(), String> {
+        let mut allocated: BTreeMap<MemNodeId, u64> = BTreeMap::new();
+        for r in self.regions.values() {
+            if r.replicas.is_empty() || r.replicas.len() > REPLICAS_MAX {
+                return Err(format!("region {} has {} replicas", r.id, r.replicas.len()));
+            }
+            if r.epoch > self.epoch {
+                return Err(format!(
+                    "region {} is stamped {} > epoch {}",
+                    r.id, r.epoch, self.epoch
+                ));
+            }
+            for (i, x) in r.replicas.iter().enumerate() {
+                if !self.memnodes.contains_key(&x.node) {
+                    return Err(format!(
+                        "region {} has a replica on unknown node {}",
+                        r.id, x.node
+                    ));
+                }
+                if r.replicas[..i].iter().any(|y| y.node == x.node) {
+                    return Err(format!("region {} has two replicas on node {}", r.id, x.node));
+                }
+                *allocated.entry(x.node).or_default() += r.size_bytes;
+            }
+        }
+        for n in self.memnodes.values() {
+            let want = allocated.get(&n.id).copied().unwrap_or(0);
+            if n.allocated_bytes != want {
+                return Err(format!(
+                    "node {} records {} allocated bytes, regions take {want}",
+                    n.id, n.allocated_bytes
+                ));
+            }
+        }
+        let blocks: Vec<(ClientId, OwnerBlock)> = self.clients.values().map(|c| (c.id, c.owners)).collect();
+        for (i, &(a, x)) in blocks.iter().enumerate() {
+            if x.first == 0 || x.end() > OWNER_ID_END {
+                return Err(format!("client {a} holds owner ids {}..{}", x.first, x.end()));
+            }
+            if let Some(&(b, _)) = blocks[..i].iter().find(|(_, y)| y.overlaps(x)) {
+                return Err(format!("clients {a} and {b} share owner ids"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_name(what: &str, s: &str) -> Result<(), CommandError> {
+    if s.is_empty() || s.len() > NAME_BYTES_MAX || s.chars().any(char::is_control) {
+        return Err(CommandError::Invalid(format!(
+            "{what} must be 1 to {NAME_BYTES_MAX} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// A replica's access key: derived from the proposer's nonce, so that every
+/// member computes the same key and nobody can guess it from the ids.
+fn access_key(nonce: u64, region: RegionId, node: MemNodeId) -> AccessKey {
+    // SplitMix64 finaliser over the nonce and the replica's place.
+    let mut z = nonce ^ (u64::from(region) << 16 | u64::from(node)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    // The high half: an access key is 32 bits.
+    ((z ^ (z >> 31)) >> 32) as AccessKey
+}

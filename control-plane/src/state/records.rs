@@ -1,0 +1,143 @@
+//! The records the state keeps: memory nodes, regions, clients and their
+//! owner-id blocks, and the audit trail.
+
+use fabric::{Epoch, RegionId, ReplicaLoc};
+use serde::{Deserialize, Serialize};
+
+use super::Command;
+
+/// A memory node's id (the fabric's node id).
+pub type MemNodeId = fabric::NodeId;
+
+/// A client's id: never reused.
+pub type ClientId = u64;
+/// Where a memory node is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemNodeState {
+    /// Registered, not yet heard from: holds no new replicas.
+    Joining,
+    /// Serving: may hold new replicas.
+    Active,
+    /// Missed lease renewals; not yet declared dead.
+    Suspect,
+    /// Declared dead: its replicas are to be replaced.
+    Dead,
+    /// Taken out of placement by an operator; existing replicas stay.
+    Drained,
+}
+
+impl std::fmt::Display for MemNodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MemNodeState::Joining => "joining",
+            MemNodeState::Active => "active",
+            MemNodeState::Suspect => "suspect",
+            MemNodeState::Dead => "dead",
+            MemNodeState::Drained => "drained",
+        })
+    }
+}
+
+/// A memory node.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemNode {
+    /// Its id.
+    pub id: MemNodeId,
+    /// Where clients reach it (`host:port` for tcp, an image path for shm).
+    pub endpoint: String,
+    /// Bytes it offers to regions.
+    pub capacity_bytes: u64,
+    /// Bytes its replicas take.
+    pub allocated_bytes: u64,
+    /// Its state.
+    pub state: MemNodeState,
+}
+
+/// A region: primary first, then backups.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// Its id.
+    pub id: RegionId,
+    /// Bytes, identical on every replica.
+    pub size_bytes: u64,
+    /// Primary first.
+    pub replicas: Vec<ReplicaLoc>,
+    /// The map epoch of its last change.
+    pub epoch: Epoch,
+}
+
+impl Region {
+    /// The primary's node.
+    pub fn primary(&self) -> MemNodeId {
+        self.replicas[0].node
+    }
+
+    /// True when `node` holds a replica of this region.
+    pub fn on(&self, node: MemNodeId) -> bool {
+        self.replicas.iter().any(|r| r.node == node)
+    }
+}
+
+/// A block of owner ids: `first..first + count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerBlock {
+    /// First owner id.
+    pub first: u16,
+    /// How many.
+    pub count: u16,
+}
+
+impl OwnerBlock {
+    /// One past the last id.
+    pub fn end(self) -> u16 {
+        self.first + self.count
+    }
+
+    pub(crate) fn overlaps(self, other: OwnerBlock) -> bool {
+        self.first < other.end() && other.first < self.end()
+    }
+}
+
+/// Whether a client may still act.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum ClientState {
+    /// Holding a lease (renewed at the leader, outside the log).
+    Live,
+    /// Declared expired: recovery rolls its logs, then forgets it.
+    Expired {
+        /// When the decision was committed (ms since the Unix epoch).
+        at_ms: u64,
+    },
+}
+
+/// A registered client.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Client {
+    /// Its id.
+    pub id: ClientId,
+    /// A name for operators.
+    pub name: String,
+    /// The lease length it must renew within.
+    pub lease_ms: u64,
+    /// The owner ids it may use.
+    pub owners: OwnerBlock,
+    /// When it registered (ms since the Unix epoch).
+    pub registered_at_ms: u64,
+    /// Live or expired.
+    pub state: ClientState,
+}
+
+/// One applied command, for operators.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// When it was proposed (ms since the Unix epoch).
+    pub at_ms: u64,
+    /// Who asked (the token's name, or the member that decided).
+    pub actor: String,
+    /// What was asked.
+    pub command: Command,
+    /// `ok`, or the error it was refused with.
+    pub outcome: String,
+}

@@ -1,0 +1,393 @@
+use super::*;
+
+fn req(at_ms: u64, command: Command) -> Request {
+    Request {
+        at_ms,
+        actor: "test".into(),
+        nonce: at_ms.wrapping_mul(0x2545_F491_4F6C_DD1D),
+        command,
+    }
+}
+
+/// A state with `n` active nodes of `capacity` bytes each.
+fn cluster(n: u16, capacity: u64) -> ControlState {
+    let mut s = ControlState::default();
+    for i in 0..n {
+        let cmd = Command::RegisterMemNode {
+            endpoint: format!("10.0.0.{i}:7000"),
+            capacity_bytes: capacity,
+        };
+        let Ok(Outcome::MemNode(m)) = s.apply(&req(1, cmd)) else {
+            panic!("register failed")
+        };
+        assert_eq!(m.state, MemNodeState::Joining);
+        s.apply(&req(2, Command::ActivateMemNode { id: m.id })).unwrap();
+    }
+    s
+}
+
+fn region(s: &mut ControlState, size_bytes: u64, replicas: u8) -> Region {
+    match s.apply(&req(3, Command::CreateRegion { size_bytes, replicas })) {
+        Ok(Outcome::Region(r)) => r,
+        other => panic!("create region: {other:?}"),
+    }
+}
+
+#[test]
+fn regions_are_placed_on_distinct_roomiest_active_nodes() {
+    let mut s = cluster(3, 1 << 30);
+    s.apply(&req(4, Command::DrainMemNode { id: 2 })).unwrap();
+    let a = region(&mut s, 1 << 29, 2);
+    assert_eq!(a.replicas.iter().map(|r| r.node).collect::<Vec<_>>(), vec![0, 1]);
+    assert_eq!((a.epoch, s.epoch), (1, 1));
+    assert_ne!(a.replicas[0].key, a.replicas[1].key);
+    // Node 0 and 1 are half full; a second region of 1 GiB fits nowhere.
+    let before = s.clone();
+    let err = s.apply(&req(
+        5,
+        Command::CreateRegion {
+            size_bytes: 1 << 30,
+            replicas: 1,
+        },
+    ));
+    assert_eq!(
+        err,
+        Err(CommandError::Placement {
+            needed: 1,
+            size_bytes: 1 << 30,
+            available: 0
+        })
+    );
+    assert_eq!(
+        (s.epoch, &s.regions, &s.memnodes),
+        (before.epoch, &before.regions, &before.memnodes)
+    );
+    assert_eq!(
+        s.audit.back().map(|e| e.outcome.starts_with("cannot place")),
+        Some(true)
+    );
+    let map = s.map().unwrap();
+    assert_eq!((map.epoch(), map.regions().len(), map.nodes().len()), (1, 1, 3));
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn too_few_nodes_is_a_clear_error_and_changes_nothing() {
+    let mut s = cluster(2, 1 << 20);
+    let before = s.clone();
+    let err = s
+        .apply(&req(
+            4,
+            Command::CreateRegion {
+                size_bytes: 4096,
+                replicas: 3,
+            },
+        ))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "cannot place 3 replicas of 4096 bytes: only 2 active nodes with room"
+    );
+    assert_eq!((s.epoch, &s.regions), (before.epoch, &before.regions));
+    for bad in [
+        Command::CreateRegion {
+            size_bytes: 0,
+            replicas: 1,
+        },
+        Command::CreateRegion {
+            size_bytes: 4096,
+            replicas: 0,
+        },
+        Command::CreateRegion {
+            size_bytes: 4096,
+            replicas: REPLICAS_MAX as u8 + 1,
+        },
+    ] {
+        assert!(matches!(s.apply(&req(5, bad)), Err(CommandError::Invalid(_))));
+    }
+}
+
+#[test]
+fn promote_add_and_remove_backups_bump_the_epoch() {
+    let mut s = cluster(4, 1 << 20);
+    let r = region(&mut s, 4096, 2);
+    let (p, b) = (r.replicas[0].node, r.replicas[1].node);
+    let promoted = s
+        .apply(&req(
+            4,
+            Command::PromoteBackup {
+                region: r.id,
+                node: b,
+            },
+        ))
+        .unwrap();
+    let Outcome::Region(promoted) = promoted else {
+        panic!()
+    };
+    assert_eq!((promoted.primary(), promoted.epoch, s.epoch), (b, 2, 2));
+    assert!(matches!(
+        s.apply(&req(
+            5,
+            Command::PromoteBackup {
+                region: r.id,
+                node: b
+            }
+        )),
+        Err(CommandError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.apply(&req(
+            5,
+            Command::RemoveBackup {
+                region: r.id,
+                node: b
+            }
+        )),
+        Err(CommandError::Conflict(_))
+    ));
+    let spare = (0..4).find(|n| !promoted.on(*n)).unwrap();
+    s.apply(&req(
+        6,
+        Command::AddBackup {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    assert_eq!((s.regions[&r.id].replicas.len(), s.epoch), (3, 3));
+    assert_eq!(s.memnodes[&spare].allocated_bytes, 4096);
+    s.apply(&req(
+        7,
+        Command::RemoveBackup {
+            region: r.id,
+            node: p,
+        },
+    ))
+    .unwrap();
+    assert_eq!((s.regions[&r.id].replicas.len(), s.epoch), (2, 4));
+    assert_eq!(s.memnodes[&p].allocated_bytes, 0);
+    // Failed commands never bump it.
+    assert!(s
+        .apply(&req(
+            8,
+            Command::AddBackup {
+                region: r.id,
+                node: 99
+            }
+        ))
+        .is_err());
+    assert!(s
+        .apply(&req(8, Command::PromoteBackup { region: 77, node: p }))
+        .is_err());
+    assert_eq!(s.epoch, 4);
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn a_node_holding_replicas_cannot_be_removed() {
+    let mut s = cluster(2, 1 << 20);
+    let r = region(&mut s, 4096, 1);
+    let holder = r.primary();
+    let err = s
+        .apply(&req(4, Command::RemoveMemNode { id: holder }))
+        .unwrap_err();
+    assert!(err.to_string().contains("holds replicas of regions 0"), "{err}");
+    let other = 1 - holder;
+    assert_eq!(
+        s.apply(&req(5, Command::RemoveMemNode { id: other })),
+        Ok(Outcome::Removed)
+    );
+    assert_eq!(
+        s.apply(&req(6, Command::RemoveMemNode { id: other })),
+        Err(CommandError::UnknownMemNode { id: other })
+    );
+    s.apply(&req(7, Command::DeclareMemNodeDead { id: holder }))
+        .unwrap();
+    assert_eq!(
+        (s.epoch, s.regions[&r.id].epoch),
+        (3, 3),
+        "a death re-stamps the node's regions"
+    );
+    assert!(
+        s.apply(&req(8, Command::ActivateMemNode { id: holder })).is_err(),
+        "the dead stay dead"
+    );
+}
+
+#[test]
+fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
+    let mut s = ControlState::default();
+    let register = |s: &mut ControlState, n: u16| match s.apply(&req(
+        10,
+        Command::RegisterClient {
+            name: format!("c{n}"),
+            owner_ids: n,
+            lease_ms: 10,
+        },
+    )) {
+        Ok(Outcome::Client(c)) => c,
+        other => panic!("{other:?}"),
+    };
+    let a = register(&mut s, 8);
+    let b = register(&mut s, 16);
+    assert_eq!((a.owners.first, b.owners.first), (1, 9));
+    let expired = s.apply(&req(20, Command::ExpireClient { id: a.id })).unwrap();
+    assert!(matches!(
+        expired,
+        Outcome::Client(Client {
+            state: ClientState::Expired { at_ms: 20 },
+            ..
+        })
+    ));
+    assert!(matches!(
+        s.apply(&req(21, Command::ExpireClient { id: a.id })),
+        Err(CommandError::Conflict(_))
+    ));
+    // An expired client keeps its ids until forgotten (recovery rolls its logs first).
+    assert_eq!(register(&mut s, 4).owners.first, 25);
+    assert!(matches!(
+        s.apply(&req(22, Command::ForgetClient { id: b.id })),
+        Err(CommandError::Conflict(_))
+    ));
+    assert_eq!(
+        s.apply(&req(23, Command::ForgetClient { id: a.id })),
+        Ok(Outcome::Removed)
+    );
+    assert_eq!(
+        register(&mut s, 8).owners.first,
+        1,
+        "first fit reuses the freed block"
+    );
+    assert_eq!(s.check(), Ok(()));
+    // The owner-id space is bounded.
+    let mut full = ControlState::default();
+    for _ in 0..(OWNER_ID_END - 1) / OWNER_IDS_PER_CLIENT_MAX {
+        register(&mut full, OWNER_IDS_PER_CLIENT_MAX);
+    }
+    let err = full.apply(&req(
+        30,
+        Command::RegisterClient {
+            name: "x".into(),
+            owner_ids: OWNER_IDS_PER_CLIENT_MAX,
+            lease_ms: 10,
+        },
+    ));
+    assert!(matches!(err, Err(CommandError::Full(_))), "{err:?}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let mut s = ControlState::default();
+    let long = "x".repeat(NAME_BYTES_MAX + 1);
+    for bad in [
+        Command::RegisterMemNode {
+            endpoint: String::new(),
+            capacity_bytes: 1,
+        },
+        Command::RegisterMemNode {
+            endpoint: long.clone(),
+            capacity_bytes: 1,
+        },
+        Command::RegisterMemNode {
+            endpoint: "a\nb".into(),
+            capacity_bytes: 1,
+        },
+        Command::RegisterMemNode {
+            endpoint: "a:1".into(),
+            capacity_bytes: 0,
+        },
+        Command::RegisterClient {
+            name: long,
+            owner_ids: 1,
+            lease_ms: 10,
+        },
+        Command::RegisterClient {
+            name: "c".into(),
+            owner_ids: 0,
+            lease_ms: 10,
+        },
+        Command::RegisterClient {
+            name: "c".into(),
+            owner_ids: OWNER_IDS_PER_CLIENT_MAX + 1,
+            lease_ms: 10,
+        },
+        Command::RegisterClient {
+            name: "c".into(),
+            owner_ids: 1,
+            lease_ms: 0,
+        },
+        Command::RegisterClient {
+            name: "c".into(),
+            owner_ids: 1,
+            lease_ms: LEASE_MS_MAX + 1,
+        },
+    ] {
+        assert!(
+            matches!(s.apply(&req(1, bad.clone())), Err(CommandError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+    assert!(s.memnodes.is_empty() && s.clients.is_empty());
+    assert_eq!(s.audit.len(), 9, "refusals are audited too");
+    s.apply(&req(
+        2,
+        Command::RegisterMemNode {
+            endpoint: "a:1".into(),
+            capacity_bytes: 1,
+        },
+    ))
+    .unwrap();
+    assert!(matches!(
+        s.apply(&req(
+            3,
+            Command::RegisterMemNode {
+                endpoint: "a:1".into(),
+                capacity_bytes: 1
+            }
+        )),
+        Err(CommandError::Conflict(_))
+    ));
+}
+
+#[test]
+fn apply_is_deterministic_and_the_audit_is_bounded() {
+    let script: Vec<Request> = (0..(AUDIT_ENTRIES_MAX as u64 + 50))
+        .map(|i| {
+            req(
+                i,
+                match i % 5 {
+                    0 => Command::RegisterMemNode {
+                        endpoint: format!("n{i}"),
+                        capacity_bytes: 1 << 20,
+                    },
+                    1 => Command::ActivateMemNode {
+                        id: (i / 5) as MemNodeId,
+                    },
+                    2 => Command::CreateRegion {
+                        size_bytes: 64,
+                        replicas: 1,
+                    },
+                    3 => Command::RegisterClient {
+                        name: format!("c{i}"),
+                        owner_ids: 1,
+                        lease_ms: 5,
+                    },
+                    _ => Command::ExpireClient { id: i / 5 },
+                },
+            )
+        })
+        .collect();
+    let (mut a, mut b) = (ControlState::default(), ControlState::default());
+    let ra: Vec<Response> = script.iter().map(|r| a.apply(r)).collect();
+    let rb: Vec<Response> = script.iter().map(|r| b.apply(r)).collect();
+    assert_eq!(ra, rb);
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap()
+    );
+    assert_eq!(a.audit.len(), AUDIT_ENTRIES_MAX);
+    assert_eq!(a.audit.front().map(|e| e.at_ms), Some(50));
+    assert_eq!(a.check(), Ok(()));
+    let back: ControlState = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+    assert_eq!(back, a);
+}
