@@ -274,15 +274,18 @@ impl MemoryNode {
         }
     }
 
-    /// Prefetches what `op` will touch (see `SharedMemory::prefetch`);
-    /// a verb that fails its checks is left for `execute_op` to refuse.
+    /// Prefetches what `op` will touch (see `SharedMemory::prefetch`).
+    /// Only the region lookup is needed: `execute_op` checks the verb when it
+    /// runs, and a prefetch, bounded by the mapping itself, changes nothing
+    /// a wrong verb could observe.
     pub(crate) fn prefetch_op(&self, op: &Op) {
-        if let Ok(entry) = self.check(op) {
-            let at = entry.image_offset + op.offset;
-            if let (Ok(at), Ok(len)) = (usize::try_from(at), usize::try_from(op.kind.len())) {
-                let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
-                self.memory.prefetch(at, len, write);
-            }
+        let Some(entry) = self.regions.iter().find(|r| r.id == op.region) else {
+            return;
+        };
+        let at = entry.image_offset.saturating_add(op.offset);
+        if let (Ok(at), Ok(len)) = (usize::try_from(at), usize::try_from(op.kind.len())) {
+            let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
+            self.memory.prefetch(at, len, write);
         }
     }
 
