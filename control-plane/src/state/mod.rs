@@ -313,19 +313,10 @@ impl ControlState {
         }
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
-        match r.replicas.iter().position(|x| x.node == node) {
-            None => Err(CommandError::Conflict(format!(
-                "memory node {node} holds no replica of region {region}"
-            ))),
-            Some(0) => Err(CommandError::Conflict(format!(
-                "memory node {node} is already region {region}'s primary"
-            ))),
-            Some(i) => {
-                r.replicas.swap(0, i);
-                r.epoch = epoch;
-                Ok(Outcome::Region(r.clone()))
-            }
-        }
+        let i = backup_position(r, node, "is already its primary")?;
+        r.replicas.swap(0, i);
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
     }
 
     fn add_backup(&mut self, region: RegionId, node: MemNodeId, nonce: u64) -> Response {
@@ -375,21 +366,12 @@ impl ControlState {
     fn remove_backup(&mut self, region: RegionId, node: MemNodeId) -> Response {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
-        match r.replicas.iter().position(|x| x.node == node) {
-            None => Err(CommandError::Conflict(format!(
-                "memory node {node} holds no replica of region {region}"
-            ))),
-            Some(0) => Err(CommandError::Conflict(format!(
-                "memory node {node} is region {region}'s primary: promote a backup first"
-            ))),
-            Some(i) => {
-                r.replicas.remove(i);
-                r.epoch = epoch;
-                let (size, out) = (r.size_bytes, r.clone());
-                self.charge(node, -(size as i128));
-                Ok(Outcome::Region(out))
-            }
-        }
+        let i = backup_position(r, node, "is its primary: promote a backup first")?;
+        r.replicas.remove(i);
+        r.epoch = epoch;
+        let (size, out) = (r.size_bytes, r.clone());
+        self.charge(node, -(size as i128));
+        Ok(Outcome::Region(out))
     }
 
     fn register_client(&mut self, name: &str, owner_ids: u16, lease_ms: u64, at_ms: u64) -> Response {
@@ -506,6 +488,22 @@ impl ControlState {
             }
         }
         Ok(())
+    }
+}
+
+/// Where `node` sits among `r`'s backups; the primary is refused with
+/// `if_primary`, which says why.
+fn backup_position(r: &Region, node: MemNodeId, if_primary: &str) -> Result<usize, CommandError> {
+    match r.replicas.iter().position(|x| x.node == node) {
+        None => Err(CommandError::Conflict(format!(
+            "memory node {node} holds no replica of region {}",
+            r.id
+        ))),
+        Some(0) => Err(CommandError::Conflict(format!(
+            "memory node {node} {if_primary} (region {})",
+            r.id
+        ))),
+        Some(i) => Ok(i),
     }
 }
 
