@@ -5,11 +5,20 @@
 //! Layers, after openraft's split of the pure engine from its I/O:
 //! - [`state`]: the replicated state machine as plain data and a pure,
 //!   deterministic `apply` (no clock, no I/O: a command carries its time);
+//! - [`liveness`]: the leader's lease judge, pure (time is an argument);
 //! - [`raft`]: the openraft type configuration;
 //! - [`store`]: the Raft log, vote and state machine persisted in sled;
-//! - [`network`]: Raft RPCs between members over HTTP/JSON.
+//! - [`network`]: Raft RPCs between members over HTTP/JSON;
+//! - [`api`]: the operators' and clients' HTTP/JSON API and its client;
+//! - [`member`]: one member process's parts, started and stopped together;
+//! - [`config`]: a member's settings (TOML).
 
+pub mod api;
+pub mod config;
+pub mod liveness;
+pub mod member;
 pub mod network;
 pub mod raft;
+mod reply;
 pub mod state;
 pub mod store;

@@ -3,6 +3,8 @@
 
 mod bench;
 mod chaos;
+mod control;
+mod ctl;
 mod fabric_bench;
 mod memnode;
 mod units;
@@ -26,6 +28,10 @@ pub struct Cli {
 enum Command {
     /// Run a memory node: regions served over tcp (and shm, and persisted).
     Memnode(memnode::MemnodeArgs),
+    /// Run a control-plane member: Raft-replicated memory nodes, regions, replica roles and leases.
+    Control(control::ControlArgs),
+    /// Operate the control plane: status, members, memory nodes, regions, clients.
+    Ctl(ctl::CtlArgs),
     /// Chaos experiments: crash and pause clients, then check what is left.
     Chaos {
         #[command(subcommand)]
@@ -52,7 +58,8 @@ enum FabricCommand {
 /// Logs go to stderr so that stdout stays machine-readable.
 pub fn init_tracing(verbose: u8) {
     let default = match verbose {
-        0 => "info",
+        // openraft narrates every election and replication step at info.
+        0 => "info,openraft=warn",
         1 => "debug",
         _ => "trace",
     };
@@ -68,6 +75,8 @@ pub fn init_tracing(verbose: u8) {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Memnode(args) => memnode::run(args),
+        Command::Control(args) => control::run(args),
+        Command::Ctl(args) => ctl::run(args),
         Command::Chaos { command } => chaos::run(command),
         Command::Bench { command } => bench::run(command),
         Command::Fabric {

@@ -11,20 +11,20 @@ use serde::{Deserialize, Serialize};
 pub struct TxConfig {
     /// Estimated time of one locked object's share of a commit (`OP_TIME`):
     /// a lease is `now + n * op_time + drift` for `n` locked objects.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub op_time: Duration,
     /// Slack for unsynchronised clocks and delayed verbs (`DRIFT`).
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub drift: Duration,
     /// Opt1: commit a single-object write set without a log.
     pub opt1: bool,
     /// Attempts of one transaction before giving up with `TooManyAborts`.
     pub attempts_max: u32,
     /// Backoff after an abort starts here and doubles per attempt...
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub backoff_min: Duration,
     /// ...up to this.
-    #[serde(with = "humantime_serde_compat")]
+    #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
 }
 
@@ -48,22 +48,6 @@ impl TxConfig {
     pub fn lease_ticks(&self, objects: usize) -> u64 {
         let t = self.op_time * objects as u32 + self.drift;
         crate::lease::ticks_from_duration(t)
-    }
-}
-
-/// `serde(with)` helpers: durations as humantime strings.
-mod humantime_serde_compat {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*d).to_string())
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map_err(serde::de::Error::custom)
     }
 }
 

@@ -19,8 +19,10 @@ use reqwest::StatusCode;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use crate::reply::ErrorBody;
+
 use super::{
-    ClusterSecret, ErrorBody, TransportError, APPEND_PATH, RAFT_RESPONSE_BYTES_MAX, SECRET_HEADER,
+    ClusterSecret, Partition, TransportError, APPEND_PATH, RAFT_RESPONSE_BYTES_MAX, SECRET_HEADER,
     SNAPSHOT_PATH, VOTE_PATH,
 };
 use crate::raft::{MemberId, TypeConfig};
@@ -35,6 +37,7 @@ pub struct HttpNetworkFactory {
     me: MemberId,
     http: reqwest::Client,
     secret: HeaderValue,
+    partition: Partition,
 }
 
 impl HttpNetworkFactory {
@@ -56,7 +59,15 @@ impl HttpNetworkFactory {
             me,
             http,
             secret: secret_header(secret),
+            partition: Partition::default(),
         }
+    }
+
+    /// The same factory, with its RPCs subject to `partition` (a fault
+    /// injected by tests and chaos runs).
+    pub fn with_partition(mut self, partition: Partition) -> Self {
+        self.partition = partition;
+        self
     }
 }
 
@@ -89,6 +100,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
             base: format!("http://{}", node.addr),
             http: self.http.clone(),
             secret: self.secret.clone(),
+            partition: self.partition.clone(),
         }
     }
 }
@@ -101,6 +113,7 @@ pub struct HttpNetwork {
     base: String,
     http: reqwest::Client,
     secret: HeaderValue,
+    partition: Partition,
 }
 
 impl std::fmt::Debug for HttpNetwork {
@@ -116,6 +129,9 @@ impl std::fmt::Debug for HttpNetwork {
 /// A transport failure, with enough context to read in a log line.
 #[derive(Debug, thiserror::Error)]
 enum RpcFailure {
+    /// An injected [`Partition`] cuts this member off from the target.
+    #[error("POST {url} to member {target}: cut off by an injected partition")]
+    Partitioned { url: String, target: MemberId },
     /// The request did not complete.
     #[error("POST {url} to member {target}: {source}")]
     Send {
@@ -159,6 +175,12 @@ impl HttpNetwork {
         E: StdError + DeserializeOwned,
     {
         let url = format!("{}{path}", self.base);
+        if self.partition.cuts(self.target) {
+            return Err(RPCError::Unreachable(Unreachable::new(&RpcFailure::Partitioned {
+                url,
+                target: self.target,
+            })));
+        }
         let ttl = option.hard_ttl();
         let sent = self
             .http

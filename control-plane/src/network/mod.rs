@@ -17,9 +17,11 @@ mod server;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::{Arc, PoisonError, RwLock};
 
-use serde::{Deserialize, Serialize};
+use crate::raft::MemberId;
 
 pub use client::{HttpNetwork, HttpNetworkFactory};
 pub use server::raft_router;
@@ -90,20 +92,11 @@ impl ClusterSecret {
     /// presented value of the secret's length, so timing does not reveal how
     /// long a matching prefix a guess has (the length itself is not secret).
     pub fn matches(&self, presented: &[u8]) -> bool {
-        let expected = self.0.as_bytes();
-        if presented.len() != expected.len() {
-            return false;
-        }
-        let diff = expected
-            .iter()
-            .zip(presented)
-            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-        // Keeps the optimiser from turning the fold into an early exit.
-        std::hint::black_box(diff) == 0
+        crate::config::constant_time_eq(self.0.as_bytes(), presented)
     }
 
     /// The secret as sent on the wire.
-    fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
 }
@@ -145,8 +138,27 @@ pub enum TransportError {
     Client(#[source] reqwest::Error),
 }
 
-/// The body of every error answer of the Raft routes: `{"error": "..."}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct ErrorBody {
-    error: String,
+/// An injected network fault: the peers this member's Raft RPCs cannot
+/// reach. An RPC to a cut-off peer fails as unreachable without being sent,
+/// as it would behind a dropped link. Cloning shares the set, so a test keeps
+/// a handle and cuts or heals while the member runs; a partition is
+/// symmetric when each side cuts the other.
+#[derive(Clone, Debug, Default)]
+pub struct Partition(Arc<RwLock<BTreeSet<MemberId>>>);
+
+impl Partition {
+    /// Cuts this member off from `peers` (adding to what is already cut).
+    pub fn cut(&self, peers: impl IntoIterator<Item = MemberId>) {
+        self.0.write().unwrap_or_else(PoisonError::into_inner).extend(peers);
+    }
+
+    /// Restores every link.
+    pub fn heal(&self) {
+        self.0.write().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    /// True when RPCs to `peer` are cut.
+    pub fn cuts(&self, peer: MemberId) -> bool {
+        self.0.read().unwrap_or_else(PoisonError::into_inner).contains(&peer)
+    }
 }

@@ -1,10 +1,8 @@
 //! The serving side: three POST routes in front of a member's [`Raft`].
 
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{post, MethodRouter};
 use axum::{Json, Router};
 use openraft::error::{InstallSnapshotError, RaftError};
@@ -12,11 +10,9 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use serde::de::DeserializeOwned;
 
-use super::{
-    ClusterSecret, ErrorBody, APPEND_PATH, RAFT_BODY_BYTES_MAX, SECRET_HEADER, SNAPSHOT_PATH, VOTE_PATH,
-};
+use super::{ClusterSecret, APPEND_PATH, RAFT_BODY_BYTES_MAX, SECRET_HEADER, SNAPSHOT_PATH, VOTE_PATH};
+use crate::reply::{JsonBody, Refusal};
 use crate::raft::{MemberId, Raft, TypeConfig};
 
 /// The routes `POST /raft/append`, `/raft/vote` and `/raft/snapshot`, which
@@ -52,9 +48,9 @@ fn only_post(route: MethodRouter<RaftState>) -> MethodRouter<RaftState> {
     route.fallback(|| async {
         (
             [(header::ALLOW, "POST")],
-            ApiError::new(
+            Refusal::new(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "Raft RPCs are POST requests".to_owned(),
+                "Raft RPCs are POST requests",
             ),
         )
     })
@@ -63,7 +59,7 @@ fn only_post(route: MethodRouter<RaftState>) -> MethodRouter<RaftState> {
 async fn append(
     _: Authenticated,
     State(state): State<RaftState>,
-    RaftJson(rpc): RaftJson<AppendEntriesRequest<TypeConfig>>,
+    JsonBody(rpc): JsonBody<AppendEntriesRequest<TypeConfig>>,
 ) -> Json<Result<AppendEntriesResponse<MemberId>, RaftError<MemberId>>> {
     Json(state.raft.append_entries(rpc).await)
 }
@@ -71,7 +67,7 @@ async fn append(
 async fn vote(
     _: Authenticated,
     State(state): State<RaftState>,
-    RaftJson(rpc): RaftJson<VoteRequest<MemberId>>,
+    JsonBody(rpc): JsonBody<VoteRequest<MemberId>>,
 ) -> Json<Result<VoteResponse<MemberId>, RaftError<MemberId>>> {
     Json(state.raft.vote(rpc).await)
 }
@@ -79,100 +75,33 @@ async fn vote(
 async fn snapshot(
     _: Authenticated,
     State(state): State<RaftState>,
-    RaftJson(rpc): RaftJson<InstallSnapshotRequest<TypeConfig>>,
+    JsonBody(rpc): JsonBody<InstallSnapshotRequest<TypeConfig>>,
 ) -> Json<Result<InstallSnapshotResponse<MemberId>, RaftError<MemberId, InstallSnapshotError>>> {
     Json(state.raft.install_snapshot(rpc).await)
 }
-
-/// A refusal: a status and the message of its `{"error": "..."}` body.
-#[derive(Debug)]
-struct ApiError {
-    status: StatusCode,
-    message: String,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, message: String) -> Self {
-        Self { status, message }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
-    }
-}
-
 /// Proof that the request carried the cluster secret. Being a parts
 /// extractor listed before the body, it runs before any of the body is read.
 struct Authenticated;
 
 impl FromRequestParts<RaftState> for Authenticated {
-    type Rejection = ApiError;
+    type Rejection = Refusal;
 
     async fn from_request_parts(parts: &mut Parts, state: &RaftState) -> Result<Self, Self::Rejection> {
         let Some(presented) = parts.headers.get(SECRET_HEADER) else {
             tracing::warn!(uri = %parts.uri, "raft rpc without a cluster secret");
-            return Err(ApiError::new(
+            return Err(Refusal::new(
                 StatusCode::UNAUTHORIZED,
                 format!("missing {SECRET_HEADER} header"),
             ));
         };
         if !state.secret.matches(presented.as_bytes()) {
             tracing::warn!(uri = %parts.uri, "raft rpc with a wrong cluster secret");
-            return Err(ApiError::new(
+            return Err(Refusal::new(
                 StatusCode::UNAUTHORIZED,
-                "wrong cluster secret".to_owned(),
+                "wrong cluster secret",
             ));
         }
         Ok(Authenticated)
     }
 }
 
-/// axum's `Json` with every rejection answered as a JSON error: 413 for an
-/// oversized body (the client may shrink it), 400 for everything else the
-/// sender got wrong (axum would say 415 or 422, which tell a peer nothing
-/// more and leave it to parse a plain-text body).
-struct RaftJson<T>(T);
-
-impl<S, T> FromRequest<S> for RaftJson<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(value)) => Ok(RaftJson(value)),
-            Err(rejection) => Err(json_refusal(rejection)),
-        }
-    }
-}
-
-fn json_refusal(rejection: JsonRejection) -> ApiError {
-    let (status, what) = match &rejection {
-        r if r.status() == StatusCode::PAYLOAD_TOO_LARGE => (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body exceeds {RAFT_BODY_BYTES_MAX} bytes"),
-        ),
-        JsonRejection::MissingJsonContentType(_) => (
-            StatusCode::BAD_REQUEST,
-            "expected content-type: application/json".to_owned(),
-        ),
-        JsonRejection::JsonSyntaxError(_) => (
-            StatusCode::BAD_REQUEST,
-            "request body is not valid JSON".to_owned(),
-        ),
-        JsonRejection::JsonDataError(_) => (
-            StatusCode::BAD_REQUEST,
-            "request body is not the expected Raft request".to_owned(),
-        ),
-        _ => (
-            StatusCode::BAD_REQUEST,
-            "request body could not be read".to_owned(),
-        ),
-    };
-    tracing::debug!(%rejection, "raft rpc body refused");
-    ApiError::new(status, format!("{what}: {}", rejection.body_text()))
-}

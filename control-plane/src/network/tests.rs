@@ -18,6 +18,7 @@ use openraft::{BasicNode, Config, Vote};
 use tower::ServiceExt;
 
 use super::*;
+use crate::reply::ErrorBody;
 use crate::raft::{MemberId, Raft};
 use crate::state::{Command, Request};
 use crate::store::{self, StateReader};

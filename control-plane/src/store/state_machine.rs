@@ -44,6 +44,9 @@ pub struct AppliedState {
 struct Shared {
     applied: RwLock<AppliedState>,
     epoch: watch::Sender<Epoch>,
+    /// The last applied log id, published after every apply batch and
+    /// snapshot install.
+    progress: watch::Sender<Option<LogId<MemberId>>>,
 }
 
 /// Terse: the control state (audit trail included) and sled's trees are
@@ -70,9 +73,10 @@ impl Shared {
         self.applied.write().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publish_epoch(&self, epoch: Epoch) {
+    fn publish(&self, epoch: Epoch, last_applied: Option<LogId<MemberId>>) {
         self.epoch
             .send_if_modified(|e| std::mem::replace(e, epoch) != epoch);
+        self.progress.send_replace(last_applied);
     }
 }
 
@@ -142,6 +146,26 @@ impl StateReader {
     /// the state machine, so the watch does not close while it is held.
     pub fn watch_epoch(&self) -> watch::Receiver<Epoch> {
         self.shared.epoch.subscribe()
+    }
+
+    /// Waits until `f` finds what it looks for in the applied state, and
+    /// returns it. `f` runs now and after every apply batch or installed
+    /// snapshot, under the state machine's lock (keep it short). Callers
+    /// bound the wait (a condition that never holds never returns).
+    pub async fn wait_for<R>(&self, mut f: impl FnMut(&ControlState) -> Option<R>) -> R {
+        let mut progress = self.shared.progress.subscribe();
+        loop {
+            progress.mark_unchanged();
+            if let Some(found) = self.with_state(&mut f) {
+                return found;
+            }
+            // The sender lives in `shared`, which `self` holds: `changed`
+            // cannot fail while we wait, but if it ever did, polling would
+            // spin, so fall back to waiting forever (the caller's bound).
+            if progress.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
     }
 }
 
@@ -254,12 +278,14 @@ impl StateMachineStore {
             }
         }
         let (epoch, _) = watch::channel(applied.state.epoch);
+        let (progress, _) = watch::channel(applied.last_applied);
         Ok(StateMachineStore {
             db,
             tree,
             shared: Arc::new(Shared {
                 applied: RwLock::new(applied),
                 epoch,
+                progress,
             }),
             snapshot_lock: Arc::new(tokio::sync::Mutex::new(())),
         })
@@ -329,7 +355,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let mut replies = Vec::new();
-        let (bytes, epoch) = {
+        let (bytes, epoch, last_applied) = {
             let mut applied = self.shared.write();
             for entry in entries {
                 applied.last_applied = Some(entry.log_id);
@@ -348,12 +374,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             (
                 encode("applied state", &*applied).map_err(write_sm)?,
                 applied.state.epoch,
+                applied.last_applied,
             )
         };
         // Readers may see the new state before it is on disk: it is
         // committed, so no member will ever see otherwise.
         self.tree.insert(STATE, bytes).map_err(|e| write_sm(e.into()))?;
-        self.shared.publish_epoch(epoch);
+        self.shared.publish(epoch, last_applied);
         Ok(replies)
     }
 
@@ -383,9 +410,9 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         store_snapshot(&self.db, &self.tree, &self.snapshot_lock, meta, &data)
             .await
             .map_err(write_snapshot)?;
-        let epoch = applied.state.epoch;
+        let (epoch, last_applied) = (applied.state.epoch, applied.last_applied);
         *self.shared.write() = applied;
-        self.shared.publish_epoch(epoch);
+        self.shared.publish(epoch, last_applied);
         Ok(())
     }
 

@@ -1,0 +1,264 @@
+//! A typed client of the API, for `kintsugi ctl`, benchmarks, and compute
+//! nodes that watch the map and renew leases.
+
+use std::time::Duration;
+
+use fabric::{ClusterMap, Epoch};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{AddMember, InitRequest, MemberInfo, Renewed, Status};
+use crate::raft::MemberId;
+use crate::reply::ErrorBody;
+use crate::state::{AuditEntry, Client, ClientId, Command, MemNode, MemNodeId, Outcome, Region};
+
+/// Longest error message kept from a body that is not an [`ErrorBody`].
+const EXCERPT_BYTES: usize = 300;
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The endpoint is not a usable base URL.
+    #[error("bad endpoint {endpoint:?}: {why}")]
+    Endpoint {
+        /// What was given.
+        endpoint: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The request did not complete (connection refused, timeout, ...).
+    #[error("{method} {url}: {source}")]
+    Http {
+        /// The method.
+        method: Method,
+        /// The URL.
+        url: String,
+        /// reqwest's error.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The member answered with an error.
+    #[error("{status}: {message}{}", leader.as_ref().map(|l| format!(" (leader: {l})")).unwrap_or_default())]
+    Refused {
+        /// The HTTP status.
+        status: StatusCode,
+        /// The `error` of its body.
+        message: String,
+        /// The leader's address, when the member named it.
+        leader: Option<String>,
+    },
+    /// A success answer that does not decode.
+    #[error("{url}: unexpected answer: {why}")]
+    Decode {
+        /// The URL.
+        url: String,
+        /// The decoding error.
+        why: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of a refusal.
+    pub fn status(&self) -> Option<StatusCode> {
+        match self {
+            ClientError::Refused { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A client of one member's API. Writes sent to a follower are forwarded
+/// by it; should a member answer 503 naming the leader, the call is retried
+/// once there.
+#[derive(Clone, Debug)]
+pub struct ControlClient {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl ControlClient {
+    /// A client of the member at `endpoint` (`http://host:port` or
+    /// `host:port`), presenting `token` if given.
+    pub fn new(endpoint: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let bad = |why: &str| ClientError::Endpoint {
+            endpoint: endpoint.to_owned(),
+            why: why.to_owned(),
+        };
+        let trimmed = endpoint.trim_end_matches('/');
+        let base = if trimmed.contains("://") {
+            trimmed.to_owned()
+        } else {
+            format!("http://{trimmed}")
+        };
+        let parsed = reqwest::Url::parse(&base).map_err(|e| bad(&e.to_string()))?;
+        if parsed.scheme() != "http" {
+            return Err(bad("only http:// is served"));
+        }
+        if parsed.host_str().is_none() || parsed.path() != "/" {
+            return Err(bad("expected http://host:port with no path"));
+        }
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| bad(&e.to_string()))?;
+        Ok(ControlClient { http, base, token })
+    }
+
+    /// The base URL calls go to.
+    pub fn endpoint(&self) -> &str {
+        &self.base
+    }
+
+    /// `GET /v1/status`.
+    pub async fn status(&self) -> Result<Status, ClientError> {
+        self.call(Method::GET, "/v1/status", None::<&()>, None).await
+    }
+
+    /// `GET /v1/map`: at once without `after_epoch`; else once the epoch
+    /// exceeds it or `wait` passes (the member caps the wait), whichever is
+    /// first. Compare the answer's epoch to know which.
+    pub async fn map(&self, after_epoch: Option<Epoch>, wait: Option<Duration>) -> Result<ClusterMap, ClientError> {
+        let mut path = String::from("/v1/map");
+        let mut sep = '?';
+        if let Some(e) = after_epoch {
+            path.push_str(&format!("{sep}after_epoch={e}"));
+            sep = '&';
+        }
+        if let Some(w) = wait {
+            path.push_str(&format!("{sep}wait={}ms", w.as_millis()));
+        }
+        // The member waits up to its cap; give the request a little more.
+        let timeout = wait.map(|w| w + Duration::from_secs(5));
+        self.call(Method::GET, &path, None::<&()>, timeout).await
+    }
+
+    /// `GET /v1/memnodes`.
+    pub async fn memnodes(&self) -> Result<Vec<MemNode>, ClientError> {
+        self.call(Method::GET, "/v1/memnodes", None::<&()>, None).await
+    }
+
+    /// `GET /v1/regions`.
+    pub async fn regions(&self) -> Result<Vec<Region>, ClientError> {
+        self.call(Method::GET, "/v1/regions", None::<&()>, None).await
+    }
+
+    /// `GET /v1/clients`.
+    pub async fn clients(&self) -> Result<Vec<Client>, ClientError> {
+        self.call(Method::GET, "/v1/clients", None::<&()>, None).await
+    }
+
+    /// `GET /v1/audit`: the newest `limit` entries, oldest first.
+    pub async fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, ClientError> {
+        self.call(Method::GET, &format!("/v1/audit?limit={limit}"), None::<&()>, None)
+            .await
+    }
+
+    /// `POST /v1/commands`.
+    pub async fn command(&self, command: &Command) -> Result<Outcome, ClientError> {
+        self.call(Method::POST, "/v1/commands", Some(command), None).await
+    }
+
+    /// `POST /v1/memnodes/{id}/renew`.
+    pub async fn renew_memnode(&self, id: MemNodeId) -> Result<Renewed, ClientError> {
+        self.call(Method::POST, &format!("/v1/memnodes/{id}/renew"), None::<&()>, None)
+            .await
+    }
+
+    /// `POST /v1/clients/{id}/renew`.
+    pub async fn renew_client(&self, id: ClientId) -> Result<Renewed, ClientError> {
+        self.call(Method::POST, &format!("/v1/clients/{id}/renew"), None::<&()>, None)
+            .await
+    }
+
+    /// `POST /v1/init`.
+    pub async fn init(&self, members: Vec<MemberInfo>) -> Result<Status, ClientError> {
+        self.call(Method::POST, "/v1/init", Some(&InitRequest { members }), None)
+            .await
+    }
+
+    /// `POST /v1/members`: waits until the member has caught up (and, for a
+    /// voter, joined the majority).
+    pub async fn add_member(&self, id: MemberId, addr: &str, voter: bool) -> Result<Vec<MemberInfo>, ClientError> {
+        let body = AddMember {
+            id,
+            addr: addr.to_owned(),
+            voter,
+        };
+        self.call(Method::POST, "/v1/members", Some(&body), None).await
+    }
+
+    /// `DELETE /v1/members/{id}`.
+    pub async fn remove_member(&self, id: MemberId) -> Result<Vec<MemberInfo>, ClientError> {
+        self.call(Method::DELETE, &format!("/v1/members/{id}"), None::<&()>, None)
+            .await
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+    ) -> Result<T, ClientError> {
+        match self.call_at(&self.base, method.clone(), path, body, timeout).await {
+            Err(ClientError::Refused {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                leader: Some(leader),
+                ..
+            }) => {
+                let base = format!("http://{leader}");
+                self.call_at(&base, method, path, body, timeout).await
+            }
+            other => other,
+        }
+    }
+
+    async fn call_at<B: Serialize, T: DeserializeOwned>(
+        &self,
+        base: &str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+    ) -> Result<T, ClientError> {
+        let url = format!("{base}{path}");
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(token) = &self.token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        if let Some(t) = timeout {
+            req = req.timeout(t);
+        }
+        let http_err = |source| ClientError::Http {
+            method: method.clone(),
+            url: url.clone(),
+            source,
+        };
+        let resp = req.send().await.map_err(http_err)?;
+        let status = resp.status();
+        let bytes = resp.bytes().await.map_err(http_err)?;
+        if !status.is_success() {
+            let (message, leader) = match serde_json::from_slice::<ErrorBody>(&bytes) {
+                Ok(e) => (e.error, e.leader),
+                Err(_) => (
+                    String::from_utf8_lossy(&bytes[..bytes.len().min(EXCERPT_BYTES)]).into_owned(),
+                    None,
+                ),
+            };
+            return Err(ClientError::Refused {
+                status,
+                message,
+                leader,
+            });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Decode {
+            url,
+            why: e.to_string(),
+        })
+    }
+}

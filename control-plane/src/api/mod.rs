@@ -1,0 +1,121 @@
+//! The HTTP/JSON API of operators and clients, next to the Raft routes on a
+//! member's listener.
+//!
+//! | route | what | served by |
+//! |---|---|---|
+//! | `GET /v1/status` | leader, term, members, log position, the state | this member |
+//! | `GET /v1/map?after_epoch=N&wait=30s` | the cluster map; long-polls until its epoch exceeds N | this member |
+//! | `GET /v1/memnodes`, `/v1/regions`, `/v1/clients`, `/v1/audit?limit=N` | one table of the state | this member |
+//! | `POST /v1/commands` | a [`Command`](crate::state::Command) as JSON; answers its [`Outcome`](crate::state::Outcome) | the leader |
+//! | `POST /v1/memnodes/{id}/renew`, `/v1/clients/{id}/renew` | a lease renewal | the leader |
+//! | `POST /v1/members`, `DELETE /v1/members/{id}` | add a voter or learner, remove a member | the leader |
+//! | `POST /v1/init` | form a new cluster from pristine members | this member |
+//!
+//! Every route needs `Authorization: Bearer <token>` with a token from the
+//! settings; the token's name is recorded as the actor of what it asks.
+//! Reads are served from this member's applied state, which may lag the
+//! leader's by the commit of the newest entries (`status` says how far it
+//! has applied). A write sent to a follower is forwarded to the leader with
+//! the same token, once; a member that knows no leader, or receives a
+//! forwarded write while not leading, answers 503 with the leader's address
+//! when it knows it. Errors are 4xx/5xx with an [`ErrorBody`].
+
+mod client;
+mod server;
+#[cfg(test)]
+mod tests;
+
+use fabric::Epoch;
+use serde::{Deserialize, Serialize};
+
+use crate::raft::MemberId;
+use crate::state::{Client, MemNode, Region};
+
+pub use crate::reply::ErrorBody;
+pub use client::{ClientError, ControlClient};
+pub(crate) use server::api_router;
+
+/// Largest request body the API accepts, in bytes: the largest request is
+/// a command or a member list, well under a KiB; the bound keeps a caller
+/// from making a member buffer more.
+pub const API_BODY_BYTES_MAX: usize = 64 << 10;
+
+/// Marks a write forwarded by a follower, so the leader it reaches does not
+/// forward it again if it has lost the lead meanwhile (it answers 503).
+pub const FORWARDED_HEADER: &str = "x-kintsugi-forwarded-by";
+
+/// Audit entries `GET /v1/audit` returns when no limit is given.
+pub const AUDIT_LIMIT_DEFAULT: usize = 100;
+
+/// A member of the Raft cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberInfo {
+    /// Its Raft id.
+    pub id: MemberId,
+    /// Where it serves Raft and the API (`host:port`).
+    pub addr: String,
+    /// A voter (counts toward the majority) or a learner (only replicates).
+    pub voter: bool,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Status {
+    /// The member that answered.
+    pub member: MemberId,
+    /// Its Raft role: `leader`, `follower`, `candidate`, `learner`, `shutdown`.
+    pub role: String,
+    /// The leader it knows of.
+    pub leader: Option<MemberId>,
+    /// The current term.
+    pub term: u64,
+    /// Index of its last log entry.
+    pub last_log_index: Option<u64>,
+    /// Index of its last applied entry.
+    pub last_applied: Option<u64>,
+    /// The cluster's members as this member knows them.
+    pub members: Vec<MemberInfo>,
+    /// The applied map epoch.
+    pub epoch: Epoch,
+    /// Memory nodes by id.
+    pub memnodes: Vec<MemNode>,
+    /// Regions by id.
+    pub regions: Vec<Region>,
+    /// Clients by id.
+    pub clients: Vec<Client>,
+}
+
+/// `POST /v1/init`: the members of a new cluster, this one included. An
+/// empty list forms a cluster of this member alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InitRequest {
+    /// Members by id and address.
+    #[serde(default)]
+    pub members: Vec<MemberInfo>,
+}
+
+/// `POST /v1/members`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddMember {
+    /// The new member's Raft id.
+    pub id: MemberId,
+    /// Where it listens (`host:port`).
+    pub addr: String,
+    /// Promote it to voter once it has caught up (otherwise a learner).
+    #[serde(default = "yes")]
+    pub voter: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The answer to a lease renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    /// The lease now runs this long from when the leader heard the renewal:
+    /// renew well within it (a third is customary).
+    pub lease_ms: u64,
+}

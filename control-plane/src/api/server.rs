@@ -1,0 +1,367 @@
+//! The API's routes, its bearer-token check and the forwarding of writes
+//! to the leader.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Extension, Json, Router};
+use fabric::{ClusterMap, Epoch};
+use openraft::ServerState;
+use serde::Deserialize;
+
+use super::{AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER};
+use crate::member::{Leader, Node, WriteError};
+use crate::raft::MemberId;
+use crate::reply::{JsonBody, Refusal};
+use crate::state::{AuditEntry, Client, ClientId, ClientState, Command, CommandError, MemNode, MemNodeId, MemNodeState, Outcome, Region};
+
+type Shared = Arc<Node>;
+
+/// Who is asking: the name of the token presented.
+#[derive(Clone, Debug)]
+struct Actor(String);
+
+/// The `/v1` routes, behind the bearer-token check; writes behind the
+/// forwarding to the leader. Unknown paths and methods get JSON errors too.
+pub(crate) fn api_router(node: Shared) -> Router {
+    let writes = Router::new()
+        .route("/v1/commands", post(command))
+        .route("/v1/memnodes/{id}/renew", post(renew_memnode))
+        .route("/v1/clients/{id}/renew", post(renew_client))
+        .route("/v1/members", post(add_member))
+        .route("/v1/members/{id}", delete(remove_member))
+        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
+    let reads = Router::new()
+        .route("/v1/status", get(status))
+        .route("/v1/map", get(map))
+        .route("/v1/memnodes", get(memnodes))
+        .route("/v1/regions", get(regions))
+        .route("/v1/clients", get(clients))
+        .route("/v1/audit", get(audit))
+        .route("/v1/init", post(init));
+    reads
+        .merge(writes)
+        .route_layer(middleware::from_fn_with_state(node.clone(), authenticate))
+        .layer(DefaultBodyLimit::max(API_BODY_BYTES_MAX))
+        .fallback(|| async { Refusal::new(StatusCode::NOT_FOUND, "no such route") })
+        .method_not_allowed_fallback(|| async {
+            Refusal::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+        })
+        .with_state(node)
+}
+
+/// Lets a request through only with `Authorization: Bearer <token>` of a
+/// configured token, and records the token's name as its actor.
+async fn authenticate(State(node): State<Shared>, mut req: Request, next: Next) -> Response {
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let Some(presented) = presented else {
+        return unauthorized("missing `Authorization: Bearer <token>` header");
+    };
+    let Some(name) = node.settings.token_holder(presented) else {
+        tracing::warn!(uri = %req.uri(), "api request with an unknown token");
+        return unauthorized("unknown bearer token");
+    };
+    let actor = Actor(name.to_owned());
+    req.extensions_mut().insert(actor);
+    next.run(req).await
+}
+
+fn unauthorized(why: &str) -> Response {
+    let mut resp = Refusal::new(StatusCode::UNAUTHORIZED, why).into_response();
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
+}
+
+/// Runs a write here if this member leads, else forwards it to the leader
+/// once (see the module docs of [`crate::api`]).
+async fn to_leader(State(node): State<Shared>, req: Request, next: Next) -> Response {
+    match node.leader() {
+        Leader::Me => next.run(req).await,
+        Leader::At(addr) if !req.headers().contains_key(FORWARDED_HEADER) => forward(&node, &addr, req).await,
+        Leader::At(addr) => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("member {} does not lead; send the request to the leader", node.id),
+        )
+        .with_leader(Some(addr))
+        .into_response(),
+        Leader::Unknown => Refusal::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("member {} knows of no leader (an election may be under way); retry", node.id),
+        )
+        .into_response(),
+    }
+}
+
+/// Sends `req` on to the leader at `addr` and relays its answer.
+async fn forward(node: &Node, addr: &str, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, API_BODY_BYTES_MAX).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is too large").into_response()
+        }
+    };
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let url = format!("http://{addr}{path}");
+    let mut out = node.http.request(parts.method.clone(), &url).body(bytes);
+    for name in [header::AUTHORIZATION, header::CONTENT_TYPE] {
+        if let Some(v) = parts.headers.get(&name) {
+            out = out.header(name, v.clone());
+        }
+    }
+    // The leader may need its whole commit timeout (or a member's
+    // catch-up); a little more lets its own answer arrive first.
+    let limit = node.settings.timing.commit_timeout * 13;
+    let sent = out
+        .header(FORWARDED_HEADER, node.id.to_string())
+        .timeout(limit)
+        .send()
+        .await;
+    let reply = match sent {
+        Ok(reply) => reply,
+        Err(e) => {
+            return Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("forwarding to the leader at {addr} failed: {e}"),
+            )
+            .with_leader(Some(addr.to_owned()))
+            .into_response()
+        }
+    };
+    let status = StatusCode::from_u16(reply.status().as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let content_type = reply.headers().get(header::CONTENT_TYPE).cloned();
+    match reply.bytes().await {
+        Ok(body) => {
+            let mut resp = (status, Body::from(body)).into_response();
+            if let Some(ct) = content_type {
+                resp.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            resp
+        }
+        Err(e) => Refusal::new(
+            StatusCode::BAD_GATEWAY,
+            format!("reading the leader's answer failed: {e}"),
+        )
+        .into_response(),
+    }
+}
+
+impl From<WriteError> for Refusal {
+    fn from(e: WriteError) -> Self {
+        match e {
+            WriteError::Refused(e) => {
+                let status = match e {
+                    CommandError::UnknownMemNode { .. }
+                    | CommandError::UnknownRegion { .. }
+                    | CommandError::UnknownClient { .. } => StatusCode::NOT_FOUND,
+                    CommandError::Invalid(_) => StatusCode::BAD_REQUEST,
+                    CommandError::Conflict(_) | CommandError::Placement { .. } | CommandError::Full(_) => {
+                        StatusCode::CONFLICT
+                    }
+                };
+                Refusal::new(status, e.to_string())
+            }
+            WriteError::NotLeader(leader) => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this member lost the lead; send the request to the leader",
+            )
+            .with_leader(leader),
+            WriteError::Timeout(after) => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "not committed within {}: no majority reachable? The write may still commit",
+                    humantime::format_duration(after)
+                ),
+            ),
+            WriteError::Membership(why) => Refusal::new(StatusCode::CONFLICT, why),
+            WriteError::Stopped(why) => {
+                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("raft has stopped: {why}"))
+            }
+        }
+    }
+}
+
+async fn command(
+    State(node): State<Shared>,
+    Extension(Actor(actor)): Extension<Actor>,
+    JsonBody(command): JsonBody<Command>,
+) -> Result<Json<Outcome>, Refusal> {
+    Ok(Json(node.propose(&actor, command).await?))
+}
+
+async fn renew_memnode(State(node): State<Shared>, Path(id): Path<MemNodeId>) -> Result<Json<Renewed>, Refusal> {
+    let known = node.reader.with_state(|s| s.memnodes.get(&id).map(|n| n.state));
+    match known {
+        None => Err(WriteError::Refused(CommandError::UnknownMemNode { id }).into()),
+        Some(MemNodeState::Dead) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!("memory node {id} was declared dead; register it again"),
+        )),
+        Some(_) => {
+            node.liveness().renew_memnode(id, Instant::now());
+            Ok(Json(Renewed {
+                lease_ms: millis(node.settings.timing.memnode_lease),
+            }))
+        }
+    }
+}
+
+async fn renew_client(State(node): State<Shared>, Path(id): Path<ClientId>) -> Result<Json<Renewed>, Refusal> {
+    let known = node.reader.with_state(|s| s.clients.get(&id).map(|c| (c.state, c.lease_ms)));
+    match known {
+        None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
+        Some((ClientState::Expired { at_ms }, _)) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!("client {id} expired at {at_ms} ms; register again"),
+        )),
+        Some((ClientState::Live, lease_ms)) => {
+            node.liveness().renew_client(id, Instant::now());
+            Ok(Json(Renewed { lease_ms }))
+        }
+    }
+}
+
+async fn add_member(State(node): State<Shared>, JsonBody(m): JsonBody<AddMember>) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
+    let info = super::MemberInfo {
+        id: m.id,
+        addr: m.addr,
+        voter: m.voter,
+    };
+    if info.addr.parse::<std::net::SocketAddr>().is_err() && !info.addr.contains(':') {
+        return Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("member address {:?} is not host:port", info.addr),
+        ));
+    }
+    Ok(Json(node.add_member(&info).await?))
+}
+
+async fn remove_member(State(node): State<Shared>, Path(id): Path<MemberId>) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
+    Ok(Json(node.remove_member(id).await?))
+}
+
+/// The body is optional: none forms a cluster of this member alone.
+async fn init(State(node): State<Shared>, body: axum::body::Bytes) -> Result<Json<Status>, Refusal> {
+    let request: InitRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        InitRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            Refusal::new(StatusCode::BAD_REQUEST, format!("request body is not the expected request: {e}"))
+        })?
+    };
+    node.init(&request.members).await?;
+    Ok(Json(status_of(&node)))
+}
+
+async fn status(State(node): State<Shared>) -> Json<Status> {
+    Json(status_of(&node))
+}
+
+fn status_of(node: &Node) -> Status {
+    let (role, leader, term, last_log_index) = {
+        let metrics = node.raft.metrics();
+        let m = metrics.borrow();
+        let role = match m.state {
+            ServerState::Leader => "leader",
+            ServerState::Follower => "follower",
+            ServerState::Candidate => "candidate",
+            ServerState::Learner => "learner",
+            ServerState::Shutdown => "shutdown",
+        };
+        (role, m.current_leader, m.current_term, m.last_log_index)
+    };
+    let members = node.members();
+    let last_applied = node.reader.last_applied().map(|id| id.index);
+    node.reader.with_state(|s| Status {
+        member: node.id,
+        role: role.to_owned(),
+        leader,
+        term,
+        last_log_index,
+        last_applied,
+        members,
+        epoch: s.epoch,
+        memnodes: s.memnodes.values().cloned().collect(),
+        regions: s.regions.values().cloned().collect(),
+        clients: s.clients.values().cloned().collect(),
+    })
+}
+
+/// `GET /v1/map` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapQuery {
+    /// Answer only once the epoch exceeds this (or `wait` passes).
+    after_epoch: Option<Epoch>,
+    /// Longest wait, humantime (`30s`); capped by `timing.watch_max`.
+    wait: Option<String>,
+}
+
+async fn map(State(node): State<Shared>, query: Result<Query<MapQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<ClusterMap>, Refusal> {
+    let Query(q) = query.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let max = node.settings.timing.watch_max;
+    let wait = match q.wait.as_deref() {
+        None => max,
+        Some(text) => humantime::parse_duration(text)
+            .map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, format!("wait={text:?}: {e}")))?
+            .min(max),
+    };
+    if let Some(after) = q.after_epoch {
+        let mut epochs = node.reader.watch_epoch();
+        let mut stopped = node.stopped.clone();
+        // Whichever comes first: a newer epoch, the wait, or shutdown; the
+        // current map is the answer in every case.
+        tokio::select! {
+            _ = epochs.wait_for(|&e| e > after) => {}
+            _ = tokio::time::sleep(wait) => {}
+            _ = stopped.wait_for(|&s| s) => {}
+        }
+    }
+    node.reader
+        .with_state(|s| s.map())
+        .map(Json)
+        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the state makes no valid map: {e}")))
+}
+
+async fn memnodes(State(node): State<Shared>) -> Json<Vec<MemNode>> {
+    Json(node.reader.with_state(|s| s.memnodes.values().cloned().collect()))
+}
+
+async fn regions(State(node): State<Shared>) -> Json<Vec<Region>> {
+    Json(node.reader.with_state(|s| s.regions.values().cloned().collect()))
+}
+
+async fn clients(State(node): State<Shared>) -> Json<Vec<Client>> {
+    Json(node.reader.with_state(|s| s.clients.values().cloned().collect()))
+}
+
+/// `GET /v1/audit` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    /// Newest entries to return.
+    limit: Option<usize>,
+}
+
+async fn audit(State(node): State<Shared>, query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Vec<AuditEntry>>, Refusal> {
+    let Query(q) = query.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let limit = q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT);
+    Ok(Json(node.reader.with_state(|s| {
+        let skip = s.audit.len().saturating_sub(limit);
+        s.audit.iter().skip(skip).cloned().collect()
+    })))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

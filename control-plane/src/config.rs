@@ -1,0 +1,381 @@
+//! A member's settings, read from TOML: the cluster secret, the bearer
+//! tokens, and the timings (Raft's and the leases'), written as humantime
+//! durations (`150ms`, `2s`).
+//!
+//! ```toml
+//! cluster_secret = "a-long-random-string-shared-by-members"
+//!
+//! [[tokens]]
+//! name = "ops"          # recorded as the actor of every command it sends
+//! token = "another-long-random-string"
+//!
+//! [timing]
+//! heartbeat = "50ms"
+//! election_timeout_min = "150ms"
+//! election_timeout_max = "300ms"
+//! memnode_lease = "1s"
+//! client_lease = "1s"
+//! ```
+//!
+//! Every member of a cluster should carry the same secret, tokens and
+//! timings: a write sent to a follower is forwarded to the leader with the
+//! caller's token, and leases are judged by whichever member leads.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::network::{ClusterSecret, SecretError};
+use crate::state::{LEASE_MS_MAX, LEASE_MS_MIN, NAME_BYTES_MAX};
+
+/// Shortest bearer token accepted, in bytes, for the reason
+/// [`crate::network::SECRET_BYTES_MIN`] gives for the cluster secret.
+pub const TOKEN_BYTES_MIN: usize = 16;
+
+/// Tokens one member accepts: each is compared on every request.
+pub const TOKENS_MAX: usize = 64;
+
+/// Longest configuration file read, in bytes: a handful of tokens and
+/// timings fit in a few KiB; the bound keeps a wrong path (a disk image,
+/// `/dev/zero`) from being read whole.
+pub const CONFIG_BYTES_MAX: u64 = 1 << 20;
+
+/// What a member runs with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Shared by the members: authenticates Raft RPCs and forwarded writes.
+    #[serde(with = "secret_string")]
+    pub cluster_secret: ClusterSecret,
+    /// Bearer tokens of operators and clients.
+    pub tokens: Vec<Token>,
+    /// Raft and lease timings.
+    #[serde(default)]
+    pub timing: Timing,
+}
+
+/// A bearer token and the name it acts under.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Token {
+    /// Who holds it: the actor of the commands it sends, in the audit trail.
+    pub name: String,
+    /// The token itself: `Authorization: Bearer <token>`.
+    pub token: String,
+}
+
+/// Never prints the token itself.
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Token")
+            .field("name", &self.name)
+            .field("token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Timings. The defaults elect a new leader well within a second of the old
+/// one's death and judge leases at a tenth of their length.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timing {
+    /// How often the leader sends (empty) appends to its followers.
+    #[serde(with = "humantime_serde")]
+    pub heartbeat: Duration,
+    /// A follower that hears nothing for a random time between these two
+    /// starts an election.
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_min: Duration,
+    /// See `election_timeout_min`.
+    #[serde(with = "humantime_serde")]
+    pub election_timeout_max: Duration,
+    /// A memory node unheard for this long becomes suspect, and for twice
+    /// this long is declared dead.
+    #[serde(with = "humantime_serde")]
+    pub memnode_lease: Duration,
+    /// Lease of a client that registers without naming one.
+    #[serde(with = "humantime_serde")]
+    pub client_lease: Duration,
+    /// How often the leader compares leases with the clock.
+    #[serde(with = "humantime_serde")]
+    pub lease_check: Duration,
+    /// How long a write may wait to be committed before the caller is told
+    /// its outcome is unknown (a leader cut off from its majority never
+    /// commits).
+    #[serde(with = "humantime_serde")]
+    pub commit_timeout: Duration,
+    /// Longest wait of one map long-poll.
+    #[serde(with = "humantime_serde")]
+    pub watch_max: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            heartbeat: Duration::from_millis(50),
+            election_timeout_min: Duration::from_millis(150),
+            election_timeout_max: Duration::from_millis(300),
+            memnode_lease: Duration::from_secs(1),
+            client_lease: Duration::from_secs(1),
+            lease_check: Duration::from_millis(20),
+            commit_timeout: Duration::from_secs(5),
+            watch_max: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Why settings were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is larger than [`CONFIG_BYTES_MAX`].
+    #[error("{path} has {len} bytes; a configuration file has at most {CONFIG_BYTES_MAX}")]
+    TooLarge {
+        /// The file.
+        path: String,
+        /// Its length.
+        len: u64,
+    },
+    /// Not TOML of the expected shape (toml names the line and the field).
+    #[error("{0}")]
+    Parse(#[from] toml::de::Error),
+    /// The cluster secret is unusable.
+    #[error("cluster_secret: {0}")]
+    Secret(#[from] SecretError),
+    /// A value out of range.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Settings {
+    /// Settings with a secret and one token, default timings.
+    pub fn new(cluster_secret: ClusterSecret, tokens: Vec<Token>) -> Result<Self, ConfigError> {
+        let settings = Settings {
+            cluster_secret,
+            tokens,
+            timing: Timing::default(),
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Parses and checks TOML text.
+    pub fn from_toml(text: &str) -> Result<Self, ConfigError> {
+        let settings: Settings = toml::from_str(text)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Reads, parses and checks a TOML file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let shown = path.display().to_string();
+        let read_err = |source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(read_err)?.len();
+        if len > CONFIG_BYTES_MAX {
+            return Err(ConfigError::TooLarge { path: shown, len });
+        }
+        let text = std::fs::read_to_string(path).map_err(read_err)?;
+        Self::from_toml(&text)
+    }
+
+    /// Checks what serde cannot: token shapes and timing relations.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |s: String| Err(ConfigError::Invalid(s));
+        if self.tokens.is_empty() {
+            return invalid("tokens: at least one bearer token is needed".into());
+        }
+        if self.tokens.len() > TOKENS_MAX {
+            return invalid(format!("tokens: at most {TOKENS_MAX} are accepted"));
+        }
+        for (i, t) in self.tokens.iter().enumerate() {
+            if t.name.is_empty() || t.name.len() > NAME_BYTES_MAX || t.name.chars().any(char::is_control) {
+                return invalid(format!(
+                    "tokens[{i}].name must be 1 to {NAME_BYTES_MAX} bytes without control characters"
+                ));
+            }
+            if t.token.len() < TOKEN_BYTES_MIN || !t.token.bytes().all(|b| b.is_ascii_graphic()) {
+                return invalid(format!(
+                    "tokens[{i}].token ({}) must be at least {TOKEN_BYTES_MIN} bytes of visible ASCII",
+                    t.name
+                ));
+            }
+            if self.tokens[..i].iter().any(|u| u.token == t.token) {
+                return invalid(format!("tokens[{i}] ({}) repeats an earlier token", t.name));
+            }
+        }
+        let t = &self.timing;
+        if t.heartbeat.is_zero() || t.lease_check.is_zero() || t.commit_timeout.is_zero() {
+            return invalid("timing: heartbeat, lease_check and commit_timeout must be above zero".into());
+        }
+        if t.election_timeout_min <= t.heartbeat {
+            return invalid(format!(
+                "timing: election_timeout_min ({}) must exceed heartbeat ({}), or followers \
+                 start elections between heartbeats",
+                humantime::format_duration(t.election_timeout_min),
+                humantime::format_duration(t.heartbeat)
+            ));
+        }
+        if t.election_timeout_max <= t.election_timeout_min {
+            return invalid("timing: election_timeout_max must exceed election_timeout_min".into());
+        }
+        for (what, d) in [("memnode_lease", t.memnode_lease), ("client_lease", t.client_lease)] {
+            let ms = d.as_millis();
+            if ms < u128::from(LEASE_MS_MIN) || ms > u128::from(LEASE_MS_MAX) {
+                return invalid(format!(
+                    "timing: {what} must be {LEASE_MS_MIN} ms to {LEASE_MS_MAX} ms, not {}",
+                    humantime::format_duration(d)
+                ));
+            }
+        }
+        if t.watch_max.is_zero() {
+            return invalid("timing: watch_max must be above zero".into());
+        }
+        Ok(())
+    }
+
+    /// The name of the holder of `presented`, if it is one of the tokens.
+    /// Every token is compared in full, so the time taken does not tell
+    /// which one (or how much of one) matched.
+    pub fn token_holder(&self, presented: &[u8]) -> Option<&str> {
+        let mut holder = None;
+        for t in &self.tokens {
+            if constant_time_eq(t.token.as_bytes(), presented) && holder.is_none() {
+                holder = Some(t.name.as_str());
+            }
+        }
+        holder
+    }
+
+    /// openraft's configuration for these timings.
+    pub fn raft_config(&self) -> Result<openraft::Config, ConfigError> {
+        let t = &self.timing;
+        let config = openraft::Config {
+            cluster_name: "kintsugi-control".to_owned(),
+            heartbeat_interval: millis(t.heartbeat),
+            election_timeout_min: millis(t.election_timeout_min),
+            election_timeout_max: millis(t.election_timeout_max),
+            // A control-plane command is a few hundred bytes of JSON: a
+            // snapshot every 5,000 entries bounds both the log kept on disk
+            // and the entries a restarted member replays.
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(5_000),
+            max_in_snapshot_log_to_keep: 1_000,
+            ..Default::default()
+        };
+        config
+            .validate()
+            .map_err(|e| ConfigError::Invalid(format!("timing: {e}")))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Equality in time that depends only on the lengths.
+pub(crate) fn constant_time_eq(expected: &[u8], presented: &[u8]) -> bool {
+    if presented.len() != expected.len() {
+        return false;
+    }
+    let diff = expected
+        .iter()
+        .zip(presented)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    // Keeps the optimiser from turning the fold into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+/// `serde(with)`: the secret as a plain string in TOML, checked on the way in.
+mod secret_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::network::ClusterSecret;
+
+    pub fn serialize<S: Serializer>(secret: &ClusterSecret, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(secret.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ClusterSecret, D::Error> {
+        let s = String::deserialize(d)?;
+        ClusterSecret::new(s).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+cluster_secret = "0123456789abcdef-secret"
+[[tokens]]
+name = "ops"
+token = "ops-token-0123456789"
+[[tokens]]
+name = "client"
+token = "client-token-0123456789"
+[timing]
+memnode_lease = "2s"
+"#;
+
+    #[test]
+    fn parses_tokens_and_humantime_timings_with_defaults_for_the_rest() {
+        let s = Settings::from_toml(GOOD).expect("valid");
+        assert_eq!(s.timing.memnode_lease, Duration::from_secs(2));
+        assert_eq!(s.timing.heartbeat, Timing::default().heartbeat);
+        assert_eq!(s.token_holder(b"ops-token-0123456789"), Some("ops"));
+        assert_eq!(s.token_holder(b"client-token-0123456789"), Some("client"));
+        assert_eq!(s.token_holder(b"ops-token-012345678"), None);
+        assert_eq!(s.token_holder(b""), None);
+        let raft = s.raft_config().expect("valid raft config");
+        assert_eq!(raft.heartbeat_interval, 50);
+        assert!(!format!("{s:?}").contains("ops-token-0123456789"), "tokens are redacted");
+        assert!(!format!("{s:?}").contains("0123456789abcdef-secret"), "secret is redacted");
+    }
+
+    #[test]
+    fn refuses_bad_settings_with_a_reason() {
+        let cases = [
+            (GOOD.replace("0123456789abcdef-secret", "short"), "cluster secret"),
+            (GOOD.replace("ops-token-0123456789", "tiny"), "tokens[0].token (ops)"),
+            (GOOD.replace("client-token-0123456789", "ops-token-0123456789"), "repeats"),
+            (GOOD.replace("\"2s\"", "\"2 parsecs\""), "memnode_lease"),
+            (GOOD.replace("\"2s\"", "\"2h\""), "memnode_lease must be"),
+            (GOOD.replace("memnode_lease", "memnode_leash"), "unknown field"),
+            (
+                format!("{GOOD}heartbeat = \"500ms\"\n"),
+                "election_timeout_min (150ms) must exceed heartbeat (500ms)",
+            ),
+            ("cluster_secret = \"0123456789abcdef-secret\"\ntokens = []".into(), "at least one"),
+        ];
+        for (text, want) in cases {
+            let err = Settings::from_toml(&text).expect_err(&text).to_string();
+            assert!(err.contains(want), "{err:?} should mention {want:?}");
+        }
+    }
+
+    #[test]
+    fn load_names_the_file_and_bounds_its_size() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let missing = dir.path().join("missing.toml");
+        let err = Settings::load(&missing).expect_err("missing").to_string();
+        assert!(err.contains("missing.toml"), "{err}");
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; CONFIG_BYTES_MAX as usize + 1]).expect("write");
+        let err = Settings::load(&big).expect_err("too large").to_string();
+        assert!(err.contains("at most"), "{err}");
+        let good = dir.path().join("good.toml");
+        std::fs::write(&good, GOOD).expect("write");
+        assert_eq!(Settings::load(&good).expect("loads").tokens.len(), 2);
+    }
+}

@@ -1,0 +1,403 @@
+//! One control-plane member: its sled store, its Raft, its HTTP listener
+//! (Raft routes and the API) and the leader's lease judge, started and
+//! stopped together.
+//!
+//! [`Node`] is what the API handlers and the judge share: the write path
+//! (stamp a request, propose it, wait for its commit within
+//! `timing.commit_timeout`) and the view of who leads.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ChangeMembers, ServerState};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::api::{api_router, MemberInfo};
+use crate::config::{ConfigError, Settings};
+use crate::liveness::Liveness;
+use crate::network::{raft_router, HttpNetworkFactory, Partition, TransportError};
+use crate::raft::{MemberId, Raft};
+use crate::state::{Command, CommandError, Outcome, Request};
+use crate::store::{self, StateReader, StoreError};
+
+/// How a member is started.
+#[derive(Clone, Debug)]
+pub struct MemberOptions {
+    /// Its Raft id: unique in the cluster, never reused for another store.
+    pub id: MemberId,
+    /// Its sled directory (created if missing).
+    pub data_dir: PathBuf,
+    /// The `host:port` peers and callers reach it at; the listener's
+    /// address when `None` (right unless it listens on a wildcard address).
+    pub advertise: Option<String>,
+    /// Secret, tokens and timings.
+    pub settings: Settings,
+    /// Injected network faults (none unless a test or chaos run cuts links).
+    pub partition: Partition,
+}
+
+/// Why a member could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    /// The settings do not make a valid Raft configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The store could not be opened.
+    #[error("opening the store: {0}")]
+    Store(#[from] StoreError),
+    /// The HTTP client for peers could not be built.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The listener's address could not be read.
+    #[error("listener: {0}")]
+    Listener(#[source] std::io::Error),
+    /// openraft refused to start (its storage failed its checks).
+    #[error("starting raft: {0}")]
+    Raft(String),
+}
+
+/// A running member.
+pub struct Member {
+    node: Arc<Node>,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    judge: JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("id", &self.node.id)
+            .field("addr", &self.node.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Member {
+    /// Opens the store, starts Raft and serves `listener` until
+    /// [`Member::shutdown`].
+    pub async fn start(listener: tokio::net::TcpListener, options: MemberOptions) -> Result<Member, MemberError> {
+        let local_addr = listener.local_addr().map_err(MemberError::Listener)?;
+        let addr = options.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+        let settings = options.settings;
+        let raft_config = Arc::new(settings.raft_config()?);
+        let network =
+            HttpNetworkFactory::new(options.id, &settings.cluster_secret)?.with_partition(options.partition);
+        let (log, sm) = store::open(&options.data_dir).await?;
+        let reader = sm.reader();
+        let raft = Raft::new(options.id, raft_config, network, log, sm)
+            .await
+            .map_err(|e| MemberError::Raft(e.to_string()))?;
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .build()
+            .map_err(TransportError::Client)?;
+        let (stop, stopped) = watch::channel(false);
+        let node = Arc::new(Node {
+            id: options.id,
+            addr,
+            raft: raft.clone(),
+            reader,
+            liveness: Mutex::new(Liveness::new(settings.timing.memnode_lease)),
+            settings,
+            http,
+            stopped: stopped.clone(),
+        });
+        let router = raft_router(raft, node.settings.cluster_secret.clone()).merge(api_router(node.clone()));
+        let mut on_stop = stopped.clone();
+        let server = tokio::spawn(async move {
+            let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
+                let _ = on_stop.wait_for(|&s| s).await;
+            });
+            if let Err(e) = serving.await {
+                tracing::error!(error = %e, "control-plane listener failed");
+            }
+        });
+        let judge = tokio::spawn(judge_leases(node.clone(), stopped));
+        tracing::info!(member = node.id, addr = %node.addr, "control-plane member started");
+        Ok(Member {
+            node,
+            local_addr,
+            stop,
+            server,
+            judge,
+        })
+    }
+
+    /// Its Raft id.
+    pub fn id(&self) -> MemberId {
+        self.node.id
+    }
+
+    /// The address it advertises.
+    pub fn addr(&self) -> &str {
+        &self.node.addr
+    }
+
+    /// The address its listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Its Raft handle (metrics, waits).
+    pub fn raft(&self) -> &Raft {
+        &self.node.raft
+    }
+
+    /// Its applied state.
+    pub fn state(&self) -> &StateReader {
+        &self.node.reader
+    }
+
+    /// Stops serving (in-flight requests finish, long-polls return at once),
+    /// stops Raft and the judge. The store is closed when the last handle
+    /// drops, which may be a moment later (see `store::open`).
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.node.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft did not stop cleanly");
+        }
+        let _ = self.judge.await;
+        let _ = self.server.await;
+        tracing::info!(member = self.node.id, "control-plane member stopped");
+    }
+}
+
+/// What the API and the judge share.
+pub(crate) struct Node {
+    pub(crate) id: MemberId,
+    pub(crate) addr: String,
+    pub(crate) raft: Raft,
+    pub(crate) reader: StateReader,
+    pub(crate) settings: Settings,
+    pub(crate) liveness: Mutex<Liveness>,
+    /// Forwards writes to the leader.
+    pub(crate) http: reqwest::Client,
+    /// Turns true when the member stops.
+    pub(crate) stopped: watch::Receiver<bool>,
+}
+
+/// Who leads, as this member sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Leader {
+    /// This member.
+    Me,
+    /// Another member, reachable at this address.
+    At(String),
+    /// Nobody this member knows of (an election is under way, or this
+    /// member is cut off, or the cluster is not initialised).
+    Unknown,
+}
+
+/// Why a write did not produce an outcome.
+#[derive(Debug)]
+pub(crate) enum WriteError {
+    /// The state machine refused the command (nothing changed).
+    Refused(CommandError),
+    /// This member does not lead; the leader's address if known.
+    NotLeader(Option<String>),
+    /// Not committed within `commit_timeout`: it may still commit.
+    Timeout(Duration),
+    /// A membership change was refused.
+    Membership(String),
+    /// Raft has stopped.
+    Stopped(String),
+}
+
+impl Node {
+    /// Who leads now.
+    pub(crate) fn leader(&self) -> Leader {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        match m.current_leader {
+            Some(id) if id == self.id && m.state == ServerState::Leader => Leader::Me,
+            Some(id) if id != self.id => match m.membership_config.membership().get_node(&id) {
+                Some(node) => Leader::At(node.addr.clone()),
+                None => Leader::Unknown,
+            },
+            _ => Leader::Unknown,
+        }
+    }
+
+    /// The members as this member knows them, by id.
+    pub(crate) fn members(&self) -> Vec<MemberInfo> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        let voters: BTreeSet<MemberId> = membership.voter_ids().collect();
+        membership
+            .nodes()
+            .map(|(&id, node)| MemberInfo {
+                id,
+                addr: node.addr.clone(),
+                voter: voters.contains(&id),
+            })
+            .collect()
+    }
+
+    /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
+    /// for its outcome.
+    pub(crate) async fn propose(&self, actor: &str, command: Command) -> Result<Outcome, WriteError> {
+        let request = Request {
+            at_ms: now_ms(),
+            actor: actor.to_owned(),
+            nonce: rand::random(),
+            command,
+        };
+        let written = self.bounded(self.raft.client_write(request)).await?;
+        match written {
+            Ok(reply) => reply.data.map_err(WriteError::Refused),
+            Err(e) => Err(self.write_error(e)),
+        }
+    }
+
+    /// Adds `member` as a learner, waits for it to catch up, and promotes it
+    /// to voter if asked. Returns the new membership.
+    pub(crate) async fn add_member(&self, member: &MemberInfo) -> Result<Vec<MemberInfo>, WriteError> {
+        let node = BasicNode::new(member.addr.clone());
+        // Catching up may replay a long log or stream a snapshot: allow it
+        // far longer than one commit, but not forever (an unreachable learner
+        // never catches up).
+        let catch_up = self.settings.timing.commit_timeout * 12;
+        let added = tokio::time::timeout(catch_up, self.raft.add_learner(member.id, node, true))
+            .await
+            .map_err(|_| WriteError::Timeout(catch_up))?;
+        added.map_err(|e| self.write_error(e))?;
+        if member.voter {
+            let ids = BTreeSet::from([member.id]);
+            let changed = self
+                .bounded(self.raft.change_membership(ChangeMembers::AddVoterIds(ids), true))
+                .await?;
+            changed.map_err(|e| self.write_error(e))?;
+        }
+        Ok(self.members())
+    }
+
+    /// Removes member `id` (voter or learner) from the cluster.
+    pub(crate) async fn remove_member(&self, id: MemberId) -> Result<Vec<MemberInfo>, WriteError> {
+        let known = self.members();
+        let Some(member) = known.iter().find(|m| m.id == id) else {
+            return Err(WriteError::Membership(format!("member {id} is not in the cluster")));
+        };
+        let ids = BTreeSet::from([id]);
+        let change = if member.voter {
+            ChangeMembers::RemoveVoters(ids)
+        } else {
+            ChangeMembers::RemoveNodes(ids)
+        };
+        let changed = self.bounded(self.raft.change_membership(change, false)).await?;
+        changed.map_err(|e| self.write_error(e))?;
+        Ok(self.members())
+    }
+
+    /// Forms a new cluster of `members` (this member alone when empty).
+    pub(crate) async fn init(&self, members: &[MemberInfo]) -> Result<(), WriteError> {
+        let mut nodes: BTreeMap<MemberId, BasicNode> = members
+            .iter()
+            .map(|m| (m.id, BasicNode::new(m.addr.clone())))
+            .collect();
+        if nodes.is_empty() {
+            nodes.insert(self.id, BasicNode::new(self.addr.clone()));
+        }
+        if !nodes.contains_key(&self.id) {
+            return Err(WriteError::Membership(format!(
+                "the initial members must include this member ({})",
+                self.id
+            )));
+        }
+        match self.raft.initialize(nodes).await {
+            Ok(()) => Ok(()),
+            Err(RaftError::APIError(e)) => Err(WriteError::Membership(e.to_string())),
+            Err(RaftError::Fatal(f)) => Err(WriteError::Stopped(f.to_string())),
+        }
+    }
+
+    async fn bounded<T>(&self, f: impl std::future::Future<Output = T>) -> Result<T, WriteError> {
+        let limit = self.settings.timing.commit_timeout;
+        tokio::time::timeout(limit, f)
+            .await
+            .map_err(|_| WriteError::Timeout(limit))
+    }
+
+    fn write_error(&self, e: RaftError<MemberId, ClientWriteError<MemberId, BasicNode>>) -> WriteError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                WriteError::NotLeader(f.leader_node.map(|n| n.addr))
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                WriteError::Membership(e.to_string())
+            }
+            RaftError::Fatal(f) => WriteError::Stopped(f.to_string()),
+        }
+    }
+
+    /// Notes a renewal if this member leads (the caller checked the id).
+    pub(crate) fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
+        self.liveness.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Milliseconds since the Unix epoch (0 on a clock set before 1970).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The leader's lease judge: every `timing.lease_check`, if this member
+/// leads, proposes the decisions [`Liveness::decisions`] finds due, one at a
+/// time, each awaited before the next and before the next look, so none is
+/// proposed twice.
+async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(node.settings.timing.lease_check);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let actor = format!("member {} (lease judge)", node.id);
+    // The term this member took office in, while it leads.
+    let mut office: Option<u64> = None;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stopped.wait_for(|&s| s) => return,
+        }
+        let (leading, term) = {
+            let metrics = node.raft.metrics();
+            let m = metrics.borrow();
+            (
+                m.state == ServerState::Leader && m.current_leader == Some(node.id),
+                m.current_term,
+            )
+        };
+        if !leading {
+            if office.take().is_some() {
+                node.liveness().follow();
+            }
+            continue;
+        }
+        if office != Some(term) {
+            office = Some(term);
+            node.liveness().lead(Instant::now());
+            tracing::info!(member = node.id, term, "leading: leases are judged from now");
+        }
+        let due = {
+            let mut liveness = node.liveness();
+            node.reader.with_state(|s| liveness.decisions(Instant::now(), s))
+        };
+        for decision in due {
+            tracing::info!(?decision, "lease decision");
+            match node.propose(&actor, decision).await {
+                Ok(_) => {}
+                Err(WriteError::Refused(e)) => tracing::debug!(error = %e, "lease decision refused"),
+                Err(e) => {
+                    tracing::info!(error = ?e, "lease decision not committed; judging again later");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! `kintsugi control`: one control-plane member process.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use control_plane::config::{Settings, Token};
+use control_plane::member::{Member, MemberOptions};
+use control_plane::network::{ClusterSecret, Partition};
+use control_plane::raft::MemberId;
+
+/// Environment variable holding the cluster secret when no `--config` is given.
+pub const SECRET_ENV: &str = "KINTSUGI_CLUSTER_SECRET";
+/// Environment variable holding the bearer token (here: the one token a
+/// member without `--config` accepts; for `kintsugi ctl`: the one it sends).
+pub const TOKEN_ENV: &str = "KINTSUGI_TOKEN";
+
+/// Arguments of `kintsugi control`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Secrets: with --config FILE, the cluster secret and bearer tokens come from FILE (TOML):
+
+  cluster_secret = \"at-least-16-visible-ascii-characters\"
+  [[tokens]]
+  name = \"ops\"
+  token = \"another-16-or-more-characters\"
+  [timing]                      # optional; humantime durations, defaults shown
+  heartbeat = \"50ms\"
+  election_timeout_min = \"150ms\"
+  election_timeout_max = \"300ms\"
+  memnode_lease = \"1s\"          # suspect after one lease of silence, dead after two
+  client_lease = \"1s\"           # for clients that register without one
+  lease_check = \"20ms\"
+  commit_timeout = \"5s\"
+  watch_max = \"60s\"             # longest map long-poll
+
+Without --config, KINTSUGI_CLUSTER_SECRET and KINTSUGI_TOKEN supply one secret and one token
+(named \"default\"), with default timings. Every member of a cluster needs the same secret.
+
+Once serving, prints one line to stdout: `listening ADDR`. A new cluster is formed with
+`kintsugi ctl --endpoint ADDR init` on one member, then `kintsugi ctl members add` for the others.
+Stops cleanly on Ctrl-C or SIGTERM; its state stays in --data-dir for a restart.
+
+Example (three members on one host):
+  export KINTSUGI_CLUSTER_SECRET=cluster-secret-0123456789 KINTSUGI_TOKEN=ops-token-0123456789
+  kintsugi control --id 1 --listen 127.0.0.1:7401 --data-dir /var/lib/kintsugi/cp1 &
+  kintsugi control --id 2 --listen 127.0.0.1:7402 --data-dir /var/lib/kintsugi/cp2 &
+  kintsugi control --id 3 --listen 127.0.0.1:7403 --data-dir /var/lib/kintsugi/cp3 &
+  kintsugi ctl --endpoint 127.0.0.1:7401 init
+  kintsugi ctl --endpoint 127.0.0.1:7401 members add 2 127.0.0.1:7402
+  kintsugi ctl --endpoint 127.0.0.1:7401 members add 3 127.0.0.1:7403")]
+pub struct ControlArgs {
+    /// This member's Raft id (unique in the cluster; keep it with its data directory).
+    #[arg(long)]
+    id: MemberId,
+    /// Address to serve Raft and the API on, e.g. 127.0.0.1:7401; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR")]
+    listen: String,
+    /// Address the other members and callers use, when it differs from --listen (e.g. when
+    /// listening on 0.0.0.0).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<String>,
+    /// Directory of this member's Raft log and state (sled); created if missing.
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// TOML file with the cluster secret, bearer tokens and timings (see below).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+/// The settings of `--config`, or of the environment.
+fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
+    if let Some(path) = config {
+        return Settings::load(path).context("loading --config");
+    }
+    let secret = std::env::var(SECRET_ENV).map_err(|_| {
+        anyhow::anyhow!("no --config given and {SECRET_ENV} is not set: a member needs a cluster secret")
+    })?;
+    let token = std::env::var(TOKEN_ENV).map_err(|_| {
+        anyhow::anyhow!("no --config given and {TOKEN_ENV} is not set: a member needs a bearer token")
+    })?;
+    let secret = ClusterSecret::new(secret).with_context(|| format!("{SECRET_ENV}"))?;
+    let tokens = vec![Token {
+        name: "default".to_owned(),
+        token,
+    }];
+    Settings::new(secret, tokens).with_context(|| format!("{TOKEN_ENV}"))
+}
+
+pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
+    let settings = settings(args.config.as_ref())?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("binding {}", args.listen))?;
+        let options = MemberOptions {
+            id: args.id,
+            data_dir: args.data_dir.clone(),
+            advertise: args.advertise.clone(),
+            settings,
+            partition: Partition::default(),
+        };
+        let member = Member::start(listener, options)
+            .await
+            .with_context(|| format!("starting member {} in {}", args.id, args.data_dir.display()))?;
+        // Launchers read this line to learn the port (with --listen ...:0).
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening {}", member.local_addr())?;
+        stdout.flush()?;
+        drop(stdout);
+        shutdown_signal().await?;
+        tracing::info!("stopping");
+        member.shutdown().await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
