@@ -230,7 +230,10 @@ impl Settings {
         if t.election_timeout_max <= t.election_timeout_min {
             return invalid("timing: election_timeout_max must exceed election_timeout_min".into());
         }
-        for (what, d) in [("memnode_lease", t.memnode_lease), ("client_lease", t.client_lease)] {
+        for (what, d) in [
+            ("memnode_lease", t.memnode_lease),
+            ("client_lease", t.client_lease),
+        ] {
             let ms = d.as_millis();
             if ms < u128::from(LEASE_MS_MIN) || ms > u128::from(LEASE_MS_MAX) {
                 return invalid(format!(
@@ -339,16 +342,28 @@ memnode_lease = "2s"
         assert_eq!(s.token_holder(b""), None);
         let raft = s.raft_config().expect("valid raft config");
         assert_eq!(raft.heartbeat_interval, 50);
-        assert!(!format!("{s:?}").contains("ops-token-0123456789"), "tokens are redacted");
-        assert!(!format!("{s:?}").contains("0123456789abcdef-secret"), "secret is redacted");
+        assert!(
+            !format!("{s:?}").contains("ops-token-0123456789"),
+            "tokens are redacted"
+        );
+        assert!(
+            !format!("{s:?}").contains("0123456789abcdef-secret"),
+            "secret is redacted"
+        );
     }
 
     #[test]
     fn refuses_bad_settings_with_a_reason() {
         let cases = [
             (GOOD.replace("0123456789abcdef-secret", "short"), "cluster secret"),
-            (GOOD.replace("ops-token-0123456789", "tiny"), "tokens[0].token (ops)"),
-            (GOOD.replace("client-token-0123456789", "ops-token-0123456789"), "repeats"),
+            (
+                GOOD.replace("ops-token-0123456789", "tiny"),
+                "tokens[0].token (ops)",
+            ),
+            (
+                GOOD.replace("client-token-0123456789", "ops-token-0123456789"),
+                "repeats",
+            ),
             (GOOD.replace("\"2s\"", "\"2 parsecs\""), "memnode_lease"),
             (GOOD.replace("\"2s\"", "\"2h\""), "memnode_lease must be"),
             (GOOD.replace("memnode_lease", "memnode_leash"), "unknown field"),
@@ -356,7 +371,10 @@ memnode_lease = "2s"
                 format!("{GOOD}heartbeat = \"500ms\"\n"),
                 "election_timeout_min (150ms) must exceed heartbeat (500ms)",
             ),
-            ("cluster_secret = \"0123456789abcdef-secret\"\ntokens = []".into(), "at least one"),
+            (
+                "cluster_secret = \"0123456789abcdef-secret\"\ntokens = []".into(),
+                "at least one",
+            ),
         ];
         for (text, want) in cases {
             let err = Settings::from_toml(&text).expect_err(&text).to_string();

@@ -48,10 +48,11 @@ impl Liveness {
     }
 
     /// This member took office at `now`: every lease counts from here.
+    /// Renewals it noted since it last followed stay: they reached it as
+    /// leader (the API sends renewals only to the leader), just before it
+    /// noticed its own election.
     pub fn lead(&mut self, now: Instant) {
         self.since = Some(now);
-        self.memnodes.clear();
-        self.clients.clear();
     }
 
     /// This member no longer leads: what it heard will be heard again by
@@ -90,7 +91,8 @@ impl Liveness {
         self.clients.retain(|id, _| state.clients.contains_key(id));
         // Silence is counted from the last renewal, or from taking office
         // when that is later (the grace rule).
-        let silence = |heard: Option<Instant>| now.saturating_duration_since(heard.map_or(since, |h| h.max(since)));
+        let silence =
+            |heard: Option<Instant>| now.saturating_duration_since(heard.map_or(since, |h| h.max(since)));
         let lease = self.memnode_lease;
         let mut out = Vec::new();
         for n in state.memnodes.values() {
@@ -181,7 +183,10 @@ mod tests {
         let s = state();
         l.lead(t0);
         assert!(l.decisions(t0 + ms(99), &s).is_empty(), "within the grace lease");
-        assert_eq!(l.decisions(t0 + ms(100), &s), vec![Command::ExpireClient { id: 0 }]);
+        assert_eq!(
+            l.decisions(t0 + ms(100), &s),
+            vec![Command::ExpireClient { id: 0 }]
+        );
     }
 
     #[test]
@@ -198,7 +203,10 @@ mod tests {
             assert!(l.decisions(t0 + ms(500 + 50 * i + 99), &s).is_empty());
         }
         let last = t0 + ms(1000);
-        assert_eq!(l.decisions(last + ms(100), &s), vec![Command::ExpireClient { id: 0 }]);
+        assert_eq!(
+            l.decisions(last + ms(100), &s),
+            vec![Command::ExpireClient { id: 0 }]
+        );
         // Once the decision is applied it is not proposed again.
         apply(&mut s, Command::ExpireClient { id: 0 });
         assert!(l.decisions(last + ms(10_000), &s).is_empty());
@@ -211,18 +219,33 @@ mod tests {
         let mut s = state();
         l.lead(t0);
         l.renew_client(0, t0 + ms(10_000)); // keep the client out of the picture
-        assert!(l.decisions(t0 + ms(50), &s).is_empty(), "joining and unheard: nothing");
+        assert!(
+            l.decisions(t0 + ms(50), &s).is_empty(),
+            "joining and unheard: nothing"
+        );
         l.renew_memnode(0, t0 + ms(50));
-        assert_eq!(l.decisions(t0 + ms(60), &s), vec![Command::ActivateMemNode { id: 0 }]);
+        assert_eq!(
+            l.decisions(t0 + ms(60), &s),
+            vec![Command::ActivateMemNode { id: 0 }]
+        );
         apply(&mut s, Command::ActivateMemNode { id: 0 });
         assert!(l.decisions(t0 + ms(149), &s).is_empty());
-        assert_eq!(l.decisions(t0 + ms(150), &s), vec![Command::SuspectMemNode { id: 0 }]);
+        assert_eq!(
+            l.decisions(t0 + ms(150), &s),
+            vec![Command::SuspectMemNode { id: 0 }]
+        );
         apply(&mut s, Command::SuspectMemNode { id: 0 });
         assert!(l.decisions(t0 + ms(249), &s).is_empty());
-        assert_eq!(l.decisions(t0 + ms(250), &s), vec![Command::DeclareMemNodeDead { id: 0 }]);
+        assert_eq!(
+            l.decisions(t0 + ms(250), &s),
+            vec![Command::DeclareMemNodeDead { id: 0 }]
+        );
         // A suspect that is heard again comes back.
         l.renew_memnode(0, t0 + ms(200));
-        assert_eq!(l.decisions(t0 + ms(210), &s), vec![Command::ActivateMemNode { id: 0 }]);
+        assert_eq!(
+            l.decisions(t0 + ms(210), &s),
+            vec![Command::ActivateMemNode { id: 0 }]
+        );
     }
 
     #[test]

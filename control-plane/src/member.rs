@@ -82,9 +82,15 @@ impl std::fmt::Debug for Member {
 impl Member {
     /// Opens the store, starts Raft and serves `listener` until
     /// [`Member::shutdown`].
-    pub async fn start(listener: tokio::net::TcpListener, options: MemberOptions) -> Result<Member, MemberError> {
+    pub async fn start(
+        listener: tokio::net::TcpListener,
+        options: MemberOptions,
+    ) -> Result<Member, MemberError> {
         let local_addr = listener.local_addr().map_err(MemberError::Listener)?;
-        let addr = options.advertise.clone().unwrap_or_else(|| local_addr.to_string());
+        let addr = options
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
         let settings = options.settings;
         let raft_config = Arc::new(settings.raft_config()?);
         let network =
@@ -283,7 +289,9 @@ impl Node {
     pub(crate) async fn remove_member(&self, id: MemberId) -> Result<Vec<MemberInfo>, WriteError> {
         let known = self.members();
         let Some(member) = known.iter().find(|m| m.id == id) else {
-            return Err(WriteError::Membership(format!("member {id} is not in the cluster")));
+            return Err(WriteError::Membership(format!(
+                "member {id} is not in the cluster"
+            )));
         };
         let ids = BTreeSet::from([id]);
         let change = if member.voter {

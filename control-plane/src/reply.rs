@@ -91,3 +91,40 @@ fn json_refusal(rejection: JsonRejection) -> Refusal {
     tracing::debug!(%rejection, "request body refused");
     Refusal::new(status, format!("{what}: {}", rejection.body_text()))
 }
+
+/// axum's `Path` with a rejection answered as a 400 [`Refusal`] (axum's
+/// own is plain text).
+pub(crate) struct PathParam<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for PathParam<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Refusal> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(PathParam(value)),
+            Err(rejection) => Err(Refusal::new(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}
+
+/// axum's `Query` with a rejection answered as a 400 [`Refusal`].
+pub(crate) struct QueryParams<T>(pub(crate) T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for QueryParams<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, Refusal> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(QueryParams(value)),
+            Err(rejection) => Err(Refusal::new(StatusCode::BAD_REQUEST, rejection.body_text())),
+        }
+    }
+}

@@ -119,7 +119,11 @@ impl ControlClient {
     /// `GET /v1/map`: at once without `after_epoch`; else once the epoch
     /// exceeds it or `wait` passes (the member caps the wait), whichever is
     /// first. Compare the answer's epoch to know which.
-    pub async fn map(&self, after_epoch: Option<Epoch>, wait: Option<Duration>) -> Result<ClusterMap, ClientError> {
+    pub async fn map(
+        &self,
+        after_epoch: Option<Epoch>,
+        wait: Option<Duration>,
+    ) -> Result<ClusterMap, ClientError> {
         let mut path = String::from("/v1/map");
         let mut sep = '?';
         if let Some(e) = after_epoch {
@@ -151,8 +155,13 @@ impl ControlClient {
 
     /// `GET /v1/audit`: the newest `limit` entries, oldest first.
     pub async fn audit(&self, limit: usize) -> Result<Vec<AuditEntry>, ClientError> {
-        self.call(Method::GET, &format!("/v1/audit?limit={limit}"), None::<&()>, None)
-            .await
+        self.call(
+            Method::GET,
+            &format!("/v1/audit?limit={limit}"),
+            None::<&()>,
+            None,
+        )
+        .await
     }
 
     /// `POST /v1/commands`.
@@ -162,14 +171,24 @@ impl ControlClient {
 
     /// `POST /v1/memnodes/{id}/renew`.
     pub async fn renew_memnode(&self, id: MemNodeId) -> Result<Renewed, ClientError> {
-        self.call(Method::POST, &format!("/v1/memnodes/{id}/renew"), None::<&()>, None)
-            .await
+        self.call(
+            Method::POST,
+            &format!("/v1/memnodes/{id}/renew"),
+            None::<&()>,
+            None,
+        )
+        .await
     }
 
     /// `POST /v1/clients/{id}/renew`.
     pub async fn renew_client(&self, id: ClientId) -> Result<Renewed, ClientError> {
-        self.call(Method::POST, &format!("/v1/clients/{id}/renew"), None::<&()>, None)
-            .await
+        self.call(
+            Method::POST,
+            &format!("/v1/clients/{id}/renew"),
+            None::<&()>,
+            None,
+        )
+        .await
     }
 
     /// `POST /v1/init`.
@@ -180,7 +199,12 @@ impl ControlClient {
 
     /// `POST /v1/members`: waits until the member has caught up (and, for a
     /// voter, joined the majority).
-    pub async fn add_member(&self, id: MemberId, addr: &str, voter: bool) -> Result<Vec<MemberInfo>, ClientError> {
+    pub async fn add_member(
+        &self,
+        id: MemberId,
+        addr: &str,
+        voter: bool,
+    ) -> Result<Vec<MemberInfo>, ClientError> {
         let body = AddMember {
             id,
             addr: addr.to_owned(),
@@ -202,7 +226,10 @@ impl ControlClient {
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<T, ClientError> {
-        match self.call_at(&self.base, method.clone(), path, body, timeout).await {
+        match self
+            .call_at(&self.base, method.clone(), path, body, timeout)
+            .await
+        {
             Err(ClientError::Refused {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 leader: Some(leader),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -15,11 +15,16 @@ use fabric::{ClusterMap, Epoch};
 use openraft::ServerState;
 use serde::Deserialize;
 
-use super::{AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER};
+use super::{
+    AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
+};
 use crate::member::{Leader, Node, WriteError};
 use crate::raft::MemberId;
-use crate::reply::{JsonBody, Refusal};
-use crate::state::{AuditEntry, Client, ClientId, ClientState, Command, CommandError, MemNode, MemNodeId, MemNodeState, Outcome, Region};
+use crate::reply::{JsonBody, PathParam, QueryParams, Refusal};
+use crate::state::{
+    AuditEntry, Client, ClientId, ClientState, Command, CommandError, MemNode, MemNodeId, MemNodeState,
+    Outcome, Region,
+};
 
 type Shared = Arc<Node>;
 
@@ -96,7 +101,10 @@ async fn to_leader(State(node): State<Shared>, req: Request, next: Next) -> Resp
         .into_response(),
         Leader::Unknown => Refusal::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("member {} knows of no leader (an election may be under way); retry", node.id),
+            format!(
+                "member {} knows of no leader (an election may be under way); retry",
+                node.id
+            ),
         )
         .into_response(),
     }
@@ -184,9 +192,10 @@ impl From<WriteError> for Refusal {
                 ),
             ),
             WriteError::Membership(why) => Refusal::new(StatusCode::CONFLICT, why),
-            WriteError::Stopped(why) => {
-                Refusal::new(StatusCode::SERVICE_UNAVAILABLE, format!("raft has stopped: {why}"))
-            }
+            WriteError::Stopped(why) => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("raft has stopped: {why}"),
+            ),
         }
     }
 }
@@ -199,7 +208,10 @@ async fn command(
     Ok(Json(node.propose(&actor, command).await?))
 }
 
-async fn renew_memnode(State(node): State<Shared>, Path(id): Path<MemNodeId>) -> Result<Json<Renewed>, Refusal> {
+async fn renew_memnode(
+    State(node): State<Shared>,
+    PathParam(id): PathParam<MemNodeId>,
+) -> Result<Json<Renewed>, Refusal> {
     let known = node.reader.with_state(|s| s.memnodes.get(&id).map(|n| n.state));
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownMemNode { id }).into()),
@@ -216,8 +228,13 @@ async fn renew_memnode(State(node): State<Shared>, Path(id): Path<MemNodeId>) ->
     }
 }
 
-async fn renew_client(State(node): State<Shared>, Path(id): Path<ClientId>) -> Result<Json<Renewed>, Refusal> {
-    let known = node.reader.with_state(|s| s.clients.get(&id).map(|c| (c.state, c.lease_ms)));
+async fn renew_client(
+    State(node): State<Shared>,
+    PathParam(id): PathParam<ClientId>,
+) -> Result<Json<Renewed>, Refusal> {
+    let known = node
+        .reader
+        .with_state(|s| s.clients.get(&id).map(|c| (c.state, c.lease_ms)));
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
         Some((ClientState::Expired { at_ms }, _)) => Err(Refusal::new(
@@ -231,7 +248,10 @@ async fn renew_client(State(node): State<Shared>, Path(id): Path<ClientId>) -> R
     }
 }
 
-async fn add_member(State(node): State<Shared>, JsonBody(m): JsonBody<AddMember>) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
+async fn add_member(
+    State(node): State<Shared>,
+    JsonBody(m): JsonBody<AddMember>,
+) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
     let info = super::MemberInfo {
         id: m.id,
         addr: m.addr,
@@ -246,7 +266,10 @@ async fn add_member(State(node): State<Shared>, JsonBody(m): JsonBody<AddMember>
     Ok(Json(node.add_member(&info).await?))
 }
 
-async fn remove_member(State(node): State<Shared>, Path(id): Path<MemberId>) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
+async fn remove_member(
+    State(node): State<Shared>,
+    PathParam(id): PathParam<MemberId>,
+) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
     Ok(Json(node.remove_member(id).await?))
 }
 
@@ -256,7 +279,10 @@ async fn init(State(node): State<Shared>, body: axum::body::Bytes) -> Result<Jso
         InitRequest::default()
     } else {
         serde_json::from_slice(&body).map_err(|e| {
-            Refusal::new(StatusCode::BAD_REQUEST, format!("request body is not the expected request: {e}"))
+            Refusal::new(
+                StatusCode::BAD_REQUEST,
+                format!("request body is not the expected request: {e}"),
+            )
         })?
     };
     node.init(&request.members).await?;
@@ -307,8 +333,10 @@ struct MapQuery {
     wait: Option<String>,
 }
 
-async fn map(State(node): State<Shared>, query: Result<Query<MapQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<ClusterMap>, Refusal> {
-    let Query(q) = query.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+async fn map(
+    State(node): State<Shared>,
+    QueryParams(q): QueryParams<MapQuery>,
+) -> Result<Json<ClusterMap>, Refusal> {
     let max = node.settings.timing.watch_max;
     let wait = match q.wait.as_deref() {
         None => max,
@@ -327,10 +355,12 @@ async fn map(State(node): State<Shared>, query: Result<Query<MapQuery>, axum::ex
             _ = stopped.wait_for(|&s| s) => {}
         }
     }
-    node.reader
-        .with_state(|s| s.map())
-        .map(Json)
-        .map_err(|e| Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, format!("the state makes no valid map: {e}")))
+    node.reader.with_state(|s| s.map()).map(Json).map_err(|e| {
+        Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the state makes no valid map: {e}"),
+        )
+    })
 }
 
 async fn memnodes(State(node): State<Shared>) -> Json<Vec<MemNode>> {
@@ -353,8 +383,10 @@ struct AuditQuery {
     limit: Option<usize>,
 }
 
-async fn audit(State(node): State<Shared>, query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>) -> Result<Json<Vec<AuditEntry>>, Refusal> {
-    let Query(q) = query.map_err(|e| Refusal::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+async fn audit(
+    State(node): State<Shared>,
+    QueryParams(q): QueryParams<AuditQuery>,
+) -> Result<Json<Vec<AuditEntry>>, Refusal> {
     let limit = q.limit.unwrap_or(AUDIT_LIMIT_DEFAULT);
     Ok(Json(node.reader.with_state(|s| {
         let skip = s.audit.len().saturating_sub(limit);

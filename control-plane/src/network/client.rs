@@ -176,10 +176,12 @@ impl HttpNetwork {
     {
         let url = format!("{}{path}", self.base);
         if self.partition.cuts(self.target) {
-            return Err(RPCError::Unreachable(Unreachable::new(&RpcFailure::Partitioned {
-                url,
-                target: self.target,
-            })));
+            return Err(RPCError::Unreachable(Unreachable::new(
+                &RpcFailure::Partitioned {
+                    url,
+                    target: self.target,
+                },
+            )));
         }
         let ttl = option.hard_ttl();
         let sent = self

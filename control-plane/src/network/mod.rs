@@ -149,7 +149,10 @@ pub struct Partition(Arc<RwLock<BTreeSet<MemberId>>>);
 impl Partition {
     /// Cuts this member off from `peers` (adding to what is already cut).
     pub fn cut(&self, peers: impl IntoIterator<Item = MemberId>) {
-        self.0.write().unwrap_or_else(PoisonError::into_inner).extend(peers);
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(peers);
     }
 
     /// Restores every link.
@@ -159,6 +162,9 @@ impl Partition {
 
     /// True when RPCs to `peer` are cut.
     pub fn cuts(&self, peer: MemberId) -> bool {
-        self.0.read().unwrap_or_else(PoisonError::into_inner).contains(&peer)
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&peer)
     }
 }

@@ -12,8 +12,8 @@ use openraft::raft::{
 };
 
 use super::{ClusterSecret, APPEND_PATH, RAFT_BODY_BYTES_MAX, SECRET_HEADER, SNAPSHOT_PATH, VOTE_PATH};
-use crate::reply::{JsonBody, Refusal};
 use crate::raft::{MemberId, Raft, TypeConfig};
+use crate::reply::{JsonBody, Refusal};
 
 /// The routes `POST /raft/append`, `/raft/vote` and `/raft/snapshot`, which
 /// hand authenticated requests to `raft` and answer the JSON of its
@@ -48,10 +48,7 @@ fn only_post(route: MethodRouter<RaftState>) -> MethodRouter<RaftState> {
     route.fallback(|| async {
         (
             [(header::ALLOW, "POST")],
-            Refusal::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "Raft RPCs are POST requests",
-            ),
+            Refusal::new(StatusCode::METHOD_NOT_ALLOWED, "Raft RPCs are POST requests"),
         )
     })
 }
@@ -96,12 +93,8 @@ impl FromRequestParts<RaftState> for Authenticated {
         };
         if !state.secret.matches(presented.as_bytes()) {
             tracing::warn!(uri = %parts.uri, "raft rpc with a wrong cluster secret");
-            return Err(Refusal::new(
-                StatusCode::UNAUTHORIZED,
-                "wrong cluster secret",
-            ));
+            return Err(Refusal::new(StatusCode::UNAUTHORIZED, "wrong cluster secret"));
         }
         Ok(Authenticated)
     }
 }
-

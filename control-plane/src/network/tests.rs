@@ -18,8 +18,8 @@ use openraft::{BasicNode, Config, Vote};
 use tower::ServiceExt;
 
 use super::*;
-use crate::reply::ErrorBody;
 use crate::raft::{MemberId, Raft};
+use crate::reply::ErrorBody;
 use crate::state::{Command, Request};
 use crate::store::{self, StateReader};
 
@@ -243,7 +243,7 @@ async fn wrong_shape_is_400_not_422() {
     );
     let (status, error) = refusal(router().await, req).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
-    assert!(error.contains("not the expected Raft request"), "{error}");
+    assert!(error.contains("not the expected request"), "{error}");
 }
 
 #[tokio::test]
@@ -262,7 +262,7 @@ async fn oversized_body_is_413() {
     let req = post(SNAPSHOT_PATH, Some(SECRET), Some("application/json"), body);
     let (status, error) = refusal(router().await, req).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
-    assert!(error.contains("exceeds"), "{error}");
+    assert!(error.contains("too large"), "{error}");
 }
 
 #[tokio::test]

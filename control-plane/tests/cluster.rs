@@ -1,0 +1,260 @@
+//! Acceptance tests of the control plane with three real members on
+//! loopback (see `common`): the leader killed, a partitioned minority, a
+//! full restart from sled, a member removed and re-added, and lease expiry
+//! under the grace rule.
+
+mod common;
+
+use common::{register, tables, Cluster};
+use control_plane::api::ClientError;
+use control_plane::state::{ClientState, Command, MemNodeState, Outcome};
+
+/// Every fact of these tests is about members agreeing; a multi-threaded
+/// runtime lets the three run as they would in three processes.
+macro_rules! cluster_test {
+    ($name:ident, $body:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $name() {
+            $body.await
+        }
+    };
+}
+
+cluster_test!(leader_killed_a_new_leader_serves_writes, async {
+    let mut c = Cluster::start(3).await;
+    let old = c.leader().await;
+    c.write(old, &register("mn-before:1")).await.expect("first write");
+    c.kill(old).await;
+    let survivors = c.ids();
+    let new = c.leader_among(&survivors).await;
+    assert_ne!(new, old);
+    // Through the API of either survivor: a follower forwards to the leader.
+    for (i, &via) in survivors.iter().enumerate() {
+        let out = c.write(via, &register(&format!("mn-after-{i}:1"))).await;
+        assert!(matches!(out, Ok(Outcome::MemNode(_))), "{out:?}");
+    }
+    // The killed member comes back as a follower and catches up.
+    c.restart(old).await;
+    let n = c
+        .wait_state(old, |s| (s.memnodes.len() == 3).then_some(s.memnodes.len()))
+        .await;
+    assert_eq!(n, 3);
+    c.stop().await;
+});
+
+cluster_test!(a_partitioned_minority_cannot_commit, async {
+    let c = Cluster::start(3).await;
+    let old = c.leader().await;
+    c.write(old, &register("mn-0:1"))
+        .await
+        .expect("write before the partition");
+    let applied_before = c.applied(old);
+    c.partition(&[old]);
+    // The cut-off leader takes the write but cannot commit it: the caller
+    // hears 503 (after the commit timeout, or as soon as it steps down).
+    let refused = c.client(old).command(&register("mn-minority:1")).await;
+    match refused {
+        Err(ClientError::Refused { status, .. }) => assert_eq!(status.as_u16(), 503),
+        other => panic!("a minority write must not succeed: {other:?}"),
+    }
+    assert_eq!(c.applied(old), applied_before, "nothing applied in the minority");
+    // The majority elects a leader of its own and commits.
+    let majority: Vec<_> = c.ids().into_iter().filter(|&id| id != old).collect();
+    let new = c.new_leader(old, &majority).await;
+    c.write(new, &register("mn-majority:1"))
+        .await
+        .expect("majority write");
+    c.heal();
+    // Once healed, the old leader follows, takes the majority's write and
+    // drops its own uncommitted entry.
+    let endpoints = c
+        .wait_state(old, |s| {
+            let has = |e: &str| s.memnodes.values().any(|n| n.endpoint == e);
+            has("mn-majority:1").then(|| {
+                s.memnodes
+                    .values()
+                    .map(|n| n.endpoint.clone())
+                    .collect::<Vec<_>>()
+            })
+        })
+        .await;
+    assert!(!endpoints.contains(&"mn-minority:1".to_owned()), "{endpoints:?}");
+    let index = c.applied(new);
+    c.wait_applied(index).await;
+    let leader_view = tables(&c.member(new).state().state());
+    for id in c.ids() {
+        assert_eq!(tables(&c.member(id).state().state()), leader_view, "member {id}");
+    }
+    c.stop().await;
+});
+
+cluster_test!(state_survives_a_full_restart_from_sled, async {
+    let mut c = Cluster::start(3).await;
+    let leader = c.leader().await;
+    for i in 0..3 {
+        c.write(leader, &register(&format!("mn-{i}:1")))
+            .await
+            .expect("register");
+    }
+    // Make the nodes active through renewals so a region can be placed.
+    for id in 0..3 {
+        c.client(leader).renew_memnode(id).await.expect("renew");
+    }
+    c.wait_state(leader, |s| {
+        s.memnodes
+            .values()
+            .all(|n| n.state == MemNodeState::Active)
+            .then_some(())
+    })
+    .await;
+    let region = c
+        .write(
+            leader,
+            &Command::CreateRegion {
+                size_bytes: 1 << 20,
+                replicas: 3,
+            },
+        )
+        .await
+        .expect("region");
+    assert!(
+        matches!(region, Outcome::Region(ref r) if r.replicas.len() == 3),
+        "{region:?}"
+    );
+    c.write(
+        leader,
+        &Command::RegisterClient {
+            name: "cn-1".into(),
+            owner_ids: 4,
+            lease_ms: 60_000,
+        },
+    )
+    .await
+    .expect("client");
+    let index = c.applied(leader);
+    c.wait_applied(index).await;
+    let before = tables(&c.member(leader).state().state());
+
+    for id in c.ids() {
+        c.kill(id).await;
+    }
+    for id in 1..=3 {
+        c.restart(id).await;
+    }
+    // Applied state is reloaded from sled at once; the log replays the rest.
+    c.wait_applied(index).await;
+    for id in c.ids() {
+        assert_eq!(
+            tables(&c.member(id).state().state()),
+            before,
+            "member {id} after restart"
+        );
+    }
+    let leader = c.leader().await;
+    c.write(leader, &register("mn-after-restart:1"))
+        .await
+        .expect("write after restart");
+    c.stop().await;
+});
+
+cluster_test!(a_member_removed_and_readded_catches_up, async {
+    let c = Cluster::start(3).await;
+    let leader = c.leader().await;
+    let gone = c.ids().into_iter().find(|&id| id != leader).expect("a follower");
+    let members = c.client(leader).remove_member(gone).await.expect("remove");
+    assert!(members.iter().all(|m| m.id != gone), "{members:?}");
+    // Commits go on without it, and it no longer receives them.
+    let stays: Vec<_> = c.ids().into_iter().filter(|&id| id != gone).collect();
+    for i in 0..20 {
+        c.write(leader, &register(&format!("mn-{i}:1")))
+            .await
+            .expect("write");
+    }
+    assert!(c.member(gone).state().state().memnodes.len() < 20);
+    let leader = c.leader_among(&stays).await;
+    let members = c
+        .client(leader)
+        .add_member(gone, &c.addr(gone).to_string(), true)
+        .await
+        .expect("re-add");
+    assert!(members.iter().any(|m| m.id == gone && m.voter), "{members:?}");
+    let index = c.applied(leader);
+    c.wait_applied(index).await;
+    assert_eq!(
+        tables(&c.member(gone).state().state()),
+        tables(&c.member(leader).state().state())
+    );
+    assert_eq!(c.client(gone).status().await.expect("status").members.len(), 3);
+    c.stop().await;
+});
+
+cluster_test!(
+    a_lapsed_client_is_expired_once_and_not_before_the_grace_lease,
+    async {
+        const LEASE_MS: u64 = 300;
+        let mut c = Cluster::start(3).await;
+        let leader = c.leader().await;
+        let register_client = |name: &str, lease_ms| Command::RegisterClient {
+            name: name.into(),
+            owner_ids: 1,
+            lease_ms,
+        };
+        let Ok(Outcome::Client(lapsing)) = c.write(leader, &register_client("lapsing", LEASE_MS)).await
+        else {
+            panic!("client registers");
+        };
+        let Ok(Outcome::Client(steady)) = c.write(leader, &register_client("steady", 60_000)).await else {
+            panic!("client registers");
+        };
+        // Renewals through a follower reach the leader.
+        let follower = c.ids().into_iter().find(|&id| id != leader).expect("a follower");
+        for _ in 0..3 {
+            let renewed = c.client(follower).renew_client(lapsing.id).await.expect("renew");
+            assert_eq!(renewed.lease_ms, LEASE_MS);
+        }
+        // The leader dies; the client falls silent with it.
+        let killed_at_ms = now_ms();
+        c.kill(leader).await;
+        let survivor = c.ids()[0];
+        let at_ms = c
+            .wait_state(survivor, |s| match s.clients.get(&lapsing.id)?.state {
+                ClientState::Expired { at_ms } => Some(at_ms),
+                ClientState::Live => None,
+            })
+            .await;
+        // The grace rule: the new leader took office after the kill and counts
+        // a full lease from then.
+        assert!(
+            at_ms >= killed_at_ms + LEASE_MS,
+            "expired at {at_ms} ms, {} ms after the old leader died",
+            at_ms.saturating_sub(killed_at_ms)
+        );
+        // A renewal after expiry is refused: the client must register anew.
+        let late = c.client(survivor).renew_client(lapsing.id).await;
+        assert!(
+            matches!(late, Err(ClientError::Refused { status, .. }) if status.as_u16() == 409),
+            "{late:?}"
+        );
+        // Exactly one expiry was ever proposed, and the client with a long
+        // lease was left alone.
+        let new = c.leader().await;
+        let index = c.applied(new);
+        c.wait_applied(index).await;
+        let state = c.member(new).state().state();
+        let expiries: Vec<_> = state
+            .audit
+            .iter()
+            .filter(|e| e.command == Command::ExpireClient { id: lapsing.id })
+            .collect();
+        assert_eq!(expiries.len(), 1, "{expiries:?}");
+        assert_eq!(expiries[0].outcome, "ok");
+        assert_eq!(state.clients[&steady.id].state, ClientState::Live);
+        c.stop().await;
+    }
+);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
