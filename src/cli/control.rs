@@ -80,12 +80,12 @@ fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
     let token = std::env::var(TOKEN_ENV).map_err(|_| {
         anyhow::anyhow!("no --config given and {TOKEN_ENV} is not set: a member needs a bearer token")
     })?;
-    let secret = ClusterSecret::new(secret).with_context(|| format!("{SECRET_ENV}"))?;
+    let secret = ClusterSecret::new(secret).context(SECRET_ENV)?;
     let tokens = vec![Token {
         name: "default".to_owned(),
         token,
     }];
-    Settings::new(secret, tokens).with_context(|| format!("{TOKEN_ENV}"))
+    Settings::new(secret, tokens).context(TOKEN_ENV)
 }
 
 pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {

@@ -28,7 +28,7 @@ pub enum ClientError {
         why: String,
     },
     /// The request did not complete (connection refused, timeout, ...).
-    #[error("{method} {url}: {source}")]
+    #[error("{method} {url} failed")]
     Http {
         /// The method.
         method: Method,

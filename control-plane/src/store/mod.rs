@@ -4,16 +4,21 @@
 //! - `raft_log`: log entries keyed by big-endian index (so sled's byte order
 //!   is log order and ranges are key ranges), values in JSON;
 //! - `raft_meta`: the vote, the committed log id and the last purged log id;
-//! - `state_machine`: the applied state ([`AppliedState`]: the control state,
-//!   last applied log id, last membership) and the current snapshot.
+//! - `state_machine`: the current snapshot ([`AppliedState`] as JSON: the
+//!   control state, last applied log id, last membership, with its metadata).
 //!
 //! Durability: openraft requires a saved vote and appended entries to be on
 //! disk before it acts on them, so those paths wait for `flush_async`. The
-//! applied state is written after every apply batch but not flushed there: if
-//! a crash loses it, the member replays the (durable) log from the older
-//! applied id. Purging the log only follows a snapshot, which is flushed, and
-//! sled's flush covers every tree, so the log is never purged past state that
-//! could be lost.
+//! committed log id is saved unflushed (if a crash loses it, the next leader
+//! commits those entries again). Applying an entry writes
+//! nothing: the state machine lives in memory and reaches disk with each
+//! snapshot (every `SnapshotPolicy` entries, see `config`), which is flushed
+//! before openraft purges the log behind it. On restart, [`open`] loads the
+//! snapshot and openraft applies the committed entries after it again, so a
+//! member never loses an applied entry and never pays for the whole state
+//! (an audit trail of thousands of entries) on every commit. Purging the log
+//! only follows a flushed snapshot, so no entry is purged before the state
+//! that includes it is on disk.
 //!
 //! [`open`] returns the two halves openraft wants ([`LogStore`] and
 //! [`StateMachineStore`]); [`StateMachineStore::reader`] hands out a

@@ -21,7 +21,6 @@ type StorageResult<T> = Result<T, StorageError<MemberId>>;
 type Meta = SnapshotMeta<MemberId, BasicNode>;
 
 /// Keys in the state machine tree.
-const STATE: &str = "applied_state";
 const SNAPSHOT_META: &str = "snapshot_meta";
 const SNAPSHOT_DATA: &str = "snapshot_data";
 
@@ -263,20 +262,13 @@ async fn store_snapshot(
 }
 
 impl StateMachineStore {
-    /// Loads the applied state, or the current snapshot if it is newer (the
-    /// state's last write was lost in a crash after the snapshot was
-    /// flushed), or an empty state.
+    /// Loads the current snapshot, or an empty state: openraft then applies
+    /// the committed log entries after it again.
     pub(super) fn load(db: sled::Db, tree: sled::Tree) -> Result<Self, StoreError> {
-        let mut applied: AppliedState = match tree.get(STATE)? {
-            Some(bytes) => decode("applied state", &bytes)?,
+        let applied = match load_snapshot(&tree)? {
+            Some((meta, data)) => decode_snapshot(&meta, &data)?,
             None => AppliedState::default(),
         };
-        applied.state.check().map_err(StoreError::InvalidState)?;
-        if let Some((meta, data)) = load_snapshot(&tree)? {
-            if meta.last_log_id > applied.last_applied {
-                applied = decode_snapshot(&meta, &data)?;
-            }
-        }
         let (epoch, _) = watch::channel(applied.state.epoch);
         let (progress, _) = watch::channel(applied.last_applied);
         Ok(StateMachineStore {
@@ -355,7 +347,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I::IntoIter: OptionalSend,
     {
         let mut replies = Vec::new();
-        let (bytes, epoch, last_applied) = {
+        let (epoch, last_applied) = {
             let mut applied = self.shared.write();
             for entry in entries {
                 applied.last_applied = Some(entry.log_id);
@@ -371,15 +363,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             if replies.is_empty() {
                 return Ok(replies);
             }
-            (
-                encode("applied state", &*applied).map_err(write_sm)?,
-                applied.state.epoch,
-                applied.last_applied,
-            )
+            (applied.state.epoch, applied.last_applied)
         };
-        // Readers may see the new state before it is on disk: it is
-        // committed, so no member will ever see otherwise.
-        self.tree.insert(STATE, bytes).map_err(|e| write_sm(e.into()))?;
+        // Nothing is written here: the entries are durable in the log, and
+        // the state reaches disk with the next snapshot (see the module docs
+        // of `store`).
         self.shared.publish(epoch, last_applied);
         Ok(replies)
     }
@@ -401,12 +389,6 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let write_snapshot = |e: StoreError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
         let data = snapshot.into_inner();
         let applied = decode_snapshot(meta, &data).map_err(write_snapshot)?;
-        // The state record first, then the snapshot (whose store flushes
-        // both): after a crash either may be the newer, and `load` takes
-        // whichever is.
-        self.tree
-            .insert(STATE, data.as_slice())
-            .map_err(|e| write_snapshot(e.into()))?;
         store_snapshot(&self.db, &self.tree, &self.snapshot_lock, meta, &data)
             .await
             .map_err(write_snapshot)?;

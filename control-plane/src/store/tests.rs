@@ -49,7 +49,7 @@ async fn reopen(dir: &Path) -> (LogStore, StateMachineStore) {
 }
 
 #[tokio::test]
-async fn applied_state_survives_restart() {
+async fn applied_state_survives_restart_as_of_the_last_snapshot() {
     let dir = TempDir::new().unwrap();
     let (_log, mut sm) = open(dir.path()).await.unwrap();
     let reader = sm.reader();
@@ -104,8 +104,14 @@ async fn applied_state_survives_restart() {
     assert_eq!(before.regions.len(), 1);
     assert_eq!(reader.with_state(|s| s.audit.len()), 5);
     assert_eq!(sm.last_applied(), Some(log_id(1, 0, 6)));
+    let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 0, 6)));
+    // Applied after the snapshot: in memory only, until the next one.
+    sm.apply([normal(7, Command::DrainMemNode { id: 1 })]).await.unwrap();
+    assert_eq!(sm.last_applied(), Some(log_id(1, 0, 7)));
     drop((_log, sm));
 
+    // The snapshot comes back; openraft re-applies entry 7 from the log.
     let (_log, mut sm) = reopen(dir.path()).await;
     assert_eq!(sm.state(), before);
     assert_eq!(sm.last_applied(), Some(log_id(1, 0, 6)));
@@ -114,7 +120,7 @@ async fn applied_state_survives_restart() {
     assert_eq!(applied, Some(log_id(1, 0, 6)));
 
     // The old reader still shows what was applied before the restart.
-    assert_eq!(reader.state(), before);
+    assert_eq!(reader.last_applied(), Some(log_id(1, 0, 7)));
 }
 
 #[tokio::test]
@@ -225,13 +231,13 @@ fn corrupt(dir: &Path, tree: &str, key: &[u8], value: &[u8]) {
 async fn corrupt_state_is_an_error_not_a_panic() {
     let dir = TempDir::new().unwrap();
     drop(open(dir.path()).await.unwrap());
-    corrupt(dir.path(), SM_TREE, b"applied_state", b"{not json");
+    corrupt(dir.path(), SM_TREE, b"snapshot_meta", b"{not json");
     let err = open(dir.path()).await.unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::Corrupt {
-                what: "applied state",
+                what: "snapshot metadata",
                 ..
             }
         ),

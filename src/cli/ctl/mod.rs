@@ -1,11 +1,244 @@
-//! `kintsugi ctl`: operate the control plane (placeholder while it is written).
+//! `kintsugi ctl`: the operator's client of the control plane. It talks to
+//! one member's HTTP API; that member forwards writes to the leader, so any
+//! member will do as the endpoint.
 
+mod args;
+mod tables;
+mod text;
+
+use std::future::Future;
+use std::io::{ErrorKind, Write};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use control_plane::api::{ClientError, ControlClient, MemberInfo};
+use control_plane::state::Command;
+use serde::Serialize;
+
+use self::args::{ClientCommand, CtlCommand, MembersCommand, MemnodeCommand, RegionCommand};
+use super::control::TOKEN_ENV;
+use super::units::parse_duration;
+
+/// Environment variable naming the member to talk to when no `--endpoint` is given.
+pub const ENDPOINT_ENV: &str = "KINTSUGI_ENDPOINT";
+
+/// How often `init` looks for the new cluster's leader: elections take a
+/// few hundred milliseconds at the default timings.
+const ELECTION_POLL: Duration = Duration::from_millis(20);
 
 /// Arguments of `kintsugi ctl`.
 #[derive(clap::Args, Debug)]
-pub struct CtlArgs {}
+#[command(after_help = "\
+Every command needs a bearer token (--token or KINTSUGI_TOKEN) that the members accept.
+Any member answers: reads come from its applied state, which may trail the leader's by the
+newest commits; writes are forwarded to the leader. Errors go to stderr with exit code 1.
+The options above go before the command (`memnode register` has an --endpoint of its own).
 
-pub fn run(_args: CtlArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("kintsugi ctl is not written yet")
+Examples:
+  export KINTSUGI_ENDPOINT=127.0.0.1:7401 KINTSUGI_TOKEN=ops-token-0123456789
+  kintsugi ctl init
+  kintsugi ctl members add 2 127.0.0.1:7402
+  kintsugi ctl status
+  kintsugi ctl memnode register --endpoint 10.0.0.5:7100 --capacity 64GiB
+  kintsugi ctl region create --size 1GiB --replicas 2
+  kintsugi ctl region promote 1 2
+  kintsugi ctl client register --name loader --owner-ids 8 --lease 2s
+  kintsugi ctl --json memnode list | jq '.[] | select(.state != \"active\")'
+  kintsugi ctl audit --limit 20")]
+pub struct CtlArgs {
+    /// Any member's API address (HOST:PORT, http:// optional); a follower forwards writes to
+    /// the leader, so none is special.
+    #[arg(long, env = ENDPOINT_ENV, default_value = "127.0.0.1:7401", value_name = "URL")]
+    endpoint: String,
+    /// Bearer token; the member records the token's name as the actor of every change.
+    #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
+    token: Option<String>,
+    /// Print the API's answer as JSON instead of tables, for scripts.
+    #[arg(long)]
+    json: bool,
+    /// Stop waiting for an answer after this long. A write may still commit afterwards, so
+    /// check with `status` before repeating it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "90s")]
+    timeout: Duration,
+    #[command(subcommand)]
+    command: CtlCommand,
+}
+
+pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
+    // An empty variable is as good as none: the member would only answer 401.
+    let token = args
+        .token
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| anyhow::anyhow!("no bearer token: pass --token or set {TOKEN_ENV}"))?;
+    let client = ControlClient::new(&args.endpoint, Some(token))?;
+    let api = Api {
+        client,
+        timeout: args.timeout,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(execute(&api, args.command, args.json))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The client with the bound on every call, and errors worded for operators.
+struct Api {
+    client: ControlClient,
+    timeout: Duration,
+}
+
+impl Api {
+    async fn call<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> anyhow::Result<T> {
+        let endpoint = self.client.endpoint();
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e @ ClientError::Http { .. })) => {
+                // `{:#}` prints the chain down to the root cause, such as a
+                // refused connection.
+                let e = anyhow::Error::new(e);
+                anyhow::bail!("cannot reach the control plane at {endpoint}: {e:#}")
+            }
+            // A refusal's status and message say all there is; the endpoint would only repeat.
+            Ok(Err(e)) => Err(e.into()),
+            Err(_) => anyhow::bail!(
+                "no answer from {endpoint} within {}; a write may still commit: check `kintsugi ctl \
+                 status` before repeating it",
+                humantime::format_duration(self.timeout)
+            ),
+        }
+    }
+
+    async fn write(&self, command: Command, json: bool) -> anyhow::Result<()> {
+        let outcome = self.call(self.client.command(&command)).await?;
+        show(json, &outcome, tables::outcome)
+    }
+}
+
+async fn execute(api: &Api, command: CtlCommand, json: bool) -> anyhow::Result<()> {
+    let c = &api.client;
+    match command {
+        CtlCommand::Init { members } => init(api, members, json).await,
+        CtlCommand::Status => show(json, &api.call(c.status()).await?, tables::status),
+        CtlCommand::Members { command } => members(api, command, json).await,
+        CtlCommand::Memnode { command } => memnode(api, command, json).await,
+        CtlCommand::Region { command } => region(api, command, json).await,
+        CtlCommand::Client { command } => client(api, command, json).await,
+        CtlCommand::Audit { limit } => show(json, &api.call(c.audit(limit)).await?[..], tables::audit),
+    }
+}
+
+/// Formed, a cluster still has to elect its leader, and until then every
+/// write is refused; so `init` returns once there is one, and the next
+/// command (usually `members add`) finds it.
+async fn init(api: &Api, members: Vec<MemberInfo>, json: bool) -> anyhow::Result<()> {
+    let mut status = api.call(api.client.init(members)).await?;
+    let deadline = tokio::time::Instant::now() + api.timeout;
+    while status.leader.is_none() {
+        if tokio::time::Instant::now() >= deadline {
+            anyhow::bail!(
+                "the cluster is formed but elected no leader within {}: are its other members running \
+                 and reachable?",
+                humantime::format_duration(api.timeout)
+            );
+        }
+        tokio::time::sleep(ELECTION_POLL).await;
+        status = api.call(api.client.status()).await?;
+    }
+    show(json, &status, tables::status)
+}
+
+async fn members(api: &Api, command: MembersCommand, json: bool) -> anyhow::Result<()> {
+    let c = &api.client;
+    let changed = match command {
+        MembersCommand::Add { id, addr, learner } => api.call(c.add_member(id, &addr, !learner)).await?,
+        MembersCommand::Remove { id } => api.call(c.remove_member(id)).await?,
+        MembersCommand::List => {
+            let s = api.call(c.status()).await?;
+            return show(json, &s.members[..], |m| {
+                tables::members(m, s.leader, Some(s.member))
+            });
+        }
+    };
+    // The answer is the new membership; who leads and who answered is in
+    // `status`, which a change just made may not have reached yet.
+    show(json, &changed[..], |m| tables::members(m, None, None))
+}
+
+async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Result<()> {
+    let command = match command {
+        MemnodeCommand::List => {
+            return show(
+                json,
+                &api.call(api.client.memnodes()).await?[..],
+                tables::memnodes,
+            );
+        }
+        MemnodeCommand::Register { endpoint, capacity } => Command::RegisterMemNode {
+            endpoint,
+            capacity_bytes: capacity,
+        },
+        MemnodeCommand::Drain { id } => Command::DrainMemNode { id },
+        MemnodeCommand::Remove { id } => Command::RemoveMemNode { id },
+    };
+    api.write(command, json).await
+}
+
+async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result<()> {
+    let command = match command {
+        RegionCommand::List => {
+            return show(json, &api.call(api.client.regions()).await?[..], tables::regions);
+        }
+        RegionCommand::Create { size, replicas } => Command::CreateRegion {
+            size_bytes: size,
+            replicas,
+        },
+        RegionCommand::Promote { region, node } => Command::PromoteBackup { region, node },
+        RegionCommand::AddBackup { region, node } => Command::AddBackup { region, node },
+        RegionCommand::RemoveBackup { region, node } => Command::RemoveBackup { region, node },
+    };
+    api.write(command, json).await
+}
+
+async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result<()> {
+    let command = match command {
+        ClientCommand::List => {
+            return show(json, &api.call(api.client.clients()).await?[..], tables::clients);
+        }
+        ClientCommand::Register {
+            name,
+            owner_ids,
+            lease,
+        } => Command::RegisterClient {
+            name,
+            owner_ids,
+            // Saturates: the member refuses a lease that long with a clear message.
+            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+        },
+        ClientCommand::Expire { id } => Command::ExpireClient { id },
+        ClientCommand::Forget { id } => Command::ForgetClient { id },
+    };
+    api.write(command, json).await
+}
+
+/// Prints the answer: as JSON with `--json`, so that scripts see exactly
+/// what the API said, else as `render` makes it readable.
+fn show<T: Serialize + ?Sized>(
+    json: bool,
+    answer: &T,
+    render: impl FnOnce(&T) -> String,
+) -> anyhow::Result<()> {
+    let text = if json {
+        serde_json::to_string_pretty(answer).context("encoding the answer as JSON")?
+    } else {
+        render(answer)
+    };
+    let mut stdout = std::io::stdout().lock();
+    match writeln!(stdout, "{text}").and_then(|()| stdout.flush()) {
+        // A reader that stopped early (`| head`) wanted no more: not a failure.
+        Err(e) if e.kind() == ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("writing to stdout"),
+    }
 }
