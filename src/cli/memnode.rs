@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use control_plane::api::{keep_lease, ClientError, ControlClient, Leaseholder, RENEW_RETRY};
+use control_plane::state::{Command, Outcome};
 use fabric::{MemoryNode, NodeId, RegionSpec};
 
 use super::units::parse_region;
@@ -19,7 +21,8 @@ Stops cleanly on Ctrl-C or SIGTERM: closes connections, syncs a --persist image,
 Examples:
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:64MiB --region 2:64MiB --shm /dev/shm/kintsugi-mn1
-  kintsugi memnode --listen 127.0.0.1:7100 --region 1:256MiB --persist /var/lib/kintsugi/mn1.img")]
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:256MiB --persist /var/lib/kintsugi/mn1.img
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB --control 127.0.0.1:7401   # registers, renews")]
 pub struct MemnodeArgs {
     /// Address to serve verbs on (tcp), e.g. 127.0.0.1:7100; port 0 picks a free one.
     #[arg(long, value_name = "ADDR")]
@@ -42,6 +45,16 @@ pub struct MemnodeArgs {
     /// Start at this map epoch at least (clients with an older map are refused).
     #[arg(long, default_value_t = 1)]
     epoch: u64,
+    /// A control-plane member (HOST:PORT) to register with (or find this node's record by its
+    /// endpoint, after a restart) and renew this node's lease at, every third of the lease.
+    #[arg(long, value_name = "HOST:PORT")]
+    control: Option<String>,
+    /// Bearer token for --control.
+    #[arg(long, env = super::control::TOKEN_ENV, hide_env_values = true, requires = "control")]
+    control_token: Option<String>,
+    /// The endpoint to register: where clients reach this node (default: the bound address).
+    #[arg(long, value_name = "HOST:PORT", requires = "control")]
+    advertise: Option<String>,
 }
 
 pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
@@ -85,7 +98,19 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "listening {addr}")?;
         stdout.flush()?;
         drop(stdout);
+        let lease = match &args.control {
+            Some(control) => {
+                let client = ControlClient::new(control, args.control_token.clone())?;
+                let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
+                let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
+                Some(tokio::spawn(keep_registered(client, endpoint, capacity_bytes)))
+            }
+            None => None,
+        };
         fabric::server::serve(listener, node.clone(), shutdown).await?;
+        if let Some(lease) = lease {
+            lease.abort();
+        }
         anyhow::Ok(())
     })?;
 
@@ -94,6 +119,42 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(node = node.id(), "memory node stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Registers this node with the control plane (or finds its record by
+/// endpoint, after a restart) and renews its lease while it serves. A node
+/// the control plane refuses (declared dead, removed) stops renewing and
+/// says so; it keeps serving, since clients with an older map are fenced by
+/// the epoch, not by this process.
+async fn keep_registered(client: ControlClient, endpoint: String, capacity_bytes: u64) {
+    let register = Command::RegisterMemNode {
+        endpoint: endpoint.clone(),
+        capacity_bytes,
+    };
+    let id = loop {
+        match client.command(&register).await {
+            Ok(Outcome::MemNode(n)) => break n.id,
+            // Registered before this restart: the record is found by endpoint.
+            Err(ClientError::Refused { status, .. }) if status.as_u16() == 409 => {
+                match client.memnodes().await {
+                    Ok(nodes) => match nodes.into_iter().find(|n| n.endpoint == endpoint) {
+                        Some(n) => break n.id,
+                        None => {
+                            tracing::warn!(%endpoint, "registration refused, and no record has this endpoint")
+                        }
+                    },
+                    Err(e) => tracing::warn!(error = %e, "cannot list memory nodes"),
+                }
+            }
+            Ok(other) => tracing::warn!(?other, "unexpected answer to registration"),
+            Err(e) => tracing::warn!(error = %e, "cannot register with the control plane; retrying"),
+        }
+        tokio::time::sleep(RENEW_RETRY * 10).await;
+    };
+    tracing::info!(memnode = id, %endpoint, "registered with the control plane");
+    if let Err(e) = keep_lease(&client, Leaseholder::MemNode(id), std::future::pending()).await {
+        tracing::error!(error = %e, "lease lost: no longer renewing");
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is

@@ -21,6 +21,7 @@
 //! when it knows it. Errors are 4xx/5xx with an [`ErrorBody`].
 
 mod client;
+mod lease;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -33,6 +34,7 @@ use crate::state::{Client, MemNode, Region};
 
 pub use crate::reply::ErrorBody;
 pub use client::{ClientError, ControlClient};
+pub use lease::{keep_lease, LeaseLost, Leaseholder, RENEW_RETRY};
 pub(crate) use server::api_router;
 
 /// Largest request body the API accepts, in bytes: the largest request is

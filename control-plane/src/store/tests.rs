@@ -107,7 +107,9 @@ async fn applied_state_survives_restart_as_of_the_last_snapshot() {
     let snapshot = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
     assert_eq!(snapshot.meta.last_log_id, Some(log_id(1, 0, 6)));
     // Applied after the snapshot: in memory only, until the next one.
-    sm.apply([normal(7, Command::DrainMemNode { id: 1 })]).await.unwrap();
+    sm.apply([normal(7, Command::DrainMemNode { id: 1 })])
+        .await
+        .unwrap();
     assert_eq!(sm.last_applied(), Some(log_id(1, 0, 7)));
     drop((_log, sm));
 
