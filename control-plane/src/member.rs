@@ -93,8 +93,9 @@ impl Member {
             .unwrap_or_else(|| local_addr.to_string());
         let settings = options.settings;
         let raft_config = Arc::new(settings.raft_config()?);
-        let network =
-            HttpNetworkFactory::new(options.id, &settings.cluster_secret)?.with_partition(options.partition);
+        let network = HttpNetworkFactory::new(options.id, &settings.cluster_secret)?
+            .with_partition(options.partition)
+            .with_retry_pause(settings.timing.heartbeat);
         let (log, sm) = store::open(&options.data_dir).await?;
         let reader = sm.reader();
         let raft = Raft::new(options.id, raft_config, network, log, sm)
@@ -373,11 +374,16 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
             _ = tick.tick() => {}
             _ = stopped.wait_for(|&s| s) => return,
         }
+        // A leader restored from its own committed vote at restart leads
+        // on paper until it hears its term is over: it takes office only
+        // once a quorum has acknowledged it.
         let (leading, term) = {
             let metrics = node.raft.metrics();
             let m = metrics.borrow();
             (
-                m.state == ServerState::Leader && m.current_leader == Some(node.id),
+                m.state == ServerState::Leader
+                    && m.current_leader == Some(node.id)
+                    && m.millis_since_quorum_ack.is_some(),
                 m.current_term,
             )
         };

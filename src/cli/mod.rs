@@ -37,7 +37,7 @@ enum Command {
         #[command(subcommand)]
         command: chaos::ChaosCommand,
     },
-    /// Benchmarks of the layers above the fabric: rTX throughput and cost, lease accuracy.
+    /// Benchmarks of the layers above the fabric: rTX, YCSB on the B+tree, lease accuracy, the control plane.
     Bench {
         #[command(subcommand)]
         command: bench::BenchCommand,

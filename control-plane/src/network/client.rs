@@ -8,7 +8,7 @@ use openraft::error::{
     Infallible, InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
     Timeout, Unreachable,
 };
-use openraft::network::{RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
+use openraft::network::{Backoff, RPCOption, RPCTypes, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
@@ -38,7 +38,15 @@ pub struct HttpNetworkFactory {
     http: reqwest::Client,
     secret: HeaderValue,
     partition: Partition,
+    retry_pause: Duration,
 }
+
+/// How long openraft waits before retrying a peer it could not reach, unless
+/// [`HttpNetworkFactory::with_retry_pause`] sets it. openraft's own default
+/// (500 ms) lets a restarted member's election timer fire before the leader
+/// tries it again, and with no pre-vote in openraft 0.9 that member's higher
+/// term deposes a healthy leader.
+pub const RETRY_PAUSE_DEFAULT: Duration = Duration::from_millis(50);
 
 impl HttpNetworkFactory {
     /// A factory for member `me` (named in the timeout errors it reports)
@@ -60,7 +68,17 @@ impl HttpNetworkFactory {
             http,
             secret: secret_header(secret),
             partition: Partition::default(),
+            retry_pause: RETRY_PAUSE_DEFAULT,
         }
+    }
+
+    /// The same factory, retrying unreachable peers every `pause` (one
+    /// heartbeat is right: a peer that comes back hears from the leader
+    /// before its election timer fires). A refused connection costs
+    /// microseconds on a dead peer's host.
+    pub fn with_retry_pause(mut self, pause: Duration) -> Self {
+        self.retry_pause = pause;
+        self
     }
 
     /// The same factory, with its RPCs subject to `partition` (a fault
@@ -101,6 +119,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
             http: self.http.clone(),
             secret: self.secret.clone(),
             partition: self.partition.clone(),
+            retry_pause: self.retry_pause,
         }
     }
 }
@@ -114,6 +133,7 @@ pub struct HttpNetwork {
     http: reqwest::Client,
     secret: HeaderValue,
     partition: Partition,
+    retry_pause: Duration,
 }
 
 impl std::fmt::Debug for HttpNetwork {
@@ -303,6 +323,10 @@ fn error_message(body: &[u8]) -> String {
 }
 
 impl RaftNetwork<TypeConfig> for HttpNetwork {
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(self.retry_pause))
+    }
+
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,

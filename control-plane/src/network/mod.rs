@@ -23,7 +23,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::raft::MemberId;
 
-pub use client::{HttpNetwork, HttpNetworkFactory};
+pub use client::{HttpNetwork, HttpNetworkFactory, RETRY_PAUSE_DEFAULT};
 pub use server::raft_router;
 
 /// Header carrying the cluster secret on every Raft RPC.

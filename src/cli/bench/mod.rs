@@ -24,6 +24,10 @@
 mod check;
 pub(super) mod cluster;
 mod common;
+mod control_args;
+mod control_cluster;
+mod control_report;
+mod control_run;
 pub(super) mod format;
 mod lease_args;
 mod lease_report;
@@ -40,6 +44,7 @@ mod ycsb_run;
 
 use std::process::ExitCode;
 
+pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
 pub use txn_args::TxnArgs;
 pub use ycsb_args::YcsbArgs;
@@ -57,6 +62,9 @@ pub enum BenchCommand {
     /// latency, round trips, verbs and bytes per op, aborts and repairs, and throughput
     /// relative to optimal.
     Ycsb(YcsbArgs),
+    /// The control plane (member processes on loopback): commit throughput and latency, how soon
+    /// a watcher on a follower sees a map change, and how long writes stall when the leader dies.
+    Control(ControlBenchArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -64,5 +72,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Txn(args) => txn_run::run(args),
         BenchCommand::Lease(args) => lease_run::run(args),
         BenchCommand::Ycsb(args) => ycsb_run::run(args),
+        BenchCommand::Control(args) => control_run::run(args),
     }
 }
