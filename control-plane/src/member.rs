@@ -250,7 +250,14 @@ impl Node {
 
     /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
     /// for its outcome.
-    pub(crate) async fn propose(&self, actor: &str, command: Command) -> Result<Outcome, WriteError> {
+    pub(crate) async fn propose(&self, actor: &str, mut command: Command) -> Result<Outcome, WriteError> {
+        if let Command::RegisterClient {
+            lease_ms: lease_ms @ 0,
+            ..
+        } = &mut command
+        {
+            *lease_ms = u64::try_from(self.settings.timing.client_lease.as_millis()).unwrap_or(u64::MAX);
+        }
         let request = Request {
             at_ms: now_ms(),
             actor: actor.to_owned(),

@@ -76,7 +76,10 @@ pub enum Command {
         name: String,
         /// Owner ids wanted (one per coroutine).
         owner_ids: u16,
-        /// Lease length.
+        /// Lease length; 0 (or absent in JSON) asks for the cluster's
+        /// default, which the proposing member fills in from its settings
+        /// (`timing.client_lease`) before the command enters the log.
+        #[serde(default)]
         lease_ms: u64,
     },
     /// Declares a client's lease lapsed.

@@ -143,9 +143,10 @@ pub enum ClientCommand {
         /// Owner ids to reserve: one per coroutine the client runs.
         #[arg(long, default_value_t = 1)]
         owner_ids: u16,
-        /// How long it may stay silent before it is declared expired (200ms, 1s, ...).
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
-        lease: Duration,
+        /// How long it may stay silent before it is declared expired (200ms, 1s, ...); default:
+        /// the members' `timing.client_lease`.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        lease: Option<Duration>,
     },
     /// Declare a client expired now, e.g. when its host is known dead; recovery rolls its logs.
     Expire {

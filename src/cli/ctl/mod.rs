@@ -207,6 +207,9 @@ async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result
         ClientCommand::List => {
             return show(json, &api.call(api.client.clients()).await?[..], tables::clients);
         }
+        ClientCommand::Register { name, lease, .. } if lease.is_some_and(|l| l.is_zero()) => {
+            anyhow::bail!("--lease must be above zero (leave it out for the cluster's default); client {name:?} not registered")
+        }
         ClientCommand::Register {
             name,
             owner_ids,
@@ -215,7 +218,7 @@ async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result
             name,
             owner_ids,
             // Saturates: the member refuses a lease that long with a clear message.
-            lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
+            lease_ms: lease.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
         },
         ClientCommand::Expire { id } => Command::ExpireClient { id },
         ClientCommand::Forget { id } => Command::ForgetClient { id },
