@@ -2,8 +2,9 @@
 //! the cluster, memory nodes, placement and its refusal, clients, a wrong
 //! token, and a write that outlives `kill -9` of the leader.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -36,33 +37,20 @@ struct Member {
 impl Member {
     fn start(id: u64) -> Member {
         let data = tempfile::tempdir().expect("temp data dir");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
-            .args([
+        let id_text = id.to_string();
+        let dir = data.path().to_str().expect("temp dir path is UTF-8");
+        let (child, addr) = support::spawn_listening(
+            &[
                 "control",
                 "--id",
-                &id.to_string(),
+                &id_text,
                 "--listen",
                 "127.0.0.1:0",
                 "--data-dir",
-            ])
-            .arg(data.path())
-            .env("KINTSUGI_CLUSTER_SECRET", SECRET)
-            .env("KINTSUGI_TOKEN", TOKEN)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn kintsugi control");
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("member {id} printed {line:?} instead of its address"))
-            .to_owned();
+                dir,
+            ],
+            &[("KINTSUGI_CLUSTER_SECRET", SECRET), ("KINTSUGI_TOKEN", TOKEN)],
+        );
         Member {
             id,
             addr,

@@ -6,7 +6,7 @@ mod common;
 use common::{register, tables, Cluster, SECRET, TOKEN};
 use control_plane::api::{ClientError, ControlClient, ErrorBody, API_BODY_BYTES_MAX};
 use control_plane::network::{SECRET_HEADER, VOTE_PATH};
-use control_plane::state::{Command, MemNodeState};
+use control_plane::state::Command;
 use reqwest::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -29,19 +29,7 @@ fn url(c: &Cluster, id: u64, path: &str) -> String {
 async fn operator_api_refuses_bad_requests_and_changes_nothing() {
     let c = Cluster::start(3).await;
     let leader = c.leader().await;
-    for i in 0..2 {
-        c.write(leader, &register(&format!("mn-{i}:1")))
-            .await
-            .expect("register");
-        c.client(leader).renew_memnode(i).await.expect("renew");
-    }
-    c.wait_state(leader, |s| {
-        s.memnodes
-            .values()
-            .all(|n| n.state == MemNodeState::Active)
-            .then_some(())
-    })
-    .await;
+    c.active_memnodes(leader, 2).await;
     let before = tables(&c.member(leader).state().state());
     let http = reqwest::Client::new();
     let follower = c.ids().into_iter().find(|&id| id != leader).expect("follower");

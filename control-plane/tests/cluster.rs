@@ -7,7 +7,7 @@ mod common;
 
 use common::{register, tables, Cluster};
 use control_plane::api::ClientError;
-use control_plane::state::{ClientState, Command, MemNodeState, Outcome};
+use control_plane::state::{ClientState, Command, Outcome};
 
 /// Every fact of these tests is about members agreeing; a multi-threaded
 /// runtime lets the three run as they would in three processes.
@@ -91,22 +91,8 @@ cluster_test!(a_partitioned_minority_cannot_commit, async {
 cluster_test!(state_survives_a_full_restart_from_sled, async {
     let mut c = Cluster::start(3).await;
     let leader = c.leader().await;
-    for i in 0..3 {
-        c.write(leader, &register(&format!("mn-{i}:1")))
-            .await
-            .expect("register");
-    }
-    // Make the nodes active through renewals so a region can be placed.
-    for id in 0..3 {
-        c.client(leader).renew_memnode(id).await.expect("renew");
-    }
-    c.wait_state(leader, |s| {
-        s.memnodes
-            .values()
-            .all(|n| n.state == MemNodeState::Active)
-            .then_some(())
-    })
-    .await;
+    // Active nodes (renewed once) so a region can be placed.
+    c.active_memnodes(leader, 3).await;
     let region = c
         .write(
             leader,

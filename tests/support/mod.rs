@@ -6,6 +6,31 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
+/// Starts `kintsugi ARGS...` with `env` added (and `RUST_LOG=warn`), and
+/// waits for its first stdout line, `listening ADDR`; returns the child and
+/// ADDR. Servers (`memnode`, `control`) print that line once they serve.
+pub fn spawn_listening(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
+        .args(args)
+        .envs(env.iter().copied())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn kintsugi {args:?}: {e}"));
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut line = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut line)
+        .expect("read listening line");
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("kintsugi {args:?} printed {line:?} instead of its address"))
+        .to_string();
+    (child, addr)
+}
+
 /// A `kintsugi memnode` child process, killed (SIGKILL) when dropped.
 pub struct MemnodeProcess {
     pub child: Child,
@@ -16,25 +41,9 @@ impl MemnodeProcess {
     /// Starts `kintsugi memnode --listen 127.0.0.1:0 ARGS...` and waits for its
     /// `listening ADDR` line.
     pub fn start(args: &[&str]) -> MemnodeProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
-            .arg("memnode")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn kintsugi memnode");
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .expect("read listening line");
-        let addr = line
-            .trim()
-            .strip_prefix("listening ")
-            .unwrap_or_else(|| panic!("memnode printed {line:?} instead of its address"))
-            .to_string();
+        let mut all = vec!["memnode", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let (child, addr) = spawn_listening(&all, &[]);
         MemnodeProcess { child, addr }
     }
 

@@ -18,7 +18,7 @@ use control_plane::config::{Settings, Timing, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
-use control_plane::state::{Command, ControlState, Outcome};
+use control_plane::state::{Command, ControlState, MemNodeState, Outcome};
 use openraft::ServerState;
 
 /// Bound on every wait.
@@ -245,6 +245,27 @@ impl Cluster {
         for id in self.ids() {
             self.kill(id).await;
         }
+    }
+}
+
+impl Cluster {
+    /// Registers memory nodes `mn-0:1`..`mn-{n-1}:1` through `via`, renews
+    /// each once and waits until the leader has activated them all (within
+    /// one lease, which is plenty for placing regions right after).
+    pub async fn active_memnodes(&self, via: MemberId, n: u16) {
+        for i in 0..n {
+            self.write(via, &register(&format!("mn-{i}:1")))
+                .await
+                .expect("register");
+            self.client(via).renew_memnode(i).await.expect("renew");
+        }
+        let leader = self.leader().await;
+        self.wait_state(leader, |s| {
+            (s.memnodes.len() == usize::from(n)
+                && s.memnodes.values().all(|m| m.state == MemNodeState::Active))
+            .then_some(())
+        })
+        .await;
     }
 }
 
