@@ -8,6 +8,8 @@
 //! - [`driver`]: the client loop that runs a YCSB op stream on an index.
 //! - [`workload`]: seeded, reproducible YCSB A–E op streams (8-byte keys).
 
+#![warn(missing_docs)]
+
 pub mod crash_points;
 pub mod driver;
 pub mod workload;

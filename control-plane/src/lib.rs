@@ -13,6 +13,8 @@
 //! - [`member`]: one member process's parts, started and stopped together;
 //! - [`config`]: a member's settings (TOML).
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod config;
 pub mod liveness;

@@ -2,7 +2,7 @@
 //! (Raft routes and the API) and the leader's lease judge, started and
 //! stopped together.
 //!
-//! [`Node`] is what the API handlers and the judge share: the write path
+//! `Node` is what the API handlers and the judge share: the write path
 //! (stamp a request, propose it, wait for its commit within
 //! `timing.commit_timeout`) and the view of who leads.
 

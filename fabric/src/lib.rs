@@ -16,6 +16,8 @@
 //!   round trips or skew the clock.
 //! - [`Stats`] counts round trips, verbs and bytes per client.
 
+#![warn(missing_docs)]
+
 #[cfg(not(target_endian = "little"))]
 compile_error!("DM words are little-endian and atomics are native: only little-endian targets are supported");
 

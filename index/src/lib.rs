@@ -4,4 +4,6 @@
 //!
 //! - [`btree`]: a Sherman-like B-link tree, `optimal` or `rtx`.
 
+#![warn(missing_docs)]
+
 pub mod btree;

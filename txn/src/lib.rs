@@ -19,6 +19,8 @@
 //!   table, chunks) and chunk allocation.
 //! - [`TxClient`] runs transactions as one owner id; [`Tx`] is one attempt.
 
+#![warn(missing_docs)]
+
 mod alloc;
 mod client;
 mod commit;
