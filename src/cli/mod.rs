@@ -55,6 +55,24 @@ enum FabricCommand {
     Bench(fabric_bench::BenchArgs),
 }
 
+/// Prints a benchmark's result to stdout: its JSON (one line) with `--json`,
+/// else its table. Only results go to stdout, so scripts can parse it.
+pub(crate) fn print_report<J: std::fmt::Display, T: std::fmt::Display>(
+    json: bool,
+    as_json: impl FnOnce() -> J,
+    as_table: impl FnOnce() -> T,
+) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", as_json())
+    } else {
+        write!(out, "{}", as_table())
+    }
+    .and_then(|()| out.flush())
+    .map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}"))
+}
+
 /// Logs go to stderr so that stdout stays machine-readable.
 pub fn init_tracing(verbose: u8) {
     let default = match verbose {

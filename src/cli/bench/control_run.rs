@@ -3,7 +3,7 @@
 //! how soon a watcher on a follower sees a map change, and how long the
 //! cluster takes to commit again after its leader is killed.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -120,13 +120,7 @@ pub fn run(args: ControlBenchArgs) -> anyhow::Result<ExitCode> {
         plan: &plan,
         results: &results,
     };
-    let mut out = std::io::stdout().lock();
-    if plan.json {
-        writeln!(out, "{}", report.json()).context("cannot write to stdout")?;
-    } else {
-        write!(out, "{}", report.table()).context("cannot write to stdout")?;
-    }
-    out.flush().context("cannot write to stdout")?;
+    crate::cli::print_report(plan.json, || report.json(), || report.table())?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,11 +1,10 @@
 //! `kintsugi bench lease`: one fresh cluster and one run of live clients per
 //! cell (locks x drift x regulation), then the Figure 18 tables.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use txn::TxConfig;
@@ -108,13 +107,7 @@ pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
         skews: &skews,
         cells: &cells,
     };
-    let mut out = std::io::stdout().lock();
-    if plan.common.json {
-        writeln!(out, "{}", report.json()).context("cannot write to stdout")?;
-    } else {
-        write!(out, "{}", report.table()).context("cannot write to stdout")?;
-    }
-    out.flush().context("cannot write to stdout")?;
+    crate::cli::print_report(plan.common.json, || report.json(), || report.table())?;
     if let Some(bad) = cells.iter().find(|c| !c.check.ok()) {
         bail!(
             "the end-of-cell check failed ({} locks, drift {}, {} regulation): {}",

@@ -1,10 +1,9 @@
 //! `kintsugi bench txn`: load, run the clients, check, report.
 
-use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use txn::TxConfig;
 
 use super::check;
@@ -66,13 +65,7 @@ pub fn run(args: TxnArgs) -> anyhow::Result<ExitCode> {
         total,
         check,
     };
-    let mut out = std::io::stdout().lock();
-    if common.json {
-        writeln!(out, "{}", report.json()).context("cannot write to stdout")?;
-    } else {
-        write!(out, "{}", report.table()).context("cannot write to stdout")?;
-    }
-    out.flush().context("cannot write to stdout")?;
+    crate::cli::print_report(common.json, || report.json(), || report.table())?;
     if !check.ok() {
         bail!("the end-of-run check failed: {}", check.describe(plan.objects));
     }

@@ -18,10 +18,7 @@ mod report;
 mod target;
 mod workload;
 
-use std::io::Write;
 use std::process::ExitCode;
-
-use anyhow::Context;
 
 pub use args::BenchArgs;
 use args::TransportArg;
@@ -70,12 +67,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         frames,
     };
     drop(prepared);
-    let mut out = std::io::stdout().lock();
-    if plan.json {
-        writeln!(out, "{}", report.json()).context("cannot write to stdout")?;
-    } else {
-        write!(out, "{}", report.table()).context("cannot write to stdout")?;
-    }
-    out.flush().context("cannot write to stdout")?;
+    super::print_report(plan.json, || report.json(), || report.table())?;
     Ok(ExitCode::SUCCESS)
 }
