@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use control_plane::api::MemberInfo;
-use control_plane::config::{Settings, Token};
+use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::state::{Command, MemNodeState};
@@ -24,6 +24,7 @@ async fn a_memnode_keeps_its_lease_while_alive_and_is_declared_dead_after_kill_9
         vec![Token {
             name: "memnode".into(),
             token: TOKEN.into(),
+            role: Role::Admin,
         }],
     )
     .expect("settings");

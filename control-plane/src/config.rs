@@ -8,6 +8,7 @@
 //! [[tokens]]
 //! name = "ops"          # recorded as the actor of every command it sends
 //! token = "another-long-random-string"
+//! role = "admin"        # may also form the cluster and change members
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -41,6 +42,10 @@ pub const TOKENS_MAX: usize = 64;
 /// `/dev/zero`) from being read whole.
 pub const CONFIG_BYTES_MAX: u64 = 1 << 20;
 
+/// Longest `timing.commit_timeout`: a write unanswered for this long has met
+/// a cluster that needs an operator, not more patience.
+pub const COMMIT_TIMEOUT_MAX: Duration = Duration::from_secs(600);
+
 /// What a member runs with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -63,6 +68,23 @@ pub struct Token {
     pub name: String,
     /// The token itself: `Authorization: Bearer <token>`.
     pub token: String,
+    /// What it may do.
+    #[serde(default)]
+    pub role: Role,
+}
+
+/// What a token may do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads, commands and renewals: what operators of memory nodes,
+    /// regions and clients, and the nodes and clients themselves, need.
+    #[default]
+    Operator,
+    /// Also forms the cluster and changes its membership. Adding a member
+    /// makes the leader send it the log with the cluster secret, so only a
+    /// token trusted with the secret may do it.
+    Admin,
 }
 
 /// Never prints the token itself.
@@ -71,6 +93,7 @@ impl std::fmt::Debug for Token {
         f.debug_struct("Token")
             .field("name", &self.name)
             .field("token", &"<redacted>")
+            .field("role", &self.role)
             .finish()
     }
 }
@@ -242,20 +265,28 @@ impl Settings {
                 ));
             }
         }
+        // Membership changes wait up to 13 commit timeouts: keep that (and
+        // every multiple taken of it) far from overflowing.
+        if t.commit_timeout > COMMIT_TIMEOUT_MAX {
+            return invalid(format!(
+                "timing: commit_timeout must be at most {}",
+                humantime::format_duration(COMMIT_TIMEOUT_MAX)
+            ));
+        }
         if t.watch_max.is_zero() {
             return invalid("timing: watch_max must be above zero".into());
         }
         Ok(())
     }
 
-    /// The name of the holder of `presented`, if it is one of the tokens.
-    /// Every token is compared in full, so the time taken does not tell
-    /// which one (or how much of one) matched.
-    pub fn token_holder(&self, presented: &[u8]) -> Option<&str> {
+    /// The holder of `presented`, if it is one of the tokens. Every token is
+    /// compared in full, so the time taken does not tell which one (or how
+    /// much of one) matched.
+    pub fn token_holder(&self, presented: &[u8]) -> Option<&Token> {
         let mut holder = None;
         for t in &self.tokens {
             if constant_time_eq(t.token.as_bytes(), presented) && holder.is_none() {
-                holder = Some(t.name.as_str());
+                holder = Some(t);
             }
         }
         holder
@@ -324,6 +355,7 @@ cluster_secret = "0123456789abcdef-secret"
 [[tokens]]
 name = "ops"
 token = "ops-token-0123456789"
+role = "admin"
 [[tokens]]
 name = "client"
 token = "client-token-0123456789"
@@ -336,8 +368,12 @@ memnode_lease = "2s"
         let s = Settings::from_toml(GOOD).expect("valid");
         assert_eq!(s.timing.memnode_lease, Duration::from_secs(2));
         assert_eq!(s.timing.heartbeat, Timing::default().heartbeat);
-        assert_eq!(s.token_holder(b"ops-token-0123456789"), Some("ops"));
-        assert_eq!(s.token_holder(b"client-token-0123456789"), Some("client"));
+        let holder = |t: &[u8]| s.token_holder(t).map(|t| (t.name.as_str(), t.role));
+        assert_eq!(holder(b"ops-token-0123456789"), Some(("ops", Role::Admin)));
+        assert_eq!(
+            holder(b"client-token-0123456789"),
+            Some(("client", Role::Operator))
+        );
         assert_eq!(s.token_holder(b"ops-token-012345678"), None);
         assert_eq!(s.token_holder(b""), None);
         let raft = s.raft_config().expect("valid raft config");

@@ -6,8 +6,17 @@
 //! (it was heard), suspect (one lease of silence) or dead (two); a client is
 //! expired (one of its own leases of silence). A refused decision changes
 //! nothing, so proposing one twice is harmless, but the driver in
-//! [`crate::member`] proposes them one at a time and re-reads the state
-//! between, so each is proposed once.
+//! [`crate::member`] proposes them one at a time, recomputing before each,
+//! and keeps the one in flight as [`Liveness::pending`] until the state
+//! shows it applied or the term ends: a decision whose commit timed out is
+//! not proposed again beside it. While a holder's death or expiry is in
+//! flight, its renewals are refused (503), so no holder hears "renewed"
+//! from a leader that is about to declare it gone.
+//!
+//! Renewals are tagged with the term of the leader that heard them; taking
+//! office in a term keeps only that term's (heard between the election and
+//! the judge noticing it), so nothing heard in an earlier office can revive
+//! a node that has since fallen silent.
 //!
 //! The grace rule: renewals are heard only by the leader, so a new leader
 //! knows nothing of what its predecessor heard. It counts every lease from
@@ -24,14 +33,19 @@ use std::time::{Duration, Instant};
 
 use crate::state::{ClientId, ClientState, Command, ControlState, MemNodeId, MemNodeState};
 
+/// A Raft term.
+pub type Term = u64;
+
 /// What the leader has heard, and since when it has been listening.
 #[derive(Debug)]
 pub struct Liveness {
     memnode_lease: Duration,
-    /// When this member took office; `None` while it does not lead.
-    since: Option<Instant>,
-    memnodes: HashMap<MemNodeId, Instant>,
-    clients: HashMap<ClientId, Instant>,
+    /// When this member took office, and in which term; `None` while it
+    /// does not lead.
+    office: Option<(Instant, Term)>,
+    memnodes: HashMap<MemNodeId, (Instant, Term)>,
+    clients: HashMap<ClientId, (Instant, Term)>,
+    pending: Option<Command>,
 }
 
 impl Liveness {
@@ -41,41 +55,94 @@ impl Liveness {
         assert!(!memnode_lease.is_zero(), "a zero lease lapses as it is granted");
         Liveness {
             memnode_lease,
-            since: None,
+            office: None,
             memnodes: HashMap::new(),
             clients: HashMap::new(),
+            pending: None,
         }
     }
 
-    /// This member took office at `now`: every lease counts from here.
-    /// Renewals it noted since it last followed stay: they reached it as
-    /// leader (the API sends renewals only to the leader), just before it
-    /// noticed its own election.
-    pub fn lead(&mut self, now: Instant) {
-        self.since = Some(now);
+    /// This member took office in `term` at `now`: every lease counts from
+    /// here. Renewals heard in this term before (by this member as leader,
+    /// just before the judge noticed its election) stay; older ones go.
+    pub fn lead(&mut self, now: Instant, term: Term) {
+        self.office = Some((now, term));
+        self.memnodes.retain(|_, &mut (_, t)| t == term);
+        self.clients.retain(|_, &mut (_, t)| t == term);
+        self.pending = None;
     }
 
     /// This member no longer leads: what it heard will be heard again by
     /// the next leader.
     pub fn follow(&mut self) {
-        self.since = None;
+        self.office = None;
         self.memnodes.clear();
         self.clients.clear();
+        self.pending = None;
     }
 
     /// True between [`Liveness::lead`] and [`Liveness::follow`].
     pub fn is_leading(&self) -> bool {
-        self.since.is_some()
+        self.office.is_some()
     }
 
-    /// Memory node `id` renewed its lease at `now`.
-    pub fn renew_memnode(&mut self, id: MemNodeId, now: Instant) {
-        self.memnodes.insert(id, now);
+    /// Memory node `id` renewed its lease at `now`, heard by the leader of
+    /// `term`.
+    pub fn renew_memnode(&mut self, id: MemNodeId, now: Instant, term: Term) {
+        self.memnodes.insert(id, (now, term));
     }
 
-    /// Client `id` renewed its lease at `now`.
-    pub fn renew_client(&mut self, id: ClientId, now: Instant) {
-        self.clients.insert(id, now);
+    /// Client `id` renewed its lease at `now`, heard by the leader of `term`.
+    pub fn renew_client(&mut self, id: ClientId, now: Instant, term: Term) {
+        self.clients.insert(id, (now, term));
+    }
+
+    /// The decision being committed, if any.
+    pub fn pending(&self) -> Option<&Command> {
+        self.pending.as_ref()
+    }
+
+    /// Records `decision` as being committed.
+    pub fn set_pending(&mut self, decision: Command) {
+        self.pending = Some(decision);
+    }
+
+    /// Forgets the pending decision once `state` shows it applied.
+    pub fn settle(&mut self, state: &ControlState) {
+        let applied = match self.pending {
+            None => return,
+            Some(Command::ActivateMemNode { id }) => state
+                .memnodes
+                .get(&id)
+                .is_none_or(|n| n.state != MemNodeState::Joining && n.state != MemNodeState::Suspect),
+            Some(Command::SuspectMemNode { id }) => state
+                .memnodes
+                .get(&id)
+                .is_none_or(|n| n.state != MemNodeState::Active),
+            Some(Command::DeclareMemNodeDead { id }) => state
+                .memnodes
+                .get(&id)
+                .is_none_or(|n| n.state == MemNodeState::Dead),
+            Some(Command::ExpireClient { id }) => state
+                .clients
+                .get(&id)
+                .is_none_or(|c| c.state != ClientState::Live),
+            // The judge proposes nothing else.
+            Some(_) => true,
+        };
+        if applied {
+            self.pending = None;
+        }
+    }
+
+    /// True while memory node `id`'s death is being committed.
+    pub fn memnode_going(&self, id: MemNodeId) -> bool {
+        self.pending == Some(Command::DeclareMemNodeDead { id })
+    }
+
+    /// True while client `id`'s expiry is being committed.
+    pub fn client_going(&self, id: ClientId) -> bool {
+        self.pending == Some(Command::ExpireClient { id })
     }
 
     /// The decisions due at `now` given the applied `state`, in a stable
@@ -84,7 +151,7 @@ impl Liveness {
     /// Also forgets renewals of memory nodes and clients the state no
     /// longer knows, so the tables stay as small as the state.
     pub fn decisions(&mut self, now: Instant, state: &ControlState) -> Vec<Command> {
-        let Some(since) = self.since else {
+        let Some((since, term)) = self.office else {
             return Vec::new();
         };
         self.memnodes.retain(|id, _| state.memnodes.contains_key(id));
@@ -93,10 +160,12 @@ impl Liveness {
         // when that is later (the grace rule).
         let silence =
             |heard: Option<Instant>| now.saturating_duration_since(heard.map_or(since, |h| h.max(since)));
+        // Only what this office heard counts (see the module docs).
+        let this_term = |e: Option<&(Instant, Term)>| e.filter(|&&(_, t)| t == term).map(|&(at, _)| at);
         let lease = self.memnode_lease;
         let mut out = Vec::new();
         for n in state.memnodes.values() {
-            let heard = self.memnodes.get(&n.id).copied();
+            let heard = this_term(self.memnodes.get(&n.id));
             let quiet = silence(heard);
             let id = n.id;
             match n.state {
@@ -114,7 +183,7 @@ impl Liveness {
             if c.state != ClientState::Live {
                 continue;
             }
-            let quiet = silence(self.clients.get(&c.id).copied());
+            let quiet = silence(this_term(self.clients.get(&c.id)));
             if quiet >= Duration::from_millis(c.lease_ms) {
                 out.push(Command::ExpireClient { id: c.id });
             }
@@ -170,7 +239,7 @@ mod tests {
         let mut l = Liveness::new(LEASE);
         let t0 = Instant::now();
         assert!(l.decisions(t0 + ms(10_000), &state()).is_empty());
-        l.lead(t0);
+        l.lead(t0, 1);
         l.follow();
         assert!(!l.is_leading());
         assert!(l.decisions(t0 + ms(10_000), &state()).is_empty());
@@ -181,7 +250,7 @@ mod tests {
         let mut l = Liveness::new(LEASE);
         let t0 = Instant::now();
         let s = state();
-        l.lead(t0);
+        l.lead(t0, 1);
         assert!(l.decisions(t0 + ms(99), &s).is_empty(), "within the grace lease");
         assert_eq!(
             l.decisions(t0 + ms(100), &s),
@@ -195,11 +264,11 @@ mod tests {
         let t0 = Instant::now();
         let mut s = state();
         // Heard long before taking office: the grace rule counts from office.
-        l.lead(t0 + ms(500));
-        l.renew_client(0, t0);
+        l.lead(t0 + ms(500), 1);
+        l.renew_client(0, t0, 1);
         assert!(l.decisions(t0 + ms(599), &s).is_empty());
         for i in 1..=10 {
-            l.renew_client(0, t0 + ms(500 + 50 * i));
+            l.renew_client(0, t0 + ms(500 + 50 * i), 1);
             assert!(l.decisions(t0 + ms(500 + 50 * i + 99), &s).is_empty());
         }
         let last = t0 + ms(1000);
@@ -217,13 +286,13 @@ mod tests {
         let mut l = Liveness::new(LEASE);
         let t0 = Instant::now();
         let mut s = state();
-        l.lead(t0);
-        l.renew_client(0, t0 + ms(10_000)); // keep the client out of the picture
+        l.lead(t0, 1);
+        l.renew_client(0, t0 + ms(10_000), 1); // keep the client out of the picture
         assert!(
             l.decisions(t0 + ms(50), &s).is_empty(),
             "joining and unheard: nothing"
         );
-        l.renew_memnode(0, t0 + ms(50));
+        l.renew_memnode(0, t0 + ms(50), 1);
         assert_eq!(
             l.decisions(t0 + ms(60), &s),
             vec![Command::ActivateMemNode { id: 0 }]
@@ -241,7 +310,7 @@ mod tests {
             vec![Command::DeclareMemNodeDead { id: 0 }]
         );
         // A suspect that is heard again comes back.
-        l.renew_memnode(0, t0 + ms(200));
+        l.renew_memnode(0, t0 + ms(200), 1);
         assert_eq!(
             l.decisions(t0 + ms(210), &s),
             vec![Command::ActivateMemNode { id: 0 }]
@@ -249,12 +318,55 @@ mod tests {
     }
 
     #[test]
+    fn renewals_heard_in_an_earlier_office_revive_nobody() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let mut s = state();
+        l.lead(t0, 1);
+        l.renew_client(0, t0 + ms(10_000), 1);
+        l.renew_memnode(0, t0, 1);
+        apply(&mut s, Command::ActivateMemNode { id: 0 });
+        apply(&mut s, Command::SuspectMemNode { id: 0 });
+        // Office again in term 3 without having followed in between (the
+        // judge missed its loss of the lead): term 1's renewal is void.
+        l.lead(t0 + ms(10_000), 3);
+        l.renew_client(0, t0 + ms(10_000), 3);
+        assert!(
+            l.decisions(t0 + ms(10_010), &s).is_empty(),
+            "no activation from term 1's renewal"
+        );
+        // Heard in this term: it comes back.
+        l.renew_memnode(0, t0 + ms(10_020), 3);
+        assert_eq!(
+            l.decisions(t0 + ms(10_030), &s),
+            vec![Command::ActivateMemNode { id: 0 }]
+        );
+    }
+
+    #[test]
+    fn a_pending_decision_settles_once_applied_and_marks_its_holder() {
+        let mut l = Liveness::new(LEASE);
+        let mut s = state();
+        l.set_pending(Command::ExpireClient { id: 0 });
+        assert!(l.client_going(0) && !l.memnode_going(0));
+        l.settle(&s);
+        assert!(l.pending().is_some(), "not applied yet");
+        apply(&mut s, Command::ExpireClient { id: 0 });
+        l.settle(&s);
+        assert_eq!(l.pending(), None);
+        l.set_pending(Command::DeclareMemNodeDead { id: 0 });
+        assert!(l.memnode_going(0));
+        l.lead(Instant::now(), 2);
+        assert_eq!(l.pending(), None, "a new office starts with nothing in flight");
+    }
+
+    #[test]
     fn forgets_renewals_of_what_the_state_no_longer_knows() {
         let mut l = Liveness::new(LEASE);
         let t0 = Instant::now();
-        l.lead(t0);
-        l.renew_client(7, t0);
-        l.renew_memnode(9, t0);
+        l.lead(t0, 1);
+        l.renew_client(7, t0, 1);
+        l.renew_memnode(9, t0, 1);
         let _ = l.decisions(t0, &state());
         assert!(l.clients.is_empty() && l.memnodes.is_empty());
     }

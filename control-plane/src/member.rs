@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, ChangeMembers, ServerState};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -215,6 +215,8 @@ pub(crate) enum WriteError {
     Membership(String),
     /// Raft has stopped.
     Stopped(String),
+    /// This member could not confirm with a quorum that it still leads.
+    NoQuorum(String),
 }
 
 impl Node {
@@ -246,6 +248,22 @@ impl Node {
                 voter: voters.contains(&id),
             })
             .collect()
+    }
+
+    /// Confirms with a quorum, now, that this member leads, and that it has
+    /// applied everything committed before (openraft's read index); returns
+    /// its term. A leader cut off from its majority keeps believing it leads
+    /// (openraft 0.9 has no check-quorum), so whatever it answers without
+    /// committing, such as a renewal, must first pass this.
+    pub(crate) async fn confirm_lead(&self) -> Result<u64, WriteError> {
+        match self.bounded(self.raft.ensure_linearizable()).await? {
+            Ok(_) => Ok(self.raft.metrics().borrow().current_term),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(WriteError::NotLeader(f.leader_node.map(|n| n.addr)))
+            }
+            Err(RaftError::APIError(e)) => Err(WriteError::NoQuorum(e.to_string())),
+            Err(RaftError::Fatal(f)) => Err(WriteError::Stopped(f.to_string())),
+        }
     }
 
     /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
@@ -353,7 +371,7 @@ impl Node {
         }
     }
 
-    /// Notes a renewal if this member leads (the caller checked the id).
+    /// The lease table (held briefly: never across an await).
     pub(crate) fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
         self.liveness.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -367,9 +385,10 @@ pub(crate) fn now_ms() -> u64 {
 }
 
 /// The leader's lease judge: every `timing.lease_check`, if this member
-/// leads, proposes the decisions [`Liveness::decisions`] finds due, one at a
-/// time, each awaited before the next and before the next look, so none is
-/// proposed twice.
+/// leads (acknowledged by a quorum), proposes the decisions
+/// [`Liveness::decisions`] finds due, one at a time, recomputed before each.
+/// The one in flight stays pending until the state shows it or the term
+/// ends, so none is proposed twice (see the module docs of `liveness`).
 async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(node.settings.timing.lease_check);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -402,20 +421,36 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
         }
         if office != Some(term) {
             office = Some(term);
-            node.liveness().lead(Instant::now());
+            node.liveness().lead(Instant::now(), term);
             tracing::info!(member = node.id, term, "leading: leases are judged from now");
         }
-        let due = {
-            let mut liveness = node.liveness();
-            node.reader.with_state(|s| liveness.decisions(Instant::now(), s))
-        };
-        for decision in due {
+        // One decision at a time, recomputed before each: a renewal heard
+        // while the previous one committed counts.
+        loop {
+            let next = {
+                let mut liveness = node.liveness();
+                node.reader.with_state(|s| {
+                    liveness.settle(s);
+                    if liveness.pending().is_some() {
+                        // A decision whose commit timed out may still
+                        // commit: never propose a second beside it.
+                        return None;
+                    }
+                    let next = liveness.decisions(Instant::now(), s).into_iter().next();
+                    if let Some(d) = &next {
+                        liveness.set_pending(d.clone());
+                    }
+                    next
+                })
+            };
+            let Some(decision) = next else { break };
             tracing::info!(?decision, "lease decision");
             match node.propose(&actor, decision).await {
-                Ok(_) => {}
-                Err(WriteError::Refused(e)) => tracing::debug!(error = %e, "lease decision refused"),
+                // Applied (or refused, which changes nothing): the state
+                // shows it, and `settle` clears it on the next look.
+                Ok(_) | Err(WriteError::Refused(_)) => {}
                 Err(e) => {
-                    tracing::info!(error = ?e, "lease decision not committed; judging again later");
+                    tracing::info!(error = ?e, "lease decision not committed yet; it stays pending");
                     break;
                 }
             }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{register, tables, Cluster, SECRET, TOKEN};
+use common::{register, tables, Cluster, OPERATOR_TOKEN, SECRET, TOKEN};
 use control_plane::api::{ClientError, ControlClient, ErrorBody, API_BODY_BYTES_MAX};
 use control_plane::network::{SECRET_HEADER, VOTE_PATH};
 use control_plane::state::Command;
@@ -98,6 +98,34 @@ async fn operator_api_refuses_bad_requests_and_changes_nothing() {
             .bearer_auth(TOKEN)
             .body("{\"members\": 7}");
         assert_eq!(refusal(req).await.0, StatusCode::BAD_REQUEST);
+
+        // Membership is for admin tokens only: adding a member hands it the
+        // log and the cluster secret.
+        let req = http
+            .post(url(&c, id, "/v1/members"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&serde_json::json!({"id": 9, "addr": "127.0.0.1:9"}));
+        let (s, e) = refusal(req).await;
+        assert_eq!((s, e.contains("admin")), (StatusCode::FORBIDDEN, true), "{e}");
+        let req = http
+            .delete(url(&c, id, "/v1/members/1"))
+            .bearer_auth(OPERATOR_TOKEN);
+        assert_eq!(refusal(req).await.0, StatusCode::FORBIDDEN);
+        let req = http.post(url(&c, id, "/v1/init")).bearer_auth(OPERATOR_TOKEN);
+        assert_eq!(refusal(req).await.0, StatusCode::FORBIDDEN);
+        // Operators may still command: an unknown node is a 404, not a 403.
+        let req = http
+            .post(url(&c, id, "/v1/commands"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&Command::DrainMemNode { id: 99 });
+        assert_eq!(refusal(req).await.0, StatusCode::NOT_FOUND);
+        for addr in ["evil.example:80/steal", "host:0", ":7401", "a b:1", "host:99999"] {
+            let req = http
+                .post(url(&c, id, "/v1/members"))
+                .bearer_auth(TOKEN)
+                .json(&serde_json::json!({"id": 9, "addr": addr}));
+            assert_eq!(refusal(req).await.0, StatusCode::BAD_REQUEST, "{addr}");
+        }
     }
 
     // Well-formed but impossible commands, through the typed client: clear

@@ -58,6 +58,13 @@ cluster_test!(a_partitioned_minority_cannot_commit, async {
         other => panic!("a minority write must not succeed: {other:?}"),
     }
     assert_eq!(c.applied(old), applied_before, "nothing applied in the minority");
+    // Nor does it confirm renewals: a cut-off leader cannot know whether the
+    // majority has expired the holder meanwhile.
+    let renewal = c.client(old).renew_memnode(0).await;
+    match renewal {
+        Err(ClientError::Refused { status, .. }) => assert_eq!(status.as_u16(), 503),
+        other => panic!("a minority leader must not confirm a renewal: {other:?}"),
+    }
     // The majority elects a leader of its own and commits.
     let majority: Vec<_> = c.ids().into_iter().filter(|&id| id != old).collect();
     let new = c.new_leader(old, &majority).await;

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use control_plane::config::{Settings, Token};
+use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
@@ -25,6 +25,7 @@ Secrets: with --config FILE, the cluster secret and bearer tokens come from FILE
   [[tokens]]
   name = \"ops\"
   token = \"another-16-or-more-characters\"
+  role = \"admin\"                # may also init and change members; default \"operator\"
   [timing]                      # optional; humantime durations, defaults shown
   heartbeat = \"50ms\"
   election_timeout_min = \"150ms\"
@@ -36,7 +37,7 @@ Secrets: with --config FILE, the cluster secret and bearer tokens come from FILE
   watch_max = \"60s\"             # longest map long-poll
 
 Without --config, KINTSUGI_CLUSTER_SECRET and KINTSUGI_TOKEN supply one secret and one token
-(named \"default\"), with default timings. Every member of a cluster needs the same secret.
+(named \"default\", role admin), with default timings. Every member of a cluster needs the same secret.
 
 Once serving, prints one line to stdout: `listening ADDR`. A new cluster is formed with
 `kintsugi ctl --endpoint ADDR init` on one member, then `kintsugi ctl members add` for the others.
@@ -81,9 +82,12 @@ fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
         anyhow::anyhow!("no --config given and {TOKEN_ENV} is not set: a member needs a bearer token")
     })?;
     let secret = ClusterSecret::new(secret).context(SECRET_ENV)?;
+    // The one token of a member without a config file must be able to form
+    // the cluster.
     let tokens = vec![Token {
         name: "default".to_owned(),
         token,
+        role: Role::Admin,
     }];
     Settings::new(secret, tokens).context(TOKEN_ENV)
 }

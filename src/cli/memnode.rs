@@ -4,6 +4,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use control_plane::api::{keep_lease, ClientError, ControlClient, Leaseholder, RENEW_RETRY};
@@ -45,12 +46,13 @@ pub struct MemnodeArgs {
     /// Start at this map epoch at least (clients with an older map are refused).
     #[arg(long, default_value_t = 1)]
     epoch: u64,
-    /// A control-plane member (HOST:PORT) to register with (or find this node's record by its
-    /// endpoint, after a restart) and renew this node's lease at, every third of the lease.
-    #[arg(long, value_name = "HOST:PORT")]
-    control: Option<String>,
+    /// Control-plane members (HOST:PORT, comma-separated or repeated) to register with (or find
+    /// this node's record by its endpoint, after a restart) and renew this node's lease at,
+    /// every third of the lease; naming several survives a member's death.
+    #[arg(long, value_name = "HOST:PORT", value_delimiter = ',')]
+    control: Vec<String>,
     /// Bearer token for --control.
-    #[arg(long, env = super::control::TOKEN_ENV, hide_env_values = true, requires = "control")]
+    #[arg(long, env = super::control::TOKEN_ENV, hide_env_values = true)]
     control_token: Option<String>,
     /// The endpoint to register: where clients reach this node (default: the bound address).
     #[arg(long, value_name = "HOST:PORT", requires = "control")]
@@ -98,14 +100,17 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "listening {addr}")?;
         stdout.flush()?;
         drop(stdout);
-        let lease = match &args.control {
-            Some(control) => {
-                let client = ControlClient::new(control, args.control_token.clone())?;
-                let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
-                let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
-                Some(tokio::spawn(keep_registered(client, endpoint, capacity_bytes)))
-            }
-            None => None,
+        let lease = if args.control.is_empty() {
+            None
+        } else {
+            let members = args
+                .control
+                .iter()
+                .map(|m| ControlClient::new(m, args.control_token.clone()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
+            let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
+            Some(tokio::spawn(keep_registered(members, endpoint, capacity_bytes)))
         };
         fabric::server::serve(listener, node.clone(), shutdown).await?;
         if let Some(lease) = lease {
@@ -121,29 +126,45 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Longest wait for one registration attempt at one member.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Registers this node with the control plane (or finds its record by
 /// endpoint, after a restart) and renews its lease while it serves. A node
 /// the control plane refuses (declared dead, removed) stops renewing and
 /// says so; it keeps serving, since clients with an older map are fenced by
 /// the epoch, not by this process.
-async fn keep_registered(client: ControlClient, endpoint: String, capacity_bytes: u64) {
+async fn keep_registered(members: Vec<ControlClient>, endpoint: String, capacity_bytes: u64) {
     let register = Command::RegisterMemNode {
         endpoint: endpoint.clone(),
         capacity_bytes,
     };
+    let mut tries = 0usize;
     let id = loop {
-        match client.command(&register).await {
+        let client = &members[tries % members.len()];
+        tries += 1;
+        // A member that accepts and never answers must not hold us forever.
+        let answer = tokio::time::timeout(REGISTER_TIMEOUT, client.command(&register)).await;
+        let Ok(answer) = answer else {
+            tracing::warn!(
+                endpoint = client.endpoint(),
+                "no answer to registration; trying the next member"
+            );
+            continue;
+        };
+        match answer {
             Ok(Outcome::MemNode(n)) => break n.id,
             // Registered before this restart: the record is found by endpoint.
             Err(ClientError::Refused { status, .. }) if status.as_u16() == 409 => {
-                match client.memnodes().await {
-                    Ok(nodes) => match nodes.into_iter().find(|n| n.endpoint == endpoint) {
+                match tokio::time::timeout(REGISTER_TIMEOUT, client.memnodes()).await {
+                    Err(_) => tracing::warn!(endpoint = client.endpoint(), "no answer to the node list"),
+                    Ok(Ok(nodes)) => match nodes.into_iter().find(|n| n.endpoint == endpoint) {
                         Some(n) => break n.id,
                         None => {
                             tracing::warn!(%endpoint, "registration refused, and no record has this endpoint")
                         }
                     },
-                    Err(e) => tracing::warn!(error = %e, "cannot list memory nodes"),
+                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot list memory nodes"),
                 }
             }
             Ok(other) => tracing::warn!(?other, "unexpected answer to registration"),
@@ -152,7 +173,7 @@ async fn keep_registered(client: ControlClient, endpoint: String, capacity_bytes
         tokio::time::sleep(RENEW_RETRY * 10).await;
     };
     tracing::info!(memnode = id, %endpoint, "registered with the control plane");
-    if let Err(e) = keep_lease(&client, Leaseholder::MemNode(id), std::future::pending()).await {
+    if let Err(e) = keep_lease(&members, Leaseholder::MemNode(id), std::future::pending()).await {
         tracing::error!(error = %e, "lease lost: no longer renewing");
     }
 }

@@ -12,6 +12,11 @@ use crate::state::{ClientId, MemNodeId};
 /// electing a leader.
 pub const RENEW_RETRY: Duration = Duration::from_millis(50);
 
+/// Longest wait for one renewal before the lease is known (a third of it
+/// afterwards): a member that accepts the connection and never answers
+/// must not hold the holder past its lease.
+pub const RENEW_TIMEOUT_INITIAL: Duration = Duration::from_millis(500);
+
 /// Whose lease.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Leaseholder {
@@ -32,41 +37,62 @@ pub struct LeaseLost {
     pub source: ClientError,
 }
 
-/// Renews `holder`'s lease every third of its length until `stop`
-/// resolves (`Ok`) or the control plane refuses it (`Err`: the holder is
-/// unknown, dead or expired, and must register again).
+/// Renews `holder`'s lease every third of its length, through `members`
+/// (any of the control plane's members; one is enough, more survive a
+/// member's death), until `stop` resolves (`Ok`) or the control plane
+/// refuses it (`Err`: the holder is unknown, dead or expired, and must
+/// register again).
 ///
-/// Failures to reach a leader (elections, a member down) are retried every
-/// [`RENEW_RETRY`]; a lease may lapse meanwhile, which the leader then
-/// judges, and a later renewal brings a suspect memory node back.
+/// Each renewal waits at most a third of the lease ([`RENEW_TIMEOUT_INITIAL`]
+/// before the first answer). A failure (a member down or cut off, an
+/// election, a timeout) moves on to the next member after [`RENEW_RETRY`];
+/// a lease may lapse meanwhile, which the leader then judges, and a later
+/// renewal brings a suspect memory node back.
+///
+/// # Panics
+/// If `members` is empty.
 pub async fn keep_lease(
-    client: &ControlClient,
+    members: &[ControlClient],
     holder: Leaseholder,
     stop: impl Future<Output = ()>,
 ) -> Result<(), LeaseLost> {
+    assert!(!members.is_empty(), "keep_lease needs at least one member");
     tokio::pin!(stop);
     let mut failing = false;
+    let mut at = 0;
+    let mut budget = RENEW_TIMEOUT_INITIAL;
     loop {
-        let renewed = match holder {
-            Leaseholder::MemNode(id) => client.renew_memnode(id).await,
-            Leaseholder::Client(id) => client.renew_client(id).await,
-        };
-        let pause = match renewed {
-            Ok(r) => {
-                if std::mem::take(&mut failing) {
-                    tracing::info!(?holder, "lease renewed again");
-                }
-                Duration::from_millis(r.lease_ms / 3).max(Duration::from_millis(1))
+        let client = &members[at % members.len()];
+        let renewal = async {
+            match holder {
+                Leaseholder::MemNode(id) => client.renew_memnode(id).await,
+                Leaseholder::Client(id) => client.renew_client(id).await,
             }
-            Err(e @ ClientError::Refused { status, .. })
+        };
+        let renewed = tokio::time::timeout(budget, renewal).await;
+        let pause = match renewed {
+            Ok(Ok(r)) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!(?holder, endpoint = client.endpoint(), "lease renewed again");
+                }
+                let third = Duration::from_millis(r.lease_ms / 3).max(Duration::from_millis(1));
+                budget = third.max(RENEW_RETRY);
+                third
+            }
+            Ok(Err(e @ ClientError::Refused { status, .. }))
                 if status.as_u16() == 404 || status.as_u16() == 409 =>
             {
                 return Err(LeaseLost { holder, source: e });
             }
-            Err(e) => {
+            failed => {
                 if !std::mem::replace(&mut failing, true) {
-                    tracing::warn!(?holder, error = %e, "lease renewal failed; retrying");
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no answer within {}", humantime::format_duration(budget)),
+                    };
+                    tracing::warn!(?holder, endpoint = client.endpoint(), error = %why, "lease renewal failed; retrying");
                 }
+                at += 1;
                 RENEW_RETRY
             }
         };

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::{
     AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
 };
+use crate::config::Role;
 use crate::member::{Leader, Node, WriteError};
 use crate::raft::MemberId;
 use crate::reply::{JsonBody, PathParam, QueryParams, Refusal};
@@ -28,9 +29,9 @@ use crate::state::{
 
 type Shared = Arc<Node>;
 
-/// Who is asking: the name of the token presented.
+/// Who is asking: the name and role of the token presented.
 #[derive(Clone, Debug)]
-struct Actor(String);
+struct Actor(String, Role);
 
 /// The `/v1` routes, behind the bearer-token check; writes behind the
 /// forwarding to the leader. Unknown paths and methods get JSON errors too.
@@ -39,19 +40,27 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route("/v1/commands", post(command))
         .route("/v1/memnodes/{id}/renew", post(renew_memnode))
         .route("/v1/clients/{id}/renew", post(renew_client))
+        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
+    // Checked for the admin role before anything is forwarded.
+    let membership = Router::new()
         .route("/v1/members", post(add_member))
         .route("/v1/members/{id}", delete(remove_member))
-        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
+        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader))
+        .route_layer(middleware::from_fn(admin_only));
+    let init = Router::new()
+        .route("/v1/init", post(init))
+        .route_layer(middleware::from_fn(admin_only));
     let reads = Router::new()
         .route("/v1/status", get(status))
         .route("/v1/map", get(map))
         .route("/v1/memnodes", get(memnodes))
         .route("/v1/regions", get(regions))
         .route("/v1/clients", get(clients))
-        .route("/v1/audit", get(audit))
-        .route("/v1/init", post(init));
+        .route("/v1/audit", get(audit));
     reads
         .merge(writes)
+        .merge(membership)
+        .merge(init)
         .route_layer(middleware::from_fn_with_state(node.clone(), authenticate))
         .layer(DefaultBodyLimit::max(API_BODY_BYTES_MAX))
         .fallback(|| async { Refusal::new(StatusCode::NOT_FOUND, "no such route") })
@@ -67,7 +76,10 @@ async fn authenticate(State(node): State<Shared>, mut req: Request, next: Next) 
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+        .map(|v| v.as_bytes())
+        // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
+        .filter(|v| v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer "))
+        .map(|v| &v[7..]);
     let Some(presented) = presented else {
         return unauthorized("missing `Authorization: Bearer <token>` header");
     };
@@ -75,7 +87,7 @@ async fn authenticate(State(node): State<Shared>, mut req: Request, next: Next) 
         tracing::warn!(uri = %req.uri(), "api request with an unknown token");
         return unauthorized("unknown bearer token");
     };
-    let actor = Actor(name.to_owned());
+    let actor = Actor(name.name.clone(), name.role);
     req.extensions_mut().insert(actor);
     next.run(req).await
 }
@@ -85,6 +97,20 @@ fn unauthorized(why: &str) -> Response {
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     resp
+}
+
+/// Lets only admin tokens form the cluster or change its members.
+async fn admin_only(req: Request, next: Next) -> Response {
+    match req.extensions().get::<Actor>() {
+        Some(Actor(_, Role::Admin)) => next.run(req).await,
+        Some(Actor(name, _)) => Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!("token {name:?} may not change the membership: it needs role = \"admin\""),
+        )
+        .into_response(),
+        // `authenticate` runs first; without an actor, refuse anyway.
+        None => unauthorized("missing `Authorization: Bearer <token>` header"),
+    }
 }
 
 /// Runs a write here if this member leads, else forwards it to the leader
@@ -127,9 +153,15 @@ async fn forward(node: &Node, addr: &str, req: Request) -> Response {
             out = out.header(name, v.clone());
         }
     }
-    // The leader may need its whole commit timeout (or a member's
-    // catch-up); a little more lets its own answer arrive first.
-    let limit = node.settings.timing.commit_timeout * 13;
+    // The leader may need its whole commit timeout, or for a new member
+    // its catch-up and promotion (13 commit timeouts, `Node::add_member`);
+    // a little more lets its own answer arrive first.
+    let timing = &node.settings.timing;
+    let limit = if parts.uri.path().starts_with("/v1/members") {
+        timing.commit_timeout * 13 + timing.commit_timeout / 2
+    } else {
+        timing.commit_timeout + timing.commit_timeout / 2
+    };
     let sent = out
         .header(FORWARDED_HEADER, node.id.to_string())
         .timeout(limit)
@@ -192,6 +224,10 @@ impl From<WriteError> for Refusal {
                 ),
             ),
             WriteError::Membership(why) => Refusal::new(StatusCode::CONFLICT, why),
+            WriteError::NoQuorum(why) => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("this member cannot confirm with a quorum that it leads: {why}"),
+            ),
             WriteError::Stopped(why) => Refusal::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("raft has stopped: {why}"),
@@ -202,7 +238,7 @@ impl From<WriteError> for Refusal {
 
 async fn command(
     State(node): State<Shared>,
-    Extension(Actor(actor)): Extension<Actor>,
+    Extension(Actor(actor, _)): Extension<Actor>,
     JsonBody(command): JsonBody<Command>,
 ) -> Result<Json<Outcome>, Refusal> {
     Ok(Json(node.propose(&actor, command).await?))
@@ -212,6 +248,7 @@ async fn renew_memnode(
     State(node): State<Shared>,
     PathParam(id): PathParam<MemNodeId>,
 ) -> Result<Json<Renewed>, Refusal> {
+    let term = node.confirm_lead().await?;
     let known = node.reader.with_state(|s| s.memnodes.get(&id).map(|n| n.state));
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownMemNode { id }).into()),
@@ -220,7 +257,11 @@ async fn renew_memnode(
             format!("memory node {id} was declared dead; register it again"),
         )),
         Some(_) => {
-            node.liveness().renew_memnode(id, Instant::now());
+            let mut liveness = node.liveness();
+            if liveness.memnode_going(id) {
+                return Err(going(format!("memory node {id}")));
+            }
+            liveness.renew_memnode(id, Instant::now(), term);
             Ok(Json(Renewed {
                 lease_ms: millis(node.settings.timing.memnode_lease),
             }))
@@ -232,6 +273,7 @@ async fn renew_client(
     State(node): State<Shared>,
     PathParam(id): PathParam<ClientId>,
 ) -> Result<Json<Renewed>, Refusal> {
+    let term = node.confirm_lead().await?;
     let known = node
         .reader
         .with_state(|s| s.clients.get(&id).map(|c| (c.state, c.lease_ms)));
@@ -242,10 +284,24 @@ async fn renew_client(
             format!("client {id} expired at {at_ms} ms; register again"),
         )),
         Some((ClientState::Live, lease_ms)) => {
-            node.liveness().renew_client(id, Instant::now());
+            let mut liveness = node.liveness();
+            if liveness.client_going(id) {
+                return Err(going(format!("client {id}")));
+            }
+            liveness.renew_client(id, Instant::now(), term);
             Ok(Json(Renewed { lease_ms }))
         }
     }
+}
+
+/// The answer to a renewal that arrives while its holder's death or expiry
+/// is being committed: neither "renewed" (the decision may commit) nor
+/// "gone" (it may not). The holder retries and learns which.
+fn going(holder: String) -> Refusal {
+    Refusal::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("{holder}'s lease lapsed and the decision is being committed; retry"),
+    )
 }
 
 async fn add_member(
@@ -257,12 +313,7 @@ async fn add_member(
         addr: m.addr,
         voter: m.voter,
     };
-    if info.addr.parse::<std::net::SocketAddr>().is_err() && !info.addr.contains(':') {
-        return Err(Refusal::new(
-            StatusCode::BAD_REQUEST,
-            format!("member address {:?} is not host:port", info.addr),
-        ));
-    }
+    check_member_addr(&info.addr)?;
     Ok(Json(node.add_member(&info).await?))
 }
 
@@ -271,6 +322,34 @@ async fn remove_member(
     PathParam(id): PathParam<MemberId>,
 ) -> Result<Json<Vec<super::MemberInfo>>, Refusal> {
     Ok(Json(node.remove_member(id).await?))
+}
+
+/// Refuses a member address that is not `host:port` (a hostname or IP, a
+/// port above 0, nothing else): the leader will send that member its log.
+fn check_member_addr(addr: &str) -> Result<(), Refusal> {
+    let ok = match addr.rsplit_once(':') {
+        Some((host, port)) => {
+            let host = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host);
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b))
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        }
+        None => false,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(Refusal::new(
+            StatusCode::BAD_REQUEST,
+            format!("member address {addr:?} is not host:port"),
+        ))
+    }
 }
 
 /// The body is optional: none forms a cluster of this member alone.
@@ -285,6 +364,9 @@ async fn init(State(node): State<Shared>, body: axum::body::Bytes) -> Result<Jso
             )
         })?
     };
+    for m in &request.members {
+        check_member_addr(&m.addr)?;
+    }
     node.init(&request.members).await?;
     Ok(Json(status_of(&node)))
 }

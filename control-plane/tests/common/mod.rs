@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use control_plane::api::{ClientError, ControlClient, MemberInfo};
-use control_plane::config::{Settings, Timing, Token};
+use control_plane::config::{Role, Settings, Timing, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
@@ -25,6 +25,8 @@ use openraft::ServerState;
 pub const WAIT: Duration = Duration::from_secs(60);
 
 pub const TOKEN: &str = "test-token-0123456789";
+/// A token without the admin role.
+pub const OPERATOR_TOKEN: &str = "operator-token-0123456789";
 pub const SECRET: &str = "test-cluster-secret-0123456789";
 
 /// Timings for a loaded CI machine: elections rarer than the defaults (a
@@ -33,10 +35,18 @@ pub const SECRET: &str = "test-cluster-secret-0123456789";
 pub fn settings() -> Settings {
     let mut s = Settings::new(
         ClusterSecret::new(SECRET).expect("valid secret"),
-        vec![Token {
-            name: "tester".into(),
-            token: TOKEN.into(),
-        }],
+        vec![
+            Token {
+                name: "tester".into(),
+                token: TOKEN.into(),
+                role: Role::Admin,
+            },
+            Token {
+                name: "operator".into(),
+                token: OPERATOR_TOKEN.into(),
+                role: Role::Operator,
+            },
+        ],
     )
     .expect("valid settings");
     s.timing = Timing {
