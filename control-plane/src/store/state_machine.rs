@@ -237,19 +237,20 @@ fn decode_snapshot(meta: &Meta, data: &[u8]) -> Result<AppliedState, StoreError>
 }
 
 /// Makes `meta`/`data` the current snapshot unless a newer one is already
-/// stored, and flushes: openraft purges the log behind a snapshot.
+/// stored, and flushes: openraft purges the log behind a snapshot. Returns
+/// whether it was stored.
 async fn store_snapshot(
     db: &sled::Db,
     tree: &sled::Tree,
     lock: &tokio::sync::Mutex<()>,
     meta: &Meta,
     data: &[u8],
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let _guard = lock.lock().await;
     if let Some(current) = tree.get(SNAPSHOT_META)? {
         let current: Meta = decode("snapshot metadata", &current)?;
         if current.last_log_id > meta.last_log_id {
-            return Ok(());
+            return Ok(false);
         }
     }
     // One batch: metadata never names data that is not there.
@@ -258,7 +259,7 @@ async fn store_snapshot(
     batch.insert(SNAPSHOT_DATA, data);
     tree.apply_batch(batch)?;
     db.flush_async().await?;
-    Ok(())
+    Ok(true)
 }
 
 impl StateMachineStore {
@@ -321,7 +322,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership,
             snapshot_id,
         };
-        store_snapshot(&self.db, &self.tree, &self.snapshot_lock, &meta, &data)
+        // A newer snapshot installed meanwhile wins; this one is still a
+        // true snapshot of what was applied, so it is returned either way.
+        let _stored = store_snapshot(&self.db, &self.tree, &self.snapshot_lock, &meta, &data)
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
         Ok(Snapshot {
@@ -389,9 +392,19 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let write_snapshot = |e: StoreError| StorageIOError::write_snapshot(Some(meta.signature()), &e);
         let data = snapshot.into_inner();
         let applied = decode_snapshot(meta, &data).map_err(write_snapshot)?;
-        store_snapshot(&self.db, &self.tree, &self.snapshot_lock, meta, &data)
+        let stored = store_snapshot(&self.db, &self.tree, &self.snapshot_lock, meta, &data)
             .await
             .map_err(write_snapshot)?;
+        if !stored {
+            // openraft installs only snapshots past what is applied, and a
+            // stored snapshot never is: this is a bug, and replacing the
+            // state with the older one would make memory and disk disagree.
+            return Err(write_snapshot(StoreError::SnapshotMismatch {
+                id: meta.snapshot_id.clone(),
+                why: "older than the snapshot already stored".to_owned(),
+            })
+            .into());
+        }
         let (epoch, last_applied) = (applied.state.epoch, applied.last_applied);
         *self.shared.write() = applied;
         self.shared.publish(epoch, last_applied);

@@ -272,3 +272,33 @@ async fn second_open_of_a_live_store_is_refused() {
     let err = open(dir.path()).await.unwrap_err();
     assert!(matches!(err, StoreError::Locked { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn an_older_snapshot_is_refused_and_changes_nothing() {
+    let (dir_a, dir_b) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (_la, mut a) = open(dir_a.path()).await.unwrap();
+    let (_lb, mut b) = open(dir_b.path()).await.unwrap();
+    let register = |i: u64| {
+        normal(
+            i,
+            Command::RegisterMemNode {
+                endpoint: format!("mn{i}:7000"),
+                capacity_bytes: 1 << 30,
+            },
+        )
+    };
+    a.apply([register(1)]).await.unwrap();
+    let older = a.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    a.apply([register(2)]).await.unwrap();
+    let newer = a.get_snapshot_builder().await.build_snapshot().await.unwrap();
+
+    let mut incoming = b.begin_receiving_snapshot().await.unwrap();
+    *incoming = *newer.snapshot;
+    b.install_snapshot(&newer.meta, incoming).await.unwrap();
+    let before = b.state();
+    let mut incoming = b.begin_receiving_snapshot().await.unwrap();
+    *incoming = *older.snapshot;
+    assert!(b.install_snapshot(&older.meta, incoming).await.is_err());
+    assert_eq!(b.state(), before);
+    assert_eq!(b.last_applied(), Some(log_id(1, 0, 2)));
+}
