@@ -60,9 +60,9 @@ pub struct CommitPhase {
     pub elapsed: Duration,
     /// Send to acknowledgement, microseconds.
     pub latency: Histogram<u64>,
-    /// Commits/s over the first and the last tenth of the acknowledgements
-    /// (the state machine re-encodes the state, audit trail included, on
-    /// every apply: a trail that grows may slow commits down).
+    /// Commits/s over the first and the last tenth of the acknowledgements:
+    /// a rate that falls as the state (and its audit trail) grows would
+    /// show here. It once did, when every apply re-encoded the state.
     pub first_tenth_per_sec: f64,
     pub last_tenth_per_sec: f64,
 }
