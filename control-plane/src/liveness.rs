@@ -81,9 +81,10 @@ impl Liveness {
         self.pending = None;
     }
 
-    /// True between [`Liveness::lead`] and [`Liveness::follow`].
-    pub fn is_leading(&self) -> bool {
-        self.office.is_some()
+    /// The term this member took office in, between [`Liveness::lead`] and
+    /// [`Liveness::follow`].
+    pub fn office_term(&self) -> Option<Term> {
+        self.office.map(|(_, term)| term)
     }
 
     /// Memory node `id` renewed its lease at `now`, heard by the leader of
@@ -241,7 +242,7 @@ mod tests {
         assert!(l.decisions(t0 + ms(10_000), &state()).is_empty());
         l.lead(t0, 1);
         l.follow();
-        assert!(!l.is_leading());
+        assert_eq!(l.office_term(), None);
         assert!(l.decisions(t0 + ms(10_000), &state()).is_empty());
     }
 

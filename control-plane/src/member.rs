@@ -393,8 +393,6 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(node.settings.timing.lease_check);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let actor = format!("member {} (lease judge)", node.id);
-    // The term this member took office in, while it leads.
-    let mut office: Option<u64> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -413,16 +411,19 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
                 m.current_term,
             )
         };
-        if !leading {
-            if office.take().is_some() {
-                node.liveness().follow();
+        {
+            let mut liveness = node.liveness();
+            let office = liveness.office_term();
+            if !leading {
+                if office.is_some() {
+                    liveness.follow();
+                }
+                continue;
             }
-            continue;
-        }
-        if office != Some(term) {
-            office = Some(term);
-            node.liveness().lead(Instant::now(), term);
-            tracing::info!(member = node.id, term, "leading: leases are judged from now");
+            if office != Some(term) {
+                liveness.lead(Instant::now(), term);
+                tracing::info!(member = node.id, term, "leading: leases are judged from now");
+            }
         }
         // One decision at a time, recomputed before each: a renewal heard
         // while the previous one committed counts.
