@@ -133,6 +133,21 @@ pub struct Timing {
     pub watch_max: Duration,
 }
 
+impl Timing {
+    /// Longest wait for a new member to catch up as a learner: it may replay
+    /// a long log or stream a snapshot, so far longer than one commit, but
+    /// not forever (an unreachable learner never catches up).
+    pub fn catch_up_timeout(&self) -> Duration {
+        self.commit_timeout * 12
+    }
+
+    /// Longest wait for a whole membership change: the catch-up, then one
+    /// commit to promote the learner.
+    pub fn membership_timeout(&self) -> Duration {
+        self.catch_up_timeout() + self.commit_timeout
+    }
+}
+
 impl Default for Timing {
     fn default() -> Self {
         Timing {
@@ -265,7 +280,7 @@ impl Settings {
                 ));
             }
         }
-        // Membership changes wait up to 13 commit timeouts: keep that (and
+        // `membership_timeout` is 13 commit timeouts: keep that (and
         // every multiple taken of it) far from overflowing.
         if t.commit_timeout > COMMIT_TIMEOUT_MAX {
             return invalid(format!(
@@ -313,7 +328,9 @@ impl Settings {
     }
 }
 
-fn millis(d: Duration) -> u64 {
+/// A duration in whole milliseconds, saturating: what leases and openraft's
+/// settings are counted in.
+pub fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::api::{api_router, MemberInfo};
-use crate::config::{ConfigError, Settings};
+use crate::config::{millis, ConfigError, Settings};
 use crate::liveness::Liveness;
 use crate::network::{raft_router, HttpNetworkFactory, Partition, TransportError};
 use crate::raft::{MemberId, Raft};
@@ -274,7 +274,7 @@ impl Node {
             ..
         } = &mut command
         {
-            *lease_ms = u64::try_from(self.settings.timing.client_lease.as_millis()).unwrap_or(u64::MAX);
+            *lease_ms = millis(self.settings.timing.client_lease);
         }
         let request = Request {
             at_ms: now_ms(),
@@ -293,10 +293,7 @@ impl Node {
     /// to voter if asked. Returns the new membership.
     pub(crate) async fn add_member(&self, member: &MemberInfo) -> Result<Vec<MemberInfo>, WriteError> {
         let node = BasicNode::new(member.addr.clone());
-        // Catching up may replay a long log or stream a snapshot: allow it
-        // far longer than one commit, but not forever (an unreachable learner
-        // never catches up).
-        let catch_up = self.settings.timing.commit_timeout * 12;
+        let catch_up = self.settings.timing.catch_up_timeout();
         let added = tokio::time::timeout(catch_up, self.raft.add_learner(member.id, node, true))
             .await
             .map_err(|_| WriteError::Timeout(catch_up))?;
@@ -379,9 +376,7 @@ impl Node {
 
 /// Milliseconds since the Unix epoch (0 on a clock set before 1970).
 pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, millis)
 }
 
 /// The leader's lease judge: every `timing.lease_check`, if this member

@@ -2,7 +2,7 @@
 //! to the leader.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::{
     AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
 };
-use crate::config::Role;
+use crate::config::{millis, Role};
 use crate::member::{Leader, Node, WriteError};
 use crate::raft::MemberId;
 use crate::reply::{JsonBody, PathParam, QueryParams, Refusal};
@@ -153,15 +153,15 @@ async fn forward(node: &Node, addr: &str, req: Request) -> Response {
             out = out.header(name, v.clone());
         }
     }
-    // The leader may need its whole commit timeout, or for a new member
-    // its catch-up and promotion (13 commit timeouts, `Node::add_member`);
-    // a little more lets its own answer arrive first.
+    // The leader may need its whole commit timeout, or a whole membership
+    // change; a little more lets its own answer arrive first.
     let timing = &node.settings.timing;
-    let limit = if parts.uri.path().starts_with("/v1/members") {
-        timing.commit_timeout * 13 + timing.commit_timeout / 2
+    let leader_wait = if parts.uri.path().starts_with("/v1/members") {
+        timing.membership_timeout()
     } else {
-        timing.commit_timeout + timing.commit_timeout / 2
+        timing.commit_timeout
     };
+    let limit = leader_wait + timing.commit_timeout / 2;
     let sent = out
         .header(FORWARDED_HEADER, node.id.to_string())
         .timeout(limit)
@@ -474,8 +474,4 @@ async fn audit(
         let skip = s.audit.len().saturating_sub(limit);
         s.audit.iter().skip(skip).cloned().collect()
     })))
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use control_plane::api::{ClientError, ControlClient, MemberInfo};
+use control_plane::config::millis;
 use control_plane::state::Command;
 use serde::Serialize;
 
@@ -218,7 +219,7 @@ async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result
             name,
             owner_ids,
             // Saturates: the member refuses a lease that long with a clear message.
-            lease_ms: lease.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+            lease_ms: lease.map_or(0, millis),
         },
         ClientCommand::Expire { id } => Command::ExpireClient { id },
         ClientCommand::Forget { id } => Command::ForgetClient { id },
