@@ -49,6 +49,28 @@ pub const FORWARDED_HEADER: &str = "x-kintsugi-forwarded-by";
 /// Audit entries `GET /v1/audit` returns when no limit is given.
 pub const AUDIT_LIMIT_DEFAULT: usize = 100;
 
+/// True when `addr` is a plain `host:port`: a hostname or IP (IPv6 in
+/// brackets), a port above 0, nothing else. Members are named this way
+/// because the leader sends the log, with the cluster secret, to whatever a
+/// member's address says.
+pub fn is_member_addr(addr: &str) -> bool {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => {
+            let host = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host);
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b))
+                && port.parse::<u16>().is_ok_and(|p| p > 0)
+        }
+        None => false,
+    }
+}
+
 /// A member of the Raft cluster.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MemberInfo {

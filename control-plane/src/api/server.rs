@@ -327,22 +327,7 @@ async fn remove_member(
 /// Refuses a member address that is not `host:port` (a hostname or IP, a
 /// port above 0, nothing else): the leader will send that member its log.
 fn check_member_addr(addr: &str) -> Result<(), Refusal> {
-    let ok = match addr.rsplit_once(':') {
-        Some((host, port)) => {
-            let host = host
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .unwrap_or(host);
-            !host.is_empty()
-                && host.len() <= 253
-                && host
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b))
-                && port.parse::<u16>().is_ok_and(|p| p > 0)
-        }
-        None => false,
-    };
-    if ok {
+    if super::is_member_addr(addr) {
         Ok(())
     } else {
         Err(Refusal::new(

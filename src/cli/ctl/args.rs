@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Subcommand;
-use control_plane::api::{MemberInfo, AUDIT_LIMIT_DEFAULT};
+use control_plane::api::{is_member_addr, MemberInfo, AUDIT_LIMIT_DEFAULT};
 use control_plane::raft::MemberId;
 use control_plane::state::{ClientId, MemNodeId};
 use fabric::RegionId;
@@ -170,14 +170,14 @@ pub fn parse_member(s: &str) -> Result<MemberInfo, String> {
         .parse::<MemberId>()
         .map_err(|_| format!("member id '{id}' is not a non-negative number"))?;
     let addr = addr.trim();
-    match addr.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(MemberInfo {
-            id,
-            addr: addr.to_owned(),
-            voter: true,
-        }),
-        _ => Err(format!("member address '{addr}' is not HOST:PORT")),
+    if !is_member_addr(addr) {
+        return Err(format!("member address '{addr}' is not HOST:PORT"));
     }
+    Ok(MemberInfo {
+        id,
+        addr: addr.to_owned(),
+        voter: true,
+    })
 }
 
 #[cfg(test)]
