@@ -6,8 +6,8 @@
 mod common;
 
 use common::{register, tables, Cluster};
-use control_plane::api::ClientError;
-use control_plane::state::{ClientState, Command, Outcome};
+use control_plane::api::{keep_lease, ClientError, ControlClient, Leaseholder};
+use control_plane::state::{ClientState, Command, MemNodeState, Outcome};
 
 /// Every fact of these tests is about members agreeing; a multi-threaded
 /// runtime lets the three run as they would in three processes.
@@ -251,3 +251,38 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+cluster_test!(keep_lease_gets_past_a_member_that_never_answers, async {
+    let c = Cluster::start(3).await;
+    let leader = c.leader().await;
+    c.write(leader, &register("mn-0:1")).await.expect("register");
+    // A "member" that accepts connections and never answers: without a
+    // bound on each renewal, the lease would hang on it forever.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let silent_addr = silent.local_addr().expect("addr").to_string();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn);
+        }
+    });
+    let members = vec![
+        ControlClient::new(&silent_addr, Some(common::TOKEN.into())).expect("client"),
+        c.client(leader),
+    ];
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let keeper = tokio::spawn(async move {
+        keep_lease(&members, Leaseholder::MemNode(0), async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    c.wait_state(leader, |s| {
+        (s.memnodes.get(&0)?.state == MemNodeState::Active).then_some(())
+    })
+    .await;
+    let _ = stop.send(());
+    keeper.await.expect("keeper task").expect("lease kept, not lost");
+    hold.abort();
+    c.stop().await;
+});
