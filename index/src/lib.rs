@@ -3,7 +3,13 @@
 //! clients.
 //!
 //! - [`btree`]: a Sherman-like B-link tree, `optimal` or `rtx`.
+//! - [`hash`]: RACE hashing, `optimal` or `rtx`.
 
 #![warn(missing_docs)]
 
 pub mod btree;
+mod error;
+pub mod hash;
+
+pub use btree::Variant;
+pub use error::IndexError;

@@ -14,7 +14,7 @@ use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
 use crate::hint::HintCache;
 use crate::lease::LeaseSequence;
-use crate::obj::TxObj;
+use crate::obj::{RawObj, TxObj};
 use crate::stats::TxStats;
 use crate::tx::Tx;
 use crate::word::{DataPtr, LockWord, OwnerId};
@@ -189,6 +189,27 @@ impl TxClient {
         batch.done(d).map_err(TxError::Verb)?;
         batch.done(m).map_err(TxError::Verb)?;
         Ok(TxObj::at(meta))
+    }
+
+    /// Creates an object holding `bytes` outside any transaction (see
+    /// [`TxClient::create`]).
+    pub async fn create_raw(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| TxError::BadObject(format!("an object of {} bytes is too large", bytes.len())))?;
+        let meta = self.alloc.meta(&mut self.fabric).await?;
+        let data = self.alloc.data(&mut self.fabric, len).await?;
+        let mut batch = Batch::new();
+        let region = self.heap.region();
+        let d = batch
+            .on(Replica::All)
+            .write(fabric::GlobalAddr::new(region, data), bytes);
+        let m = batch
+            .on(Replica::All)
+            .write(meta, &meta_bytes(LockWord::unlocked(0), DataPtr::new(0, data)));
+        self.fabric.execute(&mut batch).await?;
+        batch.done(d).map_err(TxError::Verb)?;
+        batch.done(m).map_err(TxError::Verb)?;
+        Ok(RawObj { meta, len })
     }
 
     /// The next lock word of this owner for a commit locking `objects`

@@ -168,7 +168,7 @@ impl Tx<'_> {
     /// `install`, which saw their releases).
     fn committed(&mut self) {
         self.c.stats.commits += 1;
-        for w in &self.writes {
+        for w in self.writes.iter().filter(|w| !w.retire) {
             self.c.alloc.free(w.old.offset(), w.obj.len);
         }
         for f in &self.fresh {

@@ -37,6 +37,7 @@ mod stats;
 mod tx;
 pub mod word;
 
+pub use alloc::BlockAllocator;
 pub use client::TxClient;
 pub use config::TxConfig;
 pub use error::{AbortReason, TxError};

@@ -45,6 +45,8 @@ pub(crate) struct WriteEntry {
     pub new: Option<DataPtr>,
     /// Locked during execution (Opt2).
     pub prelocked: bool,
+    /// The replaced block is never reused ([`Tx::retire_replaced`]).
+    pub retire: bool,
 }
 
 /// An object created by this transaction: written at commit.
@@ -110,6 +112,38 @@ impl<'c> Tx<'c> {
         Ok(TxObj::at(meta))
     }
 
+    /// Creates an object holding `bytes` (see [`Tx::create`]).
+    pub async fn create_raw(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| TxError::BadObject(format!("an object of {} bytes is too large", bytes.len())))?;
+        let meta = self.c.alloc.meta(&mut self.c.fabric).await?;
+        let data_offset = self.c.alloc.data(&mut self.c.fabric, len).await?;
+        self.fresh.push(Fresh {
+            meta,
+            data_offset,
+            data: bytes.to_vec(),
+        });
+        Ok(RawObj { meta, len })
+    }
+
+    /// Keeps the block `obj`'s commit replaces out of reuse. For objects
+    /// that lock-free writers outside rTX update in place (a RACE subtable's
+    /// slots): such a writer may still CAS into the replaced block after the
+    /// commit, which is harmless in a dead block and corruption in a reused
+    /// one. `obj` must be in the write set.
+    pub fn retire_replaced(&mut self, obj: RawObj) -> Result<(), TxError> {
+        match self.writes.iter_mut().find(|w| w.obj.meta == obj.meta) {
+            Some(w) => {
+                w.retire = true;
+                Ok(())
+            }
+            None => Err(TxError::BadObject(format!(
+                "{:?} is not in the write set: only a written object's block is replaced",
+                obj.meta
+            ))),
+        }
+    }
+
     /// Reads an object's bytes: from the write set or read set if it is
     /// there, else from DM (meta, then data: two round trips).
     pub async fn read_raw(&mut self, obj: RawObj) -> Result<&[u8], TxError> {
@@ -169,6 +203,7 @@ impl<'c> Tx<'c> {
             data: bytes.to_vec(),
             new: None,
             prelocked: false,
+            retire: false,
         });
         Ok(())
     }
@@ -271,6 +306,7 @@ impl<'c> Tx<'c> {
             data,
             new: None,
             prelocked: true,
+            retire: false,
         });
         Ok(&self.writes[self.writes.len() - 1].data)
     }

@@ -20,10 +20,10 @@ mod optimal;
 mod rtx;
 mod seam;
 
-use fabric::{Batch, Client, GlobalAddr, Replica, VerbError};
+use fabric::{Batch, Client, GlobalAddr, Replica};
 use std::sync::Arc;
 
-use txn::{Heap, HintCache, TxClient, TxConfig, TxError};
+use txn::{Heap, HintCache, TxClient, TxConfig};
 
 pub use cache::NodeCache;
 pub use check::CheckReport;
@@ -39,34 +39,7 @@ const ROOT_SLOT: usize = 0;
 const VARIANT_SLOT: usize = 1;
 const LOCK_TABLE_SLOT: usize = 2;
 
-/// Errors of the B+tree.
-#[derive(Debug, thiserror::Error)]
-pub enum IndexError {
-    /// Keys must be strictly between `KEY_MIN` and `KEY_MAX`.
-    #[error("key {0} is reserved (keys must be above 0 and below u64::MAX)")]
-    ReservedKey(u64),
-    /// The fabric failed.
-    #[error(transparent)]
-    Fabric(#[from] fabric::FabricError),
-    /// A memory node refused a verb: a layout bug or a corrupt pointer.
-    #[error("memory node refused a verb: {0}")]
-    Verb(VerbError),
-    /// The transaction layer failed (not an abort: those are retried).
-    #[error(transparent)]
-    Tx(#[from] TxError),
-    /// A node kept reading torn.
-    #[error("node {0:#x} kept reading torn")]
-    Torn(NodeRef),
-    /// A lock was never released (optimal: its holder is presumably dead).
-    #[error("node {0:#x} stays locked: its holder does not release it")]
-    Blocked(NodeRef),
-    /// The heap holds no tree, or another variant's.
-    #[error("{0}")]
-    Layout(String),
-    /// The operation kept being retried.
-    #[error("gave up after {0} attempts")]
-    TooManyAttempts(u32),
-}
+pub use crate::error::IndexError;
 
 /// Control flow of one modification attempt.
 #[derive(Debug)]

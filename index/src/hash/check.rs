@@ -1,0 +1,171 @@
+//! The structural checker: every key in exactly one slot, in the subtable
+//! its hash selects and in one of its two candidate combined buckets; every
+//! directory entry naming the subtable that covers it; every header of a
+//! subtable equal; no lock held (bucket headers for optimal, subtable and
+//! directory metas for rtx). Run it with no writer active.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fabric::GlobalAddr;
+use txn::LockWord;
+
+use super::layout::{decode_kv, dir_hash, fingerprint, word, Header, Slot, BUCKET_BYTES, KV_BYTES};
+use super::split::{full_slots, read_block};
+use super::HashTable;
+use crate::btree::Variant;
+use crate::error::IndexError;
+
+/// Violations listed before the checker stops collecting them.
+const VIOLATIONS_MAX: usize = 100;
+
+/// What [`HashTable::check`] found.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+pub struct HashCheckReport {
+    /// Distinct subtables the directory names.
+    pub subtables: u64,
+    /// Keys found.
+    pub keys: u64,
+    /// Slots in all subtables.
+    pub slots: u64,
+    /// What is wrong (at most `VIOLATIONS_MAX`).
+    pub violations: Vec<String>,
+}
+
+impl HashCheckReport {
+    /// Whether the table is sound.
+    pub fn is_ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// Keys per slot.
+    pub fn load_factor(&self) -> f64 {
+        if self.slots == 0 {
+            0.0
+        } else {
+            self.keys as f64 / self.slots as f64
+        }
+    }
+
+    fn violation(&mut self, v: String) {
+        if self.violations.len() < VIOLATIONS_MAX {
+            self.violations.push(v);
+        }
+    }
+}
+
+impl HashTable {
+    /// Checks the whole table (reading all of it).
+    pub async fn check(&mut self) -> Result<HashCheckReport, IndexError> {
+        Ok(self.walk().await?.0)
+    }
+
+    /// Every `(key, value)` in the table, by key (for tests and the chaos
+    /// checks; reads the whole table).
+    pub async fn entries(&mut self) -> Result<BTreeMap<u64, u64>, IndexError> {
+        Ok(self.walk().await?.1)
+    }
+
+    async fn walk(&mut self) -> Result<(HashCheckReport, BTreeMap<u64, u64>), IndexError> {
+        let mut report = HashCheckReport::default();
+        let mut entries = BTreeMap::new();
+        self.reload_dir().await?;
+        let g = self.geometry;
+        let depth = self.info.config.dir_depth;
+        let region = self.heap.region();
+        if self.info.variant == Variant::Rtx {
+            let (lock, _) = self.read_meta(self.info.dir).await?;
+            if lock.is_locked() {
+                report.violation(format!("the directory is locked: {lock:?}"));
+            }
+        }
+        let mut subs: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (i, &sub) in self.dir.iter().enumerate() {
+            subs.entry(sub).or_default().push(i as u64);
+        }
+        let mut order: Vec<_> = subs.into_iter().collect();
+        order.sort();
+        let mut seen: HashMap<u64, (u64, usize)> = HashMap::new();
+        for (sub, dir_indexes) in order {
+            report.subtables += 1;
+            report.slots += g.slots();
+            let base = match self.info.variant {
+                Variant::Optimal => GlobalAddr::from_raw(sub),
+                Variant::Rtx => {
+                    let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
+                    if lock.is_locked() {
+                        report.violation(format!("subtable {sub:#x} is locked: {:?}", LockWord::from_raw(lock.raw())));
+                    }
+                    GlobalAddr::new(region, dptr.offset())
+                }
+            };
+            let data = read_block(self.fabric(), base, g.subtable_bytes()).await?;
+            let header = Header(word(&data, 0));
+            if header.is_locked() {
+                report.violation(format!("subtable {sub:#x} is locked by owner {}", header.owner()));
+            }
+            for b in 1..g.buckets() {
+                let h = Header(word(&data, (b * BUCKET_BYTES / 8) as usize));
+                if h != header {
+                    report.violation(format!("subtable {sub:#x}: bucket {b} has header {:#x}, bucket 0 {:#x}", h.0, header.0));
+                    break;
+                }
+            }
+            let (ld, suffix) = (header.local_depth(), header.suffix());
+            if ld > depth {
+                report.violation(format!("subtable {sub:#x} has local depth {ld} above the directory's {depth}"));
+                continue;
+            }
+            let mut covered: Vec<u64> = self.covered(ld, suffix).collect();
+            covered.sort_unstable();
+            if covered != dir_indexes {
+                report.violation(format!(
+                    "subtable {sub:#x} (depth {ld}, suffix {suffix:#x}) is named by {} directory entries, covers {}",
+                    dir_indexes.len(),
+                    covered.len()
+                ));
+            }
+            let slots = full_slots(g, &data);
+            let mut batch = fabric::Batch::new();
+            for chunk in slots.chunks(fabric::VERBS_PER_BATCH_MAX) {
+                batch.clear();
+                let hs: Vec<_> = chunk
+                    .iter()
+                    .map(|(_, s)| batch.read(GlobalAddr::new(region, s.ptr()), KV_BYTES))
+                    .collect();
+                self.fabric().execute(&mut batch).await?;
+                for (&(offset, slot), h) in chunk.iter().zip(hs) {
+                    let b = batch.read_result(h).map_err(IndexError::Verb)?;
+                    let Some((key, value)) = decode_kv(b) else {
+                        report.violation(format!("subtable {sub:#x} slot at {offset}: KV block check fails"));
+                        continue;
+                    };
+                    self.check_slot(&mut report, sub, header, offset, slot, key);
+                    report.keys += 1;
+                    if let Some((other, at)) = seen.insert(key, (sub, offset as usize)) {
+                        report.violation(format!("key {key} is in two slots: {other:#x}+{at} and {sub:#x}+{offset}"));
+                    }
+                    entries.insert(key, value);
+                }
+            }
+        }
+        Ok((report, entries))
+    }
+
+    fn check_slot(&self, report: &mut HashCheckReport, sub: u64, header: Header, offset: u64, slot: Slot, key: u64) {
+        let g = self.geometry;
+        if slot.fingerprint() != fingerprint(key) || slot.kv_len() != super::layout::KV_WORDS {
+            report.violation(format!("key {key}: slot {:#x} has the wrong fingerprint or length", slot.0));
+        }
+        if !header.covers(dir_hash(key)) {
+            report.violation(format!("key {key} is in subtable {sub:#x}, which does not cover it"));
+        }
+        let bucket = offset / BUCKET_BYTES;
+        let candidate = (0..2).any(|w| {
+            let start = g.combined_start(g.main_bucket(key, w));
+            bucket == start || bucket == start + 1
+        });
+        if !candidate {
+            report.violation(format!("key {key} is in bucket {bucket}, outside its two combined buckets"));
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! RACE hashing on disaggregated memory, after RACE (ATC '21) as FUSEE
+//! implements it.
+//!
+//! A directory of subtables (extendible hashing) that clients cache and
+//! refresh when a bucket header tells them their copy is stale; bucket
+//! groups `[main, overflow, main]`; 8-byte slots naming out-of-place KV
+//! blocks (`layout.rs`); both candidate combined buckets read in one round
+//! trip; lock-free insert, update and delete by one CAS on a slot, with
+//! RACE's re-read after it (`ops.rs`); a full subtable splits in two
+//! (`split.rs`).
+//!
+//! The variants differ in how a split keeps the common path consistent:
+//! - `optimal` (the original): the split locks every bucket header of the
+//!   subtable, moves each entry with two CASes and unlocks. Writers see the
+//!   lock in the headers they read anyway. A splitter that dies leaves the
+//!   subtable locked for good.
+//! - `rtx`: the subtable and the directory are TXObjs. A split builds both
+//!   halves out of place and installs them with one rTX; the common path
+//!   stays lock-free and adds one 16-byte READ of the subtable's meta (the
+//!   lease check, the paper's Opt2), and a writer READs it again after its
+//!   CAS. A split that dies is repaired by the next client that meets it.
+
+mod check;
+pub mod layout;
+mod load;
+mod ops;
+mod split;
+mod wait;
+
+use std::collections::HashMap;
+
+use fabric::{Batch, Client, GlobalAddr, Replica};
+use txn::{BlockAllocator, DataPtr, Heap, RawObj, TxClient, TxConfig};
+
+pub use check::HashCheckReport;
+pub use load::HashLoadReport;
+
+use crate::btree::Variant;
+use crate::error::IndexError;
+use layout::{dir_entries, word, Geometry, Header, DIR_DEPTH_MAX, GROUPS_MAX};
+
+/// Heap root slots a table uses (a B+tree uses 0..3 of the same heap).
+const VARIANT_SLOT: usize = 8;
+const GEOMETRY_SLOT: usize = 9;
+const DIR_SLOT: usize = 10;
+
+/// Attempts of one operation before it gives up.
+pub const ATTEMPTS_MAX: u32 = 100_000;
+
+/// A table's shape, fixed at creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HashConfig {
+    /// Bucket groups per subtable (1..=`GROUPS_MAX`). The default, 512
+    /// groups, is 96 KiB and 10,752 slots per subtable.
+    pub groups: u32,
+    /// Directory depth (1..=`DIR_DEPTH_MAX`): at most 2^depth subtables.
+    /// The default, 12, holds 44 M slots.
+    pub dir_depth: u8,
+}
+
+impl Default for HashConfig {
+    fn default() -> Self {
+        HashConfig {
+            groups: 512,
+            dir_depth: 12,
+        }
+    }
+}
+
+impl HashConfig {
+    /// The smallest default-shaped table that holds `keys` keys at the load
+    /// a split leaves behind (about half full).
+    pub fn for_keys(keys: u64) -> HashConfig {
+        let mut c = HashConfig::default();
+        let slots = Geometry { groups: c.groups }.slots();
+        while c.dir_depth < DIR_DEPTH_MAX && (slots << c.dir_depth) / 2 < keys {
+            c.dir_depth += 1;
+        }
+        c
+    }
+
+    fn check(self) -> Result<(), IndexError> {
+        if self.groups == 0 || self.groups > GROUPS_MAX {
+            return Err(IndexError::Layout(format!(
+                "groups must be between 1 and {GROUPS_MAX}, not {}",
+                self.groups
+            )));
+        }
+        if self.dir_depth == 0 || self.dir_depth > DIR_DEPTH_MAX {
+            return Err(IndexError::Layout(format!(
+                "dir_depth must be between 1 and {DIR_DEPTH_MAX}, not {}",
+                self.dir_depth
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Where a table is and how it is shaped: what a client needs to attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    /// The variant.
+    pub variant: Variant,
+    /// The shape.
+    pub config: HashConfig,
+    /// The directory: its block (optimal) or its TXObj meta (rtx).
+    pub dir: GlobalAddr,
+}
+
+/// Counters of one table client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HashStats {
+    /// Attempts that were retried (a CAS lost, a stale directory entry).
+    pub retries: u64,
+    /// Directory reloads after a header said the cached entry was stale.
+    pub dir_reloads: u64,
+    /// Splits this client performed.
+    pub splits: u64,
+    /// Writes whose CAS met a split and had to be checked after it.
+    pub settled: u64,
+    /// Duplicate inserts of one key resolved after the re-read.
+    pub duplicates: u64,
+}
+
+/// How a client reaches DM.
+#[derive(Debug)]
+enum Engine {
+    Optimal(Client),
+    Rtx(Box<TxClient>),
+}
+
+/// One client of a RACE hash table (one per thread or coroutine).
+#[derive(Debug)]
+pub struct HashTable {
+    engine: Engine,
+    heap: Heap,
+    owner: u16,
+    info: TableInfo,
+    geometry: Geometry,
+    /// KV blocks (both variants) and optimal's subtables.
+    alloc: BlockAllocator,
+    /// A KV block written by an attempt that did not publish it: the next
+    /// write reuses it (nobody else can have seen it).
+    spare_kv: Option<u64>,
+    /// The cached directory.
+    dir: Vec<u64>,
+    /// rtx: each subtable's data block as last seen, by meta.
+    data_of: HashMap<u64, DataPtr>,
+    stats: HashStats,
+    attempts_max: u32,
+    batch: Batch,
+}
+
+/// A subtable as a client reaches it: its ref and where its buckets are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loc {
+    /// The directory's word for it: block (optimal) or meta (rtx).
+    pub sub: u64,
+    /// The start of its buckets.
+    pub base: GlobalAddr,
+    /// rtx: the data pointer `base` came from.
+    pub dptr: Option<DataPtr>,
+}
+
+impl HashTable {
+    /// Creates an empty table of `variant` in `heap` (whose named roots
+    /// 8..11 it takes) and returns a client of it running as `owner`.
+    pub async fn create(
+        fabric: Client,
+        heap: Heap,
+        variant: Variant,
+        owner: u16,
+        config: HashConfig,
+    ) -> Result<HashTable, IndexError> {
+        config.check()?;
+        let geometry = Geometry { groups: config.groups };
+        let first = geometry.empty_subtable(Header::new(0, 0));
+        let mut t = match variant {
+            Variant::Optimal => {
+                let mut alloc = BlockAllocator::new(heap, owner);
+                let mut fabric = fabric;
+                let sub = alloc.data(&mut fabric, first.len() as u32).await?;
+                let sub = GlobalAddr::new(heap.region(), sub);
+                let dir_words = vec![sub.raw(); 1 << config.dir_depth];
+                let dir = alloc.data(&mut fabric, dir_bytes(config.dir_depth)).await?;
+                let dir = GlobalAddr::new(heap.region(), dir);
+                let mut batch = Batch::new();
+                let a = batch.on(Replica::All).write(sub, &first);
+                let b = batch.on(Replica::All).write(dir, &words_bytes(&dir_words));
+                fabric.execute(&mut batch).await?;
+                batch.done(a).map_err(IndexError::Verb)?;
+                batch.done(b).map_err(IndexError::Verb)?;
+                let info = TableInfo { variant, config, dir };
+                HashTable::with_engine(Engine::Optimal(fabric), heap, owner, info, alloc)
+            }
+            Variant::Rtx => {
+                let mut c = TxClient::new(fabric, heap, owner, TxConfig::default())?;
+                let sub = c.create_raw(&first).await?.meta;
+                let dir_words = vec![sub.raw(); 1 << config.dir_depth];
+                let dir = c.create_raw(&words_bytes(&dir_words)).await?.meta;
+                let info = TableInfo { variant, config, dir };
+                let alloc = BlockAllocator::new(heap, owner);
+                HashTable::with_engine(Engine::Rtx(Box::new(c)), heap, owner, info, alloc)
+            }
+        };
+        let geometry_word = u64::from(config.groups) << 8 | u64::from(config.dir_depth);
+        t.set_root(VARIANT_SLOT, variant_tag(variant)).await?;
+        t.set_root(GEOMETRY_SLOT, geometry_word).await?;
+        // The directory slot last: a table is there once it is.
+        t.set_root(DIR_SLOT, t.info.dir.raw()).await?;
+        t.reload_dir().await?;
+        Ok(t)
+    }
+
+    /// Opens the table in `heap` as `owner`.
+    pub async fn open(fabric: Client, heap: Heap, owner: u16, config: TxConfig) -> Result<HashTable, IndexError> {
+        let mut fabric = fabric;
+        let info = Self::read_info(&mut fabric, &heap).await?;
+        Self::attach(fabric, heap, owner, config, info).await
+    }
+
+    /// What a client must know to use the table in `heap` (read from its roots).
+    pub async fn read_info(fabric: &mut Client, heap: &Heap) -> Result<TableInfo, IndexError> {
+        let mut batch = Batch::new();
+        let hs: Vec<_> = [VARIANT_SLOT, GEOMETRY_SLOT, DIR_SLOT]
+            .iter()
+            .map(|&s| batch.read(heap.root(s), 8))
+            .collect();
+        fabric.execute(&mut batch).await?;
+        let mut w = [0u64; 3];
+        for (i, h) in hs.into_iter().enumerate() {
+            w[i] = word(batch.read_result(h).map_err(IndexError::Verb)?, 0);
+        }
+        let none = || IndexError::Layout(format!("region {} holds no hash table", heap.region()));
+        let variant = variant_from_tag(w[0]).ok_or_else(none)?;
+        if w[2] == 0 {
+            return Err(none());
+        }
+        let config = HashConfig {
+            groups: u32::try_from(w[1] >> 8).map_err(|_| none())?,
+            dir_depth: (w[1] & 0xff) as u8,
+        };
+        config.check()?;
+        Ok(TableInfo {
+            variant,
+            config,
+            dir: GlobalAddr::from_raw(w[2]),
+        })
+    }
+
+    /// A client of a table whose info is known: reads the directory.
+    pub async fn attach(
+        fabric: Client,
+        heap: Heap,
+        owner: u16,
+        config: TxConfig,
+        info: TableInfo,
+    ) -> Result<HashTable, IndexError> {
+        info.config.check()?;
+        let engine = match info.variant {
+            Variant::Optimal => Engine::Optimal(fabric),
+            Variant::Rtx => Engine::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
+        };
+        let alloc = BlockAllocator::new(heap, owner);
+        let mut t = HashTable::with_engine(engine, heap, owner, info, alloc);
+        t.reload_dir().await?;
+        Ok(t)
+    }
+
+    fn with_engine(engine: Engine, heap: Heap, owner: u16, info: TableInfo, alloc: BlockAllocator) -> HashTable {
+        HashTable {
+            engine,
+            heap,
+            owner,
+            geometry: Geometry {
+                groups: info.config.groups,
+            },
+            info,
+            alloc,
+            spare_kv: None,
+            dir: Vec::new(),
+            data_of: HashMap::new(),
+            stats: HashStats::default(),
+            attempts_max: ATTEMPTS_MAX,
+            batch: Batch::new(),
+        }
+    }
+
+    /// This table's info, for [`HashTable::attach`].
+    pub fn info(&self) -> TableInfo {
+        self.info
+    }
+
+    /// The variant.
+    pub fn variant(&self) -> Variant {
+        self.info.variant
+    }
+
+    /// The owner id this client runs as.
+    pub fn owner(&self) -> u16 {
+        self.owner
+    }
+
+    /// The heap the table lives in.
+    pub fn heap(&self) -> Heap {
+        self.heap
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> HashStats {
+        self.stats
+    }
+
+    /// rTX counters (rtx variant).
+    pub fn tx_stats(&self) -> Option<txn::TxStats> {
+        match &self.engine {
+            Engine::Rtx(c) => Some(c.stats()),
+            Engine::Optimal(_) => None,
+        }
+    }
+
+    /// The fabric client (for its counters).
+    pub fn fabric(&mut self) -> &mut Client {
+        match &mut self.engine {
+            Engine::Optimal(c) => c,
+            Engine::Rtx(c) => c.fabric(),
+        }
+    }
+
+    /// Bounds retries and lock waits (crash exploration makes blocked
+    /// writers give up quickly).
+    pub fn set_attempts_max(&mut self, attempts: u32) {
+        self.attempts_max = attempts.max(1);
+    }
+
+    /// The cached directory's entry for directory hash `h`.
+    fn dir_entry(&self, h: u64) -> u64 {
+        self.dir[(h & ((1 << self.info.config.dir_depth) - 1)) as usize]
+    }
+
+    /// The rtx directory object.
+    fn dir_obj(&self) -> RawObj {
+        RawObj {
+            meta: self.info.dir,
+            len: dir_bytes(self.info.config.dir_depth),
+        }
+    }
+
+    /// The rtx object of subtable meta `sub`.
+    fn sub_obj(&self, sub: u64) -> RawObj {
+        RawObj {
+            meta: GlobalAddr::from_raw(sub),
+            len: self.geometry.subtable_bytes() as u32,
+        }
+    }
+
+    /// Reads the whole directory into the cache.
+    pub(crate) async fn reload_dir(&mut self) -> Result<(), IndexError> {
+        let region = self.heap.region();
+        let block = match self.info.variant {
+            Variant::Optimal => self.info.dir,
+            Variant::Rtx => {
+                let meta = self.read_meta(self.info.dir).await?;
+                GlobalAddr::new(region, meta.1.offset())
+            }
+        };
+        let len = dir_bytes(self.info.config.dir_depth);
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let h = batch.read(block, len);
+        let r = self.fabric().execute(&mut batch).await;
+        let words = r.map_err(IndexError::from).and_then(|()| {
+            let b = batch.read_result(h).map_err(IndexError::Verb)?;
+            Ok((0..b.len() / 8).map(|i| word(b, i)).collect::<Vec<_>>())
+        });
+        self.batch = batch;
+        let words = words?;
+        if words.iter().any(|&w| GlobalAddr::from_raw(w).region() != region || w == 0) {
+            return Err(IndexError::Corrupt(format!(
+                "the directory at {block:?} names a subtable outside region {region}"
+            )));
+        }
+        self.dir = words;
+        Ok(())
+    }
+
+    /// Reads a TXObj meta: `(lock word, data pointer)`.
+    async fn read_meta(&mut self, meta: GlobalAddr) -> Result<(txn::LockWord, DataPtr), IndexError> {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.clear();
+        let h = batch.read(meta, txn::META_BYTES as u32);
+        let r = self.fabric().execute(&mut batch).await;
+        let out = r.map_err(IndexError::from).and_then(|()| {
+            let b = batch.read_result(h).map_err(IndexError::Verb)?;
+            Ok((txn::LockWord::from_raw(word(b, 0)), DataPtr::from_raw(word(b, 1))))
+        });
+        self.batch = batch;
+        out
+    }
+
+    /// Where subtable `sub`'s buckets are: its block (optimal), or the data
+    /// block last seen behind its meta (rtx; one READ the first time).
+    pub(crate) async fn locate(&mut self, sub: u64) -> Result<Loc, IndexError> {
+        let region = self.heap.region();
+        match self.info.variant {
+            Variant::Optimal => Ok(Loc {
+                sub,
+                base: GlobalAddr::from_raw(sub),
+                dptr: None,
+            }),
+            Variant::Rtx => {
+                let dptr = match self.data_of.get(&sub) {
+                    Some(&d) => d,
+                    None => {
+                        let (_, d) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
+                        self.data_of.insert(sub, d);
+                        d
+                    }
+                };
+                Ok(Loc {
+                    sub,
+                    base: GlobalAddr::new(region, dptr.offset()),
+                    dptr: Some(dptr),
+                })
+            }
+        }
+    }
+
+    async fn set_root(&mut self, slot: usize, value: u64) -> Result<(), IndexError> {
+        let at = self.heap.root(slot);
+        let mut batch = Batch::new();
+        let h = batch.on(Replica::All).write(at, &value.to_le_bytes());
+        self.fabric().execute(&mut batch).await?;
+        batch.done(h).map_err(IndexError::Verb)
+    }
+
+    /// The directory's cached entries that name subtable `(depth, suffix)`:
+    /// for tests and the checker.
+    pub(crate) fn covered(&self, local_depth: u8, suffix: u64) -> impl Iterator<Item = u64> {
+        dir_entries(self.info.config.dir_depth, local_depth, suffix)
+    }
+}
+
+/// Bytes of a directory of `depth`.
+fn dir_bytes(depth: u8) -> u32 {
+    8 << depth
+}
+
+fn words_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn variant_tag(v: Variant) -> u64 {
+    // Distinct from the B+tree's tags, so that one heap's roots never pass
+    // for the other index.
+    match v {
+        Variant::Optimal => 0x4841_5348_0001,
+        Variant::Rtx => 0x4841_5348_0002,
+    }
+}
+
+fn variant_from_tag(tag: u64) -> Option<Variant> {
+    match tag {
+        0x4841_5348_0001 => Some(Variant::Optimal),
+        0x4841_5348_0002 => Some(Variant::Rtx),
+        _ => None,
+    }
+}

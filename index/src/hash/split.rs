@@ -1,0 +1,305 @@
+//! Splitting a full subtable of local depth `d` and suffix `s` into itself
+//! (depth `d+1`, suffix `s`) and a new one (depth `d+1`, suffix
+//! `s | 1 << d`) that takes the entries whose directory hash has bit `d` set.
+//! An entry keeps its (bucket, slot) position in whichever half it goes to,
+//! so no placement can fail.
+//!
+//! optimal, the original resize (every step a batch of verbs):
+//! ```text
+//! 1 lock    CAS every bucket header (d, s) -> locked (d, s)
+//! 2         READ the subtable; READ the KV block of every slot (for its key)
+//! 3         WRITE the new subtable, empty, headers locked (d+1, s|1<<d)
+//! 4 move    CAS each moving entry into the new subtable
+//! 5         WRITE the directory entries of s|1<<d
+//! 6         CAS every old header locked (d, s) -> locked (d+1, s)
+//! 7 move    CAS each moved entry out of the old subtable
+//! 8 unlock  CAS every header of both to unlocked
+//! ```
+//! Two CASes per entry moved and two per bucket. A splitter that dies
+//! anywhere leaves headers locked: writers of the subtable wait for good.
+//!
+//! rtx: one rTX. Pre-lock the subtable and READ it (Opt2), READ the KV
+//! blocks, write the kept half over it, create the new half, write the
+//! directory; commit (logged: two objects, plus one created). The replaced
+//! block is retired, never reused, because a writer's slot CAS may still
+//! land in it. A splitter that dies is repaired by the next client that
+//! meets the expired lock.
+
+use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
+
+use super::layout::{dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET};
+use super::{Engine, HashTable, Loc};
+use crate::error::IndexError;
+
+/// Where an entry of a splitting subtable goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    Keep,
+    Move,
+    /// Its key does not belong to the subtable at all: a stray copy left by
+    /// a writer that died (optimal) and that no lookup can reach.
+    Drop,
+}
+
+/// A full slot of a subtable being split.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    /// Byte offset of the slot in the subtable.
+    offset: u64,
+    slot: Slot,
+    fate: Fate,
+}
+
+impl HashTable {
+    /// Splits the subtable at `loc`, whose buckets a client saw with
+    /// `header`. Returns once the subtable is split (by this client or
+    /// another) or was found changed; the caller then looks again.
+    pub(crate) async fn split(&mut self, loc: Loc, header: Header) -> Result<(), IndexError> {
+        if header.local_depth() >= self.info.config.dir_depth {
+            return Err(IndexError::Full(loc.sub));
+        }
+        match self.info.variant {
+            crate::btree::Variant::Optimal => self.split_optimal(loc, header).await?,
+            crate::btree::Variant::Rtx => self.split_rtx(loc, header).await?,
+        }
+        self.reload_dir().await
+    }
+
+    async fn split_optimal(&mut self, loc: Loc, header: Header) -> Result<(), IndexError> {
+        let g = self.geometry;
+        let owner = self.owner;
+        let base = loc.base;
+        let header_at = |b: u64| base.add(b * BUCKET_BYTES);
+        let (d, s) = (header.local_depth(), header.suffix());
+        let locked = header.locked_by(owner);
+
+        // 1: lock every header; give back what was taken if one is not as seen.
+        let mut won = Vec::with_capacity(g.buckets() as usize);
+        let mut lost = false;
+        for chunk in chunks(0..g.buckets()) {
+            let mut batch = Batch::new();
+            let hs: Vec<_> = chunk.iter().map(|&b| (b, batch.cas(header_at(b), header.0, locked.0))).collect();
+            self.fabric().execute(&mut batch).await?;
+            for (b, h) in hs {
+                if batch.cas_succeeded(h).map_err(IndexError::Verb)? {
+                    won.push(b);
+                } else {
+                    lost = true;
+                }
+            }
+            if lost {
+                break;
+            }
+        }
+        if lost {
+            cas_all(self.fabric(), won.iter().map(|&b| (header_at(b), locked.0, header.0))).await?;
+            return Ok(());
+        }
+
+        // 2: the subtable and the key of every entry.
+        let data = read_block(self.fabric(), base, g.subtable_bytes()).await?;
+        let entries = self.entries_of(&data, d, s).await?;
+
+        // 3: the new subtable, locked.
+        let new_suffix = s | 1 << d;
+        let new_header = Header::new(d + 1, new_suffix).locked_by(owner);
+        let fabric = match &mut self.engine {
+            Engine::Optimal(c) => c,
+            Engine::Rtx(c) => c.fabric(),
+        };
+        let new_at = GlobalAddr::new(self.heap.region(), self.alloc.data(fabric, g.subtable_bytes() as u32).await?);
+        let mut batch = Batch::new();
+        let w = batch.on(Replica::All).write(new_at, &g.empty_subtable(new_header));
+        self.fabric().execute(&mut batch).await?;
+        batch.done(w).map_err(IndexError::Verb)?;
+
+        // 4: move in.
+        let moving = entries.iter().filter(|e| e.fate == Fate::Move);
+        cas_all(self.fabric(), moving.clone().map(|e| (new_at.add(e.offset), 0, e.slot.0))).await?;
+
+        // 5: the directory.
+        let dir = self.info.dir;
+        let depth = self.info.config.dir_depth;
+        let mut batch = Batch::new();
+        for e in dir_entries(depth, d + 1, new_suffix) {
+            batch.on(Replica::All).write(dir.add(e * 8), &new_at.raw().to_le_bytes());
+            if batch.len() >= VERBS_PER_BATCH_MAX {
+                self.fabric().execute(&mut batch).await?;
+                batch.clear();
+            }
+        }
+        self.fabric().execute(&mut batch).await?;
+
+        // 6: the old subtable now covers half.
+        let deeper = Header::new(d + 1, s).locked_by(owner);
+        cas_all(self.fabric(), (0..g.buckets()).map(|b| (header_at(b), locked.0, deeper.0))).await?;
+
+        // 7: move out (and drop strays).
+        let leaving = entries.iter().filter(|e| e.fate != Fate::Keep);
+        cas_all(self.fabric(), leaving.map(|e| (base.add(e.offset), e.slot.0, 0))).await?;
+
+        // 8: unlock both.
+        let unlock_new = (0..g.buckets()).map(|b| (new_at.add(b * BUCKET_BYTES), new_header.0, new_header.unlocked().0));
+        let unlock_old = (0..g.buckets()).map(|b| (header_at(b), deeper.0, deeper.unlocked().0));
+        cas_all(self.fabric(), unlock_new.chain(unlock_old)).await?;
+        self.stats.splits += 1;
+        Ok(())
+    }
+
+    async fn split_rtx(&mut self, loc: Loc, header: Header) -> Result<(), IndexError> {
+        let g = self.geometry;
+        let obj = self.sub_obj(loc.sub);
+        let dir_obj = self.dir_obj();
+        let depth = self.info.config.dir_depth;
+        let region = self.heap.region();
+        let Engine::Rtx(c) = &mut self.engine else {
+            unreachable!("split_rtx runs on the rtx variant only");
+        };
+        let split = c
+            .run(async move |tx| {
+                let data = tx.read_locked(obj).await?.to_vec();
+                tx.retire_replaced(obj)?;
+                let now = Header(word(&data, 0));
+                if now != header {
+                    // Split by another client since: commit it unchanged.
+                    return Ok(false);
+                }
+                let (d, s) = (header.local_depth(), header.suffix());
+                let slots = full_slots(g, &data);
+                let keys = read_keys(tx.client().fabric(), region, slots.iter().map(|(_, s)| *s))
+                    .await
+                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                let new_suffix = s | 1 << d;
+                let mut keep = data.clone();
+                let mut moved = g.empty_subtable(Header::new(d + 1, new_suffix));
+                for b in 0..g.buckets() as usize {
+                    let at = b * BUCKET_BYTES as usize;
+                    keep[at..at + 8].copy_from_slice(&Header::new(d + 1, s).0.to_le_bytes());
+                }
+                for (&(offset, slot), key) in slots.iter().zip(keys) {
+                    let at = offset as usize;
+                    match fate(key, d, s) {
+                        Fate::Keep => {}
+                        Fate::Move => {
+                            keep[at..at + 8].fill(0);
+                            moved[at..at + 8].copy_from_slice(&slot.0.to_le_bytes());
+                        }
+                        Fate::Drop => keep[at..at + 8].fill(0),
+                    }
+                }
+                tx.write_raw(obj, &keep).await?;
+                let new = tx.create_raw(&moved).await?;
+                let mut dir = tx.read_raw(dir_obj).await?.to_vec();
+                for e in dir_entries(depth, d + 1, new_suffix) {
+                    let at = e as usize * 8;
+                    dir[at..at + 8].copy_from_slice(&new.meta.raw().to_le_bytes());
+                }
+                tx.write_raw(dir_obj, &dir).await?;
+                Ok(true)
+            })
+            .await?;
+        self.data_of.remove(&loc.sub);
+        if split {
+            self.stats.splits += 1;
+        }
+        Ok(())
+    }
+
+    /// Every full slot of subtable bytes `data` (of depth `d`, suffix `s`)
+    /// with where it goes.
+    async fn entries_of(&mut self, data: &[u8], d: u8, s: u64) -> Result<Vec<Entry>, IndexError> {
+        let slots = full_slots(self.geometry, data);
+        let region = self.heap.region();
+        let keys = read_keys(self.fabric(), region, slots.iter().map(|(_, s)| *s)).await?;
+        Ok(slots
+            .into_iter()
+            .zip(keys)
+            .map(|((offset, slot), key)| Entry {
+                offset,
+                slot,
+                fate: fate(key, d, s),
+            })
+            .collect())
+    }
+}
+
+fn fate(key: u64, d: u8, s: u64) -> Fate {
+    let h = dir_hash(key);
+    if !Header::new(d, s).covers(h) {
+        Fate::Drop
+    } else if h >> d & 1 == 1 {
+        Fate::Move
+    } else {
+        Fate::Keep
+    }
+}
+
+/// Every full slot of a subtable's bytes: `(byte offset, slot)`.
+pub(crate) fn full_slots(g: Geometry, data: &[u8]) -> Vec<(u64, Slot)> {
+    let mut out = Vec::new();
+    for b in 0..g.buckets() {
+        for s in 0..SLOTS_PER_BUCKET {
+            let offset = Geometry::slot_offset(b, s);
+            let slot = Slot(word(data, (offset / 8) as usize));
+            if !slot.is_empty() {
+                out.push((offset, slot));
+            }
+        }
+    }
+    out
+}
+
+/// The keys of the KV blocks behind `slots`, in order, batched.
+pub(crate) async fn read_keys(
+    fabric: &mut Client,
+    region: fabric::RegionId,
+    slots: impl Iterator<Item = Slot>,
+) -> Result<Vec<u64>, IndexError> {
+    let slots: Vec<Slot> = slots.collect();
+    let mut keys = Vec::with_capacity(slots.len());
+    for chunk in slots.chunks(VERBS_PER_BATCH_MAX) {
+        let mut batch = Batch::new();
+        let hs: Vec<_> = chunk
+            .iter()
+            .map(|s| batch.read(GlobalAddr::new(region, s.ptr()), KV_BYTES))
+            .collect();
+        fabric.execute(&mut batch).await?;
+        for (s, h) in chunk.iter().zip(hs) {
+            let b = batch.read_result(h).map_err(IndexError::Verb)?;
+            let (key, _) = super::layout::decode_kv(b).ok_or_else(|| {
+                IndexError::Corrupt(format!("slot {:#x} points at a KV block whose check fails", s.0))
+            })?;
+            keys.push(key);
+        }
+    }
+    Ok(keys)
+}
+
+/// READs `len` bytes at `at` (a subtable: within one verb's limit).
+pub(crate) async fn read_block(fabric: &mut Client, at: GlobalAddr, len: u64) -> Result<Vec<u8>, IndexError> {
+    let mut batch = Batch::new();
+    let h = batch.read(at, len as u32);
+    fabric.execute(&mut batch).await?;
+    Ok(batch.read_result(h).map_err(IndexError::Verb)?.to_vec())
+}
+
+/// CASes `(addr, expect, new)` on the primary, in batches; a CAS that finds
+/// another value is left as is (each step here expects what it did before).
+async fn cas_all(fabric: &mut Client, cases: impl Iterator<Item = (GlobalAddr, u64, u64)>) -> Result<(), IndexError> {
+    let mut batch = Batch::new();
+    for (at, expect, new) in cases {
+        batch.cas(at, expect, new);
+        if batch.len() >= VERBS_PER_BATCH_MAX {
+            fabric.execute(&mut batch).await?;
+            batch.clear();
+        }
+    }
+    fabric.execute(&mut batch).await?;
+    Ok(())
+}
+
+/// `range` in pieces of at most one batch.
+fn chunks(range: std::ops::Range<u64>) -> impl Iterator<Item = Vec<u64>> {
+    let all: Vec<u64> = range.collect();
+    all.chunks(VERBS_PER_BATCH_MAX).map(<[u64]>::to_vec).collect::<Vec<_>>().into_iter()
+}

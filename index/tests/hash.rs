@@ -1,0 +1,266 @@
+//! RACE hashing against `std::collections::HashMap` as the model, single
+//! and multi-threaded, with subtables small enough that inserts split them
+//! at every depth while other clients read and update; round trips and
+//! verbs per operation; bulk load; the checker.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fabric::{Client, LocalTransport, RegionSpec};
+use index::hash::{HashConfig, HashTable};
+use index::{IndexError, Variant};
+use rand::{Rng, SeedableRng};
+use txn::{Heap, HeapConfig, TxConfig};
+
+const REGION: u16 = 1;
+const CREATOR: u16 = 1;
+const VARIANTS: [Variant; 2] = [Variant::Optimal, Variant::Rtx];
+/// Two groups (42 slots) per subtable: a few dozen keys split one.
+const TINY: HashConfig = HashConfig { groups: 2, dir_depth: 10 };
+
+async fn table(variant: Variant, config: HashConfig) -> HashTable {
+    let (t, map) = LocalTransport::cluster(1, &[RegionSpec { id: REGION, size: 64 << 20 }]).unwrap();
+    let mut fabric = Client::new(map, t.into());
+    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
+    HashTable::create(fabric, heap, variant, CREATOR, config).await.unwrap()
+}
+
+async fn attach(t: &mut HashTable, owner: u16) -> HashTable {
+    let fabric = t.fabric().fork();
+    HashTable::attach(fabric, t.heap(), owner, TxConfig::default(), t.info()).await.unwrap()
+}
+
+async fn assert_sound(t: &mut HashTable, model: &BTreeMap<u64, u64>, at: &str) {
+    let report = t.check().await.unwrap();
+    assert!(report.is_ok(), "{at}: {:?}", report.violations);
+    assert_eq!(&t.entries().await.unwrap(), model, "{at}: contents");
+    assert_eq!(report.keys, model.len() as u64, "{at}");
+}
+
+#[tokio::test]
+async fn random_operations_match_a_hashmap() {
+    for variant in VARIANTS {
+        let mut t = table(variant, TINY).await;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let mut model: HashMap<u64, u64> = HashMap::new();
+        for i in 0..6_000 {
+            let key = rng.gen_range(0..1_500u64);
+            let value: u64 = rng.gen();
+            let at = format!("{variant} op {i} key {key}");
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    let want = !model.contains_key(&key);
+                    if want {
+                        model.insert(key, value);
+                    }
+                    assert_eq!(t.insert(key, value).await.unwrap(), want, "{at}: insert");
+                }
+                4..=5 => {
+                    let want = model.contains_key(&key);
+                    if want {
+                        model.insert(key, value);
+                    }
+                    assert_eq!(t.update(key, value).await.unwrap(), want, "{at}: update");
+                }
+                6 => {
+                    model.insert(key, value);
+                    t.upsert(key, value).await.unwrap();
+                }
+                7 => assert_eq!(t.delete(key).await.unwrap(), model.remove(&key).is_some(), "{at}: delete"),
+                _ => assert_eq!(t.get(key).await.unwrap(), model.get(&key).copied(), "{at}: get"),
+            }
+        }
+        assert!(t.stats().splits > 10, "{variant}: the tiny subtables split ({:?})", t.stats());
+        let model: BTreeMap<u64, u64> = model.into_iter().collect();
+        assert_sound(&mut t, &model, &variant.to_string()).await;
+        // A client attached after all that sees the same table.
+        let mut late = attach(&mut t, 9).await;
+        for (&k, &v) in model.iter().take(200) {
+            assert_eq!(late.get(k).await.unwrap(), Some(v));
+        }
+    }
+}
+
+/// One client's share: keys `k % clients == id`; inserts (which split),
+/// updates, deletes and reads, each checked against its own model.
+async fn disjoint_client(mut t: HashTable, id: u64, clients: u64, ops: usize) -> (BTreeMap<u64, u64>, HashTable) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(99 ^ id << 20);
+    let mut model = BTreeMap::new();
+    let variant = t.variant();
+    for i in 0..ops {
+        let key = rng.gen_range(0..800u64) * clients + id;
+        let value: u64 = rng.gen();
+        let at = format!("{variant} client {id} op {i} key {key}");
+        match rng.gen_range(0..10) {
+            0..=4 => {
+                let want = !model.contains_key(&key);
+                if want {
+                    model.insert(key, value);
+                }
+                assert_eq!(t.insert(key, value).await.unwrap(), want, "{at}: insert");
+            }
+            5..=6 => {
+                let want = model.contains_key(&key);
+                if want {
+                    model.insert(key, value);
+                }
+                assert_eq!(t.update(key, value).await.unwrap(), want, "{at}: update");
+            }
+            7 => assert_eq!(t.delete(key).await.unwrap(), model.remove(&key).is_some(), "{at}: delete"),
+            _ => assert_eq!(t.get(key).await.unwrap(), model.get(&key).copied(), "{at}: get"),
+        }
+    }
+    (model, t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_clients_split_while_others_read_and_update() {
+    const CLIENTS: u64 = 4;
+    for variant in VARIANTS {
+        let mut t = table(variant, TINY).await;
+        let mut tasks = Vec::new();
+        for id in 0..CLIENTS {
+            let c = attach(&mut t, CREATOR + 1 + id as u16).await;
+            tasks.push(tokio::spawn(disjoint_client(c, id, CLIENTS, 2_500)));
+        }
+        let mut model = BTreeMap::new();
+        let mut splits = 0;
+        for task in tasks {
+            let (m, c) = task.await.unwrap();
+            splits += c.stats().splits;
+            model.extend(m);
+        }
+        assert!(splits > 10, "{variant}: splits happened under concurrency ({splits})");
+        assert_sound(&mut t, &model, &format!("{variant} concurrent")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_always_find_keys_that_splits_move() {
+    // One writer inserts fresh keys (splitting subtables over and over);
+    // readers keep reading keys inserted before they started, which the
+    // splits move between subtables: none may ever read as absent.
+    for variant in VARIANTS {
+        let mut t = table(variant, TINY).await;
+        for k in 1..=300u64 {
+            assert!(t.insert(k, k * 10).await.unwrap());
+        }
+        let mut writer = attach(&mut t, 2).await;
+        let w = tokio::spawn(async move {
+            for k in 1_000..4_000u64 {
+                assert!(writer.insert(k, k).await.unwrap());
+            }
+            writer
+        });
+        let mut readers = Vec::new();
+        for r in 0..3u16 {
+            let mut c = attach(&mut t, 3 + r).await;
+            readers.push(tokio::spawn(async move {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(r));
+                for _ in 0..4_000 {
+                    let k = rng.gen_range(1..=300u64);
+                    assert_eq!(c.get(k).await.unwrap(), Some(k * 10), "{variant} reader {r} key {k}");
+                    if rng.gen_bool(0.2) {
+                        // Updates that rewrite the same value race the splits too.
+                        assert!(c.update(k, k * 10).await.unwrap(), "{variant} update {k}");
+                    }
+                }
+            }));
+        }
+        for r in readers {
+            r.await.unwrap();
+        }
+        w.await.unwrap();
+        let model: BTreeMap<u64, u64> = (1..=300u64).map(|k| (k, k * 10)).chain((1_000..4_000).map(|k| (k, k))).collect();
+        assert_sound(&mut t, &model, &format!("{variant} readers")).await;
+    }
+}
+
+#[tokio::test]
+async fn round_trips_and_verbs_per_operation() {
+    for variant in VARIANTS {
+        let mut t = table(variant, HashConfig::default()).await;
+        assert!(t.insert(5, 50).await.unwrap());
+        let rtx = variant == Variant::Rtx;
+        let before = t.fabric().stats();
+        assert_eq!(t.get(5).await.unwrap(), Some(50));
+        let d = t.fabric().stats() - before;
+        // RT1: the two combined buckets (rtx: and the subtable's meta, the
+        // lease check); RT2: the KV block.
+        assert_eq!(d.round_trips, 2, "{variant} get");
+        assert_eq!(d.reads, if rtx { 4 } else { 3 }, "{variant} get READs");
+        assert_eq!(d.bytes_read, 256 + 24 + if rtx { 16 } else { 0 }, "{variant} get bytes");
+
+        let before = t.fabric().stats();
+        assert!(t.update(5, 51).await.unwrap());
+        let d = t.fabric().stats() - before;
+        // RT1 also WRITEs the new KV block; RT3 CASes the slot and re-reads
+        // the headers (optimal) or the meta (rtx).
+        assert_eq!(d.round_trips, 3, "{variant} update");
+        assert_eq!(d.cas, 1, "{variant} update CAS");
+        assert_eq!(d.writes, 1, "{variant} update WRITE");
+        assert_eq!(d.bytes_written, 24, "{variant} update bytes written");
+
+        let before = t.fabric().stats();
+        assert!(t.insert(6, 60).await.unwrap());
+        let d = t.fabric().stats() - before;
+        // No fingerprint match, so no RT2: RT1 and the CAS with its re-read.
+        assert!(d.round_trips <= 3, "{variant} insert: {} round trips", d.round_trips);
+        assert_eq!(d.cas, 1, "{variant} insert CAS");
+    }
+}
+
+#[tokio::test]
+async fn bulk_load_then_operate_then_check() {
+    for variant in VARIANTS {
+        let mut t = table(variant, HashConfig { groups: 8, dir_depth: 8 }).await;
+        let entries: Vec<(u64, u64)> = (0..5_000u64).map(|k| (k * 7 + 1, k)).collect();
+        let mut last = 0;
+        let report = t.bulk_load(&entries, |n| last = n).await.unwrap();
+        assert_eq!(last, 5_000);
+        assert_eq!(report.keys, 5_000);
+        assert!(report.subtables >= 16 && report.load_factor < 0.8, "{report:?}");
+        let mut model: BTreeMap<u64, u64> = entries.iter().copied().collect();
+        for k in 0..500u64 {
+            assert!(t.update(k * 7 + 1, 1).await.unwrap());
+            model.insert(k * 7 + 1, 1);
+            assert!(t.insert(k * 7 + 2, 2).await.unwrap());
+            model.insert(k * 7 + 2, 2);
+        }
+        assert_sound(&mut t, &model, &format!("{variant} loaded")).await;
+        assert!(matches!(t.bulk_load(&entries, |_| {}).await, Err(IndexError::Layout(_))));
+    }
+}
+
+#[tokio::test]
+async fn a_table_at_its_directory_depth_reports_full() {
+    for variant in VARIANTS {
+        let mut t = table(variant, HashConfig { groups: 1, dir_depth: 1 }).await;
+        let mut inserted = 0u64;
+        let err = loop {
+            match t.insert(inserted + 1, 0).await {
+                Ok(true) => inserted += 1,
+                Ok(false) => unreachable!("keys are distinct"),
+                Err(e) => break e,
+            }
+            assert!(inserted < 100, "{variant}: two subtables of 21 slots hold at most 42 keys");
+        };
+        assert!(matches!(err, IndexError::Full(_)), "{variant}: {err}");
+        assert!(inserted >= 2, "{variant}: {inserted}");
+        let report = t.check().await.unwrap();
+        assert!(report.is_ok(), "{:?}", report.violations);
+        assert_eq!(report.keys, inserted);
+    }
+}
+
+#[tokio::test]
+async fn bad_shapes_are_refused() {
+    let (tr, map) = LocalTransport::cluster(1, &[RegionSpec { id: REGION, size: 8 << 20 }]).unwrap();
+    let mut fabric = Client::new(map, tr.into());
+    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
+    for config in [HashConfig { groups: 0, dir_depth: 4 }, HashConfig { groups: 4, dir_depth: 17 }] {
+        let r = HashTable::create(fabric.fork(), heap, Variant::Rtx, CREATOR, config).await;
+        assert!(matches!(r, Err(IndexError::Layout(_))), "{config:?}");
+    }
+    let r = HashTable::open(fabric.fork(), heap, CREATOR, TxConfig::default()).await;
+    assert!(matches!(r, Err(IndexError::Layout(_))), "an empty heap holds no table");
+}
