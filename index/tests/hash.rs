@@ -264,3 +264,19 @@ async fn bad_shapes_are_refused() {
     let r = HashTable::open(fabric.fork(), heap, CREATOR, TxConfig::default()).await;
     assert!(matches!(r, Err(IndexError::Layout(_))), "an empty heap holds no table");
 }
+
+#[tokio::test]
+async fn grow_splits_every_subtable_once() {
+    for variant in VARIANTS {
+        let mut t = table(variant, HashConfig { groups: 4, dir_depth: 8 }).await;
+        let model: BTreeMap<u64, u64> = (1..=400u64).map(|k| (k, k + 1)).collect();
+        for (&k, &v) in &model {
+            assert!(t.insert(k, v).await.unwrap());
+        }
+        let before = t.check().await.unwrap().subtables;
+        let splits = t.grow().await.unwrap();
+        assert_eq!(splits, before, "{variant}");
+        assert_eq!(t.check().await.unwrap().subtables, 2 * before, "{variant}");
+        assert_sound(&mut t, &model, &format!("{variant} grown")).await;
+    }
+}

@@ -51,6 +51,26 @@ struct Entry {
 }
 
 impl HashTable {
+    /// Splits every subtable once (the table doubles); returns how many
+    /// splits this client made. What a full table's resize is in the
+    /// paper's rehash experiment. Other clients may keep working meanwhile.
+    pub async fn grow(&mut self) -> Result<u64, IndexError> {
+        self.reload_dir().await?;
+        let mut subs = self.dir.clone();
+        subs.sort_unstable();
+        subs.dedup();
+        let before = self.stats.splits;
+        for sub in subs {
+            let loc = self.locate(sub).await?;
+            let header = Header(word(&read_block(self.fabric(), loc.base, 8).await?, 0));
+            if header.is_locked() {
+                continue;
+            }
+            self.split(loc, header).await?;
+        }
+        Ok(self.stats.splits - before)
+    }
+
     /// Splits the subtable at `loc`, whose buckets a client saw with
     /// `header`. Returns once the subtable is split (by this client or
     /// another) or was found changed; the caller then looks again.
