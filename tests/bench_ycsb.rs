@@ -61,9 +61,111 @@ fn ycsb_refuses_bad_arguments() {
         (vec!["bench", "ycsb", "--fill", "2"], "--fill"),
         (vec!["bench", "ycsb", "--threads", "0"], "--threads"),
         (vec!["bench", "ycsb", "--variant", "dtx"], "variant"),
+        (vec!["bench", "ycsb", "--index", "skiplist"], "index"),
+        (
+            vec!["bench", "ycsb", "--index", "hash", "--workload", "a,e"],
+            "RACE hashing has no range scans: workload e needs --index btree",
+        ),
+        (
+            vec!["bench", "ycsb", "--index", "btree,hash", "--workload", "e"],
+            "workload e needs --index btree",
+        ),
     ] {
         let (code, _, stderr) = kintsugi(&args);
         assert_ne!(code, 0, "{args:?}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
+        // Refused up front: nothing was loaded.
+        assert!(!stderr.contains("loaded"), "{args:?}: {stderr}");
     }
+}
+
+/// Runs `kintsugi bench ycsb ARGS --json FILE` on local memory and returns
+/// the JSON rows.
+fn ycsb_json(args: &[&str]) -> Vec<serde_json::Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ycsb.json");
+    let mut all = vec!["bench", "ycsb", "--transport", "local", "--json", path_str(&json)];
+    all.extend_from_slice(args);
+    let (code, stdout, stderr) = kintsugi(&all);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("throughput relative to optimal"), "{stdout}");
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+#[test]
+fn ycsb_runs_the_hash_table() {
+    let rows = ycsb_json(&[
+        "--index",
+        "hash",
+        "--keys",
+        "3000",
+        "--duration",
+        "200ms",
+        "--warmup",
+        "100ms",
+        "--workload",
+        "a,c,d",
+        "--dist",
+        "uniform,zipf",
+        "--threads",
+        "2",
+        "--coroutines",
+        "2",
+    ]);
+    assert_eq!(rows.len(), 2 * 3 * 2, "variants x workloads x distributions");
+    for r in &rows {
+        assert_eq!(r["index"], "hash", "{r}");
+        for key in ["ops_per_sec", "p50_us", "round_trips_per_op", "bytes_read_per_op"] {
+            assert!(r[key].as_f64().unwrap() > 0.0, "{key} in {r}");
+        }
+        // A and C read and update loaded keys only: every one is found.
+        if r["workload"] != "d" {
+            assert_eq!(r["misses"], 0, "{r}");
+        }
+        if r["workload"] == "c" {
+            assert_eq!(r["bytes_written_per_op"].as_f64().unwrap(), 0.0, "{r}");
+        } else {
+            assert!(r["bytes_written_per_op"].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+}
+
+#[test]
+fn ycsb_runs_both_indexes_and_hash_skips_e_by_default() {
+    let rows = ycsb_json(&[
+        "--index",
+        "btree,hash",
+        "--variant",
+        "optimal,rtx",
+        "--keys",
+        "2000",
+        "--duration",
+        "100ms",
+        "--warmup",
+        "50ms",
+        "--dist",
+        "uniform",
+        "--threads",
+        "1",
+    ]);
+    let cells: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} {}",
+                r["index"].as_str().unwrap(),
+                r["variant"].as_str().unwrap(),
+                r["workload"].as_str().unwrap()
+            )
+        })
+        .collect();
+    let mut expected = Vec::new();
+    for (index, workloads) in [("btree", "abcde"), ("hash", "abcd")] {
+        for variant in ["optimal", "rtx"] {
+            for w in workloads.chars() {
+                expected.push(format!("{index} {variant} {w}"));
+            }
+        }
+    }
+    assert_eq!(cells, expected);
 }

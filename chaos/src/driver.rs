@@ -9,7 +9,9 @@
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use index::btree::{BTree, IndexError};
+use index::btree::BTree;
+use index::hash::HashTable;
+use index::IndexError;
 
 use crate::workload::{Op, OpGenerator};
 
@@ -24,10 +26,31 @@ const DEADLINE_CHECK_EVERY: u64 = 64;
 pub enum IndexClient {
     /// A B+tree client.
     BTree(Box<BTree>),
+    /// A RACE hash table client: no scans.
+    Hash(Box<HashTable>),
+}
+
+/// Why [`drive`] stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    /// The index failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    /// The op stream holds an op the index cannot run (a scan on a hash
+    /// table): callers should refuse such a workload before they start.
+    #[error("{index} has no {op}")]
+    Unsupported {
+        /// The index.
+        index: &'static str,
+        /// The op it lacks.
+        op: &'static str,
+    },
 }
 
 impl IndexClient {
-    async fn run(&mut self, op: Op) -> Result<bool, IndexError> {
+    /// Runs one op: whether it found (read, update) or wrote (insert) its
+    /// key, or for a scan whether it found any key.
+    async fn run(&mut self, op: Op) -> Result<bool, DriveError> {
         match self {
             IndexClient::BTree(t) => match op {
                 Op::Read { key } => Ok(t.get(key).await?.is_some()),
@@ -39,6 +62,18 @@ impl IndexClient {
                 }
                 Op::Scan { start, count } => Ok(!t.scan(start, count).await?.is_empty()),
             },
+            IndexClient::Hash(t) => match op {
+                Op::Read { key } => Ok(t.get(key).await?.is_some()),
+                Op::Update { key, value } => Ok(t.update(key, value).await?),
+                Op::Insert { key, value } => {
+                    t.upsert(key, value).await?;
+                    Ok(true)
+                }
+                Op::Scan { .. } => Err(DriveError::Unsupported {
+                    index: "RACE hashing",
+                    op: "range scans",
+                }),
+            },
         }
     }
 
@@ -46,6 +81,7 @@ impl IndexClient {
     pub fn fabric_stats(&mut self) -> fabric::Stats {
         match self {
             IndexClient::BTree(t) => t.fabric().stats(),
+            IndexClient::Hash(t) => t.fabric().stats(),
         }
     }
 
@@ -53,6 +89,7 @@ impl IndexClient {
     pub fn tx_stats(&self) -> txn::TxStats {
         match self {
             IndexClient::BTree(t) => t.tx_stats().unwrap_or_default(),
+            IndexClient::Hash(t) => t.tx_stats().unwrap_or_default(),
         }
     }
 }
@@ -115,7 +152,7 @@ pub async fn drive(
     client: &mut IndexClient,
     generator: &mut OpGenerator,
     deadline: Instant,
-) -> Result<ClientResult, IndexError> {
+) -> Result<ClientResult, DriveError> {
     let fabric_before = client.fabric_stats();
     let tx_before = client.tx_stats();
     let start = Instant::now();

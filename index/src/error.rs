@@ -21,7 +21,9 @@ pub enum IndexError {
     #[error(transparent)]
     Tx(#[from] TxError),
     /// A hash subtable cannot split: its local depth reached the directory's.
-    #[error("subtable {0:#x} is full and at the directory's depth: create the table with a larger dir_depth")]
+    #[error(
+        "subtable {0:#x} is full and at the directory's depth: create the table with a larger dir_depth"
+    )]
     Full(u64),
     /// DM holds something the index never writes (a KV block whose check
     /// fails under a published slot, a header of another subtable).
@@ -41,4 +43,3 @@ pub enum IndexError {
     #[error("gave up after {0} attempts")]
     TooManyAttempts(u32),
 }
-

@@ -15,18 +15,34 @@ const REGION: u16 = 1;
 const CREATOR: u16 = 1;
 const VARIANTS: [Variant; 2] = [Variant::Optimal, Variant::Rtx];
 /// Two groups (42 slots) per subtable: a few dozen keys split one.
-const TINY: HashConfig = HashConfig { groups: 2, dir_depth: 10 };
+const TINY: HashConfig = HashConfig {
+    groups: 2,
+    dir_depth: 10,
+};
 
 async fn table(variant: Variant, config: HashConfig) -> HashTable {
-    let (t, map) = LocalTransport::cluster(1, &[RegionSpec { id: REGION, size: 64 << 20 }]).unwrap();
+    let (t, map) = LocalTransport::cluster(
+        1,
+        &[RegionSpec {
+            id: REGION,
+            size: 64 << 20,
+        }],
+    )
+    .unwrap();
     let mut fabric = Client::new(map, t.into());
-    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
-    HashTable::create(fabric, heap, variant, CREATOR, config).await.unwrap()
+    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default())
+        .await
+        .unwrap();
+    HashTable::create(fabric, heap, variant, CREATOR, config)
+        .await
+        .unwrap()
 }
 
 async fn attach(t: &mut HashTable, owner: u16) -> HashTable {
     let fabric = t.fabric().fork();
-    HashTable::attach(fabric, t.heap(), owner, TxConfig::default(), t.info()).await.unwrap()
+    HashTable::attach(fabric, t.heap(), owner, TxConfig::default(), t.info())
+        .await
+        .unwrap()
 }
 
 async fn assert_sound(t: &mut HashTable, model: &BTreeMap<u64, u64>, at: &str) {
@@ -65,11 +81,19 @@ async fn random_operations_match_a_hashmap() {
                     model.insert(key, value);
                     t.upsert(key, value).await.unwrap();
                 }
-                7 => assert_eq!(t.delete(key).await.unwrap(), model.remove(&key).is_some(), "{at}: delete"),
+                7 => assert_eq!(
+                    t.delete(key).await.unwrap(),
+                    model.remove(&key).is_some(),
+                    "{at}: delete"
+                ),
                 _ => assert_eq!(t.get(key).await.unwrap(), model.get(&key).copied(), "{at}: get"),
             }
         }
-        assert!(t.stats().splits > 10, "{variant}: the tiny subtables split ({:?})", t.stats());
+        assert!(
+            t.stats().splits > 10,
+            "{variant}: the tiny subtables split ({:?})",
+            t.stats()
+        );
         let model: BTreeMap<u64, u64> = model.into_iter().collect();
         assert_sound(&mut t, &model, &variant.to_string()).await;
         // A client attached after all that sees the same table.
@@ -82,7 +106,12 @@ async fn random_operations_match_a_hashmap() {
 
 /// One client's share: keys `k % clients == id`; inserts (which split),
 /// updates, deletes and reads, each checked against its own model.
-async fn disjoint_client(mut t: HashTable, id: u64, clients: u64, ops: usize) -> (BTreeMap<u64, u64>, HashTable) {
+async fn disjoint_client(
+    mut t: HashTable,
+    id: u64,
+    clients: u64,
+    ops: usize,
+) -> (BTreeMap<u64, u64>, HashTable) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(99 ^ id << 20);
     let mut model = BTreeMap::new();
     let variant = t.variant();
@@ -105,7 +134,11 @@ async fn disjoint_client(mut t: HashTable, id: u64, clients: u64, ops: usize) ->
                 }
                 assert_eq!(t.update(key, value).await.unwrap(), want, "{at}: update");
             }
-            7 => assert_eq!(t.delete(key).await.unwrap(), model.remove(&key).is_some(), "{at}: delete"),
+            7 => assert_eq!(
+                t.delete(key).await.unwrap(),
+                model.remove(&key).is_some(),
+                "{at}: delete"
+            ),
             _ => assert_eq!(t.get(key).await.unwrap(), model.get(&key).copied(), "{at}: get"),
         }
     }
@@ -129,7 +162,10 @@ async fn concurrent_clients_split_while_others_read_and_update() {
             splits += c.stats().splits;
             model.extend(m);
         }
-        assert!(splits > 10, "{variant}: splits happened under concurrency ({splits})");
+        assert!(
+            splits > 10,
+            "{variant}: splits happened under concurrency ({splits})"
+        );
         assert_sound(&mut t, &model, &format!("{variant} concurrent")).await;
     }
 }
@@ -158,7 +194,11 @@ async fn readers_always_find_keys_that_splits_move() {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(u64::from(r));
                 for _ in 0..4_000 {
                     let k = rng.gen_range(1..=300u64);
-                    assert_eq!(c.get(k).await.unwrap(), Some(k * 10), "{variant} reader {r} key {k}");
+                    assert_eq!(
+                        c.get(k).await.unwrap(),
+                        Some(k * 10),
+                        "{variant} reader {r} key {k}"
+                    );
                     if rng.gen_bool(0.2) {
                         // Updates that rewrite the same value race the splits too.
                         assert!(c.update(k, k * 10).await.unwrap(), "{variant} update {k}");
@@ -170,7 +210,10 @@ async fn readers_always_find_keys_that_splits_move() {
             r.await.unwrap();
         }
         w.await.unwrap();
-        let model: BTreeMap<u64, u64> = (1..=300u64).map(|k| (k, k * 10)).chain((1_000..4_000).map(|k| (k, k))).collect();
+        let model: BTreeMap<u64, u64> = (1..=300u64)
+            .map(|k| (k, k * 10))
+            .chain((1_000..4_000).map(|k| (k, k)))
+            .collect();
         assert_sound(&mut t, &model, &format!("{variant} readers")).await;
     }
 }
@@ -188,7 +231,11 @@ async fn round_trips_and_verbs_per_operation() {
         // lease check); RT2: the KV block.
         assert_eq!(d.round_trips, 2, "{variant} get");
         assert_eq!(d.reads, if rtx { 4 } else { 3 }, "{variant} get READs");
-        assert_eq!(d.bytes_read, 256 + 24 + if rtx { 16 } else { 0 }, "{variant} get bytes");
+        assert_eq!(
+            d.bytes_read,
+            256 + 24 + if rtx { 16 } else { 0 },
+            "{variant} get bytes"
+        );
 
         let before = t.fabric().stats();
         assert!(t.update(5, 51).await.unwrap());
@@ -204,7 +251,11 @@ async fn round_trips_and_verbs_per_operation() {
         assert!(t.insert(6, 60).await.unwrap());
         let d = t.fabric().stats() - before;
         // No fingerprint match, so no RT2: RT1 and the CAS with its re-read.
-        assert!(d.round_trips <= 3, "{variant} insert: {} round trips", d.round_trips);
+        assert!(
+            d.round_trips <= 3,
+            "{variant} insert: {} round trips",
+            d.round_trips
+        );
         assert_eq!(d.cas, 1, "{variant} insert CAS");
     }
 }
@@ -212,7 +263,14 @@ async fn round_trips_and_verbs_per_operation() {
 #[tokio::test]
 async fn bulk_load_then_operate_then_check() {
     for variant in VARIANTS {
-        let mut t = table(variant, HashConfig { groups: 8, dir_depth: 8 }).await;
+        let mut t = table(
+            variant,
+            HashConfig {
+                groups: 8,
+                dir_depth: 8,
+            },
+        )
+        .await;
         let entries: Vec<(u64, u64)> = (0..5_000u64).map(|k| (k * 7 + 1, k)).collect();
         let mut last = 0;
         let report = t.bulk_load(&entries, |n| last = n).await.unwrap();
@@ -227,14 +285,24 @@ async fn bulk_load_then_operate_then_check() {
             model.insert(k * 7 + 2, 2);
         }
         assert_sound(&mut t, &model, &format!("{variant} loaded")).await;
-        assert!(matches!(t.bulk_load(&entries, |_| {}).await, Err(IndexError::Layout(_))));
+        assert!(matches!(
+            t.bulk_load(&entries, |_| {}).await,
+            Err(IndexError::Layout(_))
+        ));
     }
 }
 
 #[tokio::test]
 async fn a_table_at_its_directory_depth_reports_full() {
     for variant in VARIANTS {
-        let mut t = table(variant, HashConfig { groups: 1, dir_depth: 1 }).await;
+        let mut t = table(
+            variant,
+            HashConfig {
+                groups: 1,
+                dir_depth: 1,
+            },
+        )
+        .await;
         let mut inserted = 0u64;
         let err = loop {
             match t.insert(inserted + 1, 0).await {
@@ -242,7 +310,10 @@ async fn a_table_at_its_directory_depth_reports_full() {
                 Ok(false) => unreachable!("keys are distinct"),
                 Err(e) => break e,
             }
-            assert!(inserted < 100, "{variant}: two subtables of 21 slots hold at most 42 keys");
+            assert!(
+                inserted < 100,
+                "{variant}: two subtables of 21 slots hold at most 42 keys"
+            );
         };
         assert!(matches!(err, IndexError::Full(_)), "{variant}: {err}");
         assert!(inserted >= 2, "{variant}: {inserted}");
@@ -254,21 +325,49 @@ async fn a_table_at_its_directory_depth_reports_full() {
 
 #[tokio::test]
 async fn bad_shapes_are_refused() {
-    let (tr, map) = LocalTransport::cluster(1, &[RegionSpec { id: REGION, size: 8 << 20 }]).unwrap();
+    let (tr, map) = LocalTransport::cluster(
+        1,
+        &[RegionSpec {
+            id: REGION,
+            size: 8 << 20,
+        }],
+    )
+    .unwrap();
     let mut fabric = Client::new(map, tr.into());
-    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
-    for config in [HashConfig { groups: 0, dir_depth: 4 }, HashConfig { groups: 4, dir_depth: 17 }] {
+    let heap = Heap::format(&mut fabric, REGION, HeapConfig::default())
+        .await
+        .unwrap();
+    for config in [
+        HashConfig {
+            groups: 0,
+            dir_depth: 4,
+        },
+        HashConfig {
+            groups: 4,
+            dir_depth: 17,
+        },
+    ] {
         let r = HashTable::create(fabric.fork(), heap, Variant::Rtx, CREATOR, config).await;
         assert!(matches!(r, Err(IndexError::Layout(_))), "{config:?}");
     }
     let r = HashTable::open(fabric.fork(), heap, CREATOR, TxConfig::default()).await;
-    assert!(matches!(r, Err(IndexError::Layout(_))), "an empty heap holds no table");
+    assert!(
+        matches!(r, Err(IndexError::Layout(_))),
+        "an empty heap holds no table"
+    );
 }
 
 #[tokio::test]
 async fn grow_splits_every_subtable_once() {
     for variant in VARIANTS {
-        let mut t = table(variant, HashConfig { groups: 4, dir_depth: 8 }).await;
+        let mut t = table(
+            variant,
+            HashConfig {
+                groups: 4,
+                dir_depth: 8,
+            },
+        )
+        .await;
         let model: BTreeMap<u64, u64> = (1..=400u64).map(|k| (k, k + 1)).collect();
         for (&k, &v) in &model {
             assert!(t.insert(k, v).await.unwrap());

@@ -93,7 +93,10 @@ impl HashTable {
                 Variant::Rtx => {
                     let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
                     if lock.is_locked() {
-                        report.violation(format!("subtable {sub:#x} is locked: {:?}", LockWord::from_raw(lock.raw())));
+                        report.violation(format!(
+                            "subtable {sub:#x} is locked: {:?}",
+                            LockWord::from_raw(lock.raw())
+                        ));
                     }
                     GlobalAddr::new(region, dptr.offset())
                 }
@@ -106,13 +109,18 @@ impl HashTable {
             for b in 1..g.buckets() {
                 let h = Header(word(&data, (b * BUCKET_BYTES / 8) as usize));
                 if h != header {
-                    report.violation(format!("subtable {sub:#x}: bucket {b} has header {:#x}, bucket 0 {:#x}", h.0, header.0));
+                    report.violation(format!(
+                        "subtable {sub:#x}: bucket {b} has header {:#x}, bucket 0 {:#x}",
+                        h.0, header.0
+                    ));
                     break;
                 }
             }
             let (ld, suffix) = (header.local_depth(), header.suffix());
             if ld > depth {
-                report.violation(format!("subtable {sub:#x} has local depth {ld} above the directory's {depth}"));
+                report.violation(format!(
+                    "subtable {sub:#x} has local depth {ld} above the directory's {depth}"
+                ));
                 continue;
             }
             let mut covered: Vec<u64> = self.covered(ld, suffix).collect();
@@ -136,13 +144,17 @@ impl HashTable {
                 for (&(offset, slot), h) in chunk.iter().zip(hs) {
                     let b = batch.read_result(h).map_err(IndexError::Verb)?;
                     let Some((key, value)) = decode_kv(b) else {
-                        report.violation(format!("subtable {sub:#x} slot at {offset}: KV block check fails"));
+                        report.violation(format!(
+                            "subtable {sub:#x} slot at {offset}: KV block check fails"
+                        ));
                         continue;
                     };
                     self.check_slot(&mut report, sub, header, offset, slot, key);
                     report.keys += 1;
                     if let Some((other, at)) = seen.insert(key, (sub, offset as usize)) {
-                        report.violation(format!("key {key} is in two slots: {other:#x}+{at} and {sub:#x}+{offset}"));
+                        report.violation(format!(
+                            "key {key} is in two slots: {other:#x}+{at} and {sub:#x}+{offset}"
+                        ));
                     }
                     entries.insert(key, value);
                 }
@@ -151,13 +163,26 @@ impl HashTable {
         Ok((report, entries))
     }
 
-    fn check_slot(&self, report: &mut HashCheckReport, sub: u64, header: Header, offset: u64, slot: Slot, key: u64) {
+    fn check_slot(
+        &self,
+        report: &mut HashCheckReport,
+        sub: u64,
+        header: Header,
+        offset: u64,
+        slot: Slot,
+        key: u64,
+    ) {
         let g = self.geometry;
         if slot.fingerprint() != fingerprint(key) || slot.kv_len() != super::layout::KV_WORDS {
-            report.violation(format!("key {key}: slot {:#x} has the wrong fingerprint or length", slot.0));
+            report.violation(format!(
+                "key {key}: slot {:#x} has the wrong fingerprint or length",
+                slot.0
+            ));
         }
         if !header.covers(dir_hash(key)) {
-            report.violation(format!("key {key} is in subtable {sub:#x}, which does not cover it"));
+            report.violation(format!(
+                "key {key} is in subtable {sub:#x}, which does not cover it"
+            ));
         }
         let bucket = offset / BUCKET_BYTES;
         let candidate = (0..2).any(|w| {
@@ -165,7 +190,9 @@ impl HashTable {
             bucket == start || bucket == start + 1
         });
         if !candidate {
-            report.violation(format!("key {key} is in bucket {bucket}, outside its two combined buckets"));
+            report.violation(format!(
+                "key {key} is in bucket {bucket}, outside its two combined buckets"
+            ));
         }
     }
 }

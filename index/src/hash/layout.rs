@@ -119,7 +119,10 @@ impl Slot {
     /// A slot naming the KV block at region offset `ptr` for a key with
     /// fingerprint `fp`.
     pub fn new(fp: u8, ptr: u64) -> Slot {
-        assert!(ptr != 0 && ptr <= PTR_MASK, "KV pointer {ptr:#x} does not fit a slot");
+        assert!(
+            ptr != 0 && ptr <= PTR_MASK,
+            "KV pointer {ptr:#x} does not fit a slot"
+        );
         Slot(u64::from(fp) << 56 | KV_WORDS << 48 | ptr)
     }
 
@@ -151,8 +154,14 @@ pub struct Header(pub u64);
 impl Header {
     /// An unlocked header of a subtable with this depth and suffix.
     pub fn new(local_depth: u8, suffix: u64) -> Header {
-        assert!(local_depth <= DIR_DEPTH_MAX, "local depth {local_depth} above the maximum");
-        assert!(suffix < 1u64 << local_depth, "suffix {suffix:#x} has more than {local_depth} bits");
+        assert!(
+            local_depth <= DIR_DEPTH_MAX,
+            "local depth {local_depth} above the maximum"
+        );
+        assert!(
+            suffix < 1u64 << local_depth,
+            "suffix {suffix:#x} has more than {local_depth} bits"
+        );
         Header(u64::from(local_depth) << SUFFIX_BITS | suffix)
     }
 
@@ -261,7 +270,10 @@ mod tests {
     fn slot_fields_round_trip_and_empty_is_zero() {
         let s = Slot::new(0xab, 0x0000_1234_5678_9ab8);
         assert_eq!(s.0, 0xab03_1234_5678_9ab8);
-        assert_eq!((s.fingerprint(), s.kv_len(), s.ptr()), (0xab, KV_WORDS, 0x1234_5678_9ab8));
+        assert_eq!(
+            (s.fingerprint(), s.kv_len(), s.ptr()),
+            (0xab, KV_WORDS, 0x1234_5678_9ab8)
+        );
         assert!(!s.is_empty());
         assert!(Slot::EMPTY.is_empty());
         assert_eq!(Slot::new(0, 8).0, 3 << 48 | 8);

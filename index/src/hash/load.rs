@@ -4,7 +4,9 @@
 
 use fabric::{Batch, GlobalAddr, Replica, VERB_BYTES_MAX};
 
-use super::layout::{dir_hash, encode_kv, fingerprint, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET};
+use super::layout::{
+    dir_hash, encode_kv, fingerprint, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET,
+};
 use super::split::full_slots;
 use super::{dir_bytes, words_bytes, Engine, HashTable};
 use crate::error::IndexError;
@@ -34,7 +36,11 @@ impl HashTable {
     /// Loads `entries` (distinct keys, any order) into this empty table.
     /// `progress` is called with the number of entries written so far,
     /// about once per megabyte.
-    pub async fn bulk_load(&mut self, entries: &[(u64, u64)], mut progress: impl FnMut(u64)) -> Result<HashLoadReport, IndexError> {
+    pub async fn bulk_load(
+        &mut self,
+        entries: &[(u64, u64)],
+        mut progress: impl FnMut(u64),
+    ) -> Result<HashLoadReport, IndexError> {
         self.check_empty().await?;
         let g = self.geometry;
         let max = self.info.config.dir_depth;
@@ -71,7 +77,9 @@ impl HashTable {
         for data in &subtables {
             refs.push(self.write_subtable(data).await?);
         }
-        let dir: Vec<u64> = (0..1u64 << max).map(|e| refs[(e & ((1 << depth) - 1)) as usize]).collect();
+        let dir: Vec<u64> = (0..1u64 << max)
+            .map(|e| refs[(e & ((1 << depth) - 1)) as usize])
+            .collect();
         self.write_dir(&dir).await?;
         self.reload_dir().await?;
         let bytes = subtables.len() as u64 * g.subtable_bytes()
@@ -142,7 +150,9 @@ impl HashTable {
 /// entry i), or `None` if a key finds both its combined buckets full.
 fn place(g: Geometry, depth: u8, entries: &[(u64, u64)], kv_at: &[u64]) -> Option<Vec<Vec<u8>>> {
     let n = 1usize << depth;
-    let mut subs: Vec<Vec<u8>> = (0..n as u64).map(|s| g.empty_subtable(Header::new(depth, s))).collect();
+    let mut subs: Vec<Vec<u8>> = (0..n as u64)
+        .map(|s| g.empty_subtable(Header::new(depth, s)))
+        .collect();
     let mask = (1u64 << depth) - 1;
     for (&(key, _), &kv) in entries.iter().zip(kv_at) {
         let data = &mut subs[(dir_hash(key) & mask) as usize];

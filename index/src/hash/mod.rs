@@ -173,7 +173,9 @@ impl HashTable {
         config: HashConfig,
     ) -> Result<HashTable, IndexError> {
         config.check()?;
-        let geometry = Geometry { groups: config.groups };
+        let geometry = Geometry {
+            groups: config.groups,
+        };
         let first = geometry.empty_subtable(Header::new(0, 0));
         let mut t = match variant {
             Variant::Optimal => {
@@ -213,7 +215,12 @@ impl HashTable {
     }
 
     /// Opens the table in `heap` as `owner`.
-    pub async fn open(fabric: Client, heap: Heap, owner: u16, config: TxConfig) -> Result<HashTable, IndexError> {
+    pub async fn open(
+        fabric: Client,
+        heap: Heap,
+        owner: u16,
+        config: TxConfig,
+    ) -> Result<HashTable, IndexError> {
         let mut fabric = fabric;
         let info = Self::read_info(&mut fabric, &heap).await?;
         Self::attach(fabric, heap, owner, config, info).await
@@ -267,7 +274,13 @@ impl HashTable {
         Ok(t)
     }
 
-    fn with_engine(engine: Engine, heap: Heap, owner: u16, info: TableInfo, alloc: BlockAllocator) -> HashTable {
+    fn with_engine(
+        engine: Engine,
+        heap: Heap,
+        owner: u16,
+        info: TableInfo,
+        alloc: BlockAllocator,
+    ) -> HashTable {
         HashTable {
             engine,
             heap,
@@ -375,7 +388,10 @@ impl HashTable {
         });
         self.batch = batch;
         let words = words?;
-        if words.iter().any(|&w| GlobalAddr::from_raw(w).region() != region || w == 0) {
+        if words
+            .iter()
+            .any(|&w| GlobalAddr::from_raw(w).region() != region || w == 0)
+        {
             return Err(IndexError::Corrupt(format!(
                 "the directory at {block:?} names a subtable outside region {region}"
             )));

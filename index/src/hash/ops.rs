@@ -30,8 +30,8 @@ use fabric::{Batch, GlobalAddr, Replica};
 use txn::{DataPtr, LockWord};
 
 use super::layout::{
-    decode_kv, dir_hash, encode_kv, fingerprint, word, Geometry, Header, Slot, BUCKET_BYTES,
-    COMBINED_BYTES, KV_BYTES, SLOTS_PER_BUCKET,
+    decode_kv, dir_hash, encode_kv, fingerprint, word, Geometry, Header, Slot, BUCKET_BYTES, COMBINED_BYTES,
+    KV_BYTES, SLOTS_PER_BUCKET,
 };
 use super::wait::backoff;
 use super::{HashTable, Loc};
@@ -150,8 +150,15 @@ pub(crate) enum Obstacle {
 
 /// What a lookup found.
 pub(crate) enum Lookup {
-    Found { view: View, pos: Pos, slot: Slot, value: u64 },
-    Absent { view: View },
+    Found {
+        view: View,
+        pos: Pos,
+        slot: Slot,
+        value: u64,
+    },
+    Absent {
+        view: View,
+    },
 }
 
 /// What a slot CAS came to.
@@ -260,7 +267,11 @@ impl HashTable {
 
     /// Replaces `key`'s slot with a new KV block (`Some`) or empties it
     /// (`None`). Returns the slot written, or `None` when the key is absent.
-    async fn replace(&mut self, key: u64, new_kv: Option<(u64, [u8; KV_BYTES as usize])>) -> Result<Option<Slot>, IndexError> {
+    async fn replace(
+        &mut self,
+        key: u64,
+        new_kv: Option<(u64, [u8; KV_BYTES as usize])>,
+    ) -> Result<Option<Slot>, IndexError> {
         let h = dir_hash(key);
         let new = new_kv.map_or(Slot::EMPTY, |(kv, _)| Slot::new(fingerprint(key), kv));
         let mut written = new_kv.is_none();
@@ -286,7 +297,11 @@ impl HashTable {
                 Published::Unsettled => {
                     self.settle(view.loc, pos, new, h).await?;
                     let now = self.where_is(key).await?;
-                    let done = if new.is_empty() { now.is_none() } else { now == Some(new) };
+                    let done = if new.is_empty() {
+                        now.is_none()
+                    } else {
+                        now == Some(new)
+                    };
                     if done {
                         return Ok(Some(new));
                     }
@@ -316,7 +331,12 @@ impl HashTable {
         let kvs = self.read_kvs(candidates.iter().map(|(_, s)| *s)).await?;
         for (&(pos, slot), &(k, value)) in candidates.iter().zip(&kvs) {
             if k == key {
-                return Ok(Ok(Lookup::Found { view, pos, slot, value }));
+                return Ok(Ok(Lookup::Found {
+                    view,
+                    pos,
+                    slot,
+                    value,
+                }));
             }
         }
         if confirm_absent && self.info.variant == Variant::Optimal {
@@ -389,7 +409,10 @@ impl HashTable {
     }
 
     /// RT2: the KV blocks behind `slots`, as `(key, value)`.
-    pub(crate) async fn read_kvs(&mut self, slots: impl Iterator<Item = Slot>) -> Result<Vec<(u64, u64)>, IndexError> {
+    pub(crate) async fn read_kvs(
+        &mut self,
+        slots: impl Iterator<Item = Slot>,
+    ) -> Result<Vec<(u64, u64)>, IndexError> {
         let region = self.heap.region();
         let mut batch = std::mem::take(&mut self.batch);
         batch.clear();
@@ -417,14 +440,28 @@ impl HashTable {
 
     /// RT3: CASes the slot at `pos` from `old` to `new`, and re-reads what
     /// tells whether a split overlapped it (and the buckets if `reread`).
-    async fn publish(&mut self, view: &View, pos: Pos, old: Slot, new: Slot, reread: bool) -> Result<Published, IndexError> {
+    async fn publish(
+        &mut self,
+        view: &View,
+        pos: Pos,
+        old: Slot,
+        new: Slot,
+        reread: bool,
+    ) -> Result<Published, IndexError> {
         let rtx = self.info.variant == Variant::Rtx;
         let base = view.loc.base;
         let mut batch = std::mem::take(&mut self.batch);
         batch.clear();
-        let cas = batch.cas(base.add(Geometry::slot_offset(pos.bucket, pos.slot)), old.0, new.0);
+        let cas = batch.cas(
+            base.add(Geometry::slot_offset(pos.bucket, pos.slot)),
+            old.0,
+            new.0,
+        );
         let m = rtx.then(|| batch.read(GlobalAddr::from_raw(view.loc.sub), txn::META_BYTES as u32));
-        let c = (reread || !rtx).then(|| view.starts.map(|s| batch.read(base.add(s * BUCKET_BYTES), COMBINED_BYTES)));
+        let c = (reread || !rtx).then(|| {
+            view.starts
+                .map(|s| batch.read(base.add(s * BUCKET_BYTES), COMBINED_BYTES))
+        });
         let r = self.fabric().execute(&mut batch).await;
         let out = r.map_err(IndexError::from).and_then(|()| {
             if batch.old_value(cas).map_err(IndexError::Verb)? != old.0 {
@@ -450,7 +487,11 @@ impl HashTable {
                     before == now && now.is_some_and(|h| !h.is_locked())
                 }
             };
-            Ok(if stable { Published::Stable(after) } else { Published::Unsettled })
+            Ok(if stable {
+                Published::Stable(after)
+            } else {
+                Published::Unsettled
+            })
         });
         self.batch = batch;
         out
@@ -460,7 +501,13 @@ impl HashTable {
     /// holds the same key (two inserts raced), the copy at the lowest
     /// position stays and the others are emptied, by whichever inserter sees
     /// them. Returns whether this insert's copy stayed.
-    async fn keep_one_copy(&mut self, key: u64, ours: Pos, new: Slot, after: &View) -> Result<bool, IndexError> {
+    async fn keep_one_copy(
+        &mut self,
+        key: u64,
+        ours: Pos,
+        new: Slot,
+        after: &View,
+    ) -> Result<bool, IndexError> {
         let others: Vec<(Pos, Slot)> = after
             .matching(fingerprint(key))
             .into_iter()
@@ -481,7 +528,10 @@ impl HashTable {
         }
         self.stats.duplicates += 1;
         let winner = copies.iter().map(|(p, _)| *p).chain([ours]).min().unwrap_or(ours);
-        let losers = copies.into_iter().chain([(ours, new)]).filter(|(p, _)| *p != winner);
+        let losers = copies
+            .into_iter()
+            .chain([(ours, new)])
+            .filter(|(p, _)| *p != winner);
         let base = after.loc.base;
         let mut batch = Batch::new();
         for (p, s) in losers {
@@ -503,7 +553,8 @@ impl HashTable {
                     if !lock.is_locked() {
                         return Ok(());
                     }
-                    self.overcome(Obstacle::Held { sub: loc.sub, lock }, attempt).await?;
+                    self.overcome(Obstacle::Held { sub: loc.sub, lock }, attempt)
+                        .await?;
                 }
                 Variant::Optimal => {
                     let at = loc.base.add(pos.bucket * BUCKET_BYTES);
@@ -518,7 +569,11 @@ impl HashTable {
                     }
                     if !header.covers(h) && Slot(word(b, 1 + pos.slot)) == ours && !ours.is_empty() {
                         let mut batch = Batch::new();
-                        batch.cas(loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot)), ours.0, 0);
+                        batch.cas(
+                            loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot)),
+                            ours.0,
+                            0,
+                        );
                         self.fabric().execute(&mut batch).await?;
                     }
                     return Ok(());

@@ -27,7 +27,9 @@
 
 use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
-use super::layout::{dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET};
+use super::layout::{
+    dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET,
+};
 use super::{Engine, HashTable, Loc};
 use crate::error::IndexError;
 
@@ -98,7 +100,10 @@ impl HashTable {
         let mut lost = false;
         for chunk in chunks(0..g.buckets()) {
             let mut batch = Batch::new();
-            let hs: Vec<_> = chunk.iter().map(|&b| (b, batch.cas(header_at(b), header.0, locked.0))).collect();
+            let hs: Vec<_> = chunk
+                .iter()
+                .map(|&b| (b, batch.cas(header_at(b), header.0, locked.0)))
+                .collect();
             self.fabric().execute(&mut batch).await?;
             for (b, h) in hs {
                 if batch.cas_succeeded(h).map_err(IndexError::Verb)? {
@@ -112,7 +117,11 @@ impl HashTable {
             }
         }
         if lost {
-            cas_all(self.fabric(), won.iter().map(|&b| (header_at(b), locked.0, header.0))).await?;
+            cas_all(
+                self.fabric(),
+                won.iter().map(|&b| (header_at(b), locked.0, header.0)),
+            )
+            .await?;
             return Ok(());
         }
 
@@ -127,22 +136,33 @@ impl HashTable {
             Engine::Optimal(c) => c,
             Engine::Rtx(c) => c.fabric(),
         };
-        let new_at = GlobalAddr::new(self.heap.region(), self.alloc.data(fabric, g.subtable_bytes() as u32).await?);
+        let new_at = GlobalAddr::new(
+            self.heap.region(),
+            self.alloc.data(fabric, g.subtable_bytes() as u32).await?,
+        );
         let mut batch = Batch::new();
-        let w = batch.on(Replica::All).write(new_at, &g.empty_subtable(new_header));
+        let w = batch
+            .on(Replica::All)
+            .write(new_at, &g.empty_subtable(new_header));
         self.fabric().execute(&mut batch).await?;
         batch.done(w).map_err(IndexError::Verb)?;
 
         // 4: move in.
         let moving = entries.iter().filter(|e| e.fate == Fate::Move);
-        cas_all(self.fabric(), moving.clone().map(|e| (new_at.add(e.offset), 0, e.slot.0))).await?;
+        cas_all(
+            self.fabric(),
+            moving.clone().map(|e| (new_at.add(e.offset), 0, e.slot.0)),
+        )
+        .await?;
 
         // 5: the directory.
         let dir = self.info.dir;
         let depth = self.info.config.dir_depth;
         let mut batch = Batch::new();
         for e in dir_entries(depth, d + 1, new_suffix) {
-            batch.on(Replica::All).write(dir.add(e * 8), &new_at.raw().to_le_bytes());
+            batch
+                .on(Replica::All)
+                .write(dir.add(e * 8), &new_at.raw().to_le_bytes());
             if batch.len() >= VERBS_PER_BATCH_MAX {
                 self.fabric().execute(&mut batch).await?;
                 batch.clear();
@@ -152,14 +172,24 @@ impl HashTable {
 
         // 6: the old subtable now covers half.
         let deeper = Header::new(d + 1, s).locked_by(owner);
-        cas_all(self.fabric(), (0..g.buckets()).map(|b| (header_at(b), locked.0, deeper.0))).await?;
+        cas_all(
+            self.fabric(),
+            (0..g.buckets()).map(|b| (header_at(b), locked.0, deeper.0)),
+        )
+        .await?;
 
         // 7: move out (and drop strays).
         let leaving = entries.iter().filter(|e| e.fate != Fate::Keep);
         cas_all(self.fabric(), leaving.map(|e| (base.add(e.offset), e.slot.0, 0))).await?;
 
         // 8: unlock both.
-        let unlock_new = (0..g.buckets()).map(|b| (new_at.add(b * BUCKET_BYTES), new_header.0, new_header.unlocked().0));
+        let unlock_new = (0..g.buckets()).map(|b| {
+            (
+                new_at.add(b * BUCKET_BYTES),
+                new_header.0,
+                new_header.unlocked().0,
+            )
+        });
         let unlock_old = (0..g.buckets()).map(|b| (header_at(b), deeper.0, deeper.unlocked().0));
         cas_all(self.fabric(), unlock_new.chain(unlock_old)).await?;
         self.stats.splits += 1;
@@ -305,7 +335,10 @@ pub(crate) async fn read_block(fabric: &mut Client, at: GlobalAddr, len: u64) ->
 
 /// CASes `(addr, expect, new)` on the primary, in batches; a CAS that finds
 /// another value is left as is (each step here expects what it did before).
-async fn cas_all(fabric: &mut Client, cases: impl Iterator<Item = (GlobalAddr, u64, u64)>) -> Result<(), IndexError> {
+async fn cas_all(
+    fabric: &mut Client,
+    cases: impl Iterator<Item = (GlobalAddr, u64, u64)>,
+) -> Result<(), IndexError> {
     let mut batch = Batch::new();
     for (at, expect, new) in cases {
         batch.cas(at, expect, new);
@@ -321,5 +354,8 @@ async fn cas_all(fabric: &mut Client, cases: impl Iterator<Item = (GlobalAddr, u
 /// `range` in pieces of at most one batch.
 fn chunks(range: std::ops::Range<u64>) -> impl Iterator<Item = Vec<u64>> {
     let all: Vec<u64> = range.collect();
-    all.chunks(VERBS_PER_BATCH_MAX).map(<[u64]>::to_vec).collect::<Vec<_>>().into_iter()
+    all.chunks(VERBS_PER_BATCH_MAX)
+        .map(<[u64]>::to_vec)
+        .collect::<Vec<_>>()
+        .into_iter()
 }

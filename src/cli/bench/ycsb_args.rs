@@ -22,30 +22,58 @@ pub enum YcsbTransport {
 /// Indexes `bench ycsb` knows.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IndexArg {
-    /// The Sherman-like B+tree.
+    /// The Sherman-like B+tree (bulk-loaded to --fill); every workload.
     Btree,
+    /// RACE hashing (extendible, lock-free slots); no range scans, so no workload e.
+    Hash,
+}
+
+impl IndexArg {
+    /// The name reports and JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexArg::Btree => "btree",
+            IndexArg::Hash => "hash",
+        }
+    }
+
+    /// Whether the index runs range scans (workload e).
+    pub fn scans(self) -> bool {
+        match self {
+            IndexArg::Btree => true,
+            IndexArg::Hash => false,
+        }
+    }
+}
+
+impl std::fmt::Display for IndexArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// Arguments of `kintsugi bench ycsb`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-Each variant gets its own memory node and tree, bulk-loaded with --keys keys (8-byte keys and values,
-leaves filled to --fill); then every workload runs on it for --duration per distribution, in the order
-given (inserts of D and E stay in the tree). Workloads follow the rTX paper's Table 1: A 50/50
-read/update, B 90/10, C read only, D 95/5 read/insert (reads favour the latest inserts), E 95/5
-scan(1..100)/insert. Latency is sampled (one op in 16). The ratio table divides each variant's
-throughput by optimal's for the same workload and distribution. The clients of one cell share a
-process, so rtx clients share one cache of meta hints, as Sherman's threads share one index cache
-per compute node; each cell starts with empty caches and warms them for --warmup.")]
+Each index and variant gets its own memory node and index, bulk-loaded with --keys keys (8-byte keys
+and values; B+tree leaves filled to --fill, hash tables sized for the keys and the run's inserts);
+then every workload runs on it for --duration per distribution, in the order given (inserts of D and
+E stay in the index). Workloads follow the rTX paper's Table 1: A 50/50 read/update, B 90/10, C read
+only, D 95/5 read/insert (reads favour the latest inserts), E 95/5 scan(1..100)/insert. Latency is
+sampled (one op in 16). The ratio table divides each variant's throughput by optimal's for the same
+index, workload and distribution. The clients of one cell share a process, so rtx B+tree clients
+share one cache of meta hints, as Sherman's threads share one index cache per compute node; each
+cell starts with empty caches and warms them for --warmup.")]
 pub struct YcsbArgs {
-    /// Index to measure.
-    #[arg(long, value_enum, default_value = "btree")]
-    index: IndexArg,
+    /// Indexes to measure, comma-separated. hash has no range scans: by default it runs every
+    /// workload but e, and it refuses an explicit --workload e.
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["btree"])]
+    index: Vec<IndexArg>,
     /// Variants, comma-separated.
     #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
     variant: Vec<Variant>,
-    /// YCSB workloads, comma-separated (a..e).
-    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c", "d", "e"])]
+    /// YCSB workloads, comma-separated (a..e) [default: a,b,c,d,e; hash: a,b,c,d].
+    #[arg(long, value_delimiter = ',')]
     workload: Vec<Workload>,
     /// Request distributions, comma-separated (uniform, zipf).
     #[arg(long, value_delimiter = ',', default_values = ["uniform", "zipf"])]
@@ -53,7 +81,7 @@ pub struct YcsbArgs {
     /// Keys loaded before the run.
     #[arg(long, default_value_t = 1_000_000)]
     keys: u64,
-    /// Leaf fill of the bulk load (0.1..=1.0).
+    /// Leaf fill of the B+tree's bulk load (0.1..=1.0; hash tables ignore it).
     #[arg(long, default_value_t = 0.7)]
     fill: f64,
     /// Client threads.
@@ -83,6 +111,7 @@ pub struct YcsbArgs {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    pub indexes: Vec<IndexArg>,
     pub variants: Vec<Variant>,
     pub workloads: Vec<Workload>,
     pub dists: Vec<Distribution>,
@@ -105,10 +134,21 @@ pub const KEYS_MAX: u64 = 1 << 31;
 
 impl YcsbArgs {
     pub fn validate(self) -> anyhow::Result<Plan> {
-        let IndexArg::Btree = self.index;
-        if self.variant.is_empty() || self.workload.is_empty() || self.dist.is_empty() {
-            bail!("--variant, --workload and --dist each need at least one value");
+        if self.index.is_empty() || self.variant.is_empty() || self.dist.is_empty() {
+            bail!("--index, --variant and --dist each need at least one value");
         }
+        let indexes = dedup(self.index);
+        // Not given: every workload, each index running those it can.
+        // Given: exactly those, on every index.
+        let workloads = if self.workload.is_empty() {
+            Workload::ALL.to_vec()
+        } else {
+            let workloads = dedup(self.workload);
+            if workloads.contains(&Workload::E) && indexes.contains(&IndexArg::Hash) {
+                bail!("RACE hashing has no range scans: workload e needs --index btree");
+            }
+            workloads
+        };
         if self.keys == 0 || self.keys > KEYS_MAX {
             bail!("--keys must be between 1 and {KEYS_MAX}");
         }
@@ -125,8 +165,9 @@ impl YcsbArgs {
             bail!("--duration must be positive");
         }
         Ok(Plan {
+            indexes,
             variants: dedup(self.variant),
-            workloads: dedup(self.workload),
+            workloads,
             dists: dedup(self.dist),
             keys: self.keys,
             fill: self.fill,
@@ -138,6 +179,18 @@ impl YcsbArgs {
             seed: self.seed,
             json: self.json,
         })
+    }
+}
+
+impl Plan {
+    /// The workloads `index` runs, in order: those given, or every one it
+    /// supports when none was given.
+    pub fn workloads_for(&self, index: IndexArg) -> Vec<Workload> {
+        self.workloads
+            .iter()
+            .copied()
+            .filter(|&w| index.scans() || w != Workload::E)
+            .collect()
     }
 }
 

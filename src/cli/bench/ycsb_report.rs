@@ -1,5 +1,6 @@
-//! `kintsugi bench ycsb` results: one row per (variant, workload,
-//! distribution), a table, and throughput relative to `optimal`.
+//! `kintsugi bench ycsb` results: one row per (index, variant, workload,
+//! distribution), a table, and throughput relative to the same index's
+//! `optimal`.
 
 use chaos::driver::ClientResult;
 use chaos::workload::{Distribution, Workload};
@@ -7,7 +8,7 @@ use index::btree::Variant;
 use serde::Serialize;
 
 use super::format::{micros, thousands};
-use super::ycsb_args::Plan;
+use super::ycsb_args::{IndexArg, Plan};
 
 /// One measured combination (also the JSON array element).
 #[derive(Clone, Debug, Serialize)]
@@ -35,6 +36,7 @@ pub struct Row {
 
 impl Row {
     pub fn new(
+        index: IndexArg,
         variant: Variant,
         workload: Workload,
         dist: Distribution,
@@ -44,7 +46,7 @@ impl Row {
         let ops = r.ops.max(1) as f64;
         let secs = plan.duration.as_secs_f64();
         Row {
-            index: "btree",
+            index: index.name(),
             variant: variant.to_string(),
             workload: workload.to_string(),
             dist: dist.to_string(),
@@ -70,7 +72,8 @@ impl Row {
 /// The results table.
 pub fn table(rows: &[Row]) -> String {
     let mut s = format!(
-        "{:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8}\n",
+        "{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8}\n",
+        "index",
         "variant",
         "wl",
         "dist",
@@ -86,7 +89,8 @@ pub fn table(rows: &[Row]) -> String {
     );
     for r in rows {
         s += &format!(
-            "{:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7.2} {:>7.2} {:>9.0} {:>9.0} {:>8} {:>8}\n",
+            "{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7.2} {:>7.2} {:>9.0} {:>9.0} {:>8} {:>8}\n",
+            r.index,
             r.variant,
             r.workload,
             r.dist,
@@ -104,19 +108,22 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-/// Each variant's throughput relative to optimal's, per workload and
-/// distribution (empty when optimal was not measured).
+/// Each variant's throughput relative to optimal's on the same index, per
+/// workload and distribution (empty when optimal was not measured).
 pub fn ratios(rows: &[Row]) -> String {
     let optimal: Vec<&Row> = rows.iter().filter(|r| r.variant == "optimal").collect();
     if optimal.is_empty() {
         return String::new();
     }
     let mut s = String::from("\nthroughput relative to optimal\n");
-    s += &format!("{:<8} {:<3} {:<8} {:>7}\n", "variant", "wl", "dist", "ratio");
+    s += &format!(
+        "{:<6} {:<8} {:<3} {:<8} {:>7}\n",
+        "index", "variant", "wl", "dist", "ratio"
+    );
     for r in rows.iter().filter(|r| r.variant != "optimal") {
         if let Some(o) = optimal
             .iter()
-            .find(|o| o.workload == r.workload && o.dist == r.dist)
+            .find(|o| o.index == r.index && o.workload == r.workload && o.dist == r.dist)
         {
             let ratio = if o.ops_per_sec > 0.0 {
                 r.ops_per_sec / o.ops_per_sec
@@ -124,8 +131,8 @@ pub fn ratios(rows: &[Row]) -> String {
                 0.0
             };
             s += &format!(
-                "{:<8} {:<3} {:<8} {:>7.3}\n",
-                r.variant, r.workload, r.dist, ratio
+                "{:<6} {:<8} {:<3} {:<8} {:>7.3}\n",
+                r.index, r.variant, r.workload, r.dist, ratio
             );
         }
     }

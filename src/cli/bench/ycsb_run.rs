@@ -1,6 +1,6 @@
-//! `kintsugi bench ycsb`: per variant, a fresh memory node and a bulk-loaded
-//! tree, then every (distribution, workload) for a fixed time on
-//! `threads × coroutines` clients.
+//! `kintsugi bench ycsb`: per index and variant, a fresh memory node and a
+//! bulk-loaded index (B+tree or RACE hash table), then every (distribution,
+//! workload) for a fixed time on `threads × coroutines` clients.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,22 +14,28 @@ use fabric::{
     AnyTransport, Client, ClusterMap, LocalTransport, MemoryNode, RegionSpec, ShmTransport, TcpTransport,
 };
 use index::btree::{BTree, TreeInfo, Variant};
+use index::hash::layout::{Geometry, KV_BYTES};
+use index::hash::{HashConfig, HashTable, TableInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, HintCache, TxConfig};
 
 use super::threads::{on_threads, runtime};
-use super::ycsb_args::{Plan, YcsbArgs, YcsbTransport};
+use super::ycsb_args::{IndexArg, Plan, YcsbArgs, YcsbTransport};
 use super::ycsb_report::{self, Row};
 
 const REGION: u16 = 1;
-/// The owner id that loads the tree; clients are 2 onwards.
+/// The owner id that loads the index; clients are 2 onwards.
 const LOADER: u16 = 1;
 const FIRST_CLIENT: u16 = 2;
 const CHUNK_BYTES: u64 = 64 * 1024;
-/// Ops each client runs before the clock starts, to fill its node cache.
 /// Inserts one second of one client may add, for sizing the region: far
 /// above what any transport here reaches with 5% inserts.
 const INSERTS_PER_CLIENT_SECOND: u64 = 200_000;
+/// Hash table ops one client thread may run in a second (its coroutines
+/// share it; the transports here run verbs on the calling thread), for
+/// sizing the region and the directory: about three times what one thread
+/// reaches on local or shm memory (1.3 M/s).
+const HASH_OPS_PER_THREAD_SECOND: u64 = 4_000_000;
 
 /// Where the memory is, kept alive for the whole variant.
 struct Memory {
@@ -170,31 +176,97 @@ fn hinted_objects(keys: u64) -> u64 {
 
 /// Region bytes for `keys` loaded keys, inserts during the run, and the
 /// rTX copy-on-write churn of every client.
-fn region_bytes(plan: &Plan) -> u64 {
-    let per_leaf = ((index::btree::node::LEAF_SLOTS as f64) * plan.fill).max(1.0) as u64;
+fn region_bytes(plan: &Plan, index: IndexArg) -> u64 {
     let clients = (plan.threads * plan.coroutines) as u64;
-    let runs = (plan.workloads.len() * plan.dists.len()) as u64;
-    let inserts = clients * INSERTS_PER_CLIENT_SECOND * (plan.duration.as_secs() + 1) * runs / 20;
-    let leaves = plan.keys / per_leaf + 1 + inserts / 20;
-    let node_bytes = 1024 + txn::META_BYTES;
-    let bytes = leaves * node_bytes * 21 / 20 + clients * 64 * CHUNK_BYTES + (256 << 20);
+    let index_bytes = match index {
+        IndexArg::Btree => {
+            let runs = (plan.workloads_for(index).len() * plan.dists.len()) as u64;
+            let inserts = clients * INSERTS_PER_CLIENT_SECOND * (plan.duration.as_secs() + 1) * runs / 20;
+            let per_leaf = ((index::btree::node::LEAF_SLOTS as f64) * plan.fill).max(1.0) as u64;
+            let leaves = plan.keys / per_leaf + 1 + inserts / 20;
+            let node_bytes = 1024 + txn::META_BYTES;
+            leaves * node_bytes * 21 / 20
+        }
+        IndexArg::Hash => {
+            let writes = hash_writes(plan);
+            let config = hash_config(plan);
+            let subtable = Geometry {
+                groups: config.groups,
+            }
+            .subtable_bytes()
+                + txn::META_BYTES;
+            let dir = 8u64 << config.dir_depth;
+            // Every subtable the directory can name, twice over (an rtx
+            // split retires the block it replaces, and splits are fewer
+            // than subtables); each client's spare copies of a subtable and
+            // the directory; a KV block per loaded key and per write.
+            2 * (subtable << config.dir_depth)
+                + clients * 2 * (subtable + dir)
+                + (plan.keys + writes.blocks) * u64::from(KV_BYTES)
+        }
+    };
+    let bytes = index_bytes + clients * 64 * CHUNK_BYTES + (256 << 20);
     bytes.next_multiple_of(4096)
+}
+
+/// Writes the hash runs of a plan may make, for sizing.
+struct HashWrites {
+    /// KV blocks taken: one per update and per insert (RACE writes out of
+    /// place, and a replaced block is not reused).
+    blocks: u64,
+    /// Keys inserted.
+    inserts: u64,
+}
+
+/// Bounds the writes of every hash run of `plan` at
+/// `HASH_OPS_PER_THREAD_SECOND` per thread that has a core, warm-up
+/// (one client after another) included.
+fn hash_writes(plan: &Plan) -> HashWrites {
+    let cores = std::thread::available_parallelism().map_or(plan.threads, |n| n.get());
+    let threads = plan.threads.min(cores) as u64;
+    let secs = plan.duration.as_secs() + plan.warmup.as_secs() * plan.coroutines as u64 + 2;
+    let ops_per_percent = threads * secs * HASH_OPS_PER_THREAD_SECOND / 100 * plan.dists.len() as u64;
+    let mut w = HashWrites {
+        blocks: 0,
+        inserts: 0,
+    };
+    for workload in plan.workloads_for(IndexArg::Hash) {
+        let mix = workload.mix();
+        w.blocks += ops_per_percent * u64::from(mix.update + mix.insert);
+        w.inserts += ops_per_percent * u64::from(mix.insert);
+    }
+    w
+}
+
+/// The shape of the hash tables of `plan`: room for the loaded keys and
+/// every insert the runs may make.
+fn hash_config(plan: &Plan) -> HashConfig {
+    HashConfig::for_keys(plan.keys + hash_writes(plan).inserts)
+}
+
+/// A loaded index: what its clients attach to.
+#[derive(Clone, Copy)]
+enum Loaded {
+    BTree(Heap, TreeInfo),
+    Hash(Heap, TableInfo),
 }
 
 pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
     let plan = args.validate()?;
     let mut rows: Vec<Row> = Vec::new();
-    for &variant in &plan.variants {
-        let memory = Memory::new(plan.transport, region_bytes(&plan))?;
-        let (heap, info) = load(&memory, variant, &plan)?;
-        for &dist in &plan.dists {
-            for &workload in &plan.workloads {
-                eprintln!(
-                    "bench ycsb: {variant} {workload} {dist}: running {} ...",
-                    humantime::format_duration(plan.duration)
-                );
-                let result = measure(&memory, heap, info, workload, dist, &plan)?;
-                rows.push(Row::new(variant, workload, dist, &plan, &result));
+    for &index in &plan.indexes {
+        for &variant in &plan.variants {
+            let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
+            let loaded = load(&memory, index, variant, &plan)?;
+            for &dist in &plan.dists {
+                for workload in plan.workloads_for(index) {
+                    eprintln!(
+                        "bench ycsb: {index} {variant} {workload} {dist}: running {} ...",
+                        humantime::format_duration(plan.duration)
+                    );
+                    let result = measure(&memory, loaded, workload, dist, &plan)?;
+                    rows.push(Row::new(index, variant, workload, dist, &plan, &result));
+                }
             }
         }
     }
@@ -208,8 +280,8 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Formats the heap, creates the tree and bulk-loads it, with a progress bar.
-fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(Heap, TreeInfo)> {
+/// Formats the heap, creates the index and bulk-loads it, with a progress bar.
+fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyhow::Result<Loaded> {
     let rt = runtime()?;
     rt.block_on(async {
         let mut fabric = memory.client().await?;
@@ -224,8 +296,6 @@ fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(Heap,
             },
         )
         .await?;
-        let mut tree = BTree::create(fabric, heap, variant, LOADER).await?;
-        let started = Instant::now();
         let map = KeyMap::new(plan.seed);
         let entries: Vec<(u64, u64)> = sorted_keys(plan.keys, plan.seed)
             .into_iter()
@@ -237,31 +307,47 @@ fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(Heap,
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
-        bar.set_prefix(format!("loading {variant}"));
-        let report = tree.bulk_load(&entries, plan.fill, |n| bar.set_position(n)).await?;
+        bar.set_prefix(format!("loading {index} {variant}"));
+        let started = Instant::now();
+        let (keys, shape, loaded) = match index {
+            IndexArg::Btree => {
+                let mut tree = BTree::create(fabric, heap, variant, LOADER).await?;
+                let report = tree
+                    .bulk_load(&entries, plan.fill, |n| bar.set_position(n))
+                    .await?;
+                let shape = format!(
+                    "{} nodes, {} levels, {:.1} DM bytes per key",
+                    report.nodes, report.levels, report.bytes_per_key
+                );
+                (report.keys, shape, Loaded::BTree(heap, tree.info()))
+            }
+            IndexArg::Hash => {
+                let mut table = HashTable::create(fabric, heap, variant, LOADER, hash_config(plan)).await?;
+                let report = table.bulk_load(&entries, |n| bar.set_position(n)).await?;
+                let shape = format!(
+                    "{} subtables (depth {}, load factor {:.2}), {:.1} DM bytes per key",
+                    report.subtables, report.depth, report.load_factor, report.bytes_per_key
+                );
+                (report.keys, shape, Loaded::Hash(heap, table.info()))
+            }
+        };
         bar.finish_and_clear();
         let secs = started.elapsed().as_secs_f64();
         eprintln!(
-            "bench ycsb: loaded {} keys into {variant} in {:.1} s ({:.2} M keys/s): {} nodes, {} levels, {:.1} DM bytes per key",
-            report.keys,
-            secs,
-            report.keys as f64 / secs / 1e6,
-            report.nodes,
-            report.levels,
-            report.bytes_per_key
+            "bench ycsb: loaded {keys} keys into {index} {variant} in {secs:.1} s ({:.2} M keys/s): {shape}",
+            keys as f64 / secs / 1e6,
         );
-        if report.keys != plan.keys {
-            bail!("loaded {} keys of {}", report.keys, plan.keys);
+        if keys != plan.keys {
+            bail!("loaded {keys} keys of {}", plan.keys);
         }
-        Ok((heap, tree.info()))
+        Ok(loaded)
     })
 }
 
 /// Runs one workload on every client and adds their results up.
 fn measure(
     memory: &Memory,
-    heap: Heap,
-    info: TreeInfo,
+    loaded: Loaded,
     workload: Workload,
     dist: Distribution,
     plan: &Plan,
@@ -273,7 +359,12 @@ fn measure(
         seed: plan.seed,
     };
     let keyspace = Keyspace::new(spec)?;
-    let hints = Arc::new(HintCache::for_objects(hinted_objects(plan.keys)));
+    // rtx B+tree clients share one cache of meta hints, as Sherman's
+    // threads share one index cache; hash tables keep none.
+    let hints = match loaded {
+        Loaded::BTree(..) => Some(Arc::new(HintCache::for_objects(hinted_objects(plan.keys)))),
+        Loaded::Hash(..) => None,
+    };
     let results = on_threads("ycsb", plan.threads, |t, gate| {
         let setup = (|| -> anyhow::Result<_> {
             let rt = runtime()?;
@@ -283,9 +374,23 @@ fn measure(
                 for c in 0..plan.coroutines {
                     let slot = t * plan.coroutines + c;
                     let owner = FIRST_CLIENT + slot as u16;
-                    let mut tree = BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
-                    tree.share_hints(hints.clone());
-                    clients.push((IndexClient::BTree(Box::new(tree)), keyspace.generator(slot)));
+                    let client = match loaded {
+                        Loaded::BTree(heap, info) => {
+                            let mut tree =
+                                BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
+                            if let Some(hints) = &hints {
+                                tree.share_hints(hints.clone());
+                            }
+                            IndexClient::BTree(Box::new(tree))
+                        }
+                        Loaded::Hash(heap, info) => {
+                            let table =
+                                HashTable::attach(fabric.fork(), heap, owner, TxConfig::default(), info)
+                                    .await?;
+                            IndexClient::Hash(Box::new(table))
+                        }
+                    };
+                    clients.push((client, keyspace.generator(slot)));
                 }
                 anyhow::Ok(clients)
             })?;
