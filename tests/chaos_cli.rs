@@ -62,3 +62,33 @@ fn btree_crash_points_fail_only_where_tolerance_is_promised() {
     let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
     assert!(v["violations"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn hash_crash_points_fail_only_where_tolerance_is_promised() {
+    let (code, stdout, stderr) = kintsugi(&[
+        "chaos",
+        "crash-points",
+        "--target",
+        "hash",
+        "--variant",
+        "rtx",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (v["target"].as_str(), v["violations"].as_u64()),
+        (Some("hash/rtx"), Some(0))
+    );
+    assert_eq!(v["scenarios"].as_array().map(Vec::len), Some(4));
+    let (code, stdout, _) = kintsugi(&[
+        "chaos",
+        "crash-points",
+        "--target",
+        "hash",
+        "--variant",
+        "optimal",
+    ]);
+    assert_eq!(code, 0, "optimal's violations are reported, not failed on");
+    assert!(stdout.contains("VIOLATION insert that splits"), "{stdout}");
+}

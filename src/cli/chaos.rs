@@ -22,7 +22,15 @@ Target btree: an insert that writes one entry, splits a leaf, or splits a leaf a
 After the victim stops, a survivor inserts next to its key; then the tree's check() must pass, every
 acknowledged key must be present, and the victim's key present or absent, never half. The optimal
 variant is expected to show violations (blocked survivors, half splits): they are reported, and the
-command exits 0 for it.")]
+command exits 0 for it.
+
+Target hash: RACE hashing with 21-slot subtables: an insert with room, an update, a delete, and an
+insert whose combined buckets are full so that it splits the subtable. After the victim stops, a
+survivor reads every preloaded key, then inserts fresh keys until it has split a subtable itself; then
+the table's check() must pass (no lock held), every acknowledged key must hold its value, and the
+victim's key its old or new value (or be absent, for an insert or a delete), never a value nobody
+wrote. As for btree, optimal's violations (blocked survivors, headers left locked, keys in two slots)
+are reported and the command exits 0 for it.")]
     CrashPoints(CrashPointsArgs),
 }
 
@@ -32,6 +40,8 @@ pub enum Target {
     Rtx,
     /// The B+tree (choose --variant).
     Btree,
+    /// RACE hashing (choose --variant).
+    Hash,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +67,7 @@ pub struct CrashPointsArgs {
     /// Stop modes to explore.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ModeArg::Crash, ModeArg::Pause])]
     modes: Vec<ModeArg>,
-    /// B+tree variant (btree target).
+    /// Index variant (btree and hash targets).
     #[arg(long, default_value = "rtx")]
     variant: index::btree::Variant,
     /// Print one JSON object instead of the table.
@@ -118,6 +128,15 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
             };
             let report = runtime.block_on(crash_points::btree::explore(&options))?;
             // Optimal has no fault tolerance: its violations are the finding.
+            (report, args.variant != index::btree::Variant::Optimal)
+        }
+        Target::Hash => {
+            let options = crash_points::hash::Options {
+                variant: args.variant,
+                modes,
+            };
+            let report = runtime.block_on(crash_points::hash::explore(&options))?;
+            // As for the B+tree: optimal's violations are the finding.
             (report, args.variant != index::btree::Variant::Optimal)
         }
     };

@@ -14,6 +14,7 @@
 //! [`Violation`]; a target that is meant to be crash-tolerant must have none.
 
 pub mod btree;
+pub mod hash;
 pub mod rtx;
 
 use serde::Serialize;
@@ -75,6 +76,43 @@ pub async fn stop_victim<T: std::fmt::Debug>(
             done = &mut task => Err(format!("victim finished ({done:?}) before reaching verb {k}")),
         },
     }
+}
+
+/// Reads all `bytes` of `region` (its primary), for a scenario's base image.
+pub(crate) async fn read_region(
+    fabric: &mut fabric::Client,
+    region: u16,
+    bytes: u64,
+) -> Result<Vec<u8>, String> {
+    let mut image = Vec::with_capacity(bytes as usize);
+    let piece = u64::from(fabric::VERB_BYTES_MAX);
+    let mut batch = fabric::Batch::new();
+    let mut at = 0;
+    while at < bytes {
+        batch.clear();
+        let h = batch.read(fabric::GlobalAddr::new(region, at), piece.min(bytes - at) as u32);
+        fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
+        image.extend_from_slice(batch.read_result(h).map_err(|e| e.to_string())?);
+        at += piece;
+    }
+    Ok(image)
+}
+
+/// Writes `image` over `region` on every replica (a fresh copy of a base).
+pub(crate) async fn write_region(
+    fabric: &mut fabric::Client,
+    region: u16,
+    image: &[u8],
+) -> Result<(), String> {
+    let mut batch = fabric::Batch::new();
+    for (i, piece) in image.chunks(fabric::VERB_BYTES_MAX as usize).enumerate() {
+        batch.clear();
+        let at = fabric::GlobalAddr::new(region, i as u64 * u64::from(fabric::VERB_BYTES_MAX));
+        let h = batch.on(fabric::Replica::All).write(at, piece);
+        fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
+        batch.done(h).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// One thing a checker found wrong.
