@@ -4,6 +4,9 @@
 //!   verbs, bytes) for read-modify-write transactions on random objects;
 //! - `bench ycsb`: YCSB A–E on the B+tree per variant (`ycsb_args`,
 //!   `ycsb_run`, `ycsb_report`);
+//! - `bench rehash`: growing a full RACE hash table per variant, and the
+//!   throughput of clients inserting meanwhile (`rehash_args`,
+//!   `rehash_run`, `rehash_report`);
 //! - `bench lease`: the paper's Figure 18, how often live clients meet each
 //!   other's locks with an expired lease, with and without lease regulation.
 //!
@@ -33,6 +36,9 @@ mod lease_args;
 mod lease_report;
 mod lease_run;
 mod probe;
+mod rehash_args;
+mod rehash_report;
+mod rehash_run;
 pub(super) mod threads;
 mod txn_args;
 mod txn_report;
@@ -46,6 +52,7 @@ use std::process::ExitCode;
 
 pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
+pub use rehash_args::RehashArgs;
 pub use txn_args::TxnArgs;
 pub use ycsb_args::YcsbArgs;
 
@@ -65,6 +72,9 @@ pub enum BenchCommand {
     /// The control plane (member processes on loopback): commit throughput and latency, how soon
     /// a watcher on a follower sees a map change, and how long writes stall when the leader dies.
     Control(ControlBenchArgs),
+    /// Rehash of a full RACE hash table, per variant: how long growing it (every subtable split
+    /// once) takes, what it costs in verbs and bytes, and the throughput of clients inserting meanwhile.
+    Rehash(RehashArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -73,5 +83,6 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Lease(args) => lease_run::run(args),
         BenchCommand::Ycsb(args) => ycsb_run::run(args),
         BenchCommand::Control(args) => control_run::run(args),
+        BenchCommand::Rehash(args) => rehash_run::run(args),
     }
 }

@@ -1,0 +1,290 @@
+//! `kintsugi bench rehash` flags, validated into a plan.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use index::hash::layout::{Geometry, DIR_DEPTH_MAX, GROUPS_MAX};
+use index::hash::HashConfig;
+use index::Variant;
+
+use super::common::cores;
+use crate::cli::units::parse_duration;
+
+/// Transports `bench rehash` runs on (those of `bench ycsb`).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RehashTransport {
+    /// In-process memory node.
+    Local,
+    /// A memory image in /dev/shm mapped by every client thread (the CXL model).
+    Shm,
+    /// A memory-node server on loopback, one connection per client thread.
+    Tcp,
+}
+
+impl RehashTransport {
+    pub fn name(self) -> &'static str {
+        match self {
+            RehashTransport::Local => "local",
+            RehashTransport::Shm => "shm",
+            RehashTransport::Tcp => "tcp",
+        }
+    }
+}
+
+/// How full the table is when the grow starts.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillArg {
+    /// Bulk-load --keys keys, then insert fresh keys until the first subtable splits: a table that
+    /// cannot take more keys without growing.
+    Split,
+    /// Bulk-load --keys keys only: 30-60% of the slots, depending on how the key count rounds to
+    /// a power of two of subtables.
+    Load,
+}
+
+impl FillArg {
+    pub fn name(self) -> &'static str {
+        match self {
+            FillArg::Split => "split",
+            FillArg::Load => "load",
+        }
+    }
+}
+
+/// Arguments of `kintsugi bench rehash`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+What it measures (the rTX paper's rehash experiment):
+  How long growing a full RACE hash table takes, per variant: optimal (the original RACE resize:
+  lock every bucket header of a subtable, move each entry with two CASes, unlock) against rtx
+  (each subtable split is one rTX: read the subtable, write both halves out of place, rewrite
+  the directory, install with CASes). And what clients inserting meanwhile see.
+
+Per variant:
+  1. A fresh memory node and a table of --groups bucket groups per subtable, with a directory
+     deep enough for the table after the grow (bulk-load depth + 2, at least 12, or --dir-depth).
+  2. Bulk load of --keys keys (~60% of the slots at most); with --fill split (the default),
+     then fresh keys inserted by several clients until the first subtable splits: the table is
+     full. The load factor reached is reported.
+  3. The timed part: --threads client threads insert fresh keys continuously while one more
+     client, the grower, waits --phase, then grows the table (HashTable::grow: splits every
+     subtable once, doubling it), then waits --phase again. The grower's wall time, splits and
+     verbs are the rehash cost; the inserters' completed ops per --bucket form the throughput
+     timeline, and their rates before, during and after the grow are reported, along with the
+     longest run of buckets in which no insert completed (stall).
+  4. The whole table is checked: no structural violation, and exactly the keys loaded and
+     inserted. A failed check fails the command (after the report).
+  The last line is optimal's grow time over rtx's.
+
+Output:
+  A table on stdout (or, with --json -, the JSON array instead). --json FILE writes one object
+  per variant with the grow's cost, the phase rates and the timeline as [ms, ops] pairs (ms:
+  the bucket's start, from when the inserters started).
+
+Examples:
+  kintsugi bench rehash
+  kintsugi bench rehash --keys 10000000 --threads 2 --json rehash.json
+  kintsugi bench rehash --variant rtx --keys 100000 --fill load --threads 0")]
+pub struct RehashArgs {
+    /// Variants, comma-separated (optimal, rtx).
+    #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
+    variant: Vec<Variant>,
+    /// Keys bulk-loaded before the fill and the grow.
+    #[arg(long, default_value_t = 1_000_000)]
+    keys: u64,
+    /// Client threads inserting fresh keys during the timed part (0: the grow runs alone)
+    /// [default: 2, or 1 on machines with fewer than 3 cores: one core stays for the grower].
+    #[arg(long, value_name = "T")]
+    threads: Option<usize>,
+    /// Where the memory is.
+    #[arg(long, value_enum, default_value = "shm")]
+    transport: RehashTransport,
+    /// Bucket groups per subtable (1..=1024; 512 = 96 KiB and 10,752 slots per subtable).
+    #[arg(long, value_name = "G", default_value_t = 512)]
+    groups: u32,
+    /// Directory depth (at most 2^D subtables) [default: the bulk load's depth + 2, at least 12].
+    #[arg(long, value_name = "D")]
+    dir_depth: Option<u8>,
+    /// How full the table is when the grow starts.
+    #[arg(long, value_enum, default_value = "split")]
+    fill: FillArg,
+    /// How long the inserters run before the grow starts, and again after it ends.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "500ms")]
+    phase: Duration,
+    /// Width of a throughput-timeline bucket (at least 100us).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1ms")]
+    bucket: Duration,
+    /// Seed of the key set.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Also write the results as a JSON array to FILE ('-': print it on stdout instead of the table).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// A validated run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub variants: Vec<Variant>,
+    pub keys: u64,
+    pub threads: usize,
+    /// Clients of the fill (never 0).
+    pub fill_threads: usize,
+    pub transport: RehashTransport,
+    pub config: HashConfig,
+    pub fill: FillArg,
+    pub phase: Duration,
+    pub bucket: Duration,
+    pub seed: u64,
+    /// Where the JSON goes: a file, or stdout (`-`).
+    pub json: Option<JsonTo>,
+}
+
+/// `--json`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JsonTo {
+    Stdout,
+    File(PathBuf),
+}
+
+/// Most keys: the generator's indices and the region's offsets stay far
+/// below their limits, and 2^31 keys take ~50 GiB of KV blocks alone.
+pub const KEYS_MAX: u64 = 1 << 31;
+/// Most inserting threads (each an owner id).
+pub const THREADS_MAX: usize = 256;
+/// The fill a bulk load aims at (`index::hash::load`'s `LOAD_FILL`): it
+/// picks the smallest depth whose slots hold the keys at this load.
+const LOAD_FILL: f64 = 0.6;
+/// The directory depth a table gets at least (`HashConfig::default`'s).
+const DIR_DEPTH_MIN: u8 = 12;
+/// Directory levels kept above the bulk load's depth: one for a fill or
+/// insert split before the grow, one for the grow. Inserts after it stay
+/// below the run's key limit (`rehash_run::key_limit`), which keeps the
+/// deepest subtables far from splitting again.
+pub const DIR_HEADROOM: u8 = 2;
+
+impl RehashArgs {
+    pub fn validate(self) -> anyhow::Result<Plan> {
+        if self.variant.is_empty() {
+            bail!("--variant needs at least one value");
+        }
+        if self.keys == 0 || self.keys > KEYS_MAX {
+            bail!("--keys must be between 1 and {KEYS_MAX}");
+        }
+        if self.groups == 0 || self.groups > GROUPS_MAX {
+            bail!("--groups must be between 1 and {GROUPS_MAX}, got {}", self.groups);
+        }
+        let threads = self.threads.unwrap_or(if cores() >= 3 { 2 } else { 1 });
+        if threads > THREADS_MAX {
+            bail!("--threads must be at most {THREADS_MAX}, got {threads}");
+        }
+        if self.bucket < Duration::from_micros(100) {
+            bail!("--bucket must be at least 100us");
+        }
+        let slots = Geometry { groups: self.groups }.slots();
+        let load_depth = load_depth(self.keys, slots).with_context(|| {
+            format!(
+                "{} keys do not fit 2^{DIR_DEPTH_MAX} subtables of {slots} slots (--groups {}) at the bulk load's \
+                 {LOAD_FILL} fill",
+                self.keys, self.groups
+            )
+        })?;
+        let dir_depth = match self.dir_depth {
+            Some(d) => {
+                if d < load_depth + DIR_HEADROOM || d > DIR_DEPTH_MAX {
+                    bail!(
+                        "--dir-depth must be between {} (two above the bulk load's depth {load_depth}: room for \
+                         the fill's split and the grow) and {DIR_DEPTH_MAX}, got {d}",
+                        load_depth + DIR_HEADROOM
+                    );
+                }
+                d
+            }
+            None => {
+                let d = (load_depth + DIR_HEADROOM).max(DIR_DEPTH_MIN);
+                if d > DIR_DEPTH_MAX {
+                    bail!(
+                        "{} keys load subtables of --groups {} at depth {load_depth}, which leaves no room to grow \
+                         in a directory of depth {DIR_DEPTH_MAX} (the most): use more --groups or fewer --keys, \
+                         or give --dir-depth",
+                        self.keys,
+                        self.groups
+                    );
+                }
+                d
+            }
+        };
+        Ok(Plan {
+            variants: dedup(self.variant),
+            keys: self.keys,
+            threads,
+            fill_threads: threads.max(cores().min(4)).max(1),
+            transport: self.transport,
+            config: HashConfig {
+                groups: self.groups,
+                dir_depth,
+            },
+            fill: self.fill,
+            phase: self.phase,
+            bucket: self.bucket,
+            seed: self.seed,
+            json: self.json.map(|p| {
+                if p.as_os_str() == "-" {
+                    JsonTo::Stdout
+                } else {
+                    JsonTo::File(p)
+                }
+            }),
+        })
+    }
+}
+
+impl Plan {
+    /// Slots of one subtable.
+    pub fn slots_per_subtable(&self) -> u64 {
+        Geometry {
+            groups: self.config.groups,
+        }
+        .slots()
+    }
+
+    /// Owner ids the run needs: loader, grower, fill clients, inserters.
+    pub fn clients(&self) -> usize {
+        2 + self.fill_threads + self.threads
+    }
+}
+
+/// The depth `HashTable::bulk_load` picks for `keys` keys in subtables of
+/// `slots` slots, or `None` past the deepest directory.
+pub fn load_depth(keys: u64, slots: u64) -> Option<u8> {
+    (0..=DIR_DEPTH_MAX).find(|&d| keys as f64 <= slots as f64 * LOAD_FILL * (1u64 << d) as f64)
+}
+
+fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::with_capacity(v.len());
+    for x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_depth_follows_the_bulk_load_rule() {
+        let slots = Geometry { groups: 512 }.slots();
+        assert_eq!(slots, 10_752);
+        assert_eq!(load_depth(1, slots), Some(0));
+        assert_eq!(load_depth(6_451, slots), Some(0));
+        assert_eq!(load_depth(6_452, slots), Some(1));
+        // 1M keys: 256 subtables; 10M: 2048.
+        assert_eq!(load_depth(1_000_000, slots), Some(8));
+        assert_eq!(load_depth(10_000_000, slots), Some(11));
+        assert_eq!(load_depth(u64::MAX, slots), None);
+    }
+}

@@ -1,0 +1,330 @@
+//! `kintsugi bench rehash` results: one row per variant (also the JSON
+//! array element), a table, and optimal's grow time over rtx's.
+
+use std::fmt::Write as _;
+
+use index::hash::{HashCheckReport, HashLoadReport};
+use index::Variant;
+use serde::Serialize;
+
+use super::format::{micros, thousands};
+use super::rehash_args::Plan;
+use super::rehash_run::{Grow, Inserts};
+
+/// How the table was before the grow.
+pub struct Loaded {
+    pub load: HashLoadReport,
+    /// Keys the fill inserted after the bulk load, and the splits it made.
+    pub fill_inserted: u64,
+    pub fill_splits: u64,
+    /// Subtables when the timed part started.
+    pub subtables: u64,
+    /// Keys per slot when the timed part started.
+    pub load_factor: f64,
+    /// Whether a fill client or inserter stopped at the run's key limit.
+    pub limit_reached: bool,
+    /// Inserts of fresh keys that found them present (a bug if any).
+    pub duplicates: u64,
+}
+
+/// One variant's run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub variant: String,
+    pub transport: &'static str,
+    /// Keys bulk-loaded (--keys).
+    pub keys: u64,
+    pub groups: u32,
+    pub dir_depth: u8,
+    /// The bulk load's subtable depth.
+    pub load_depth: u8,
+    pub fill: &'static str,
+    /// Keys the fill added until the first split, and its splits.
+    pub fill_keys: u64,
+    pub fill_splits: u64,
+    /// Keys and subtables when the timed part started, and keys per slot.
+    pub keys_before_grow: u64,
+    pub subtables_before_grow: u64,
+    pub load_factor_before_grow: f64,
+    pub inserting_threads: usize,
+
+    /// Wall time of `HashTable::grow`.
+    pub grow_ms: f64,
+    /// When it started and ended, from when the inserters started.
+    pub grow_start_ms: f64,
+    pub grow_end_ms: f64,
+    /// Splits the grower made, and its verbs during the grow.
+    pub splits: u64,
+    pub round_trips: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub cas: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// The grower's retries (lost races, stale directory) and, rtx, its
+    /// aborted attempts and repairs.
+    pub grower_retries: u64,
+    pub grower_aborts: u64,
+    pub grower_repairs: u64,
+
+    /// Inserts completed during the timed part.
+    pub inserts: u64,
+    pub insert_ops_per_sec_before: f64,
+    pub insert_ops_per_sec_during: f64,
+    pub insert_ops_per_sec_after: f64,
+    /// The longest run of timeline buckets in which no insert completed.
+    pub insert_stall_ms: f64,
+    /// Splits the inserters made themselves, and writes of theirs that met
+    /// a split and had to be settled after it.
+    pub inserter_splits: u64,
+    pub inserts_settled: u64,
+    /// Whether inserting stopped early at the run's key limit.
+    pub key_limit_reached: bool,
+
+    /// The end-of-run check.
+    pub check_ok: bool,
+    pub check_keys: u64,
+    pub expected_keys: u64,
+    pub duplicates: u64,
+    pub violations: Vec<String>,
+
+    /// The throughput timeline: `[bucket start in ms, inserts completed in
+    /// the bucket]`, from when the inserters started until they stopped.
+    pub bucket_ms: f64,
+    pub timeline: Vec<[f64; 2]>,
+}
+
+impl Row {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        variant: Variant,
+        plan: &Plan,
+        loaded: &Loaded,
+        grow: &Grow,
+        inserts: &Inserts,
+        check: &HashCheckReport,
+        expected_keys: u64,
+    ) -> Row {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let rate = |ops: u64, d: std::time::Duration| {
+            if d.is_zero() {
+                0.0
+            } else {
+                ops as f64 / d.as_secs_f64()
+            }
+        };
+        let bucket_ms = ms(plan.bucket);
+        // Buckets up to the stop; the last inserts finish just after it.
+        let buckets = (grow.stop.as_nanos() / plan.bucket.as_nanos().max(1)) as usize + 1;
+        let mut timeline = inserts.timeline.clone();
+        timeline.resize(buckets.max(timeline.len()), 0);
+        let stall = if plan.threads == 0 {
+            0
+        } else {
+            longest_zero_run(&timeline[..buckets.min(timeline.len())])
+        };
+        let fabric = grow.fabric;
+        Row {
+            variant: variant.to_string(),
+            transport: plan.transport.name(),
+            keys: plan.keys,
+            groups: plan.config.groups,
+            dir_depth: plan.config.dir_depth,
+            load_depth: loaded.load.depth,
+            fill: plan.fill.name(),
+            fill_keys: loaded.fill_inserted,
+            fill_splits: loaded.fill_splits,
+            keys_before_grow: plan.keys + loaded.fill_inserted,
+            subtables_before_grow: loaded.subtables,
+            load_factor_before_grow: loaded.load_factor,
+            inserting_threads: plan.threads,
+            grow_ms: ms(grow.time()),
+            grow_start_ms: ms(grow.start),
+            grow_end_ms: ms(grow.end),
+            splits: grow.splits,
+            round_trips: fabric.round_trips,
+            reads: fabric.reads,
+            writes: fabric.writes,
+            cas: fabric.cas,
+            bytes_read: fabric.bytes_read,
+            bytes_written: fabric.bytes_written,
+            grower_retries: grow.stats.retries,
+            grower_aborts: grow.aborts,
+            grower_repairs: grow.repairs,
+            inserts: inserts.inserted,
+            insert_ops_per_sec_before: rate(inserts.per_phase[0], grow.start),
+            insert_ops_per_sec_during: rate(inserts.per_phase[1], grow.time()),
+            insert_ops_per_sec_after: rate(inserts.per_phase[2], grow.stop.saturating_sub(grow.end)),
+            insert_stall_ms: stall as f64 * bucket_ms,
+            inserter_splits: inserts.splits,
+            inserts_settled: inserts.settled,
+            key_limit_reached: loaded.limit_reached,
+            check_ok: check.is_ok() && check.keys == expected_keys && loaded.duplicates == 0,
+            check_keys: check.keys,
+            expected_keys,
+            duplicates: loaded.duplicates,
+            violations: check.violations.clone(),
+            bucket_ms,
+            timeline: timeline
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| [i as f64 * bucket_ms, n as f64])
+                .collect(),
+        }
+    }
+
+    /// Why the check failed (empty when it passed).
+    pub fn check_problem(&self) -> String {
+        let mut p = Vec::new();
+        if !self.violations.is_empty() {
+            p.push(format!(
+                "{} violation(s), first: {}",
+                self.violations.len(),
+                self.violations[0]
+            ));
+        }
+        if self.check_keys != self.expected_keys {
+            p.push(format!(
+                "the table holds {} keys, {} were loaded and inserted",
+                self.check_keys, self.expected_keys
+            ));
+        }
+        if self.duplicates > 0 {
+            p.push(format!(
+                "{} insert(s) of a fresh key answered 'present'",
+                self.duplicates
+            ));
+        }
+        p.join("; ")
+    }
+}
+
+/// The longest run of zeros in `v`.
+fn longest_zero_run(v: &[u64]) -> usize {
+    let (mut best, mut run) = (0, 0);
+    for &x in v {
+        run = if x == 0 { run + 1 } else { 0 };
+        best = best.max(run);
+    }
+    best
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// The results table, the notes, and optimal's grow time over rtx's.
+pub fn table(rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<8} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+        "variant",
+        "keys",
+        "load",
+        "subtables",
+        "grow ms",
+        "splits",
+        "RT",
+        "READs",
+        "CAS",
+        "MiB read",
+        "MiB write"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:<8} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+            r.variant,
+            thousands(r.keys_before_grow as f64),
+            r.load_factor_before_grow * 100.0,
+            thousands(r.subtables_before_grow as f64),
+            micros(r.grow_ms),
+            thousands(r.splits as f64),
+            thousands(r.round_trips as f64),
+            thousands(r.reads as f64),
+            thousands(r.cas as f64),
+            mib(r.bytes_read),
+            mib(r.bytes_written),
+        );
+    }
+    if rows.iter().any(|r| r.inserting_threads > 0) {
+        let _ = writeln!(
+            s,
+            "\n{:<8} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+            "variant",
+            "threads",
+            "ins/s before",
+            "ins/s during",
+            "ins/s after",
+            "stall ms",
+            "splits",
+            "settled",
+            "check"
+        );
+        for r in rows {
+            let _ = writeln!(
+                s,
+                "{:<8} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+                r.variant,
+                r.inserting_threads,
+                thousands(r.insert_ops_per_sec_before),
+                thousands(r.insert_ops_per_sec_during),
+                thousands(r.insert_ops_per_sec_after),
+                micros(r.insert_stall_ms),
+                thousands(r.inserter_splits as f64),
+                thousands(r.inserts_settled as f64),
+                if r.check_ok { "ok" } else { "FAILED" },
+            );
+        }
+    } else {
+        for r in rows {
+            let _ = writeln!(
+                s,
+                "{}: check {}",
+                r.variant,
+                if r.check_ok { "ok" } else { "FAILED" }
+            );
+        }
+    }
+    for r in rows {
+        if !r.check_ok {
+            let _ = writeln!(s, "{}: the check failed: {}", r.variant, r.check_problem());
+        }
+        if r.key_limit_reached {
+            let _ = writeln!(
+                s,
+                "{}: inserting stopped at the run's key limit (a quarter of the directory's slots): \
+                 rates after that point are low",
+                r.variant
+            );
+        }
+    }
+    let by = |v: &str| rows.iter().find(|r| r.variant == v);
+    if let (Some(o), Some(r)) = (by("optimal"), by("rtx")) {
+        let ratio = if r.grow_ms > 0.0 {
+            o.grow_ms / r.grow_ms
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            s,
+            "\nrehash time: optimal {} ms / rtx {} ms = {ratio:.2}x",
+            micros(o.grow_ms),
+            micros(r.grow_ms)
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn longest_zero_run_counts_consecutive_zeros() {
+        assert_eq!(longest_zero_run(&[]), 0);
+        assert_eq!(longest_zero_run(&[1, 2, 3]), 0);
+        assert_eq!(longest_zero_run(&[0, 1, 0, 0, 0, 2, 0, 0]), 3);
+    }
+}

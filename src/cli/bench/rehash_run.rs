@@ -1,0 +1,647 @@
+//! `kintsugi bench rehash`: per variant, a fresh memory node and a RACE
+//! hash table bulk-loaded (and filled until it splits), then one client
+//! grows it (every subtable split once) while others insert, and the whole
+//! table is checked.
+//!
+//! Owner ids: [`LOADER`] creates, loads and finally checks the table;
+//! [`GROWER`] grows it; the fill clients follow, then the inserters. Keys
+//! are `KeyMap` records: `0..keys` loaded, then one shared counter hands out
+//! fresh records to every fill client and inserter, so no key is inserted
+//! twice and the expected count is exact.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chaos::workload::KeyMap;
+use fabric::{
+    AnyTransport, Client, ClusterMap, LocalTransport, MemoryNode, RegionSpec, ShmTransport, TcpTransport,
+};
+use index::hash::layout::{Geometry, KV_BYTES};
+use index::hash::{HashLoadReport, HashStats, HashTable, TableInfo};
+use index::Variant;
+use indicatif::{ProgressBar, ProgressStyle};
+use txn::{Heap, HeapConfig, TxConfig};
+
+use super::format::thousands;
+use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, RehashTransport, DIR_HEADROOM};
+use super::rehash_report::{self, Row};
+use super::threads::{on_threads, runtime};
+
+const REGION: u16 = 1;
+/// The owner id that creates, loads and checks the table.
+const LOADER: u16 = 1;
+/// The owner id that grows it.
+const GROWER: u16 = 2;
+/// The first fill client; the inserters follow the fill clients.
+const FIRST_FILLER: u16 = 3;
+const CHUNK_BYTES: u64 = 64 * 1024;
+/// Inserts between two updates of the fill's progress bar.
+const PROGRESS_EVERY: u64 = 1024;
+
+/// Phases of the timed part, as the inserters count their ops.
+const BEFORE: u8 = 0;
+const DURING: u8 = 1;
+const AFTER: u8 = 2;
+
+pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
+    let plan = args.validate()?;
+    let mut rows = Vec::with_capacity(plan.variants.len());
+    for &variant in &plan.variants {
+        let row = run_variant(variant, &plan).with_context(|| format!("bench rehash: variant {variant}"))?;
+        rows.push(row);
+    }
+    let json_stdout = plan.json == Some(JsonTo::Stdout);
+    crate::cli::print_report(
+        json_stdout,
+        || serde_json::to_string_pretty(&rows).unwrap_or_else(|e| format!("\"cannot encode: {e}\"")),
+        || rehash_report::table(&rows),
+    )?;
+    if let Some(JsonTo::File(path)) = &plan.json {
+        let json = serde_json::to_string_pretty(&rows)?;
+        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+        eprintln!("bench rehash: wrote {}", path.display());
+    }
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.check_ok)
+        .map(|r| format!("{}: {}", r.variant, r.check_problem()))
+        .collect();
+    if !failed.is_empty() {
+        bail!("the end-of-run check failed: {}", failed.join("; "));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One variant: memory, load, fill, the timed grow, the check.
+fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
+    let limit = key_limit(plan);
+    let memory = Memory::new(plan.transport, region_bytes(plan, limit))?;
+    let rt = runtime()?;
+    let (mut loader, load) = rt.block_on(load(&memory, variant, plan))?;
+    if load.depth + DIR_HEADROOM > plan.config.dir_depth {
+        bail!(
+            "the bulk load built subtables of depth {}, which leaves no room for a split and the grow under \
+             directory depth {}: give a deeper --dir-depth",
+            load.depth,
+            plan.config.dir_depth
+        );
+    }
+    let heap = loader.heap();
+    let info = loader.info();
+    let keys = KeyMap::new(plan.seed);
+    let next = AtomicU64::new(plan.keys);
+
+    let fill = match plan.fill {
+        FillArg::Split => fill(&memory, heap, info, plan, keys, &next, limit)?,
+        FillArg::Load => Fill::default(),
+    };
+    let subtables = load.subtables + fill.splits;
+    let filled = plan.keys + fill.inserted;
+    let load_factor = filled as f64 / (subtables * plan.slots_per_subtable()) as f64;
+    eprintln!(
+        "bench rehash: {variant}: {} keys in {} subtables ({:.1}% of the slots); growing with {} inserting \
+         client(s), {} before and after ...",
+        thousands(filled as f64),
+        thousands(subtables as f64),
+        load_factor * 100.0,
+        plan.threads,
+        humantime::format_duration(plan.phase),
+    );
+
+    let timed = grow_while_inserting(&memory, heap, info, plan, keys, &next, limit)?;
+    eprintln!(
+        "bench rehash: {variant}: grew in {:.1} ms ({} splits); checking the table ...",
+        timed.grow.time().as_secs_f64() * 1e3,
+        timed.grow.splits
+    );
+    let check = rt.block_on(loader.check()).context("cannot check the table")?;
+    let expected = filled + timed.inserts.inserted;
+    Ok(Row::new(
+        variant,
+        plan,
+        &rehash_report::Loaded {
+            load,
+            fill_inserted: fill.inserted,
+            fill_splits: fill.splits,
+            subtables,
+            load_factor,
+            limit_reached: fill.limit_reached || timed.inserts.limit_reached,
+            duplicates: fill.duplicates + timed.inserts.duplicates,
+        },
+        &timed.grow,
+        &timed.inserts,
+        &check,
+        expected,
+    ))
+}
+
+/// Records the run may hold in all: about a quarter of what the directory's
+/// subtables can name, so that inserts never take a subtable past the
+/// directory's depth; at least the loaded keys.
+fn key_limit(plan: &Plan) -> u64 {
+    let capacity = plan.slots_per_subtable() << plan.config.dir_depth;
+    (capacity / 4).max(plan.keys)
+}
+
+/// Region bytes: every subtable the directory can name twice (an rtx split
+/// writes both halves out of place; a subtable takes whole chunks), a few
+/// directory copies per client (rtx rewrites it out of place), a KV block
+/// per key the run may hold, chunks for every client, and slack. Memory is
+/// only committed where it is touched, so this costs address space.
+fn region_bytes(plan: &Plan, limit: u64) -> u64 {
+    let g = Geometry {
+        groups: plan.config.groups,
+    };
+    let subtable = g.subtable_bytes().next_multiple_of(CHUNK_BYTES) + txn::META_BYTES;
+    let subtables = 2 * (subtable << plan.config.dir_depth);
+    let clients = plan.clients() as u64;
+    let dir = (8u64 << plan.config.dir_depth).next_multiple_of(CHUNK_BYTES);
+    let dirs = 4 * (clients + 1) * dir;
+    let kvs = limit * u64::from(KV_BYTES) * 11 / 10;
+    let bytes = subtables + dirs + kvs + clients * 64 * CHUNK_BYTES + (256 << 20);
+    bytes.next_multiple_of(4096)
+}
+
+/// Formats the heap, creates the table and bulk-loads `plan.keys` keys,
+/// with a progress bar. Returns the loader's client of the table.
+async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(HashTable, HashLoadReport)> {
+    let mut fabric = memory.client().await?;
+    let owner_slots = u16::try_from(plan.clients() + 1)
+        .ok()
+        .filter(|&s| s <= txn::word::OWNER_MAX)
+        .context("too many clients for the owner ids")?;
+    let heap = Heap::format(
+        &mut fabric,
+        REGION,
+        HeapConfig {
+            owner_slots,
+            chunk_bytes: CHUNK_BYTES,
+        },
+    )
+    .await
+    .context("cannot format the heap")?;
+    let map = KeyMap::new(plan.seed);
+    let entries: Vec<(u64, u64)> = map.keys(0..plan.keys).map(|k| (k, map.load_value(k))).collect();
+    let bar = ProgressBar::new(plan.keys);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} keys ({per_sec}, {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(format!("loading {variant}"));
+    let started = Instant::now();
+    let mut table = HashTable::create(fabric, heap, variant, LOADER, plan.config)
+        .await
+        .context("cannot create the table")?;
+    let report = table
+        .bulk_load(&entries, |n| bar.set_position(n))
+        .await
+        .context("cannot bulk-load the table")?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "bench rehash: {variant}: loaded {} keys in {secs:.1} s: {} subtables of depth {} (directory depth {}), \
+         {:.1}% of the slots, {:.1} DM bytes per key",
+        thousands(report.keys as f64),
+        report.subtables,
+        report.depth,
+        plan.config.dir_depth,
+        report.load_factor * 100.0,
+        report.bytes_per_key,
+    );
+    if report.keys != plan.keys {
+        bail!("loaded {} keys of {}", report.keys, plan.keys);
+    }
+    Ok((table, report))
+}
+
+/// What the fill inserted.
+#[derive(Clone, Copy, Debug, Default)]
+struct Fill {
+    inserted: u64,
+    duplicates: u64,
+    splits: u64,
+    limit_reached: bool,
+}
+
+/// Inserts fresh keys on `plan.fill_threads` clients until one of them
+/// splits a subtable (or the key limit is reached).
+fn fill(
+    memory: &Memory,
+    heap: Heap,
+    info: TableInfo,
+    plan: &Plan,
+    keys: KeyMap,
+    next: &AtomicU64,
+    limit: u64,
+) -> anyhow::Result<Fill> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} {spinner} {pos} keys inserted ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    bar.set_prefix(format!("filling {} until a subtable splits", info.variant));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let split_seen = AtomicBool::new(false);
+    let limit_hit = AtomicBool::new(false);
+    let started = Instant::now();
+    let fills = on_threads("rehash-fill", plan.fill_threads, |t, gate| {
+        let setup = (|| {
+            let rt = runtime()?;
+            let owner = FIRST_FILLER + t as u16;
+            let table = rt.block_on(attach(memory, heap, owner, info))?;
+            anyhow::Ok((rt, table))
+        })();
+        gate.wait();
+        let (rt, mut table) = setup?;
+        rt.block_on(async {
+            let mut out = Fill::default();
+            while !split_seen.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= limit {
+                    limit_hit.store(true, Ordering::Relaxed);
+                    break;
+                }
+                let key = keys.key(i);
+                if table.insert(key, keys.load_value(key)).await? {
+                    out.inserted += 1;
+                } else {
+                    out.duplicates += 1;
+                }
+                if table.stats().splits > 0 {
+                    split_seen.store(true, Ordering::Relaxed);
+                }
+                if (out.inserted + out.duplicates) % PROGRESS_EVERY == 0 {
+                    bar.inc(PROGRESS_EVERY);
+                }
+            }
+            out.splits = table.stats().splits;
+            anyhow::Ok(out)
+        })
+    })?;
+    bar.finish_and_clear();
+    let mut total = Fill::default();
+    for f in fills {
+        total.inserted += f.inserted;
+        total.duplicates += f.duplicates;
+        total.splits += f.splits;
+    }
+    total.limit_reached = limit_hit.load(Ordering::Relaxed);
+    eprintln!(
+        "bench rehash: {}: filled with {} more keys in {:.1} s until {} split(s){}",
+        info.variant,
+        thousands(total.inserted as f64),
+        started.elapsed().as_secs_f64(),
+        total.splits,
+        if total.limit_reached {
+            " (stopped at the key limit before any split)"
+        } else {
+            ""
+        }
+    );
+    Ok(total)
+}
+
+/// The grower's measurements.
+#[derive(Clone, Debug, Default)]
+pub struct Grow {
+    /// When the grow started and ended, from when the inserters started.
+    pub start: Duration,
+    pub end: Duration,
+    /// When the inserters were told to stop.
+    pub stop: Duration,
+    /// Splits the grower made.
+    pub splits: u64,
+    /// The grower's verbs during the grow.
+    pub fabric: fabric::Stats,
+    /// The grower's table counters after the grow.
+    pub stats: HashStats,
+    /// rtx: the grower's aborted attempts and repairs.
+    pub aborts: u64,
+    pub repairs: u64,
+}
+
+impl Grow {
+    pub fn time(&self) -> Duration {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// The inserters' measurements, summed.
+#[derive(Clone, Debug, Default)]
+pub struct Inserts {
+    /// Completed inserts.
+    pub inserted: u64,
+    /// Inserts of a fresh key that found it present (a bug if any).
+    pub duplicates: u64,
+    /// Completed per phase (before, during, after the grow).
+    pub per_phase: [u64; 3],
+    /// Completed per timeline bucket, from when the inserters started.
+    pub timeline: Vec<u64>,
+    /// Splits the inserters made (a full subtable an insert met).
+    pub splits: u64,
+    /// Writes whose CAS overlapped a split and had to be settled after it.
+    pub settled: u64,
+    /// Whether an inserter stopped at the key limit.
+    pub limit_reached: bool,
+}
+
+impl Inserts {
+    fn merge(&mut self, o: &Inserts) {
+        self.inserted += o.inserted;
+        self.duplicates += o.duplicates;
+        for (a, b) in self.per_phase.iter_mut().zip(o.per_phase) {
+            *a += b;
+        }
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline.resize(o.timeline.len(), 0);
+        }
+        for (a, b) in self.timeline.iter_mut().zip(&o.timeline) {
+            *a += b;
+        }
+        self.splits += o.splits;
+        self.settled += o.settled;
+        self.limit_reached |= o.limit_reached;
+    }
+}
+
+/// What the timed part measured.
+struct Timed {
+    grow: Grow,
+    inserts: Inserts,
+}
+
+/// What one thread of the timed part returns.
+enum Role {
+    Grower(Grow),
+    Inserter(Inserts),
+}
+
+/// State the timed part's threads share.
+struct Shared {
+    /// The phase the grow is in.
+    phase: AtomicU8,
+    /// Set when the inserters must stop.
+    stop: AtomicBool,
+    /// When the inserters started: the timeline's origin.
+    t0: OnceLock<Instant>,
+}
+
+/// Sets `stop` when dropped, so that inserters end whatever the grower did.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Thread 0 grows the table; threads 1.. insert fresh keys until it says stop.
+fn grow_while_inserting(
+    memory: &Memory,
+    heap: Heap,
+    info: TableInfo,
+    plan: &Plan,
+    keys: KeyMap,
+    next: &AtomicU64,
+    limit: u64,
+) -> anyhow::Result<Timed> {
+    let shared = Shared {
+        phase: AtomicU8::new(BEFORE),
+        stop: AtomicBool::new(false),
+        t0: OnceLock::new(),
+    };
+    let bucket_ns = plan.bucket.as_nanos().max(1);
+    // Without inserters there is nothing to watch before and after.
+    let phase = if plan.threads == 0 {
+        Duration::ZERO
+    } else {
+        plan.phase
+    };
+    let first_inserter = FIRST_FILLER + plan.fill_threads as u16;
+    let roles = on_threads("rehash", 1 + plan.threads, |t, gate| {
+        let owner = if t == 0 {
+            GROWER
+        } else {
+            first_inserter + (t - 1) as u16
+        };
+        let setup = (|| {
+            let rt = runtime()?;
+            let table = rt.block_on(attach(memory, heap, owner, info))?;
+            anyhow::Ok((rt, table))
+        })();
+        gate.wait();
+        let t0 = *shared.t0.get_or_init(Instant::now);
+        if t == 0 {
+            let _stop = StopOnDrop(&shared.stop);
+            let (rt, mut table) = setup?;
+            std::thread::sleep(phase);
+            let fabric_before = table.fabric().stats();
+            let start = t0.elapsed();
+            shared.phase.store(DURING, Ordering::Relaxed);
+            let splits = rt.block_on(table.grow());
+            let end = t0.elapsed();
+            shared.phase.store(AFTER, Ordering::Relaxed);
+            let splits = splits.context("the grow failed")?;
+            let fabric = table.fabric().stats() - fabric_before;
+            std::thread::sleep(phase);
+            let stop = t0.elapsed();
+            shared.stop.store(true, Ordering::Relaxed);
+            let tx = table.tx_stats().unwrap_or_default();
+            return Ok(Role::Grower(Grow {
+                start,
+                end,
+                stop,
+                splits,
+                fabric,
+                stats: table.stats(),
+                aborts: tx.aborts,
+                repairs: tx.repairs,
+            }));
+        }
+        let (rt, mut table) = setup?;
+        let mut out = Inserts::default();
+        rt.block_on(async {
+            while !shared.stop.load(Ordering::Relaxed) {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= limit {
+                    out.limit_reached = true;
+                    break;
+                }
+                let key = keys.key(i);
+                if table
+                    .insert(key, keys.load_value(key))
+                    .await
+                    .with_context(|| format!("inserter {owner}: insert of key {key:#x}"))?
+                {
+                    out.inserted += 1;
+                } else {
+                    out.duplicates += 1;
+                }
+                let b = (t0.elapsed().as_nanos() / bucket_ns) as usize;
+                if out.timeline.len() <= b {
+                    out.timeline.resize(b + 1, 0);
+                }
+                out.timeline[b] += 1;
+                out.per_phase[usize::from(shared.phase.load(Ordering::Relaxed))] += 1;
+            }
+            anyhow::Ok(())
+        })?;
+        let stats = table.stats();
+        out.splits = stats.splits;
+        out.settled = stats.settled;
+        Ok(Role::Inserter(out))
+    })?;
+    let mut grow = None;
+    let mut inserts = Inserts::default();
+    for role in roles {
+        match role {
+            Role::Grower(g) => grow = Some(g),
+            Role::Inserter(i) => inserts.merge(&i),
+        }
+    }
+    let grow = grow.context("the grower returned nothing")?;
+    Ok(Timed { grow, inserts })
+}
+
+/// A client of the table as `owner`, on the calling thread's runtime.
+async fn attach(memory: &Memory, heap: Heap, owner: u16, info: TableInfo) -> anyhow::Result<HashTable> {
+    let fabric = memory.client().await?;
+    HashTable::attach(fabric, heap, owner, TxConfig::default(), info)
+        .await
+        .with_context(|| format!("cannot attach to the table as owner {owner}"))
+}
+
+/// Where the memory is, kept alive for the whole variant (as `bench ycsb`
+/// keeps it).
+struct Memory {
+    map: ClusterMap,
+    kind: MemoryKind,
+}
+
+enum MemoryKind {
+    Local(LocalTransport),
+    Shm {
+        path: PathBuf,
+        _node: MemoryNode,
+        _dir: tempfile::TempDir,
+    },
+    Tcp {
+        addr: String,
+        _server: std::thread::JoinHandle<()>,
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+    },
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if let MemoryKind::Tcp { stop, .. } = &mut self.kind {
+            if let Some(stop) = stop.take() {
+                let _ = stop.send(());
+            }
+        }
+    }
+}
+
+impl Memory {
+    fn new(transport: RehashTransport, region_bytes: u64) -> anyhow::Result<Memory> {
+        let spec = [RegionSpec {
+            id: REGION,
+            size: region_bytes,
+        }];
+        match transport {
+            RehashTransport::Local => {
+                let (t, map) = LocalTransport::cluster(1, &spec).context("cannot create the memory node")?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Local(t),
+                })
+            }
+            RehashTransport::Shm => {
+                let dir = super::cluster::shm_tempdir()?;
+                let path = dir.path().join("node1.img");
+                let node =
+                    MemoryNode::create_shm(&path, 1, &spec).context("cannot create the memory image")?;
+                let (_, map) = ShmTransport::attach(std::slice::from_ref(&path)).context("cannot attach")?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Shm {
+                        path,
+                        _node: node,
+                        _dir: dir,
+                    },
+                })
+            }
+            RehashTransport::Tcp => {
+                let node =
+                    Arc::new(MemoryNode::anonymous(1, &spec).context("cannot create the memory node")?);
+                let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+                let server = std::thread::Builder::new()
+                    .name("rehash-memnode".into())
+                    .spawn(move || {
+                        let rt = match tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(1)
+                            .enable_all()
+                            .build()
+                        {
+                            Ok(rt) => rt,
+                            Err(e) => {
+                                let _ = addr_tx.send(Err(e.to_string()));
+                                return;
+                            }
+                        };
+                        rt.block_on(async move {
+                            match fabric::server::bind("127.0.0.1:0").await {
+                                Ok((listener, addr)) => {
+                                    let _ = addr_tx.send(Ok(addr.to_string()));
+                                    let _ = fabric::server::serve(listener, node, async {
+                                        let _ = stop_rx.await;
+                                    })
+                                    .await;
+                                }
+                                Err(e) => {
+                                    let _ = addr_tx.send(Err(e.to_string()));
+                                }
+                            }
+                        });
+                    })
+                    .context("cannot start the memory-node thread")?;
+                let addr = addr_rx
+                    .recv()
+                    .context("the memory-node thread stopped")?
+                    .map_err(anyhow::Error::msg)
+                    .context("cannot start the memory-node server")?;
+                let map = runtime()?.block_on(async {
+                    TcpTransport::discover(std::slice::from_ref(&addr))
+                        .await
+                        .map(|(_, m)| m)
+                })?;
+                Ok(Memory {
+                    map,
+                    kind: MemoryKind::Tcp {
+                        addr,
+                        _server: server,
+                        stop: Some(stop_tx),
+                    },
+                })
+            }
+        }
+    }
+
+    /// A fabric client for the calling thread (inside its runtime).
+    async fn client(&self) -> anyhow::Result<Client> {
+        let t: AnyTransport = match &self.kind {
+            MemoryKind::Local(t) => t.clone().into(),
+            MemoryKind::Shm { path, .. } => ShmTransport::attach(std::slice::from_ref(path))?.0.into(),
+            MemoryKind::Tcp { addr, .. } => {
+                TcpTransport::discover(std::slice::from_ref(addr)).await?.0.into()
+            }
+        };
+        Ok(Client::new(self.map.clone(), t))
+    }
+}

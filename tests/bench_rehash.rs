@@ -1,0 +1,157 @@
+//! `kintsugi bench rehash` end to end on tiny tables: structure and
+//! correctness of the report, never timings.
+
+mod support;
+
+use support::{kintsugi, path_str};
+
+/// Fields every row carries, with the kind of value.
+const NUMBERS: [&str; 14] = [
+    "keys",
+    "grow_ms",
+    "grow_start_ms",
+    "grow_end_ms",
+    "splits",
+    "round_trips",
+    "cas",
+    "bytes_read",
+    "bytes_written",
+    "insert_ops_per_sec_before",
+    "insert_ops_per_sec_during",
+    "insert_ops_per_sec_after",
+    "load_factor_before_grow",
+    "bucket_ms",
+];
+
+fn assert_sound(r: &serde_json::Value) {
+    for key in NUMBERS {
+        assert!(r[key].as_f64().is_some(), "{key} in {r}");
+    }
+    let variant = r["variant"].as_str().unwrap();
+    assert_eq!(r["check_ok"], true, "{variant}: {r}");
+    assert_eq!(r["check_keys"], r["expected_keys"], "{variant}");
+    assert_eq!(r["duplicates"], 0, "{variant}");
+    assert!(r["violations"].as_array().unwrap().is_empty(), "{variant}");
+    // Not compared with the subtables: an inserter may split one the
+    // grower was about to, which then counts as the inserter's.
+    assert!(r["splits"].as_u64().unwrap() > 0, "{variant}: {r}");
+    assert!(r["grow_end_ms"].as_f64().unwrap() >= r["grow_start_ms"].as_f64().unwrap());
+    assert!(r["round_trips"].as_u64().unwrap() > 0 && r["bytes_read"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn rehash_grows_both_variants_while_clients_insert() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("rehash.json");
+    let (code, stdout, stderr) = kintsugi(&[
+        "bench",
+        "rehash",
+        "--variant",
+        "optimal,rtx",
+        "--keys",
+        "20000",
+        "--groups",
+        "64",
+        "--threads",
+        "2",
+        "--phase",
+        "50ms",
+        "--transport",
+        "local",
+        "--json",
+        path_str(&json),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("rehash time: optimal"), "{stdout}");
+    assert!(stdout.contains("ins/s during"), "{stdout}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let variants: Vec<&str> = rows.iter().map(|r| r["variant"].as_str().unwrap()).collect();
+    assert_eq!(variants, ["optimal", "rtx"]);
+    for r in &rows {
+        assert_sound(r);
+        let variant = &r["variant"];
+        assert_eq!(r["keys"], 20_000, "{variant}");
+        assert_eq!(r["inserting_threads"], 2, "{variant}");
+        // Filled until a subtable split: more keys than loaded.
+        assert!(r["fill_keys"].as_u64().unwrap() > 0, "{variant}: {r}");
+        assert!(r["fill_splits"].as_u64().unwrap() > 0, "{variant}: {r}");
+        // The inserters inserted, and the table holds what they did.
+        let inserts = r["inserts"].as_u64().unwrap();
+        assert!(inserts > 0, "{variant}: {r}");
+        assert_eq!(
+            r["check_keys"].as_u64().unwrap(),
+            r["keys_before_grow"].as_u64().unwrap() + inserts,
+            "{variant}"
+        );
+        // The timeline: [ms, ops] pairs in bucket order, adding up to the inserts.
+        let timeline = r["timeline"].as_array().unwrap();
+        assert!(!timeline.is_empty(), "{variant}");
+        let mut last = -1.0;
+        let mut total = 0.0;
+        for pair in timeline {
+            let pair = pair.as_array().unwrap();
+            assert_eq!(pair.len(), 2, "{variant}: {pair:?}");
+            let (ms, ops) = (pair[0].as_f64().unwrap(), pair[1].as_f64().unwrap());
+            assert!(ms > last, "{variant}: buckets in order");
+            last = ms;
+            total += ops;
+        }
+        assert_eq!(
+            total as u64, inserts,
+            "{variant}: the timeline counts every insert"
+        );
+    }
+}
+
+#[test]
+fn rehash_alone_prints_json_on_stdout() {
+    let (code, stdout, stderr) = kintsugi(&[
+        "bench",
+        "rehash",
+        "--variant",
+        "rtx",
+        "--keys",
+        "5000",
+        "--groups",
+        "16",
+        "--fill",
+        "load",
+        "--threads",
+        "0",
+        "--transport",
+        "shm",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r["variant"], "rtx");
+    assert_sound(r);
+    assert_eq!(r["fill_keys"], 0, "--fill load adds nothing");
+    assert_eq!(r["inserts"], 0);
+    assert_eq!(r["check_keys"], 5_000);
+    // Alone, the grow splits each bulk-loaded subtable exactly once.
+    assert_eq!(r["splits"], r["subtables_before_grow"]);
+}
+
+#[test]
+fn rehash_refuses_bad_arguments() {
+    for (args, needle) in [
+        (vec!["bench", "rehash", "--keys", "0"], "--keys"),
+        (vec!["bench", "rehash", "--groups", "0"], "--groups"),
+        (vec!["bench", "rehash", "--variant", "dtx"], "variant"),
+        (vec!["bench", "rehash", "--bucket", "10us"], "--bucket"),
+        (
+            vec!["bench", "rehash", "--keys", "1000000", "--dir-depth", "9"],
+            "--dir-depth",
+        ),
+        (vec!["bench", "rehash", "--transport", "rdma"], "transport"),
+    ] {
+        let (code, _, stderr) = kintsugi(&args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
