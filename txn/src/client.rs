@@ -174,21 +174,7 @@ impl TxClient {
     /// every replica at once. It is unreachable until a transaction stores
     /// its handle somewhere (or an index root names it).
     pub async fn create<T: Pod>(&mut self, value: &T) -> Result<TxObj<T>, TxError> {
-        let bytes = bytemuck::bytes_of(value);
-        let meta = self.alloc.meta(&mut self.fabric).await?;
-        let data = self.alloc.data(&mut self.fabric, bytes.len() as u32).await?;
-        let mut batch = Batch::new();
-        let region = self.heap.region();
-        let d = batch
-            .on(Replica::All)
-            .write(fabric::GlobalAddr::new(region, data), bytes);
-        let m = batch
-            .on(Replica::All)
-            .write(meta, &meta_bytes(LockWord::unlocked(0), DataPtr::new(0, data)));
-        self.fabric.execute(&mut batch).await?;
-        batch.done(d).map_err(TxError::Verb)?;
-        batch.done(m).map_err(TxError::Verb)?;
-        Ok(TxObj::at(meta))
+        Ok(TxObj::at(self.create_raw(bytemuck::bytes_of(value)).await?.meta))
     }
 
     /// Creates an object holding `bytes` outside any transaction (see
