@@ -102,14 +102,20 @@ fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
     let subtables = load.subtables + fill.splits;
     let filled = plan.keys + fill.inserted;
     let load_factor = filled as f64 / (subtables * plan.slots_per_subtable()) as f64;
+    let with = if plan.threads == 0 {
+        "alone".to_owned()
+    } else {
+        format!(
+            "with {} inserting client(s), {} before and after",
+            plan.threads,
+            humantime::format_duration(plan.phase)
+        )
+    };
     eprintln!(
-        "bench rehash: {variant}: {} keys in {} subtables ({:.1}% of the slots); growing with {} inserting \
-         client(s), {} before and after ...",
+        "bench rehash: {variant}: {} keys in {} subtables ({:.1}% of the slots); growing {with} ...",
         thousands(filled as f64),
         thousands(subtables as f64),
         load_factor * 100.0,
-        plan.threads,
-        humantime::format_duration(plan.phase),
     );
 
     let timed = grow_while_inserting(&memory, heap, info, plan, keys, &next, limit)?;
