@@ -10,6 +10,7 @@
 pub mod btree;
 mod error;
 pub mod hash;
+mod mix;
 
 pub use btree::Variant;
 pub use error::IndexError;

@@ -33,6 +33,7 @@
 //! so `get` said "absent" and `scan` skipped them (found by the concurrent
 //! model test, `tests/concurrent_model.rs`; the mix is `tests/torn_reads.rs`).
 
+use crate::mix::fmix;
 use fabric::GlobalAddr;
 
 /// Bytes of a node.
@@ -82,16 +83,6 @@ pub struct Node {
 /// Why bytes are not a consistent node (torn, or not a node at all).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Torn;
-
-/// 64-bit finaliser (splitmix64): cheap, and every input bit affects every
-/// output bit, which is what a torn-read check needs.
-fn fmix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// The check of a leaf entry (of an empty slot: of key 0, value 0); never
 /// 0, so that an all-zero slot is never valid.

@@ -46,20 +46,13 @@ pub const DIR_DEPTH_MAX: u8 = 16;
 /// within a batch's 1 MiB.
 pub const GROUPS_MAX: u32 = 1 << 10;
 
+use crate::mix::fmix;
+
 const PTR_MASK: u64 = (1 << 48) - 1;
 const SUFFIX_BITS: u32 = 40;
 const SUFFIX_MASK: u64 = (1 << SUFFIX_BITS) - 1;
 const LOCKED_BIT: u64 = 1 << 63;
 const OWNER_MASK: u64 = (1 << 15) - 1;
-
-/// 64-bit finaliser (splitmix64): every input bit affects every output bit.
-fn fmix(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// The hash that picks a key's subtable (low bits) and fingerprint (high byte).
 pub fn dir_hash(key: u64) -> u64 {
