@@ -5,7 +5,8 @@
 use fabric::{Batch, GlobalAddr, Replica, VERB_BYTES_MAX};
 
 use super::layout::{
-    dir_hash, encode_kv, fingerprint, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET,
+    dir_hash, encode_kv, fingerprint, Geometry, Header, Slot, BUCKET_BYTES, DIR_DEPTH_MAX, KV_BYTES,
+    SLOTS_PER_BUCKET,
 };
 use super::split::full_slots;
 use super::{dir_bytes, words_bytes, Engine, HashTable};
@@ -13,7 +14,7 @@ use crate::error::IndexError;
 
 /// The fill a bulk load aims at: about what a split leaves behind, so that
 /// inserts after the load do not all split at once.
-const LOAD_FILL: f64 = 0.6;
+pub const LOAD_FILL: f64 = 0.6;
 /// KV blocks written per round trip: one WRITE of `VERB_BYTES_MAX`.
 const KVS_PER_WRITE: usize = VERB_BYTES_MAX as usize / KV_BYTES as usize;
 
@@ -44,10 +45,7 @@ impl HashTable {
         self.check_empty().await?;
         let g = self.geometry;
         let max = self.info.config.dir_depth;
-        let mut depth = 0u8;
-        while depth < max && (entries.len() as f64) > g.slots() as f64 * LOAD_FILL * (1u64 << depth) as f64 {
-            depth += 1;
-        }
+        let mut depth = load_depth(entries.len() as u64, g.slots()).map_or(max, |d| d.min(max));
         // KV blocks first: their offsets go into the slots.
         let region = self.heap.region();
         let mut kv_at = Vec::with_capacity(entries.len());
@@ -144,6 +142,13 @@ impl HashTable {
         }
         Ok(())
     }
+}
+
+/// The depth a bulk load starts at for `keys` keys in subtables of `slots`
+/// slots: the smallest whose slots hold them at `LOAD_FILL`, or `None` past
+/// the deepest directory.
+pub fn load_depth(keys: u64, slots: u64) -> Option<u8> {
+    (0..=DIR_DEPTH_MAX).find(|&d| keys as f64 <= slots as f64 * LOAD_FILL * (1u64 << d) as f64)
 }
 
 /// Builds the `2^depth` subtables of `entries` (KV block `kv_at[i]` for

@@ -33,7 +33,7 @@ use fabric::{Batch, Client, GlobalAddr, Replica};
 use txn::{BlockAllocator, DataPtr, Heap, RawObj, TxClient, TxConfig};
 
 pub use check::HashCheckReport;
-pub use load::HashLoadReport;
+pub use load::{load_depth, HashLoadReport, LOAD_FILL};
 
 use crate::btree::Variant;
 use crate::error::IndexError;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use index::hash::layout::{Geometry, DIR_DEPTH_MAX, GROUPS_MAX};
-use index::hash::HashConfig;
+use index::hash::{load_depth, HashConfig, LOAD_FILL};
 use index::Variant;
 
 use super::common::cores;
@@ -153,9 +153,6 @@ pub enum JsonTo {
 pub const KEYS_MAX: u64 = 1 << 31;
 /// Most inserting threads (each an owner id).
 pub const THREADS_MAX: usize = 256;
-/// The fill a bulk load aims at (`index::hash::load`'s `LOAD_FILL`): it
-/// picks the smallest depth whose slots hold the keys at this load.
-const LOAD_FILL: f64 = 0.6;
 /// The directory depth a table gets at least (`HashConfig::default`'s).
 const DIR_DEPTH_MIN: u8 = 12;
 /// Directory levels kept above the bulk load's depth: one for a fill or
@@ -253,12 +250,6 @@ impl Plan {
     pub fn clients(&self) -> usize {
         2 + self.fill_threads + self.threads
     }
-}
-
-/// The depth `HashTable::bulk_load` picks for `keys` keys in subtables of
-/// `slots` slots, or `None` past the deepest directory.
-pub fn load_depth(keys: u64, slots: u64) -> Option<u8> {
-    (0..=DIR_DEPTH_MAX).find(|&d| keys as f64 <= slots as f64 * LOAD_FILL * (1u64 << d) as f64)
 }
 
 fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
