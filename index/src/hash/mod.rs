@@ -340,6 +340,16 @@ impl HashTable {
         }
     }
 
+    /// A fresh block of `len` bytes from this client's allocator (KV blocks,
+    /// optimal's subtables); returns its region offset.
+    pub(crate) async fn alloc_data(&mut self, len: u32) -> Result<u64, IndexError> {
+        let fabric = match &mut self.engine {
+            Engine::Optimal(c) => c,
+            Engine::Rtx(c) => c.fabric(),
+        };
+        Ok(self.alloc.data(fabric, len).await?)
+    }
+
     /// Bounds retries and lock waits (crash exploration makes blocked
     /// writers give up quickly).
     pub fn set_attempts_max(&mut self, attempts: u32) {

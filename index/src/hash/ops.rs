@@ -174,18 +174,7 @@ pub(crate) enum Published {
 impl HashTable {
     /// The value stored under `key`.
     pub async fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
-        let mut last = None;
-        for attempt in 1..=self.attempts_max {
-            match self.lookup(key, false, None, true).await? {
-                Ok(Lookup::Found { value, .. }) => return Ok(Some(value)),
-                Ok(Lookup::Absent { .. }) => return Ok(None),
-                Err(o) => {
-                    last = Some(o);
-                    self.overcome(o, attempt).await?;
-                }
-            }
-        }
-        Err(self.gave_up(last))
+        Ok(self.find(key, false).await?.map(|(_, value)| value))
     }
 
     /// Inserts `key` unless it is present; returns whether it inserted.
@@ -585,10 +574,16 @@ impl HashTable {
 
     /// The slot that holds `key` now, if any (for checking an unsettled write).
     async fn where_is(&mut self, key: u64) -> Result<Option<Slot>, IndexError> {
+        Ok(self.find(key, true).await?.map(|(slot, _)| slot))
+    }
+
+    /// `key`'s slot and value, looked up until no obstacle stands in the way;
+    /// a writer (`write`) also waits out splits in progress.
+    async fn find(&mut self, key: u64, write: bool) -> Result<Option<(Slot, u64)>, IndexError> {
         let mut last = None;
         for attempt in 1..=self.attempts_max {
-            match self.lookup(key, true, None, true).await? {
-                Ok(Lookup::Found { slot, .. }) => return Ok(Some(slot)),
+            match self.lookup(key, write, None, true).await? {
+                Ok(Lookup::Found { slot, value, .. }) => return Ok(Some((slot, value))),
                 Ok(Lookup::Absent { .. }) => return Ok(None),
                 Err(o) => {
                     last = Some(o);
@@ -644,11 +639,7 @@ impl HashTable {
         if let Some(kv) = self.spare_kv.take() {
             return Ok(kv);
         }
-        let fabric = match &mut self.engine {
-            super::Engine::Optimal(c) => c,
-            super::Engine::Rtx(c) => c.fabric(),
-        };
-        Ok(self.alloc.data(fabric, KV_BYTES).await?)
+        self.alloc_data(KV_BYTES).await
     }
 
     /// The client's clock in lease ticks.

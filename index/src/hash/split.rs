@@ -28,10 +28,14 @@
 use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
 use super::layout::{
-    dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKET_BYTES, KV_BYTES, SLOTS_PER_BUCKET,
+    dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKETS_PER_GROUP, BUCKET_BYTES, GROUPS_MAX,
+    KV_BYTES, SLOTS_PER_BUCKET,
 };
 use super::{Engine, HashTable, Loc};
 use crate::error::IndexError;
+
+// Every bucket header of the largest subtable is locked in one batch.
+const _: () = assert!(GROUPS_MAX as u64 * BUCKETS_PER_GROUP <= VERBS_PER_BATCH_MAX as u64);
 
 /// Where an entry of a splitting subtable goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,28 +99,20 @@ impl HashTable {
         let (d, s) = (header.local_depth(), header.suffix());
         let locked = header.locked_by(owner);
 
-        // 1: lock every header; give back what was taken if one is not as seen.
-        let mut won = Vec::with_capacity(g.buckets() as usize);
-        let mut lost = false;
-        for chunk in chunks(0..g.buckets()) {
-            let mut batch = Batch::new();
-            let hs: Vec<_> = chunk
-                .iter()
-                .map(|&b| (b, batch.cas(header_at(b), header.0, locked.0)))
-                .collect();
-            self.fabric().execute(&mut batch).await?;
-            for (b, h) in hs {
-                if batch.cas_succeeded(h).map_err(IndexError::Verb)? {
-                    won.push(b);
-                } else {
-                    lost = true;
-                }
-            }
-            if lost {
-                break;
+        // 1: lock every header (one batch: see the assertion on GROUPS_MAX); give back
+        // what was taken if one is not as seen.
+        let mut batch = Batch::new();
+        let hs: Vec<_> = (0..g.buckets())
+            .map(|b| (b, batch.cas(header_at(b), header.0, locked.0)))
+            .collect();
+        self.fabric().execute(&mut batch).await?;
+        let mut won = Vec::with_capacity(hs.len());
+        for (b, h) in hs {
+            if batch.cas_succeeded(h).map_err(IndexError::Verb)? {
+                won.push(b);
             }
         }
-        if lost {
+        if won.len() as u64 != g.buckets() {
             cas_all(
                 self.fabric(),
                 won.iter().map(|&b| (header_at(b), locked.0, header.0)),
@@ -132,13 +128,9 @@ impl HashTable {
         // 3: the new subtable, locked.
         let new_suffix = s | 1 << d;
         let new_header = Header::new(d + 1, new_suffix).locked_by(owner);
-        let fabric = match &mut self.engine {
-            Engine::Optimal(c) => c,
-            Engine::Rtx(c) => c.fabric(),
-        };
         let new_at = GlobalAddr::new(
             self.heap.region(),
-            self.alloc.data(fabric, g.subtable_bytes() as u32).await?,
+            self.alloc_data(g.subtable_bytes() as u32).await?,
         );
         let mut batch = Batch::new();
         let w = batch
@@ -349,13 +341,4 @@ async fn cas_all(
     }
     fabric.execute(&mut batch).await?;
     Ok(())
-}
-
-/// `range` in pieces of at most one batch.
-fn chunks(range: std::ops::Range<u64>) -> impl Iterator<Item = Vec<u64>> {
-    let all: Vec<u64> = range.collect();
-    all.chunks(VERBS_PER_BATCH_MAX)
-        .map(<[u64]>::to_vec)
-        .collect::<Vec<_>>()
-        .into_iter()
 }
