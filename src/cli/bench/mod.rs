@@ -35,6 +35,7 @@ pub(super) mod format;
 mod lease_args;
 mod lease_report;
 mod lease_run;
+mod memory;
 mod probe;
 mod rehash_args;
 mod rehash_report;

@@ -8,29 +8,9 @@ use index::hash::layout::{Geometry, DIR_DEPTH_MAX, GROUPS_MAX};
 use index::hash::{load_depth, HashConfig, LOAD_FILL};
 use index::Variant;
 
-use super::common::cores;
+use super::common::{cores, dedup};
+use super::memory::MemoryTransport;
 use crate::cli::units::parse_duration;
-
-/// Transports `bench rehash` runs on (those of `bench ycsb`).
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RehashTransport {
-    /// In-process memory node.
-    Local,
-    /// A memory image in /dev/shm mapped by every client thread (the CXL model).
-    Shm,
-    /// A memory-node server on loopback, one connection per client thread.
-    Tcp,
-}
-
-impl RehashTransport {
-    pub fn name(self) -> &'static str {
-        match self {
-            RehashTransport::Local => "local",
-            RehashTransport::Shm => "shm",
-            RehashTransport::Tcp => "tcp",
-        }
-    }
-}
 
 /// How full the table is when the grow starts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +79,7 @@ pub struct RehashArgs {
     threads: Option<usize>,
     /// Where the memory is.
     #[arg(long, value_enum, default_value = "shm")]
-    transport: RehashTransport,
+    transport: MemoryTransport,
     /// Bucket groups per subtable (1..=1024; 512 = 96 KiB and 10,752 slots per subtable).
     #[arg(long, value_name = "G", default_value_t = 512)]
     groups: u32,
@@ -131,7 +111,7 @@ pub struct Plan {
     pub threads: usize,
     /// Clients of the fill (never 0).
     pub fill_threads: usize,
-    pub transport: RehashTransport,
+    pub transport: MemoryTransport,
     pub config: HashConfig,
     pub fill: FillArg,
     pub phase: Duration,
@@ -250,16 +230,6 @@ impl Plan {
     pub fn clients(&self) -> usize {
         2 + self.fill_threads + self.threads
     }
-}
-
-fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
-    let mut out: Vec<T> = Vec::with_capacity(v.len());
-    for x in v {
-        if !out.contains(&x) {
-            out.push(x);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -9,17 +9,13 @@
 //! fresh records to every fill client and inserter, so no key is inserted
 //! twice and the expected count is exact.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use chaos::workload::KeyMap;
-use fabric::{
-    AnyTransport, Client, ClusterMap, LocalTransport, MemoryNode, RegionSpec, ShmTransport, TcpTransport,
-};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashLoadReport, HashStats, HashTable, TableInfo};
 use index::Variant;
@@ -27,11 +23,11 @@ use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, TxConfig};
 
 use super::format::thousands;
-use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, RehashTransport, DIR_HEADROOM};
+use super::memory::{Memory, REGION};
+use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, DIR_HEADROOM};
 use super::rehash_report::{self, Row};
 use super::threads::{on_threads, runtime};
 
-const REGION: u16 = 1;
 /// The owner id that creates, loads and checks the table.
 const LOADER: u16 = 1;
 /// The owner id that grows it.
@@ -520,134 +516,4 @@ async fn attach(memory: &Memory, heap: Heap, owner: u16, info: TableInfo) -> any
     HashTable::attach(fabric, heap, owner, TxConfig::default(), info)
         .await
         .with_context(|| format!("cannot attach to the table as owner {owner}"))
-}
-
-/// Where the memory is, kept alive for the whole variant (as `bench ycsb`
-/// keeps it).
-struct Memory {
-    map: ClusterMap,
-    kind: MemoryKind,
-}
-
-enum MemoryKind {
-    Local(LocalTransport),
-    Shm {
-        path: PathBuf,
-        _node: MemoryNode,
-        _dir: tempfile::TempDir,
-    },
-    Tcp {
-        addr: String,
-        _server: std::thread::JoinHandle<()>,
-        stop: Option<tokio::sync::oneshot::Sender<()>>,
-    },
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        if let MemoryKind::Tcp { stop, .. } = &mut self.kind {
-            if let Some(stop) = stop.take() {
-                let _ = stop.send(());
-            }
-        }
-    }
-}
-
-impl Memory {
-    fn new(transport: RehashTransport, region_bytes: u64) -> anyhow::Result<Memory> {
-        let spec = [RegionSpec {
-            id: REGION,
-            size: region_bytes,
-        }];
-        match transport {
-            RehashTransport::Local => {
-                let (t, map) = LocalTransport::cluster(1, &spec).context("cannot create the memory node")?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Local(t),
-                })
-            }
-            RehashTransport::Shm => {
-                let dir = super::cluster::shm_tempdir()?;
-                let path = dir.path().join("node1.img");
-                let node =
-                    MemoryNode::create_shm(&path, 1, &spec).context("cannot create the memory image")?;
-                let (_, map) = ShmTransport::attach(std::slice::from_ref(&path)).context("cannot attach")?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Shm {
-                        path,
-                        _node: node,
-                        _dir: dir,
-                    },
-                })
-            }
-            RehashTransport::Tcp => {
-                let node =
-                    Arc::new(MemoryNode::anonymous(1, &spec).context("cannot create the memory node")?);
-                let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-                let server = std::thread::Builder::new()
-                    .name("rehash-memnode".into())
-                    .spawn(move || {
-                        let rt = match tokio::runtime::Builder::new_multi_thread()
-                            .worker_threads(1)
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(rt) => rt,
-                            Err(e) => {
-                                let _ = addr_tx.send(Err(e.to_string()));
-                                return;
-                            }
-                        };
-                        rt.block_on(async move {
-                            match fabric::server::bind("127.0.0.1:0").await {
-                                Ok((listener, addr)) => {
-                                    let _ = addr_tx.send(Ok(addr.to_string()));
-                                    let _ = fabric::server::serve(listener, node, async {
-                                        let _ = stop_rx.await;
-                                    })
-                                    .await;
-                                }
-                                Err(e) => {
-                                    let _ = addr_tx.send(Err(e.to_string()));
-                                }
-                            }
-                        });
-                    })
-                    .context("cannot start the memory-node thread")?;
-                let addr = addr_rx
-                    .recv()
-                    .context("the memory-node thread stopped")?
-                    .map_err(anyhow::Error::msg)
-                    .context("cannot start the memory-node server")?;
-                let map = runtime()?.block_on(async {
-                    TcpTransport::discover(std::slice::from_ref(&addr))
-                        .await
-                        .map(|(_, m)| m)
-                })?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Tcp {
-                        addr,
-                        _server: server,
-                        stop: Some(stop_tx),
-                    },
-                })
-            }
-        }
-    }
-
-    /// A fabric client for the calling thread (inside its runtime).
-    async fn client(&self) -> anyhow::Result<Client> {
-        let t: AnyTransport = match &self.kind {
-            MemoryKind::Local(t) => t.clone().into(),
-            MemoryKind::Shm { path, .. } => ShmTransport::attach(std::slice::from_ref(path))?.0.into(),
-            MemoryKind::Tcp { addr, .. } => {
-                TcpTransport::discover(std::slice::from_ref(addr)).await?.0.into()
-            }
-        };
-        Ok(Client::new(self.map.clone(), t))
-    }
 }

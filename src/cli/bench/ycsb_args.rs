@@ -6,18 +6,9 @@ use anyhow::{bail, Context};
 use chaos::workload::{Distribution, Workload};
 use index::btree::Variant;
 
+use super::common::dedup;
+use super::memory::MemoryTransport;
 use crate::cli::units::parse_duration;
-
-/// Transports `bench ycsb` runs on.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum YcsbTransport {
-    /// In-process memory node.
-    Local,
-    /// A memory image in /dev/shm mapped by every client thread (the CXL model).
-    Shm,
-    /// A memory-node server on loopback, one connection per client thread.
-    Tcp,
-}
 
 /// Indexes `bench ycsb` knows.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,7 +90,7 @@ pub struct YcsbArgs {
     warmup: Duration,
     /// Where the memory is.
     #[arg(long, value_enum, default_value = "shm")]
-    transport: YcsbTransport,
+    transport: MemoryTransport,
     /// Seed of the key set and the op streams.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -121,7 +112,7 @@ pub struct Plan {
     pub coroutines: usize,
     pub duration: Duration,
     pub warmup: Duration,
-    pub transport: YcsbTransport,
+    pub transport: MemoryTransport,
     pub seed: u64,
     pub json: Option<std::path::PathBuf>,
 }
@@ -192,14 +183,4 @@ impl Plan {
             .filter(|&w| index.scans() || w != Workload::E)
             .collect()
     }
-}
-
-fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
-    let mut out: Vec<T> = Vec::with_capacity(v.len());
-    for x in v {
-        if !out.contains(&x) {
-            out.push(x);
-        }
-    }
-    out
 }

@@ -2,7 +2,6 @@
 //! bulk-loaded index (B+tree or RACE hash table), then every (distribution,
 //! workload) for a fixed time on `threads × coroutines` clients.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,20 +9,17 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use chaos::driver::{drive, ClientResult, IndexClient};
 use chaos::workload::{sorted_keys, Distribution, KeyMap, Keyspace, Workload, WorkloadSpec};
-use fabric::{
-    AnyTransport, Client, ClusterMap, LocalTransport, MemoryNode, RegionSpec, ShmTransport, TcpTransport,
-};
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
 use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, HintCache, TxConfig};
 
+use super::memory::{Memory, REGION};
 use super::threads::{on_threads, runtime};
-use super::ycsb_args::{IndexArg, Plan, YcsbArgs, YcsbTransport};
+use super::ycsb_args::{IndexArg, Plan, YcsbArgs};
 use super::ycsb_report::{self, Row};
 
-const REGION: u16 = 1;
 /// The owner id that loads the index; clients are 2 onwards.
 const LOADER: u16 = 1;
 const FIRST_CLIENT: u16 = 2;
@@ -36,135 +32,6 @@ const INSERTS_PER_CLIENT_SECOND: u64 = 200_000;
 /// sizing the region and the directory: about three times what one thread
 /// reaches on local or shm memory (1.3 M/s).
 const HASH_OPS_PER_THREAD_SECOND: u64 = 4_000_000;
-
-/// Where the memory is, kept alive for the whole variant.
-struct Memory {
-    map: ClusterMap,
-    kind: MemoryKind,
-}
-
-enum MemoryKind {
-    Local(LocalTransport),
-    Shm {
-        path: PathBuf,
-        _node: MemoryNode,
-        _dir: tempfile::TempDir,
-    },
-    Tcp {
-        addr: String,
-        _server: std::thread::JoinHandle<()>,
-        stop: Option<tokio::sync::oneshot::Sender<()>>,
-    },
-}
-
-impl Drop for Memory {
-    fn drop(&mut self) {
-        if let MemoryKind::Tcp { stop, .. } = &mut self.kind {
-            if let Some(stop) = stop.take() {
-                let _ = stop.send(());
-            }
-        }
-    }
-}
-
-impl Memory {
-    fn new(transport: YcsbTransport, region_bytes: u64) -> anyhow::Result<Memory> {
-        let spec = [RegionSpec {
-            id: REGION,
-            size: region_bytes,
-        }];
-        match transport {
-            YcsbTransport::Local => {
-                let (t, map) = LocalTransport::cluster(1, &spec).context("cannot create the memory node")?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Local(t),
-                })
-            }
-            YcsbTransport::Shm => {
-                let dir = super::cluster::shm_tempdir()?;
-                let path = dir.path().join("node1.img");
-                let node =
-                    MemoryNode::create_shm(&path, 1, &spec).context("cannot create the memory image")?;
-                let (_, map) = ShmTransport::attach(std::slice::from_ref(&path)).context("cannot attach")?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Shm {
-                        path,
-                        _node: node,
-                        _dir: dir,
-                    },
-                })
-            }
-            YcsbTransport::Tcp => {
-                let node =
-                    Arc::new(MemoryNode::anonymous(1, &spec).context("cannot create the memory node")?);
-                let (addr_tx, addr_rx) = std::sync::mpsc::channel();
-                let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-                let server = std::thread::Builder::new()
-                    .name("ycsb-memnode".into())
-                    .spawn(move || {
-                        let rt = match tokio::runtime::Builder::new_multi_thread()
-                            .worker_threads(1)
-                            .enable_all()
-                            .build()
-                        {
-                            Ok(rt) => rt,
-                            Err(e) => {
-                                let _ = addr_tx.send(Err(e.to_string()));
-                                return;
-                            }
-                        };
-                        rt.block_on(async move {
-                            match fabric::server::bind("127.0.0.1:0").await {
-                                Ok((listener, addr)) => {
-                                    let _ = addr_tx.send(Ok(addr.to_string()));
-                                    let _ = fabric::server::serve(listener, node, async {
-                                        let _ = stop_rx.await;
-                                    })
-                                    .await;
-                                }
-                                Err(e) => {
-                                    let _ = addr_tx.send(Err(e.to_string()));
-                                }
-                            }
-                        });
-                    })
-                    .context("cannot start the memory-node thread")?;
-                let addr = addr_rx
-                    .recv()
-                    .context("the memory-node thread stopped")?
-                    .map_err(anyhow::Error::msg)
-                    .context("cannot start the memory-node server")?;
-                let map = runtime()?.block_on(async {
-                    TcpTransport::discover(std::slice::from_ref(&addr))
-                        .await
-                        .map(|(_, m)| m)
-                })?;
-                Ok(Memory {
-                    map,
-                    kind: MemoryKind::Tcp {
-                        addr,
-                        _server: server,
-                        stop: Some(stop_tx),
-                    },
-                })
-            }
-        }
-    }
-
-    /// A fabric client for the calling thread (inside its runtime).
-    async fn client(&self) -> anyhow::Result<Client> {
-        let t: AnyTransport = match &self.kind {
-            MemoryKind::Local(t) => t.clone().into(),
-            MemoryKind::Shm { path, .. } => ShmTransport::attach(std::slice::from_ref(path))?.0.into(),
-            MemoryKind::Tcp { addr, .. } => {
-                TcpTransport::discover(std::slice::from_ref(addr)).await?.0.into()
-            }
-        };
-        Ok(Client::new(self.map.clone(), t))
-    }
-}
 
 /// Objects whose hints a tree of `keys` needs: one per node, and a node
 /// of a fresh load holds more than 20 keys. 16 bytes each, taken a page at
