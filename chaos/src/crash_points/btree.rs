@@ -11,14 +11,14 @@
 //! A survivor blocked forever by a lock the victim never releases is a
 //! violation too. The `optimal` variant is expected to show violations.
 
-use fabric::{
-    AnyTransport, Batch, Client, ClusterMap, FaultPlan, GlobalAddr, LocalTransport, RegionSpec, Replica,
-};
+use fabric::{AnyTransport, Client, ClusterMap, FaultPlan};
 use index::btree::node::{INTERNAL_SLOTS, LEAF_SLOTS};
 use index::btree::{BTree, TreeInfo, Variant, Written};
 use txn::{Heap, HeapConfig, TxConfig};
 
-use super::{stop_victim, survivor_plan, ExploreError, Mode, Report};
+use super::{
+    one_region_cluster, read_region, restore, stop_victim, survivor_plan, ExploreError, Mode, Report,
+};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 8 << 20;
@@ -86,20 +86,9 @@ fn heap_config() -> HeapConfig {
     }
 }
 
-fn cluster() -> Result<(LocalTransport, ClusterMap), String> {
-    LocalTransport::cluster(
-        1,
-        &[RegionSpec {
-            id: REGION,
-            size: REGION_BYTES,
-        }],
-    )
-    .map_err(|e| e.to_string())
-}
-
 /// Grows a tree by ascending inserts until it has `shape`'s precondition.
 async fn base(variant: Variant, shape: Shape) -> Result<Base, String> {
-    let (t, map) = cluster()?;
+    let (t, map) = one_region_cluster(REGION, REGION_BYTES)?;
     let mut fabric = Client::new(map, t.into());
     let heap = Heap::format(&mut fabric, REGION, heap_config())
         .await
@@ -132,7 +121,7 @@ async fn base(variant: Variant, shape: Shape) -> Result<Base, String> {
             Shape::LeafAndRootSplit if last_full && root.children.len() == INTERNAL_SLOTS => next,
             _ => continue,
         };
-        let image = read_image(&mut fabric).await?;
+        let image = read_region(&mut fabric, REGION, REGION_BYTES).await?;
         return Ok(Base {
             image,
             info: tree.info(),
@@ -140,39 +129,6 @@ async fn base(variant: Variant, shape: Shape) -> Result<Base, String> {
             victim_key,
         });
     }
-}
-
-async fn read_image(fabric: &mut Client) -> Result<Vec<u8>, String> {
-    let mut image = Vec::with_capacity(REGION_BYTES as usize);
-    let piece = u64::from(fabric::VERB_BYTES_MAX);
-    let mut batch = Batch::new();
-    let mut at = 0;
-    while at < REGION_BYTES {
-        batch.clear();
-        let h = batch.read(GlobalAddr::new(REGION, at), piece as u32);
-        fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
-        image.extend_from_slice(batch.read_result(h).map_err(|e| e.to_string())?);
-        at += piece;
-    }
-    Ok(image)
-}
-
-/// A fresh cluster holding a copy of `image`.
-async fn restore(image: &[u8]) -> Result<(ClusterMap, AnyTransport, Heap), String> {
-    let (t, map) = cluster()?;
-    let base: AnyTransport = t.into();
-    let mut fabric = Client::new(map.clone(), base.clone());
-    let mut batch = Batch::new();
-    for (i, piece) in image.chunks(fabric::VERB_BYTES_MAX as usize).enumerate() {
-        batch.clear();
-        batch.on(Replica::All).write(
-            GlobalAddr::new(REGION, i as u64 * u64::from(fabric::VERB_BYTES_MAX)),
-            piece,
-        );
-        fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
-    }
-    let heap = Heap::open(&mut fabric, REGION).await.map_err(|e| e.to_string())?;
-    Ok((map, base, heap))
 }
 
 fn client(
@@ -218,7 +174,7 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
 }
 
 async fn fault_free_verbs(base: &Base) -> Result<u64, String> {
-    let (map, t, heap) = restore(&base.image).await?;
+    let (map, t, heap) = restore(REGION, &base.image).await?;
     let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, FaultPlan::default())?;
     victim
         .insert(base.victim_key, value_of(base.victim_key, VICTIM))
@@ -228,7 +184,7 @@ async fn fault_free_verbs(base: &Base) -> Result<u64, String> {
 }
 
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
-    let (map, t, heap) = restore(&base.image).await?;
+    let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(k);
     let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, plan)?;
     let (mut survivor, _) = client(&map, &t, heap, base.info, SURVIVOR, survivor_plan())?;

@@ -20,12 +20,14 @@
 
 use std::collections::BTreeMap;
 
-use fabric::{AnyTransport, Client, ClusterMap, FaultPlan, LocalTransport, RegionSpec};
+use fabric::{AnyTransport, Client, ClusterMap, FaultPlan};
 use index::hash::{HashConfig, HashTable, TableInfo};
 use index::Variant;
 use txn::{Heap, HeapConfig, TxConfig};
 
-use super::{read_region, stop_victim, survivor_plan, write_region, ExploreError, Mode, Report};
+use super::{
+    one_region_cluster, read_region, restore, stop_victim, survivor_plan, ExploreError, Mode, Report,
+};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 1 << 20;
@@ -181,20 +183,9 @@ fn heap_config() -> HeapConfig {
     }
 }
 
-fn cluster() -> Result<(LocalTransport, ClusterMap), String> {
-    LocalTransport::cluster(
-        1,
-        &[RegionSpec {
-            id: REGION,
-            size: REGION_BYTES,
-        }],
-    )
-    .map_err(|e| e.to_string())
-}
-
 /// A fresh table with keys `1..=n` inserted by the setup client.
 async fn filled(variant: Variant, n: u64) -> Result<(Client, HashTable), String> {
-    let (t, map) = cluster()?;
+    let (t, map) = one_region_cluster(REGION, REGION_BYTES)?;
     let mut fabric = Client::new(map, t.into());
     let heap = Heap::format(&mut fabric, REGION, heap_config())
         .await
@@ -283,16 +274,6 @@ async fn base(variant: Variant, scenario: Scenario) -> Result<Base, String> {
     })
 }
 
-/// A fresh cluster holding a copy of `image`.
-async fn restore(image: &[u8]) -> Result<(ClusterMap, AnyTransport, Heap), String> {
-    let (t, map) = cluster()?;
-    let base: AnyTransport = t.into();
-    let mut fabric = Client::new(map.clone(), base.clone());
-    write_region(&mut fabric, REGION, image).await?;
-    let heap = Heap::open(&mut fabric, REGION).await.map_err(|e| e.to_string())?;
-    Ok((map, base, heap))
-}
-
 async fn client(
     map: &ClusterMap,
     base: &AnyTransport,
@@ -335,7 +316,7 @@ fn setup_error(scenario: Scenario, reason: String) -> ExploreError {
 /// Runs the victim's operation on a copy of `base` without faults; records
 /// how many verbs attaching takes.
 async fn fault_free(base: &mut Base) -> Result<DryRun, String> {
-    let (map, t, heap) = restore(&base.image).await?;
+    let (map, t, heap) = restore(REGION, &base.image).await?;
     let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, FaultPlan::default()).await?;
     base.attach_verbs = faults.verbs_issued();
     let answered = base
@@ -414,7 +395,7 @@ fn show(found: Option<u64>) -> String {
 }
 
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
-    let (map, t, heap) = restore(&base.image).await?;
+    let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(base.attach_verbs + k);
     let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, plan).await?;
     if faults.verbs_issued() != base.attach_verbs {

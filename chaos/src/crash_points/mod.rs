@@ -98,6 +98,38 @@ pub(crate) async fn read_region(
     Ok(image)
 }
 
+/// A one-node in-process cluster of one region: what every index target
+/// explores on.
+pub(crate) fn one_region_cluster(
+    region: u16,
+    bytes: u64,
+) -> Result<(fabric::LocalTransport, fabric::ClusterMap), String> {
+    fabric::LocalTransport::cluster(
+        1,
+        &[fabric::RegionSpec {
+            id: region,
+            size: bytes,
+        }],
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// A fresh one-region cluster holding a copy of `image` (a base read with
+/// [`read_region`]), and the heap in it.
+pub(crate) async fn restore(
+    region: u16,
+    image: &[u8],
+) -> Result<(fabric::ClusterMap, fabric::AnyTransport, txn::Heap), String> {
+    let (t, map) = one_region_cluster(region, image.len() as u64)?;
+    let base: fabric::AnyTransport = t.into();
+    let mut fabric = fabric::Client::new(map.clone(), base.clone());
+    write_region(&mut fabric, region, image).await?;
+    let heap = txn::Heap::open(&mut fabric, region)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((map, base, heap))
+}
+
 /// Writes `image` over `region` on every replica (a fresh copy of a base).
 pub(crate) async fn write_region(
     fabric: &mut fabric::Client,
