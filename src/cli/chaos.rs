@@ -121,22 +121,17 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
             };
             (runtime.block_on(crash_points::rtx::explore(&options))?, true)
         }
-        Target::Btree => {
-            let options = crash_points::btree::Options {
+        Target::Btree | Target::Hash => {
+            let options = crash_points::IndexOptions {
                 variant: args.variant,
                 modes,
             };
-            let report = runtime.block_on(crash_points::btree::explore(&options))?;
+            let report = if args.target == Target::Btree {
+                runtime.block_on(crash_points::btree::explore(&options))?
+            } else {
+                runtime.block_on(crash_points::hash::explore(&options))?
+            };
             // Optimal has no fault tolerance: its violations are the finding.
-            (report, args.variant != index::btree::Variant::Optimal)
-        }
-        Target::Hash => {
-            let options = crash_points::hash::Options {
-                variant: args.variant,
-                modes,
-            };
-            let report = runtime.block_on(crash_points::hash::explore(&options))?;
-            // As for the B+tree: optimal's violations are the finding.
             (report, args.variant != index::btree::Variant::Optimal)
         }
     };

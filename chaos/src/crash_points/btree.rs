@@ -16,6 +16,7 @@ use index::btree::node::{INTERNAL_SLOTS, LEAF_SLOTS};
 use index::btree::{BTree, TreeInfo, Variant, Written};
 use txn::{Heap, HeapConfig, TxConfig};
 
+pub use super::IndexOptions as Options;
 use super::{
     one_region_cluster, read_region, restore, stop_victim, survivor_plan, ExploreError, Mode, Report,
 };
@@ -37,15 +38,6 @@ const SURVIVOR_ATTEMPTS: u32 = 1_000;
 const SURVIVOR_KEYS: u64 = 3;
 /// Ascending inserts a base tree may take to reach its shape.
 const SETUP_KEYS_MAX: u64 = 10_000;
-
-/// What to explore.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The variant.
-    pub variant: Variant,
-    /// Crash and/or pause.
-    pub modes: Vec<Mode>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Shape {

@@ -25,6 +25,7 @@ use index::hash::{HashConfig, HashTable, TableInfo};
 use index::Variant;
 use txn::{Heap, HeapConfig, TxConfig};
 
+pub use super::IndexOptions as Options;
 use super::{
     one_region_cluster, read_region, restore, stop_victim, survivor_plan, ExploreError, Mode, Report,
 };
@@ -58,15 +59,6 @@ const SURVIVOR_KEY_FIRST: u64 = 2_001;
 const SURVIVOR_INSERTS_MAX: usize = 100;
 /// Inserts the setup may make while looking for the one that splits.
 const FILL_MAX: u64 = 1_000;
-
-/// What to explore.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The variant.
-    pub variant: Variant,
-    /// Crash and/or pause.
-    pub modes: Vec<Mode>,
-}
 
 /// The victim's operation and the table it meets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -45,6 +45,15 @@ impl Mode {
     }
 }
 
+/// What to explore on an index target (`btree`, `hash`).
+#[derive(Clone, Debug)]
+pub struct IndexOptions {
+    /// The variant.
+    pub variant: index::Variant,
+    /// Crash and/or pause.
+    pub modes: Vec<Mode>,
+}
+
 /// Survivors run this far ahead of real time, so that every lease the victim
 /// took has expired for them without anyone waiting.
 pub const SURVIVOR_SKEW_MS: i64 = 10 * 60 * 1000;
