@@ -147,3 +147,15 @@ pub fn dedup<T: PartialEq>(v: Vec<T>) -> Vec<T> {
     }
     out
 }
+
+/// The progress bar of a bulk load of `keys` keys.
+pub fn load_bar(keys: u64, prefix: String) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(keys);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} keys ({per_sec}, {eta})")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(prefix);
+    bar
+}

@@ -22,6 +22,7 @@ use index::Variant;
 use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, TxConfig};
 
+use super::common::load_bar;
 use super::format::thousands;
 use super::memory::{Memory, REGION};
 use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, DIR_HEADROOM};
@@ -188,13 +189,7 @@ async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<
     .context("cannot format the heap")?;
     let map = KeyMap::new(plan.seed);
     let entries: Vec<(u64, u64)> = map.keys(0..plan.keys).map(|k| (k, map.load_value(k))).collect();
-    let bar = ProgressBar::new(plan.keys);
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} keys ({per_sec}, {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-    );
-    bar.set_prefix(format!("loading {variant}"));
+    let bar = load_bar(plan.keys, format!("loading {variant}"));
     let started = Instant::now();
     let mut table = HashTable::create(fabric, heap, variant, LOADER, plan.config)
         .await

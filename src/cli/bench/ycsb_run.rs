@@ -12,9 +12,9 @@ use chaos::workload::{sorted_keys, Distribution, KeyMap, Keyspace, Workload, Wor
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
-use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, HintCache, TxConfig};
 
+use super::common::load_bar;
 use super::memory::{Memory, REGION};
 use super::threads::{on_threads, runtime};
 use super::ycsb_args::{IndexArg, Plan, YcsbArgs};
@@ -168,13 +168,7 @@ fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyh
             .into_iter()
             .map(|k| (k, map.load_value(k)))
             .collect();
-        let bar = ProgressBar::new(plan.keys);
-        bar.set_style(
-            ProgressStyle::with_template("{prefix} [{bar:40}] {pos}/{len} keys ({per_sec}, {eta})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("loading {index} {variant}"));
+        let bar = load_bar(plan.keys, format!("loading {index} {variant}"));
         let started = Instant::now();
         let (keys, shape, loaded) = match index {
             IndexArg::Btree => {
