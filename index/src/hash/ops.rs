@@ -6,8 +6,8 @@
 //!      READ both candidate combined buckets
 //! RT2  READ the KV blocks whose slots carry the key's fingerprint
 //! RT3  CAS the slot; then READ again what tells whether a split overlapped
-//!      the CAS: optimal the combined buckets (headers), rtx the meta
-//!      (and the combined buckets after an insert, for duplicates)
+//!      the CAS: optimal the 8-byte header of the slot's bucket, rtx the meta
+//!      (and both combined buckets after an insert, for duplicates)
 //! ```
 //!
 //! The split protocol this relies on (`split.rs`): an optimal split locks
@@ -446,8 +446,12 @@ impl HashTable {
             old.0,
             new.0,
         );
+        // What tells whether a split overlapped the CAS: rtx the meta, optimal
+        // the header of the bucket the CAS went to (from the buckets when an
+        // insert re-reads them anyway for duplicates).
         let m = rtx.then(|| batch.read(GlobalAddr::from_raw(view.loc.sub), txn::META_BYTES as u32));
-        let c = (reread || !rtx).then(|| {
+        let hd = (!rtx && !reread).then(|| batch.read(base.add(pos.bucket * BUCKET_BYTES), 8));
+        let c = reread.then(|| {
             view.starts
                 .map(|s| batch.read(base.add(s * BUCKET_BYTES), COMBINED_BYTES))
         });
@@ -471,9 +475,11 @@ impl HashTable {
                     Some(meta) == view.meta && !meta.0.is_locked()
                 }
                 None => {
-                    let before = view.header(pos.bucket);
-                    let now = after.as_ref().and_then(|a| a.header(pos.bucket));
-                    before == now && now.is_some_and(|h| !h.is_locked())
+                    let now = match hd {
+                        Some(hd) => Some(Header(word(batch.read_result(hd).map_err(IndexError::Verb)?, 0))),
+                        None => after.as_ref().and_then(|a| a.header(pos.bucket)),
+                    };
+                    view.header(pos.bucket) == now && now.is_some_and(|h| !h.is_locked())
                 }
             };
             Ok(if stable {
