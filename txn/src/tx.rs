@@ -101,15 +101,7 @@ impl<'c> Tx<'c> {
     /// Creates an object holding `value`; it is written at commit, and is
     /// reachable once something committed refers to it.
     pub async fn create<T: Pod>(&mut self, value: &T) -> Result<TxObj<T>, TxError> {
-        let bytes = bytemuck::bytes_of(value);
-        let meta = self.c.alloc.meta(&mut self.c.fabric).await?;
-        let data_offset = self.c.alloc.data(&mut self.c.fabric, bytes.len() as u32).await?;
-        self.fresh.push(Fresh {
-            meta,
-            data_offset,
-            data: bytes.to_vec(),
-        });
-        Ok(TxObj::at(meta))
+        Ok(TxObj::at(self.create_raw(bytemuck::bytes_of(value)).await?.meta))
     }
 
     /// Creates an object holding `bytes` (see [`Tx::create`]).
