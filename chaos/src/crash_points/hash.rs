@@ -8,9 +8,10 @@
 //! reads every preloaded key and inserts fresh ones into the same subtable,
 //! meeting whatever the victim left there (for rtx, a split it must repair),
 //! until it has split a subtable itself: only a split takes the directory's
-//! lock, so only a split meets one the victim left there.
-//! Then the checker runs the table's structural `check()` (which also finds
-//! held locks) and verifies that every acknowledged key is present with its
+//! lock, so only a split meets one the victim left there through the common
+//! path. Then the checker sweeps expired locks (`repair_expired_locks`, as
+//! the btree target does), runs the table's structural `check()` (which also
+//! finds held locks) and verifies that every acknowledged key is present with its
 //! value, and that the victim's key holds its old value, its new one, or is
 //! absent, as the operation allows (an insert: absent or new; an update: old
 //! or new; a delete: old or absent), and exactly the new state if the victim
@@ -489,6 +490,12 @@ async fn check(
 ) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
     let (mut checker, _) = client(map, t, heap, info, CHECKER, survivor_plan()).await?;
+    // rTX repairs on demand: a lock the survivor did not meet may still be
+    // the victim's. The checker meets every lock once, as any later client
+    // (or the recovery module) would, then checks (as the btree target does).
+    if let Err(e) = checker.repair_expired_locks().await {
+        found.push(format!("sweeping expired locks failed: {e}"));
+    }
     match checker.check().await {
         Ok(report) => found.extend(report.violations.iter().map(|v| format!("check: {v}"))),
         Err(e) => {

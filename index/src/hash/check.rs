@@ -65,6 +65,41 @@ impl HashTable {
         Ok(self.walk().await?.1)
     }
 
+    /// Repairs every expired lock on the directory and the subtables, as
+    /// the next client to meet each would (rtx). rTX repairs on demand, and
+    /// the common path never reads the directory's lock: a split that died
+    /// between releasing its subtable and the directory leaves that lock
+    /// until the next split, or until this sweep (the recovery module's, or
+    /// a checker's before `check`). Returns the locks repaired; optimal has
+    /// nothing to repair with.
+    pub async fn repair_expired_locks(&mut self) -> Result<usize, IndexError> {
+        if self.info.variant != Variant::Rtx {
+            return Ok(0);
+        }
+        self.reload_dir().await?;
+        let mut objs = vec![self.dir_obj()];
+        let mut subs = self.dir.clone();
+        subs.sort_unstable();
+        subs.dedup();
+        objs.extend(subs.into_iter().map(|s| self.sub_obj(s)));
+        let mut repaired = 0;
+        for obj in objs {
+            let (lock, _) = self.read_meta(obj.meta).await?;
+            let now = self.now_tick();
+            if let super::Engine::Rtx(c) = &mut self.engine {
+                if lock.is_locked()
+                    && lock.is_expired(now)
+                    && c.repair(obj, lock).await? == txn::RepairOutcome::Repaired
+                {
+                    repaired += 1;
+                }
+            }
+        }
+        self.data_of.clear();
+        self.reload_dir().await?;
+        Ok(repaired)
+    }
+
     async fn walk(&mut self) -> Result<(HashCheckReport, BTreeMap<u64, u64>), IndexError> {
         let mut report = HashCheckReport::default();
         let mut entries = BTreeMap::new();
