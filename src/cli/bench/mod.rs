@@ -2,8 +2,8 @@
 //!
 //! - `bench txn`: rTX throughput, latency and cost per commit (round trips,
 //!   verbs, bytes) for read-modify-write transactions on random objects;
-//! - `bench ycsb`: YCSB A–E on the B+tree per variant (`ycsb_args`,
-//!   `ycsb_run`, `ycsb_report`);
+//! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing, per
+//!   variant (`ycsb_args`, `ycsb_run`, `ycsb_report`);
 //! - `bench rehash`: growing a full RACE hash table per variant, and the
 //!   throughput of clients inserting meanwhile (`rehash_args`,
 //!   `rehash_run`, `rehash_report`);
@@ -22,6 +22,8 @@
 //! - [`probe`]: how far ahead of the clock a client's leases have run;
 //! - [`txn_run`] / [`txn_report`], [`lease_run`] / [`lease_report`]: the two
 //!   commands and their tables and JSON objects;
+//! - [`memory`]: the memory node `bench ycsb` and `bench rehash` run
+//!   against (in process, shm image, or loopback tcp server);
 //! - [`format`]: number formatting for the tables.
 
 mod check;
@@ -66,7 +68,7 @@ pub enum BenchCommand {
     /// Lease accuracy (rTX paper, Figure 18): how often live clients meet a lock whose lease expired,
     /// per drift and locks per transaction, with and without lease regulation.
     Lease(LeaseArgs),
-    /// YCSB A-E on an index (B+tree), per variant, workload and distribution: throughput,
+    /// YCSB A-E on an index (B+tree; RACE hashing runs A-D), per variant, workload and distribution: throughput,
     /// latency, round trips, verbs and bytes per op, aborts and repairs, and throughput
     /// relative to optimal.
     Ycsb(YcsbArgs),
