@@ -137,6 +137,64 @@ fn rehash_alone_prints_json_on_stdout() {
     assert_eq!(r["splits"], r["subtables_before_grow"]);
 }
 
+/// A grower killed midway through its first split: rtx's locks are
+/// repaired (by an inserter that met them or by the sweep before the check)
+/// and the table checks out; optimal's stay, and its failed check is
+/// reported without failing the command.
+#[test]
+fn rehash_with_a_killed_grower_is_repaired_by_rtx_only() {
+    let (code, stdout, stderr) = kintsugi(&[
+        "bench",
+        "rehash",
+        "--variant",
+        "optimal,rtx",
+        "--keys",
+        "20000",
+        "--groups",
+        "16",
+        "--threads",
+        "1",
+        "--phase",
+        "30ms",
+        "--transport",
+        "local",
+        "--kill-grower",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+    let (optimal, rtx) = (&rows[0], &rows[1]);
+    assert_eq!(
+        optimal["grower_killed"], "at crash point hash-split-midway",
+        "{optimal}"
+    );
+    assert_eq!(rtx["grower_killed"], "at crash point tx-commit-point", "{rtx}");
+    for r in &rows {
+        // Killed in its first split, which therefore did not count.
+        assert_eq!(r["splits"], 0, "{r}");
+        assert!(r["kill_ms"].as_f64().is_some(), "{r}");
+        assert!(r["inserters_blocked"].as_u64().unwrap() <= 1, "{r}");
+        assert!(r.get("recovery_ms").is_some(), "{r}");
+    }
+
+    assert_eq!(rtx["check_ok"], true, "{rtx}");
+    assert_eq!(rtx["inserters_blocked"], 0, "{rtx}");
+    let repairs = rtx["inserter_repairs"].as_u64().unwrap() + rtx["sweep_repairs"].as_u64().unwrap();
+    assert!(repairs >= 1, "the dead grower's rTX was repaired: {rtx}");
+
+    assert_eq!(optimal["check_ok"], false, "{optimal}");
+    assert_eq!(optimal["inserter_repairs"], 0);
+    assert_eq!(optimal["sweep_repairs"], 0);
+    let violations = optimal["violations"].as_array().unwrap();
+    assert!(
+        violations
+            .iter()
+            .any(|v| v.as_str().unwrap().contains("locked by owner")),
+        "{optimal}"
+    );
+}
+
 #[test]
 fn rehash_refuses_bad_arguments() {
     for (args, needle) in [
@@ -149,6 +207,10 @@ fn rehash_refuses_bad_arguments() {
             "--dir-depth",
         ),
         (vec!["bench", "rehash", "--transport", "rdma"], "transport"),
+        (
+            vec!["bench", "rehash", "--kill-grower", "--threads", "0"],
+            "--kill-grower",
+        ),
     ] {
         let (code, _, stderr) = kintsugi(&args);
         assert_ne!(code, 0, "{args:?}");

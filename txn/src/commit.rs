@@ -32,6 +32,11 @@
 
 use fabric::{GlobalAddr, Replica, VerbHandle};
 
+/// The named crash point (`fabric::FaultPlan::crash_points`) a logged
+/// commit passes right after its commit point (log DOING), before it
+/// installs anything: the crash that leaves a repairer the most to do.
+pub const CRASH_AT_COMMIT_POINT: &str = "tx-commit-point";
+
 use crate::client::{le_word, meta_bytes};
 use crate::error::{AbortReason, TxError};
 use crate::hint::MetaHint;
@@ -154,6 +159,9 @@ impl Tx<'_> {
                 self.abort_holding(lock, true).await?;
                 return Err(TxError::Abort(AbortReason::LogAborted));
             }
+            // A crash here leaves every lock held and the log DOING: the
+            // transaction is committed and a repairer must finish it.
+            self.c.fabric.crash_point(CRASH_AT_COMMIT_POINT)?;
             self.install(lock, Some(doing), false).await?;
             self.c.stats.logged_commits += 1;
         } else {

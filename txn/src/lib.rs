@@ -39,6 +39,7 @@ pub mod word;
 
 pub use alloc::BlockAllocator;
 pub use client::TxClient;
+pub use commit::CRASH_AT_COMMIT_POINT;
 pub use config::TxConfig;
 pub use error::{AbortReason, TxError};
 pub use heap::{Heap, HeapConfig};

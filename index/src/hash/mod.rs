@@ -34,6 +34,8 @@ use txn::{BlockAllocator, DataPtr, Heap, RawObj, TxClient, TxConfig};
 
 pub use check::HashCheckReport;
 pub use load::{load_depth, HashLoadReport, LOAD_FILL};
+pub use split::CRASH_SPLIT_MIDWAY;
+pub use wait::attempts_waiting;
 
 use crate::btree::Variant;
 use crate::error::IndexError;

@@ -34,6 +34,13 @@ use super::layout::{
 use super::{Engine, HashTable, Loc};
 use crate::error::IndexError;
 
+/// The named crash point (`fabric::FaultPlan::crash_points`) an optimal
+/// split passes midway: after it copied the moving entries into the new
+/// subtable and wrote the directory, before it touched the old subtable's
+/// headers and entries. (An rtx split is a logged rTX: its midway point is
+/// `txn::CRASH_AT_COMMIT_POINT`.)
+pub const CRASH_SPLIT_MIDWAY: &str = "hash-split-midway";
+
 // Every bucket header of the largest subtable is locked in one batch.
 const _: () = assert!(GROUPS_MAX as u64 * BUCKETS_PER_GROUP <= VERBS_PER_BATCH_MAX as u64);
 
@@ -161,6 +168,8 @@ impl HashTable {
             }
         }
         self.fabric().execute(&mut batch).await?;
+        // Moved entries are in both subtables, every header is locked.
+        self.fabric().crash_point(CRASH_SPLIT_MIDWAY)?;
 
         // 6: the old subtable now covers half.
         let deeper = Header::new(d + 1, s).locked_by(owner);

@@ -16,3 +16,25 @@ pub(crate) async fn backoff(attempt: u32) {
         tokio::time::sleep(BACKOFF).await;
     }
 }
+
+/// Attempts an operation spends waiting at least `wait` on a split that
+/// never ends (a dead optimal splitter): for [`HashTable::set_attempts_max`]
+/// when a client must give up on a blocked subtable within a deadline.
+///
+/// [`HashTable::set_attempts_max`]: super::HashTable::set_attempts_max
+pub fn attempts_waiting(wait: Duration) -> u32 {
+    let sleeps = wait.as_nanos().div_ceil(BACKOFF.as_nanos());
+    SPINS.saturating_add(u32::try_from(sleeps).unwrap_or(u32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_waiting_counts_spins_then_sleeps() {
+        assert_eq!(attempts_waiting(Duration::ZERO), SPINS);
+        assert_eq!(attempts_waiting(Duration::from_millis(1)), SPINS + 10);
+        assert_eq!(attempts_waiting(Duration::from_secs(u64::MAX)), u32::MAX);
+    }
+}

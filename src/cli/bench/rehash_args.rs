@@ -57,6 +57,19 @@ Per variant:
      inserted. A failed check fails the command (after the report).
   The last line is optimal's grow time over rtx's.
 
+With --kill-grower (the paper's failed-rehash experiment, its Figure 15):
+  The grower crashes midway through its first split, as a killed process would (an injected
+  fault: it issues no verb after that point). optimal: after copying the moving entries into
+  the new subtable and writing the directory, every bucket header of both subtables locked.
+  rtx: at the split's commit point (log DOING), nothing installed. The inserters carry on for
+  --phase; one that meets the dead grower's locks waits (optimal: up to --phase, then it gives
+  up and counts as blocked) or repairs them once the lease expires (rtx). Reported: the time
+  from the kill to normal insert throughput (the first 10-bucket window after the kill with
+  no bucket under 25% and a mean of at least 80% of the rate before the kill), blocked
+  inserters, repairs. Before the check, a sweep repairs expired locks (rtx). optimal's check
+  is expected to fail (the dead splitter's locks stay): it is reported, and does not fail the
+  command; rtx's must pass.
+
 Output:
   A table on stdout (or, with --json -, the JSON array instead). --json FILE writes one object
   per variant with the grow's cost, the phase rates and the timeline as [ms, ops] pairs (ms:
@@ -65,7 +78,8 @@ Output:
 Examples:
   kintsugi bench rehash
   kintsugi bench rehash --keys 10000000 --threads 2 --json rehash.json
-  kintsugi bench rehash --variant rtx --keys 100000 --fill load --threads 0")]
+  kintsugi bench rehash --variant rtx --keys 100000 --fill load --threads 0
+  kintsugi bench rehash --kill-grower --phase 300ms")]
 pub struct RehashArgs {
     /// Variants, comma-separated (optimal, rtx).
     #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
@@ -95,6 +109,10 @@ pub struct RehashArgs {
     /// Width of a throughput-timeline bucket (at least 100us).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1ms")]
     bucket: Duration,
+    /// Kill the grower midway through its first split and measure how long the inserters take to
+    /// get back to normal throughput (needs --threads of at least 1).
+    #[arg(long)]
+    kill_grower: bool,
     /// Seed of the key set.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -116,6 +134,8 @@ pub struct Plan {
     pub fill: FillArg,
     pub phase: Duration,
     pub bucket: Duration,
+    /// Kill the grower midway through its first split.
+    pub kill_grower: bool,
     pub seed: u64,
     /// Where the JSON goes: a file, or stdout (`-`).
     pub json: Option<JsonTo>,
@@ -155,6 +175,12 @@ impl RehashArgs {
         let threads = self.threads.unwrap_or(if cores() >= 3 { 2 } else { 1 });
         if threads > THREADS_MAX {
             bail!("--threads must be at most {THREADS_MAX}, got {threads}");
+        }
+        if self.kill_grower && threads == 0 {
+            bail!("--kill-grower needs inserting clients to watch recover: give --threads 1 or more");
+        }
+        if self.kill_grower && self.phase.is_zero() {
+            bail!("--kill-grower needs a --phase to watch the inserters before and after the kill");
         }
         if self.bucket < Duration::from_micros(100) {
             bail!("--bucket must be at least 100us");
@@ -205,6 +231,7 @@ impl RehashArgs {
             fill: self.fill,
             phase: self.phase,
             bucket: self.bucket,
+            kill_grower: self.kill_grower,
             seed: self.seed,
             json: self.json.map(|p| {
                 if p.as_os_str() == "-" {
