@@ -50,7 +50,7 @@ pub enum DriveError {
 impl IndexClient {
     /// Runs one op: whether it found (read, update) or wrote (insert) its
     /// key, or for a scan whether it found any key.
-    async fn run(&mut self, op: Op) -> Result<bool, DriveError> {
+    pub async fn run(&mut self, op: Op) -> Result<bool, DriveError> {
         match self {
             IndexClient::BTree(t) => match op {
                 Op::Read { key } => Ok(t.get(key).await?.is_some()),

@@ -7,9 +7,22 @@
 //!   healthy client and a checker.
 //! - [`driver`]: the client loop that runs a YCSB op stream on an index.
 //! - [`workload`]: seeded, reproducible YCSB A–E op streams (8-byte keys).
+//! - [`experiment`]: experiments as TOML files: cluster, index, workload,
+//!   fault schedule.
+//! - [`run`]: `kintsugi chaos run`: starts a memory node and client
+//!   processes, injects the faults, collects the timeline and the history,
+//!   checks the index with a fresh client.
+//! - [`history`], [`timeline`], [`plot`]: acknowledged writes and the final
+//!   check against them; throughput per bucket and what faults did to it;
+//!   the PNG.
 
 #![warn(missing_docs)]
 
 pub mod crash_points;
 pub mod driver;
+pub mod experiment;
+pub mod history;
+pub mod plot;
+pub mod run;
+pub mod timeline;
 pub mod workload;

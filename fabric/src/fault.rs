@@ -66,6 +66,8 @@ struct State {
     crashed: Option<String>,
     flying: Option<Flying>,
     paused: bool,
+    /// Crash right after the next CAS (see [`Faulty::arm_crash_after_next_cas`]).
+    crash_after_next_cas: bool,
 }
 
 #[derive(Debug)]
@@ -115,6 +117,14 @@ impl<T: Transport> Faulty<T> {
     /// Lets a paused client carry on.
     pub fn resume(&self) {
         self.gate.resume.notify_one()
+    }
+
+    /// From now on, crash right after the client's next CAS verb: a
+    /// client that dies just after taking a lock, mid-operation. Armed at
+    /// run time (a plan is fixed at creation) by whoever decides that the
+    /// client dies now, such as a chaos experiment's schedule.
+    pub fn arm_crash_after_next_cas(&self) {
+        self.state().crash_after_next_cas = true;
     }
 
     /// Why the client crashed, if it did.
@@ -190,6 +200,15 @@ impl<T: Transport> Transport for Faulty<T> {
                 if left <= ops.len() as u64 {
                     run = left as usize;
                     crash_after = Some(n);
+                }
+            }
+            if s.crash_after_next_cas {
+                if let Some(i) = ops[..run]
+                    .iter()
+                    .position(|op| matches!(op.kind, OpKind::Cas { .. }))
+                {
+                    run = i + 1;
+                    crash_after = Some(s.verbs + run as u64);
                 }
             }
             let mut held_at = None;

@@ -16,6 +16,7 @@ on_every_transport!(
     crash_after_verbs_on_a_batch_boundary,
     crash_after_zero_verbs_runs_nothing,
     crash_after_verbs_counts_each_replica,
+    an_armed_crash_fires_right_after_the_next_cas,
     named_crash_points,
     pause_stops_after_k_verbs_until_resumed,
     a_crash_in_a_paused_batch_fires_in_that_batch,
@@ -132,6 +133,40 @@ async fn crash_after_verbs_on_a_batch_boundary(kind: Kind) {
     push_writes(&mut b, 4..5);
     assert_crashed(kind, "after the crash", client.execute(&mut b).await);
     assert_eq!(read(&mut observer, big(4), 1).await, [0], "[{kind}]");
+}
+
+async fn an_armed_crash_fires_right_after_the_next_cas(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut observer = c.client();
+    let (mut client, faults) = c.faulty_client(FaultPlan::default());
+    let mut b = Batch::new();
+    b.cas(big(0), 0, 7);
+    client.execute(&mut b).await.unwrap();
+    faults.arm_crash_after_next_cas();
+    // WRITE, CAS, WRITE: the first two run, then the client dies.
+    b.clear();
+    b.write(big(8), &[1]);
+    b.cas(big(16), 0, 9);
+    b.write(big(24), &[1]);
+    let reason = assert_crashed(kind, "batch holding the CAS", client.execute(&mut b).await);
+    assert!(reason.contains('3'), "[{kind}] the 3rd verb overall: {reason}");
+    assert_eq!(faults.verbs_issued(), 3, "[{kind}]");
+    assert_eq!(
+        read(&mut observer, big(0), 1).await,
+        [7],
+        "[{kind}] the CAS before arming ran"
+    );
+    assert_eq!(read(&mut observer, big(8), 1).await, [1], "[{kind}]");
+    assert_eq!(
+        read(&mut observer, big(16), 1).await,
+        [9],
+        "[{kind}] the CAS ran: a lock taken"
+    );
+    assert_eq!(
+        read(&mut observer, big(24), 1).await,
+        [0],
+        "[{kind}] nothing after it"
+    );
 }
 
 async fn crash_after_zero_verbs_runs_nothing(kind: Kind) {

@@ -1,4 +1,5 @@
-//! `kintsugi chaos ...`: crash-point exploration (and, later, experiments).
+//! `kintsugi chaos ...`: crash-point exploration and experiments with real
+//! processes (`chaos_run`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -32,6 +33,13 @@ victim's key its old or new value (or be absent, for an insert or a delete), nev
 wrote. As for btree, optimal's violations (blocked survivors, headers left locked, keys in two slots)
 are reported and the command exits 0 for it.")]
     CrashPoints(CrashPointsArgs),
+    /// Run an experiment file: a memory node and client processes under load, faults injected at
+    /// their times (kill, pause), a throughput timeline, and checks of what is left. Exits non-zero
+    /// if a check fails.
+    Run(super::chaos_run::RunArgs),
+    /// One client process of `chaos run` (started by it, not by hand).
+    #[command(hide = true)]
+    Client(super::chaos_run::ClientArgs),
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,6 +86,8 @@ pub struct CrashPointsArgs {
 pub fn run(command: ChaosCommand) -> anyhow::Result<ExitCode> {
     match command {
         ChaosCommand::CrashPoints(args) => crash_points_cmd(args),
+        ChaosCommand::Run(args) => super::chaos_run::run(args),
+        ChaosCommand::Client(args) => super::chaos_run::client(args),
     }
 }
 

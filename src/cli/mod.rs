@@ -3,8 +3,10 @@
 
 mod bench;
 mod chaos;
+mod chaos_run;
 mod control;
 mod ctl;
+mod demo;
 mod fabric_bench;
 mod memnode;
 mod units;
@@ -26,6 +28,9 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// The main job: a memory node, a B+tree and a RACE table under YCSB A from three client
+    /// processes, one killed mid-operation and repaired around; a report and timeline PNGs.
+    Demo(demo::DemoArgs),
     /// Run a memory node: regions served over tcp (and shm, and persisted).
     Memnode(memnode::MemnodeArgs),
     /// Run a control-plane member: Raft-replicated memory nodes, regions, replica roles and leases.
@@ -92,6 +97,7 @@ pub fn init_tracing(verbose: u8) {
 /// Runs the parsed command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Memnode(args) => memnode::run(args),
         Command::Control(args) => control::run(args),
         Command::Ctl(args) => ctl::run(args),

@@ -42,6 +42,14 @@ pub enum SpecError {
     /// `records` is 0 or above [`MAX_RECORDS`].
     #[error("record count {0} out of range: must be in 1..={MAX_RECORDS}")]
     Records(u64),
+    /// A lane that is not below the lane count.
+    #[error("insert lane {lane} of {lanes}: must be below the lane count")]
+    Lane {
+        /// The lane asked for.
+        lane: u64,
+        /// The lanes.
+        lanes: u64,
+    },
 }
 
 /// The counter of inserts, on its own cache line: it is the only shared
@@ -66,6 +74,11 @@ pub struct Keyspace {
     /// Maps Zipfian ranks to record indices.
     scramble: Perm,
     inserted: Counter,
+    /// Inserts take record indices `records + n * lanes + lane`: disjoint
+    /// for keyspaces of distinct lanes (client processes that share no
+    /// counter).
+    lane: u64,
+    lanes: u64,
 }
 
 impl Keyspace {
@@ -76,6 +89,17 @@ impl Keyspace {
     /// about one core-second per 100M records, spread over all cores.
     /// Generators then cost O(1) to create.
     pub fn new(spec: WorkloadSpec) -> Result<Arc<Self>, SpecError> {
+        Self::in_lane(spec, 0, 1)
+    }
+
+    /// A keyspace whose inserts take lane `lane` of `lanes` (`lane < lanes`)
+    /// of the fresh record indices, so that keyspaces in separate processes
+    /// never insert the same key. The same spec gives the same loaded keys
+    /// and op streams in every lane.
+    pub fn in_lane(spec: WorkloadSpec, lane: u64, lanes: u64) -> Result<Arc<Self>, SpecError> {
+        if lanes == 0 || lane >= lanes {
+            return Err(SpecError::Lane { lane, lanes });
+        }
         if spec.records == 0 || spec.records > MAX_RECORDS {
             return Err(SpecError::Records(spec.records));
         }
@@ -86,6 +110,8 @@ impl Keyspace {
             zipf: needs_zipf.then(|| Zipfian::new(spec.records, YCSB_THETA)),
             scramble: Perm::covering(spec.records, spec.seed ^ SCRAMBLE_SALT),
             inserted: Counter::default(),
+            lane,
+            lanes,
         }))
     }
 
@@ -115,10 +141,18 @@ impl Keyspace {
         self.inserted.0.load(Ordering::Relaxed)
     }
 
-    /// Records loaded or handed out for insertion: `records() + inserted()`.
-    /// Record indices `0..key_count()` have been used.
+    /// Records loaded or handed out for insertion, as far as this keyspace
+    /// can tell: `records() + inserted() * lanes` (with one lane, record
+    /// indices `0..key_count()` have been used).
     pub fn key_count(&self) -> u64 {
-        self.spec.records + self.inserted()
+        self.spec.records + self.inserted() * self.lanes
+    }
+
+    /// For an inserted record index: its lane and its rank in the lane
+    /// (`None` for a loaded record).
+    pub fn insert_lane(&self, index: u64) -> Option<(u64, u64)> {
+        let fresh = index.checked_sub(self.spec.records)?;
+        Some((fresh % self.lanes, fresh / self.lanes))
     }
 
     /// The Zipfian over the loaded records, if this run uses one.
@@ -134,7 +168,7 @@ impl Keyspace {
 
     /// Claims the next record index for an insert: unique across threads.
     fn claim_insert(&self) -> u64 {
-        self.spec.records + self.inserted.0.fetch_add(1, Ordering::Relaxed)
+        self.spec.records + self.inserted.0.fetch_add(1, Ordering::Relaxed) * self.lanes + self.lane
     }
 }
 
@@ -220,6 +254,14 @@ impl Op {
     }
 }
 
+/// The version mixed into the value of the `seq`-th op (counting from 1)
+/// of thread `thread`'s stream: [`KeyMap::value`]`(key, write_version(thread,
+/// seq))` is the value that op writes. A checker uses it to recognise the
+/// value of a write that was under way when its client died.
+pub fn write_version(thread: usize, seq: u64) -> u64 {
+    ((thread as u64 + 1) << 40).wrapping_add(seq)
+}
+
 /// How a generator picks an existing record.
 #[derive(Clone, Debug)]
 enum Chooser {
@@ -286,7 +328,7 @@ impl OpGenerator {
             update_below: mix.read + mix.update,
             insert_below: mix.read + mix.update + mix.insert,
             thread,
-            version_base: (thread as u64 + 1) << 40,
+            version_base: write_version(thread, 0),
             generated: 0,
             keyspace,
         }

@@ -11,7 +11,8 @@ pub const MAX_SCAN_LENGTH: usize = 100;
 
 /// A YCSB core workload, with the operation mix of the rTX paper's Table 1.
 ///
-/// Parsed case-insensitively from `"a"` ... `"e"`; displayed lowercase.
+/// Parsed case-insensitively from `"a"` ... `"e"` and `"insert"` (or
+/// `"load"`); displayed lowercase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
@@ -27,6 +28,9 @@ pub enum Workload {
     D,
     /// Short ranges: 95% scan, 5% insert; scans cover `[1, 100]` keys.
     E,
+    /// Inserts only (YCSB's load phase; the rTX paper's Figures 14 and 15).
+    /// Not one of [`Workload::ALL`].
+    Insert,
 }
 
 /// Percentages of each operation in a workload (they sum to 100).
@@ -54,6 +58,7 @@ impl Workload {
             Workload::C => (100, 0, 0, 0),
             Workload::D => (95, 0, 5, 0),
             Workload::E => (0, 0, 5, 95),
+            Workload::Insert => (0, 0, 100, 0),
         };
         Mix {
             read,
@@ -63,7 +68,7 @@ impl Workload {
         }
     }
 
-    /// Whether the workload inserts new keys (D and E).
+    /// Whether the workload inserts new keys (D, E and Insert).
     pub const fn inserts(self) -> bool {
         self.mix().insert > 0
     }
@@ -77,6 +82,7 @@ impl fmt::Display for Workload {
             Workload::C => "c",
             Workload::D => "d",
             Workload::E => "e",
+            Workload::Insert => "insert",
         })
     }
 }
@@ -91,6 +97,7 @@ impl FromStr for Workload {
             "c" => Ok(Workload::C),
             "d" => Ok(Workload::D),
             "e" => Ok(Workload::E),
+            "insert" | "load" => Ok(Workload::Insert),
             _ => Err(ParseError::Workload(s.to_owned())),
         }
     }

@@ -86,7 +86,7 @@ pub struct Row {
     /// (why, and when, from when the inserters started).
     pub grower_killed: Option<String>,
     pub kill_ms: Option<f64>,
-    /// From the kill to normal insert throughput (see [`recovery`]); `None`
+    /// From the kill to normal insert throughput (`chaos::timeline::recovery`); `None`
     /// when it was not reached before the run ended.
     pub recovery_ms: Option<f64>,
     /// Inserters that gave up on a subtable the dead grower left locked,
@@ -142,7 +142,7 @@ impl Row {
         let fabric = grow.fabric;
         let recovery_ms = grow.killed.as_ref().and_then(|_| {
             let kill_bucket = (grow.end.as_nanos() / plan.bucket.as_nanos().max(1)) as usize;
-            recovery(&timeline[..buckets.min(timeline.len())], kill_bucket)
+            chaos::timeline::recovery(&timeline[..buckets.min(timeline.len())], kill_bucket, 1.0)
                 .map(|b| (b as f64 * bucket_ms - ms(grow.end)).max(0.0))
         });
         Row {
@@ -230,36 +230,6 @@ impl Row {
         }
         p.join("; ")
     }
-}
-
-/// Buckets of the window that decides recovery: ten, so that one
-/// descheduled bucket does not decide it, yet short next to the 8 ms lease
-/// drift a repairer waits out.
-const RECOVERY_WINDOW_BUCKETS: usize = 10;
-/// A window is back to normal at this share of the rate before the kill...
-const RECOVERED_SHARE: f64 = 0.8;
-/// ...when none of its buckets is under this share (no stall inside it).
-const STALLED_SHARE: f64 = 0.25;
-
-/// The first bucket at or after `kill_bucket` that starts a window of
-/// [`RECOVERY_WINDOW_BUCKETS`] back to normal: no bucket under
-/// [`STALLED_SHARE`], a mean of at least [`RECOVERED_SHARE`], of the mean
-/// rate over the second half of the buckets before the kill (the first half
-/// warms caches up). `None` if no such window fits before the end.
-pub fn recovery(timeline: &[u64], kill_bucket: usize) -> Option<usize> {
-    let before = timeline.get(kill_bucket / 2..kill_bucket)?;
-    if before.is_empty() {
-        return None;
-    }
-    let normal = before.iter().sum::<u64>() as f64 / before.len() as f64;
-    if normal == 0.0 {
-        return None;
-    }
-    (kill_bucket..timeline.len().saturating_sub(RECOVERY_WINDOW_BUCKETS - 1)).find(|&b| {
-        let w = &timeline[b..b + RECOVERY_WINDOW_BUCKETS];
-        let mean = w.iter().sum::<u64>() as f64 / w.len() as f64;
-        mean >= RECOVERED_SHARE * normal && w.iter().all(|&n| n as f64 >= STALLED_SHARE * normal)
-    })
 }
 
 /// The longest run of zeros in `v`.
@@ -426,31 +396,6 @@ pub fn table(rows: &[Row]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recovery_is_the_first_normal_window_after_the_kill() {
-        // 20 buckets at 100 before the kill at bucket 20, a 5-bucket stall.
-        let mut t = vec![100; 20];
-        t.extend([100, 0, 0, 0, 0, 0]);
-        t.extend(vec![95; 12]);
-        assert_eq!(recovery(&t, 20), Some(26));
-        // A window with one stalled bucket is not normal, whatever its mean.
-        t[30] = 10;
-        assert_eq!(
-            recovery(&t, 20),
-            None,
-            "no clean 10-bucket window after 30 fits in 38"
-        );
-        t.extend(vec![100; 10]);
-        assert_eq!(recovery(&t, 20), Some(31));
-        // No collapse: recovered at the kill.
-        assert_eq!(recovery(&[100; 40], 20), Some(20));
-        // Never recovered, nothing before, or no throughput before.
-        let dead: Vec<u64> = [vec![100; 20], vec![0; 30]].concat();
-        assert_eq!(recovery(&dead, 20), None);
-        assert_eq!(recovery(&[100; 10], 0), None);
-        assert_eq!(recovery(&[0; 40], 20), None);
-    }
 
     #[test]
     fn longest_zero_run_counts_consecutive_zeros() {

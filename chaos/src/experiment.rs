@@ -1,0 +1,518 @@
+//! Chaos experiments as TOML files (`deploy/experiments/*.toml`): the
+//! cluster's shape, the index and its variants, the workload, how long it
+//! runs, and the faults to inject when.
+//!
+//! ```toml
+//! name = "kill-client"
+//! duration = "6s"
+//!
+//! [cluster]
+//! memory_nodes = 1
+//! transport = "shm"          # or "tcp"
+//! clients = 3                # client processes
+//! threads_per_client = 1
+//!
+//! [index]
+//! kind = "btree"             # or "hash"
+//! variants = ["optimal", "rtx"]
+//! expect_violations = ["optimal"]
+//!
+//! [workload]
+//! ycsb = "insert"            # a..e, or insert (100% inserts)
+//! keys = 100000
+//! distribution = "uniform"   # or "zipf"
+//!
+//! [[faults]]
+//! kind = "kill-client"       # SIGKILL
+//! client = 2
+//! at = "2s"
+//!
+//! [[faults]]
+//! kind = "pause-client"      # SIGSTOP, then SIGCONT after `for`
+//! client = 1
+//! at = "3s"
+//! for = "100ms"
+//! ```
+//!
+//! [`Experiment::from_toml`] parses and validates; every error names the
+//! field and the rule.
+
+use std::path::Path;
+use std::time::Duration;
+
+use index::Variant;
+use serde::{Deserialize, Serialize};
+
+use crate::workload::{Distribution, Workload, MAX_RECORDS};
+
+/// Most client processes: each thread of each is an owner id, and every
+/// client is a process of its own on a machine with few cores.
+pub const CLIENTS_MAX: u32 = 64;
+/// Most threads per client process.
+pub const THREADS_PER_CLIENT_MAX: u32 = 16;
+/// Longest experiment: its timeline has a bucket per millisecond per variant.
+pub const DURATION_MAX: Duration = Duration::from_secs(600);
+/// Most faults in one schedule.
+pub const FAULTS_MAX: usize = 64;
+/// Shortest pause that can outlive a lease: the rTX lease is an operation's
+/// share plus an 8 ms drift (`txn::TxConfig`), so anything shorter may
+/// never be suspected.
+pub const PAUSE_MIN: Duration = Duration::from_millis(20);
+
+/// An experiment, as read from its file.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Short name, used in file names and the plot's title.
+    pub name: String,
+    /// What the experiment shows (free text).
+    #[serde(default)]
+    pub description: String,
+    /// How long the clients run the workload, from their common start.
+    #[serde(with = "humantime_serde")]
+    pub duration: Duration,
+    /// The processes.
+    pub cluster: ClusterSpec,
+    /// The index under test.
+    pub index: IndexSpec,
+    /// What the clients do.
+    pub workload: WorkloadToml,
+    /// What happens to them, in time order.
+    #[serde(default)]
+    pub faults: Vec<Fault>,
+    /// Seed of the keys, values and op streams (`--seed` overrides it).
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+}
+
+fn default_seed() -> u64 {
+    42
+}
+
+/// Where the memory is and how many clients use it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    /// Memory node processes (this runner starts exactly one).
+    #[serde(default = "one")]
+    pub memory_nodes: u32,
+    /// How clients reach it.
+    #[serde(default)]
+    pub transport: TransportKind,
+    /// Client processes.
+    pub clients: u32,
+    /// Threads (each one index client, one owner id) per client process.
+    #[serde(default = "one")]
+    pub threads_per_client: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl ClusterSpec {
+    /// The transport's name.
+    pub fn transport_name(&self) -> &'static str {
+        match self.transport {
+            TransportKind::Shm => "shm",
+            TransportKind::Tcp => "tcp",
+        }
+    }
+}
+
+/// How clients reach the memory node.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// The node's memory image mapped by every client (the CXL model).
+    #[default]
+    Shm,
+    /// Verbs over loopback TCP.
+    Tcp,
+}
+
+/// Which index, in which variants (each runs on a fresh memory node).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct IndexSpec {
+    /// The index.
+    pub kind: IndexKind,
+    /// Variants, run one after the other.
+    pub variants: Vec<Variant>,
+    /// Variants whose checks are expected to fail (optimal, which cannot
+    /// repair a dead client's locks): reported, but they do not fail the run.
+    #[serde(default)]
+    pub expect_violations: Vec<Variant>,
+}
+
+/// The index under test.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    /// The Sherman-like B+tree.
+    Btree,
+    /// RACE hashing.
+    Hash,
+}
+
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexKind::Btree => "btree",
+            IndexKind::Hash => "hash",
+        })
+    }
+}
+
+/// The workload as the file gives it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadToml {
+    /// YCSB letter (a..e) or `insert`.
+    pub ycsb: String,
+    /// Keys loaded before the clients start.
+    pub keys: u64,
+    /// Request distribution: `uniform` or `zipf`.
+    #[serde(default = "uniform")]
+    pub distribution: String,
+}
+
+fn uniform() -> String {
+    "uniform".to_owned()
+}
+
+/// One fault of the schedule.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// What to do.
+    pub kind: FaultKind,
+    /// To which client process (0-based).
+    pub client: u32,
+    /// When, from the clients' common start.
+    #[serde(with = "humantime_serde")]
+    pub at: Duration,
+    /// How long a pause lasts (`pause-client` only).
+    #[serde(default, rename = "for", with = "humantime_serde")]
+    pub pause: Option<Duration>,
+}
+
+/// The fault kinds this runner injects.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// SIGKILL the client process: it dies between two verbs, its locks
+    /// and half-done work left behind.
+    KillClient,
+    /// SIGSTOP it for `for`, then SIGCONT: it is suspected dead (its lease
+    /// expires), repaired around, and then carries on.
+    PauseClient,
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FaultKind::KillClient => "kill-client",
+            FaultKind::PauseClient => "pause-client",
+        })
+    }
+}
+
+/// An experiment file that cannot be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not TOML of this shape.
+    #[error("{0}")]
+    Parse(String),
+    /// A field breaks a rule.
+    #[error("{field}: {rule}")]
+    Invalid {
+        /// The field, as a TOML path.
+        field: String,
+        /// The rule it breaks.
+        rule: String,
+    },
+}
+
+fn invalid(field: impl Into<String>, rule: impl Into<String>) -> ExperimentError {
+    ExperimentError::Invalid {
+        field: field.into(),
+        rule: rule.into(),
+    }
+}
+
+impl Experiment {
+    /// Reads and validates the experiment in `path`.
+    pub fn from_file(path: &Path) -> Result<Experiment, ExperimentError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ExperimentError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text)
+    }
+
+    /// Parses and validates an experiment.
+    pub fn from_toml(text: &str) -> Result<Experiment, ExperimentError> {
+        let e: Experiment = toml::from_str(text).map_err(|e| ExperimentError::Parse(e.to_string()))?;
+        e.validate()?;
+        Ok(e)
+    }
+
+    /// Checks every rule; the first broken one is the error.
+    pub fn validate(&self) -> Result<(), ExperimentError> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !name_ok {
+            return Err(invalid(
+                "name",
+                "1 to 64 characters of a-z, A-Z, 0-9, '-' and '_'",
+            ));
+        }
+        if self.duration.is_zero() || self.duration > DURATION_MAX {
+            return Err(invalid(
+                "duration",
+                format!("more than 0 and at most {DURATION_MAX:?}"),
+            ));
+        }
+        let c = &self.cluster;
+        if c.memory_nodes != 1 {
+            return Err(invalid(
+                "cluster.memory_nodes",
+                "this runner starts exactly 1 memory node",
+            ));
+        }
+        if c.clients == 0 || c.clients > CLIENTS_MAX {
+            return Err(invalid("cluster.clients", format!("1 to {CLIENTS_MAX}")));
+        }
+        if c.threads_per_client == 0 || c.threads_per_client > THREADS_PER_CLIENT_MAX {
+            return Err(invalid(
+                "cluster.threads_per_client",
+                format!("1 to {THREADS_PER_CLIENT_MAX}"),
+            ));
+        }
+        if self.index.variants.is_empty() {
+            return Err(invalid("index.variants", "at least one of optimal, rtx"));
+        }
+        for (i, v) in self.index.variants.iter().enumerate() {
+            if self.index.variants[..i].contains(v) {
+                return Err(invalid("index.variants", format!("{v} is listed twice")));
+            }
+        }
+        if let Some(v) = self
+            .index
+            .expect_violations
+            .iter()
+            .find(|v| !self.index.variants.contains(v))
+        {
+            return Err(invalid(
+                "index.expect_violations",
+                format!("{v} is not one of index.variants"),
+            ));
+        }
+        let w = self.workload()?;
+        if self.index.kind == IndexKind::Hash && w.workload == Workload::E {
+            return Err(invalid(
+                "workload.ycsb",
+                "RACE hashing has no scans: workload e needs kind = \"btree\"",
+            ));
+        }
+        if self.faults.len() > FAULTS_MAX {
+            return Err(invalid("faults", format!("at most {FAULTS_MAX}")));
+        }
+        let mut faulted = Vec::new();
+        for (i, f) in self.faults.iter().enumerate() {
+            let field = |name: &str| format!("faults[{i}].{name}");
+            if f.client >= c.clients {
+                return Err(invalid(
+                    field("client"),
+                    format!("{} is not a client (0..{})", f.client, c.clients),
+                ));
+            }
+            if f.at >= self.duration {
+                return Err(invalid(field("at"), "must fall within the duration"));
+            }
+            if i > 0 && f.at < self.faults[i - 1].at {
+                return Err(invalid(field("at"), "faults must be listed in time order"));
+            }
+            match (f.kind, f.pause) {
+                (FaultKind::KillClient, Some(_)) => {
+                    return Err(invalid(field("for"), "only a pause-client fault lasts"));
+                }
+                (FaultKind::PauseClient, None) => {
+                    return Err(invalid(
+                        field("for"),
+                        "a pause-client fault needs `for`, e.g. \"200ms\"",
+                    ));
+                }
+                (FaultKind::PauseClient, Some(p)) if p < PAUSE_MIN => {
+                    return Err(invalid(
+                        field("for"),
+                        format!("at least {PAUSE_MIN:?}, to outlive the client's lease"),
+                    ));
+                }
+                (FaultKind::PauseClient, Some(p)) if f.at + p >= self.duration => {
+                    return Err(invalid(field("for"), "the pause must end within the duration"));
+                }
+                _ => {}
+            }
+            if faulted.contains(&f.client) {
+                return Err(invalid(
+                    field("client"),
+                    "one fault per client (a killed client cannot be faulted again)",
+                ));
+            }
+            faulted.push(f.client);
+        }
+        Ok(())
+    }
+
+    /// The workload, resolved.
+    pub fn workload(&self) -> Result<ResolvedWorkload, ExperimentError> {
+        let w = &self.workload;
+        let workload = w
+            .ycsb
+            .parse::<Workload>()
+            .map_err(|_| invalid("workload.ycsb", format!("'{}' is not a..e or insert", w.ycsb)))?;
+        let distribution = w.distribution.parse::<Distribution>().map_err(|_| {
+            invalid(
+                "workload.distribution",
+                format!("'{}' is not uniform or zipf", w.distribution),
+            )
+        })?;
+        if w.keys == 0 || w.keys > MAX_RECORDS {
+            return Err(invalid("workload.keys", format!("1 to {MAX_RECORDS}")));
+        }
+        Ok(ResolvedWorkload {
+            workload,
+            distribution,
+            keys: w.keys,
+        })
+    }
+
+    /// Owner ids the run needs: the loader, one per client thread, the checker.
+    pub fn owner_ids(&self) -> u32 {
+        2 + self.cluster.clients * self.cluster.threads_per_client
+    }
+}
+
+/// The workload of an experiment, parsed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResolvedWorkload {
+    /// The YCSB workload (or inserts only).
+    pub workload: Workload,
+    /// The request distribution.
+    pub distribution: Distribution,
+    /// Keys loaded before the run.
+    pub keys: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "kill-client"
+duration = "3s"
+[cluster]
+clients = 3
+[index]
+kind = "btree"
+variants = ["optimal", "rtx"]
+expect_violations = ["optimal"]
+[workload]
+ycsb = "insert"
+keys = 1000
+[[faults]]
+kind = "kill-client"
+client = 2
+at = "1s"
+[[faults]]
+kind = "pause-client"
+client = 0
+at = "1500ms"
+for = "100ms"
+"#;
+
+    #[test]
+    fn a_good_file_parses_with_defaults() {
+        let e = Experiment::from_toml(GOOD).unwrap();
+        assert_eq!(e.duration, Duration::from_secs(3));
+        assert_eq!(e.cluster.transport, TransportKind::Shm);
+        assert_eq!(e.cluster.threads_per_client, 1);
+        assert_eq!(e.seed, 42);
+        assert_eq!(e.faults[1].pause, Some(Duration::from_millis(100)));
+        assert_eq!(e.workload().unwrap().workload, Workload::Insert);
+        assert_eq!(e.owner_ids(), 5);
+    }
+
+    #[test]
+    fn every_rule_names_its_field() {
+        for (from, to, field) in [
+            ("name = \"kill-client\"", "name = \"a b\"", "name"),
+            ("duration = \"3s\"", "duration = \"0s\"", "duration"),
+            ("clients = 3", "clients = 0", "cluster.clients"),
+            (
+                "clients = 3",
+                "clients = 3\nmemory_nodes = 2",
+                "cluster.memory_nodes",
+            ),
+            ("\"optimal\", \"rtx\"]", "\"rtx\", \"rtx\"]", "index.variants"),
+            (
+                "expect_violations = [\"optimal\"]",
+                "expect_violations = [\"dtx\"]",
+                "variant",
+            ),
+            ("ycsb = \"insert\"", "ycsb = \"z\"", "workload.ycsb"),
+            ("keys = 1000", "keys = 0", "workload.keys"),
+            ("client = 2", "client = 3", "faults[0].client"),
+            ("at = \"1s\"", "at = \"9s\"", "faults[0].at"),
+            ("at = \"1s\"", "at = \"2s\"", "faults[1].at"),
+            ("for = \"100ms\"", "for = \"1ms\"", "faults[1].for"),
+            ("for = \"100ms\"", "for = \"2s\"", "faults[1].for"),
+            ("client = 0", "client = 2", "faults[1].client"),
+            ("kind = \"btree\"", "kind = \"hash\"\n", ""),
+            ("[workload]", "[workload]\nbogus = 1", "bogus"),
+        ] {
+            assert!(GOOD.contains(from), "{from}");
+            let text = GOOD.replacen(from, to, 1);
+            let r = Experiment::from_toml(&text);
+            if field.is_empty() {
+                assert!(r.is_ok(), "{to}: {r:?}");
+                continue;
+            }
+            let e = r.expect_err(to).to_string();
+            assert!(e.contains(field), "{to}: {e}");
+        }
+        let hash_e = GOOD
+            .replace("kind = \"btree\"", "kind = \"hash\"")
+            .replace("\"insert\"", "\"e\"");
+        let e = Experiment::from_toml(&hash_e).unwrap_err().to_string();
+        assert!(e.contains("no scans"), "{e}");
+    }
+
+    #[test]
+    fn the_shipped_experiments_are_valid() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                Experiment::from_file(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 2, "kill-client.toml and pause-client.toml at least");
+    }
+}

@@ -1,0 +1,222 @@
+//! `kintsugi chaos run`: an experiment with real processes.
+//!
+//! Per variant, on a fresh memory node:
+//! 1. start `kintsugi memnode` (its image under /dev/shm for `shm`);
+//! 2. load the index in this process (the loader, owner 1);
+//! 3. start the client processes (`kintsugi chaos client`, [`client`]),
+//!    wait until all are `ready`, send them one common start;
+//! 4. inject the faults at their times (SIGKILL; SIGSTOP then SIGCONT) while
+//!    gathering every client's ops per bucket;
+//! 5. after the duration, give the clients [`GRACE`] to finish their op;
+//!    those that do not are blocked (on a dead client's lock): killed;
+//! 6. check with a fresh client ([`check`]): repair what dead clients left
+//!    (rtx, as recovery would), the index's structural checker (no lock
+//!    held), and every acknowledged write against the index's contents.
+//!
+//! Then the outputs ([`output`]): `timeline.csv`, `timeline.png`,
+//! `history.jsonl`, `summary.json`.
+
+pub mod check;
+pub mod client;
+pub mod output;
+mod variant;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fabric::RegionId;
+use index::Variant;
+use serde::{Deserialize, Serialize};
+
+use crate::experiment::{Experiment, ExperimentError};
+use crate::timeline::FaultEffect;
+
+pub use variant::run_variant;
+
+/// The region every run's heap lives in.
+pub const REGION: RegionId = 1;
+/// Owner id of the loader; clients follow; the checker is the last.
+pub const LOADER: u16 = 1;
+/// How long the clients get after the duration to finish their last op:
+/// an op takes microseconds, so one still running after this is blocked.
+pub const GRACE: Duration = Duration::from_secs(2);
+/// How long a client process may take to open the index.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Width of a timeline bucket.
+pub const BUCKET_US: u64 = 1000;
+
+/// Where the clients find the memory node.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Endpoint {
+    /// Its memory image, mapped.
+    Shm(PathBuf),
+    /// Its verb server.
+    Tcp(String),
+}
+
+/// What a client process is told (`run-spec.json` in the variant's
+/// directory).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The experiment (seed resolved).
+    pub experiment: Experiment,
+    /// The variant this run is of.
+    pub variant: Variant,
+    /// The memory node.
+    pub endpoint: Endpoint,
+    /// Where the client writes its history.
+    pub out_dir: PathBuf,
+    /// Timeline bucket width.
+    pub bucket_us: u64,
+    /// Owner id of thread 0 of client 0.
+    pub first_client_owner: u16,
+}
+
+impl RunSpec {
+    /// Reads a spec the runner wrote.
+    pub fn read(path: &Path) -> Result<RunSpec, RunError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;
+        serde_json::from_str(&text).map_err(|e| RunError::Client(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Why a run could not be carried out (a failed check is not an error: it
+/// is in the [`Summary`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The experiment is not valid.
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
+    /// A file or process operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A process did not behave.
+    #[error("{0}")]
+    Process(String),
+    /// Inside a client process.
+    #[error("{0}")]
+    Client(String),
+    /// The loader or the checker failed.
+    #[error("{0}")]
+    Index(String),
+    /// The plot could not be drawn.
+    #[error("cannot draw the timeline: {0}")]
+    Plot(#[from] crate::plot::PlotError),
+}
+
+impl RunError {
+    fn io(path: &Path, source: std::io::Error) -> RunError {
+        RunError::Io {
+            what: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// How to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The `kintsugi` binary (started as memory node and clients).
+    pub exe: PathBuf,
+    /// Where the outputs go (created).
+    pub out: PathBuf,
+    /// Overrides the experiment's seed.
+    pub seed: Option<u64>,
+    /// Print progress (a line per phase and a live line while running) on stderr.
+    pub progress: bool,
+}
+
+/// How a client process ended.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fate {
+    /// Ran to the end.
+    Finished,
+    /// Killed by the schedule.
+    Killed,
+    /// Still in an op after the grace: blocked, then killed.
+    Blocked,
+    /// Reported an error (or exited unexpectedly).
+    Failed(String),
+}
+
+/// One client process of a variant's run.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientOutcome {
+    /// Its number.
+    pub client: u32,
+    /// Ops it reported.
+    pub ops: u64,
+    /// Locks of other clients it repaired (rtx; a finished client's count).
+    pub repairs: u64,
+    /// How it ended.
+    pub fate: Fate,
+    /// Whether the schedule paused it (and resumed it).
+    pub paused: bool,
+}
+
+/// One variant's run.
+#[derive(Clone, Debug, Serialize)]
+pub struct VariantOutcome {
+    /// The variant.
+    pub variant: Variant,
+    /// Ops per bucket, all clients.
+    #[serde(skip)]
+    pub timeline: Vec<u64>,
+    /// Total ops, and the mean rate over the duration.
+    pub ops: u64,
+    /// Mean ops per second over the duration.
+    pub ops_per_sec: f64,
+    /// What each fault did.
+    pub faults: Vec<FaultEffect>,
+    /// The client processes.
+    pub clients: Vec<ClientOutcome>,
+    /// The final check.
+    pub check: check::CheckOutcome,
+    /// Whether this variant is expected to fail its checks.
+    pub expect_violations: bool,
+    /// Whether its checks passed.
+    pub passed: bool,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// The experiment (seed resolved).
+    pub experiment: Experiment,
+    /// Timeline bucket width in milliseconds.
+    pub bucket_ms: f64,
+    /// Per variant.
+    pub variants: Vec<VariantOutcome>,
+    /// Every variant not expected to fail passed.
+    pub passed: bool,
+}
+
+/// Runs `experiment`: every variant, then the outputs. Returns the summary
+/// (whose `passed` says whether the checks held).
+pub fn run(mut experiment: Experiment, options: &Options) -> Result<Summary, RunError> {
+    if let Some(seed) = options.seed {
+        experiment.seed = seed;
+    }
+    experiment.validate()?;
+    std::fs::create_dir_all(&options.out).map_err(|e| RunError::io(&options.out, e))?;
+    let mut variants = Vec::new();
+    for &v in &experiment.index.variants.clone() {
+        variants.push(run_variant(&experiment, v, options)?);
+    }
+    let passed = variants.iter().all(|v| v.passed || v.expect_violations);
+    let summary = Summary {
+        experiment,
+        bucket_ms: BUCKET_US as f64 / 1000.0,
+        variants,
+        passed,
+    };
+    output::write_all(&summary, &options.out)?;
+    Ok(summary)
+}

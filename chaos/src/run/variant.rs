@@ -1,0 +1,576 @@
+//! One variant's run: memory node, load, clients, faults, check.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use index::btree::BTree;
+use index::hash::{HashConfig, HashTable};
+use index::Variant;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use txn::{Heap, HeapConfig};
+
+use super::check::check_index;
+use super::client::connect;
+use super::{
+    ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US, GRACE, LOADER,
+    READY_TIMEOUT, REGION,
+};
+use crate::experiment::{Experiment, FaultKind, IndexKind, TransportKind};
+use crate::timeline::effect;
+use crate::workload::{sorted_keys, KeyMap, Workload};
+
+/// Chunk of the heap each client allocates from at a time.
+const CHUNK_BYTES: u64 = 64 * 1024;
+/// Ops per thread-second the region is sized for: above what one thread
+/// does on shm. Memory is committed only where touched.
+const OPS_PER_THREAD_SECOND_MAX: u64 = 1_000_000;
+/// Largest region a run asks for (address space; see above).
+const REGION_BYTES_MAX: u64 = 64 << 30;
+/// B+tree fill of the bulk load: room for inserts without splitting every leaf at once.
+const LOAD_FILL: f64 = 0.7;
+/// How long a client told to die at its next CAS has before it is
+/// SIGKILLed wherever it is (a workload without writes takes no lock).
+const DIE_WAIT: Duration = Duration::from_millis(100);
+/// How often the live progress line is redrawn.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// What a client's stdout said.
+enum Event {
+    Ready,
+    Bucket(u64, u64),
+    Done(u64),
+    Error(String),
+    Closed,
+}
+
+/// The child processes of a run, killed if the run ends early.
+struct Procs {
+    memnode: Option<Child>,
+    clients: Vec<Child>,
+    shm: Option<PathBuf>,
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.clients {
+            let _ = kill(pid(c), Signal::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(m) = &mut self.memnode {
+            let _ = kill(pid(m), Signal::SIGTERM);
+            let _ = m.wait();
+        }
+        if let Some(p) = &self.shm {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn pid(c: &Child) -> Pid {
+    Pid::from_raw(i32::try_from(c.id()).unwrap_or(i32::MAX))
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn region_bytes(e: &Experiment) -> u64 {
+    let threads = u64::from(e.cluster.clients * e.cluster.threads_per_client);
+    let ops = threads * (e.duration.as_secs() + 1) * OPS_PER_THREAD_SECOND_MAX;
+    let bytes = (512 << 20) + e.workload.keys * 256 + ops * 1100;
+    bytes.min(REGION_BYTES_MAX).next_multiple_of(1 << 20)
+}
+
+/// Runs `variant` of `e` on a fresh memory node.
+pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<VariantOutcome, RunError> {
+    let dir = o.out.join(variant.to_string());
+    std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
+    let say = |s: String| {
+        if o.progress {
+            eprintln!("chaos run: {}: {variant}: {s}", e.name);
+        }
+    };
+    let mut procs = Procs {
+        memnode: None,
+        clients: Vec::new(),
+        shm: None,
+    };
+    let endpoint = start_memnode(e, variant, o, &dir, &mut procs)?;
+    say(format!(
+        "memory node up ({endpoint:?}); loading {} keys ...",
+        e.workload.keys
+    ));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|err| RunError::Index(format!("cannot start a runtime: {err}")))?;
+    rt.block_on(load(e, variant, &endpoint))?;
+
+    let spec = RunSpec {
+        experiment: e.clone(),
+        variant,
+        endpoint: endpoint.clone(),
+        out_dir: dir.clone(),
+        bucket_us: BUCKET_US,
+        first_client_owner: LOADER + 1,
+    };
+    let spec_path = dir.join("run-spec.json");
+    let json = serde_json::to_string_pretty(&spec).map_err(|err| RunError::Process(err.to_string()))?;
+    std::fs::write(&spec_path, json).map_err(|err| RunError::io(&spec_path, err))?;
+
+    let (tx, rx) = channel();
+    let mut stdins = Vec::new();
+    for c in 0..e.cluster.clients {
+        let (child, stdin) = start_client(o, &spec_path, &dir, c, tx.clone())?;
+        procs.clients.push(child);
+        stdins.push(stdin);
+    }
+    drop(tx);
+    wait_ready(&rx, e.cluster.clients)?;
+    say(format!(
+        "{} client process(es) ready; running for {:?}",
+        e.cluster.clients, e.duration
+    ));
+
+    let t0_ns = unix_ns();
+    let t0 = Instant::now();
+    for (c, stdin) in stdins.iter_mut().enumerate() {
+        writeln!(stdin, "go {t0_ns}")
+            .and_then(|_| stdin.flush())
+            .map_err(|err| RunError::Process(format!("cannot start client {c}: {err}")))?;
+    }
+    let mut state = Gather::new(e);
+    schedule(e, &procs, &mut stdins, t0, &rx, &mut state, o.progress)?;
+    let deadline = t0 + e.duration + GRACE;
+    while state.running(e) && Instant::now() < deadline {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((c, ev)) => state.take(c, ev),
+            Err(_) => break,
+        }
+    }
+    for (c, child) in procs.clients.iter_mut().enumerate() {
+        if state.fates[c].is_none() {
+            // Still in an op: blocked behind a lock nobody will release.
+            let _ = kill(pid(child), Signal::SIGCONT);
+            let _ = child.kill();
+            state.fates[c] = Some(Fate::Blocked);
+        }
+        let _ = child.wait();
+    }
+    // Lines the clients wrote before they ended.
+    while let Ok((c, ev)) = rx.try_recv() {
+        state.take(c, ev);
+    }
+    if o.progress {
+        eprintln!();
+    }
+    let fates: Vec<Fate> = state
+        .fates
+        .iter()
+        .map(|f| f.clone().unwrap_or(Fate::Blocked))
+        .collect();
+    say(format!(
+        "clients ended: {fates:?}; checking with a fresh client ..."
+    ));
+
+    let threads = e.cluster.threads_per_client;
+    let dead: HashSet<u32> = fates
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| !matches!(f, Fate::Finished))
+        .flat_map(|(c, _)| (0..threads).map(move |t| c as u32 * threads + t))
+        .collect();
+    let check = rt.block_on(check_index(&spec, &dead))?;
+    if let Some(m) = procs.memnode.take() {
+        stop_memnode(m);
+    }
+
+    let expect_violations = e.index.expect_violations.contains(&variant);
+    let timeline = state.timeline;
+    let buckets = (e.duration.as_micros() / u128::from(BUCKET_US)) as usize;
+    let ops: u64 = timeline.iter().sum();
+    let mut live = f64::from(e.cluster.clients);
+    let mut faults = Vec::new();
+    for (i, f) in e.faults.iter().enumerate() {
+        let at = (f.at.as_micros() / u128::from(BUCKET_US)) as usize;
+        let until = e
+            .faults
+            .get(i + 1)
+            .map_or(buckets, |n| (n.at.as_micros() / u128::from(BUCKET_US)) as usize);
+        let share_before = live;
+        if f.kind == FaultKind::KillClient {
+            live -= 1.0;
+        }
+        faults.push(effect(
+            &timeline,
+            BUCKET_US as f64 / 1000.0,
+            (&f.kind.to_string(), f.client),
+            at,
+            until,
+            live / share_before,
+        ));
+    }
+    let clients = (0..e.cluster.clients as usize)
+        .map(|c| ClientOutcome {
+            client: c as u32,
+            ops: state.ops[c],
+            repairs: state.repairs[c],
+            fate: fates[c].clone(),
+            paused: e
+                .faults
+                .iter()
+                .any(|f| f.client == c as u32 && f.kind == FaultKind::PauseClient),
+        })
+        .collect::<Vec<_>>();
+    let clients_ok = clients.iter().all(|c| {
+        let killed = e
+            .faults
+            .iter()
+            .any(|f| f.client == c.client && f.kind == FaultKind::KillClient);
+        if killed {
+            c.fate == Fate::Killed
+        } else {
+            c.fate == Fate::Finished
+        }
+    });
+    let passed = clients_ok && check.is_ok();
+    say(if passed { "checks passed" } else { "checks FAILED" }.to_owned());
+    Ok(VariantOutcome {
+        variant,
+        ops,
+        ops_per_sec: ops as f64 / e.duration.as_secs_f64(),
+        timeline,
+        faults,
+        clients,
+        check,
+        expect_violations,
+        passed,
+    })
+}
+
+fn start_memnode(
+    e: &Experiment,
+    variant: Variant,
+    o: &Options,
+    dir: &Path,
+    procs: &mut Procs,
+) -> Result<Endpoint, RunError> {
+    let log_path = dir.join("memnode.log");
+    let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
+    let mut cmd = Command::new(&o.exe);
+    cmd.args(["memnode", "--listen", "127.0.0.1:0", "--region"])
+        .arg(format!("{REGION}:{}", region_bytes(e)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    let shm = (e.cluster.transport == TransportKind::Shm).then(|| {
+        PathBuf::from(format!(
+            "/dev/shm/kintsugi-chaos-{}-{}-{variant}",
+            e.name,
+            std::process::id()
+        ))
+    });
+    if let Some(p) = &shm {
+        cmd.arg("--shm").arg(p);
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|err| RunError::Process(format!("cannot start {} memnode: {err}", o.exe.display())))?;
+    procs.shm = shm.clone();
+    let stdout = child.stdout.take();
+    procs.memnode = Some(child);
+    let mut line = String::new();
+    if let Some(out) = stdout {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    let addr = line
+        .trim()
+        .strip_prefix("listening ")
+        .map(str::to_owned)
+        .ok_or_else(|| {
+            RunError::Process(format!(
+                "the memory node did not start (see {}): it said {:?}",
+                log_path.display(),
+                line.trim()
+            ))
+        })?;
+    Ok(match shm {
+        Some(p) => Endpoint::Shm(p),
+        None => Endpoint::Tcp(addr),
+    })
+}
+
+fn stop_memnode(mut m: Child) {
+    let _ = kill(pid(&m), Signal::SIGTERM);
+    let _ = m.wait();
+}
+
+/// Formats the heap, creates the index and bulk-loads it (owner [`LOADER`]).
+async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(), RunError> {
+    let err = |what: &str, x: String| RunError::Index(format!("{what}: {x}"));
+    let mut fabric = connect(endpoint).await?;
+    let owner_slots = u16::try_from(e.owner_ids() + 1).map_err(|x| err("owner ids", x.to_string()))?;
+    let heap = Heap::format(
+        &mut fabric,
+        REGION,
+        HeapConfig {
+            owner_slots,
+            chunk_bytes: CHUNK_BYTES,
+        },
+    )
+    .await
+    .map_err(|x| err("cannot format the heap", x.to_string()))?;
+    let w = e.workload()?;
+    let map = KeyMap::new(e.seed);
+    let entries: Vec<(u64, u64)> = sorted_keys(w.keys, e.seed)
+        .into_iter()
+        .map(|k| (k, map.load_value(k)))
+        .collect();
+    match e.index.kind {
+        IndexKind::Btree => {
+            let mut t = BTree::create(fabric, heap, variant, LOADER)
+                .await
+                .map_err(|x| err("cannot create the tree", x.to_string()))?;
+            t.bulk_load(&entries, LOAD_FILL, |_| {})
+                .await
+                .map_err(|x| err("cannot load the tree", x.to_string()))?;
+        }
+        IndexKind::Hash => {
+            let threads = u64::from(e.cluster.clients * e.cluster.threads_per_client);
+            let inserts = if w.workload.inserts() {
+                threads
+                    * (e.duration.as_secs() + 1)
+                    * OPS_PER_THREAD_SECOND_MAX
+                    * u64::from(w.workload.mix().insert)
+                    / 100
+            } else {
+                0
+            };
+            let config = HashConfig::for_keys(w.keys + inserts);
+            let mut t = HashTable::create(fabric, heap, variant, LOADER, config)
+                .await
+                .map_err(|x| err("cannot create the table", x.to_string()))?;
+            t.bulk_load(&entries, |_| {})
+                .await
+                .map_err(|x| err("cannot load the table", x.to_string()))?;
+        }
+    }
+    debug_assert!(w.workload != Workload::E || e.index.kind == IndexKind::Btree);
+    Ok(())
+}
+
+fn start_client(
+    o: &Options,
+    spec: &Path,
+    dir: &Path,
+    c: u32,
+    tx: Sender<(usize, Event)>,
+) -> Result<(Child, ChildStdin), RunError> {
+    let log_path = dir.join(format!("client-{c}.log"));
+    let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
+    let mut child = Command::new(&o.exe)
+        .args(["chaos", "client", "--spec"])
+        .arg(spec)
+        .arg("--client")
+        .arg(c.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|err| RunError::Process(format!("cannot start client {c}: {err}")))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        return Err(RunError::Process(format!("client {c} has no pipes")));
+    };
+    let c = c as usize;
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let mut words = line.split_whitespace();
+            let ev = match (words.next(), words.next(), words.next()) {
+                (Some("ready"), _, _) => Event::Ready,
+                (Some("b"), Some(b), Some(n)) => match (b.parse(), n.parse()) {
+                    (Ok(b), Ok(n)) => Event::Bucket(b, n),
+                    _ => Event::Error(format!("bad line {line:?}")),
+                },
+                (Some("done"), _, r) => Event::Done(r.and_then(|r| r.parse().ok()).unwrap_or(0)),
+                (Some("error"), _, _) => Event::Error(line["error".len()..].trim().to_owned()),
+                _ => Event::Error(format!("bad line {line:?}")),
+            };
+            if tx.send((c, ev)).is_err() {
+                return;
+            }
+        }
+        let _ = tx.send((c, Event::Closed));
+    });
+    Ok((child, stdin))
+}
+
+fn wait_ready(rx: &Receiver<(usize, Event)>, clients: u32) -> Result<(), RunError> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut ready = 0;
+    while ready < clients {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((_, Event::Ready)) => ready += 1,
+            Ok((c, Event::Error(e))) => return Err(RunError::Process(format!("client {c}: {e}"))),
+            Ok((c, Event::Closed)) => {
+                return Err(RunError::Process(format!(
+                    "client {c} exited before it was ready (see client-{c}.log)"
+                )))
+            }
+            Ok(_) => {}
+            Err(_) => {
+                return Err(RunError::Process(format!(
+                    "{} client(s) not ready after {READY_TIMEOUT:?}",
+                    clients - ready
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ops and fates gathered from the clients' lines.
+struct Gather {
+    timeline: Vec<u64>,
+    ops: Vec<u64>,
+    repairs: Vec<u64>,
+    fates: Vec<Option<Fate>>,
+    killed: Vec<bool>,
+}
+
+impl Gather {
+    fn new(e: &Experiment) -> Gather {
+        let n = e.cluster.clients as usize;
+        Gather {
+            timeline: vec![0; (e.duration.as_micros() / u128::from(BUCKET_US)) as usize + 1],
+            ops: vec![0; n],
+            repairs: vec![0; n],
+            fates: vec![None; n],
+            killed: vec![false; n],
+        }
+    }
+
+    fn take(&mut self, c: usize, ev: Event) {
+        match ev {
+            Event::Bucket(b, n) => {
+                if let Some(slot) = usize::try_from(b).ok().and_then(|b| self.timeline.get_mut(b)) {
+                    *slot += n;
+                }
+                self.ops[c] += n;
+            }
+            Event::Done(r) => {
+                self.fates[c] = Some(Fate::Finished);
+                self.repairs[c] = r;
+            }
+            Event::Error(e) => self.fates[c] = Some(Fate::Failed(e)),
+            Event::Closed if self.fates[c].is_none() => {
+                self.fates[c] = Some(if self.killed[c] {
+                    Fate::Killed
+                } else {
+                    Fate::Failed("exited without `done`".into())
+                });
+            }
+            Event::Ready | Event::Closed => {}
+        }
+    }
+
+    fn running(&self, _e: &Experiment) -> bool {
+        self.fates.iter().any(Option::is_none)
+    }
+}
+
+/// Applies the faults at their times until the duration is over, taking
+/// the clients' lines meanwhile and drawing a progress line.
+fn schedule(
+    e: &Experiment,
+    procs: &Procs,
+    stdins: &mut [ChildStdin],
+    t0: Instant,
+    rx: &Receiver<(usize, Event)>,
+    state: &mut Gather,
+    progress: bool,
+) -> Result<(), RunError> {
+    // `None`: tell the client to die right after its next CAS.
+    let mut actions: Vec<(Duration, usize, Option<Signal>)> = Vec::new();
+    for f in &e.faults {
+        let c = f.client as usize;
+        match (f.kind, f.pause) {
+            (FaultKind::KillClient, _) => {
+                actions.push((f.at, c, None));
+                actions.push((f.at + DIE_WAIT, c, Some(Signal::SIGKILL)));
+            }
+            (FaultKind::PauseClient, Some(p)) => {
+                actions.push((f.at, c, Some(Signal::SIGSTOP)));
+                actions.push((f.at + p, c, Some(Signal::SIGCONT)));
+            }
+            (FaultKind::PauseClient, None) => {}
+        }
+    }
+    actions.sort_by_key(|a| a.0);
+    let mut next = 0;
+    let mut last_draw = Instant::now();
+    loop {
+        let now = t0.elapsed();
+        while next < actions.len() && actions[next].0 <= now {
+            let (_, c, sig) = actions[next];
+            match sig {
+                None => {
+                    state.killed[c] = true;
+                    // A client that already died of its own cannot hear it.
+                    let _ = writeln!(stdins[c], "die").and_then(|_| stdins[c].flush());
+                    if progress {
+                        eprintln!(
+                            "\rchaos run: {:>7.3} s: client {c} dies at its next CAS",
+                            now.as_secs_f64()
+                        );
+                    }
+                }
+                Some(sig) => {
+                    // The process may be gone already (it died at its CAS);
+                    // an unreaped one still takes the signal.
+                    kill(pid(&procs.clients[c]), sig).map_err(|err| {
+                        RunError::Process(format!("cannot send {sig} to client {c}: {err}"))
+                    })?;
+                    if progress && sig != Signal::SIGKILL {
+                        eprintln!("\rchaos run: {:>7.3} s: {sig} client {c}", now.as_secs_f64());
+                    }
+                }
+            }
+            next += 1;
+        }
+        if now >= e.duration {
+            return Ok(());
+        }
+        let until = actions
+            .get(next)
+            .map_or(e.duration, |a| a.0)
+            .min(e.duration)
+            .min(now + PROGRESS_EVERY);
+        match rx.recv_timeout(until.saturating_sub(now)) {
+            Ok((c, ev)) => state.take(c, ev),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => std::thread::sleep(until.saturating_sub(t0.elapsed())),
+        }
+        if progress && last_draw.elapsed() >= PROGRESS_EVERY {
+            last_draw = Instant::now();
+            let b = (t0.elapsed().as_micros() / u128::from(BUCKET_US)) as usize;
+            let recent = crate::timeline::mean(&state.timeline, b.saturating_sub(250)..b);
+            eprint!(
+                "\rchaos run: {:>7.3} s of {:?}: {:>10.0} ops/s over the last 250 ms, {} op(s) so far   ",
+                t0.elapsed().as_secs_f64(),
+                e.duration,
+                recent * 1e6 / BUCKET_US as f64,
+                state.ops.iter().sum::<u64>()
+            );
+        }
+    }
+}

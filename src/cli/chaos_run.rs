@@ -1,0 +1,190 @@
+//! `kintsugi chaos run` (an experiment file with real processes), the
+//! hidden `kintsugi chaos client` those processes run, and the report.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use chaos::experiment::Experiment;
+use chaos::run::{Fate, Options, Summary, VariantOutcome};
+
+/// Arguments of `kintsugi chaos run`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Starts a memory node (kintsugi memnode) and the client processes the file asks for, for each variant in
+turn on a fresh memory node; loads the index; runs the workload from every client, one common start;
+applies the faults at their times (kill-client: SIGKILL; pause-client: SIGSTOP, then SIGCONT after
+`for`). Clients report their ops per 1 ms bucket and log every acknowledged write. After the duration a
+client still inside an op gets 2 s, then counts as blocked and is killed.
+
+Checks, by a fresh client: repair what dead clients left (rtx, as recovery would), the index's structural
+checker (no lock held), every acknowledged write present with its last acknowledged value (or a
+concurrent or later one), no key nobody wrote. Exits non-zero if a variant fails its checks, unless the
+file lists it under index.expect_violations (optimal cannot repair a dead client's locks).
+
+Outputs in --out: timeline.csv, timeline.png (a line per variant, a marker per fault), history.jsonl,
+summary.json (throughput before and after each fault, time to recover, client fates, checks), and a
+directory per variant with the processes' logs.
+
+Experiment files: deploy/experiments/*.toml (format: the chaos crate's experiment module).
+
+Examples:
+  kintsugi chaos run deploy/experiments/kill-client.toml
+  kintsugi chaos run deploy/experiments/pause-client.toml --out /tmp/pause --seed 7")]
+pub struct RunArgs {
+    /// The experiment file (TOML).
+    file: PathBuf,
+    /// Where the outputs go [default: chaos-out/NAME].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Seed of keys, values and op streams (overrides the file's).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// Arguments of `kintsugi chaos client` (started by `chaos run`).
+#[derive(clap::Args, Debug)]
+pub struct ClientArgs {
+    /// The run spec the runner wrote.
+    #[arg(long)]
+    spec: PathBuf,
+    /// This client's number.
+    #[arg(long)]
+    client: u32,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let experiment = Experiment::from_file(&args.file)?;
+    let out = args
+        .out
+        .unwrap_or_else(|| PathBuf::from("chaos-out").join(&experiment.name));
+    let options = Options {
+        exe: std::env::current_exe().context("cannot find the kintsugi binary")?,
+        out: out.clone(),
+        seed: args.seed,
+        progress: true,
+    };
+    let summary = chaos::run::run(experiment, &options)?;
+    print!("{}", report(&summary));
+    println!(
+        "outputs: {0}/timeline.png, timeline.csv, history.jsonl, summary.json",
+        out.display()
+    );
+    Ok(if summary.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+pub fn client(args: ClientArgs) -> anyhow::Result<ExitCode> {
+    chaos::run::client::main(&args.spec, args.client)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn fate(f: &Fate) -> String {
+    match f {
+        Fate::Finished => "finished".into(),
+        Fate::Killed => "killed".into(),
+        Fate::Blocked => "BLOCKED".into(),
+        Fate::Failed(e) => format!("FAILED ({e})"),
+    }
+}
+
+fn rate(ops_per_sec: f64) -> String {
+    format!("{:.0} k", ops_per_sec / 1e3)
+}
+
+/// One variant's lines of the report.
+fn variant_report(s: &mut String, v: &VariantOutcome) {
+    let verdict = match (v.passed, v.expect_violations) {
+        (true, _) => "PASSED",
+        (false, true) => "failed, as expected",
+        (false, false) => "FAILED",
+    };
+    let _ = writeln!(
+        s,
+        "{}: {} ops, {} ops/s on average: {verdict}",
+        v.variant,
+        v.ops,
+        rate(v.ops_per_sec)
+    );
+    for f in &v.faults {
+        let recovery = f.recovery_ms.map_or_else(
+            || "did not recover".to_owned(),
+            |m| format!("recovered in {m:.0} ms"),
+        );
+        let _ = writeln!(
+            s,
+            "  {} {} at {:.1} s: {} ops/s before, {} ops/s after, {recovery}",
+            f.kind,
+            f.client,
+            f.at_ms / 1e3,
+            rate(f.ops_per_sec_before),
+            rate(f.ops_per_sec_after)
+        );
+    }
+    let clients: Vec<String> = v
+        .clients
+        .iter()
+        .map(|c| {
+            format!(
+                "{}: {} ops, {}{}",
+                c.client,
+                c.ops,
+                fate(&c.fate),
+                if c.paused { " (paused)" } else { "" }
+            )
+        })
+        .collect();
+    let _ = writeln!(s, "  clients: {}", clients.join("; "));
+    let repairs: u64 = v.clients.iter().map(|c| c.repairs).sum();
+    let _ = writeln!(
+        s,
+        "  repairs: {repairs} lock(s) of other clients repaired by the clients themselves"
+    );
+    let c = &v.check;
+    let h = &c.history;
+    let _ = writeln!(
+        s,
+        "  checks: {} lock(s) of dead clients repaired; structure: {} violation(s) ({} lock(s) held); \
+         {} acknowledged writes: {} missing, {} wrong value, {} unexpected key(s); {} unacknowledged write(s) of \
+         dead clients found",
+        c.repaired_locks,
+        c.structure_violations,
+        c.locks_held,
+        h.acked_writes,
+        h.missing,
+        h.wrong_value,
+        h.unexpected,
+        h.unacked_values
+    );
+    for v in c.structure.iter().chain(&h.violations).take(5) {
+        let _ = writeln!(s, "    {v}");
+    }
+}
+
+/// The report printed at the end of a run.
+pub fn report(summary: &Summary) -> String {
+    let mut s = String::new();
+    let e = &summary.experiment;
+    let _ = writeln!(
+        s,
+        "\n{}: {} on {}, YCSB {} over {} keys, {} client(s) x {} thread(s), {:?}, seed {}",
+        e.name,
+        e.index.kind,
+        e.cluster.transport_name(),
+        e.workload.ycsb,
+        e.workload.keys,
+        e.cluster.clients,
+        e.cluster.threads_per_client,
+        e.duration,
+        e.seed
+    );
+    for v in &summary.variants {
+        variant_report(&mut s, v);
+    }
+    let _ = writeln!(s, "{}", if summary.passed { "PASSED" } else { "FAILED" });
+    s
+}

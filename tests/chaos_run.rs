@@ -1,0 +1,121 @@
+//! `kintsugi chaos run` end to end with real processes: a small
+//! kill-client experiment (seconds, a tiny key count). Asserts outcomes
+//! and checks, never timings.
+
+mod support;
+
+use support::{kintsugi, path_str};
+
+const EXPERIMENT: &str = r#"
+name = "kill-client-small"
+duration = "1500ms"
+[cluster]
+clients = 3
+[index]
+kind = "btree"
+variants = ["optimal", "rtx"]
+expect_violations = ["optimal"]
+[workload]
+ycsb = "insert"
+keys = 20000
+[[faults]]
+kind = "kill-client"
+client = 2
+at = "500ms"
+"#;
+
+#[test]
+fn a_killed_client_is_repaired_around_by_rtx_and_blocks_optimal() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kill.toml");
+    std::fs::write(&file, EXPERIMENT).unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&file), "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("PASSED"), "{stdout}");
+
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["passed"], true);
+    let variants = summary["variants"].as_array().unwrap();
+    let (optimal, rtx) = (&variants[0], &variants[1]);
+
+    // rtx: the survivors finish, every acknowledged write is there, no lock is left.
+    assert_eq!(rtx["passed"], true, "{rtx}");
+    let fates: Vec<&str> = rtx["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["fate"].as_str().unwrap())
+        .collect();
+    assert_eq!(fates, ["finished", "finished", "killed"], "{rtx}");
+    let check = &rtx["check"];
+    assert_eq!(check["structure_violations"], 0, "{check}");
+    assert!(check["history"]["acked_writes"].as_u64().unwrap() > 0, "{check}");
+    for k in ["missing", "wrong_value", "unexpected"] {
+        assert_eq!(check["history"][k], 0, "{k}: {check}");
+    }
+    assert_eq!(rtx["faults"][0]["kind"], "kill-client");
+
+    // optimal: the victim died holding a lock that nobody can release.
+    assert_eq!(optimal["passed"], false, "{optimal}");
+    assert_eq!(optimal["expect_violations"], true);
+    assert!(optimal["check"]["locks_held"].as_u64().unwrap() >= 1, "{optimal}");
+
+    // The outputs.
+    let csv = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
+    assert!(
+        csv.starts_with("ms,optimal,rtx\n"),
+        "{}",
+        &csv[..40.min(csv.len())]
+    );
+    assert!(csv.lines().count() > 1000, "1 ms buckets over 1.5 s");
+    let png = std::fs::read(out.join("timeline.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let history = std::fs::read_to_string(out.join("history.jsonl")).unwrap();
+    let first: serde_json::Value = serde_json::from_str(history.lines().next().unwrap()).unwrap();
+    assert!(first["variant"].is_string() && first["key"].is_u64(), "{first}");
+    // No memory image is left behind.
+    let leftovers: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains("kill-client-small"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn chaos_run_refuses_a_bad_experiment_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, EXPERIMENT.replace("client = 2", "client = 5")).unwrap();
+    let (code, _, stderr) = kintsugi(&["chaos", "run", path_str(&file)]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("faults[0].client"), "{stderr}");
+    let (code, _, stderr) = kintsugi(&["chaos", "run", "/nonexistent.toml"]);
+    assert_ne!(code, 0);
+    assert!(stderr.contains("cannot read"), "{stderr}");
+}
+
+#[test]
+fn demo_quick_runs_and_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let (code, stdout, stderr) = kintsugi(&["demo", "--quick", "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("demo: all checks passed"), "{stdout}");
+    let mut kept: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            "btree-summary.json",
+            "btree-timeline.png",
+            "hash-summary.json",
+            "hash-timeline.png"
+        ]
+    );
+}
