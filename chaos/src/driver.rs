@@ -77,6 +77,15 @@ impl IndexClient {
         }
     }
 
+    /// Repairs every expired lock of the index, as the next client to meet
+    /// each would (rtx; optimal has nothing to repair with). Returns how many.
+    pub async fn repair_expired_locks(&mut self) -> Result<usize, IndexError> {
+        match self {
+            IndexClient::BTree(t) => t.repair_expired_locks().await,
+            IndexClient::Hash(t) => t.repair_expired_locks().await,
+        }
+    }
+
     /// The fabric counters of this client.
     pub fn fabric_stats(&mut self) -> fabric::Stats {
         match self {

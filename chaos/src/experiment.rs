@@ -401,6 +401,21 @@ impl Experiment {
         })
     }
 
+    /// One line naming what runs: index, transport, workload, clients.
+    pub fn headline(&self) -> String {
+        let c = &self.cluster;
+        format!(
+            "{}: {} on {}, YCSB {} over {} keys, {} client(s) x {} thread(s)",
+            self.name,
+            self.index.kind,
+            c.transport_name(),
+            self.workload.ycsb,
+            self.workload.keys,
+            c.clients,
+            c.threads_per_client
+        )
+    }
+
     /// Owner ids the run needs: the loader, one per client thread, the checker.
     pub fn owner_ids(&self) -> u32 {
         2 + self.cluster.clients * self.cluster.threads_per_client

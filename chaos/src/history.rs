@@ -173,13 +173,16 @@ pub fn check(present: &BTreeMap<u64, u64>, writes: &[Write], e: &Expectation) ->
         }
         match e.keys.index(key) {
             Some(i) if i < e.records => {
-                if v != e.keys.load_value(key) && !dead_value(key, v) {
+                if v == e.keys.load_value(key) {
+                    continue;
+                }
+                if dead_value(key, v) {
+                    r.unacked_values += 1;
+                } else {
                     r.wrong_value += 1;
                     r.note(format!(
                         "loaded key {key:#x}: holds {v:#x}, written by no acknowledged write"
                     ));
-                } else if v != e.keys.load_value(key) {
-                    r.unacked_values += 1;
                 }
             }
             Some(i) => {

@@ -90,7 +90,6 @@ pub fn effect(
     let per_sec = 1000.0 / bucket_ms;
     let until = until_bucket.min(timeline.len());
     let settled_from = at_bucket + until.saturating_sub(at_bucket) / 2;
-    let window = &timeline[..until.max(at_bucket.min(timeline.len()))];
     let before = mean_before(timeline, at_bucket).unwrap_or(0.0);
     let after = mean(timeline, settled_from..until);
     // Throughput that decays (clients blocking one after another) may look
@@ -102,7 +101,7 @@ pub fn effect(
         at_ms: at_bucket as f64 * bucket_ms,
         ops_per_sec_before: before * per_sec,
         ops_per_sec_after: after * per_sec,
-        recovery_ms: recovery(window, at_bucket, share)
+        recovery_ms: recovery(&timeline[..until], at_bucket, share)
             .filter(|_| settled)
             .map(|b| (b - at_bucket) as f64 * bucket_ms),
     }

@@ -169,19 +169,7 @@ fn variant_report(s: &mut String, v: &VariantOutcome) {
 pub fn report(summary: &Summary) -> String {
     let mut s = String::new();
     let e = &summary.experiment;
-    let _ = writeln!(
-        s,
-        "\n{}: {} on {}, YCSB {} over {} keys, {} client(s) x {} thread(s), {:?}, seed {}",
-        e.name,
-        e.index.kind,
-        e.cluster.transport_name(),
-        e.workload.ycsb,
-        e.workload.keys,
-        e.cluster.clients,
-        e.cluster.threads_per_client,
-        e.duration,
-        e.seed
-    );
+    let _ = writeln!(s, "\n{}, {:?}, seed {}", e.headline(), e.duration, e.seed);
     for v in &summary.variants {
         variant_report(&mut s, v);
     }

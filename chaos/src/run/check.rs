@@ -68,23 +68,19 @@ pub async fn check_index(spec: &RunSpec, dead: &HashSet<u32>) -> Result<CheckOut
     let owner = u16::try_from(e.owner_ids() - 1).map_err(|x| RunError::Index(x.to_string()))?;
     let mut index = open(spec, owner).await?;
     let err = |what: &str, x: index::IndexError| RunError::Index(format!("{what}: {x}"));
-    let (repaired, violations, present): (usize, Vec<String>, BTreeMap<u64, u64>) = match &mut index {
+    let repaired = index
+        .repair_expired_locks()
+        .await
+        .map_err(|x| err("cannot repair", x))?;
+    let (violations, present): (Vec<String>, BTreeMap<u64, u64>) = match &mut index {
         IndexClient::BTree(t) => {
-            let repaired = t
-                .repair_expired_locks()
-                .await
-                .map_err(|x| err("cannot repair", x))?;
             let r = t.check().await.map_err(|x| err("cannot check", x))?;
-            (repaired, r.violations, r.entries.into_iter().collect())
+            (r.violations, r.entries.into_iter().collect())
         }
         IndexClient::Hash(t) => {
-            let repaired = t
-                .repair_expired_locks()
-                .await
-                .map_err(|x| err("cannot repair", x))?;
             let r = t.check().await.map_err(|x| err("cannot check", x))?;
             let entries = t.entries().await.map_err(|x| err("cannot list the table", x))?;
-            (repaired, r.violations, entries)
+            (r.violations, entries)
         }
     };
     let writes = read_history(spec)?;

@@ -63,20 +63,21 @@ pub fn main(spec_path: &Path, client: u32) -> Result<(), RunError> {
                 .enable_all()
                 .build()
                 .map_err(|e| RunError::Client(format!("cannot start a runtime: {e}")))?;
+            let mut fault = None;
             let opened_client = rt.block_on(async {
                 let mut fabric = connect(&spec.endpoint).await?;
                 if victim {
                     let (t, handle) = fabric.transport().clone().with_faults(FaultPlan::default());
                     fabric = Client::new(fabric.map().clone(), t);
-                    faults.lock().unwrap_or_else(|p| p.into_inner()).push(handle);
+                    faults
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(handle.clone());
+                    fault = Some(handle);
                 }
                 open_on(fabric, &spec, spec.first_client_owner + global as u16).await
             });
-            let failed = opened_client.is_err();
             let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
-            if failed {
-                return opened_client.map(|_| (0, 0));
-            }
             let mut index = opened_client?;
             let t0_ns = {
                 let (lock, cv) = &*go;
@@ -86,7 +87,15 @@ pub fn main(spec_path: &Path, client: u32) -> Result<(), RunError> {
                 }
                 g.unwrap_or(0)
             };
-            let ops = rt.block_on(run_thread(&spec, client, global, &mut index, t0_ns, &stdout))?;
+            let ops = rt.block_on(run_thread(
+                &spec,
+                client,
+                global,
+                &mut index,
+                fault.as_deref(),
+                t0_ns,
+                &stdout,
+            ))?;
             Ok((ops, index.tx_stats().repairs))
         }));
     }
@@ -210,6 +219,7 @@ async fn run_thread(
     client: u32,
     global: u32,
     index: &mut IndexClient,
+    fault: Option<&Faulty<BaseTransport>>,
     t0_ns: u64,
     stdout: &Mutex<std::io::Stdout>,
 ) -> Result<u64, RunError> {
@@ -258,7 +268,7 @@ async fn run_thread(
         let start_ns = unix_ns();
         let wrote = match index.run(op).await {
             Ok(w) => w,
-            Err(crate::driver::DriveError::Index(e)) if is_crash(&e) => {
+            Err(e) if fault.is_some_and(|f| f.crashed().is_some()) => {
                 // Told to die: now, mid-operation, as `kill -9` would.
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
                 return Err(RunError::Client(format!("injected crash: {e}")));
@@ -294,21 +304,6 @@ async fn run_thread(
         say(stdout, &format!("b {bucket} {in_bucket}"))?;
     }
     Ok(total)
-}
-
-/// Whether `e` is the injected crash (any layer may wrap it).
-fn is_crash(e: &index::IndexError) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if matches!(
-            s.downcast_ref::<fabric::FabricError>(),
-            Some(fabric::FabricError::Crashed { .. })
-        ) {
-            return true;
-        }
-        source = s.source();
-    }
-    e.to_string().contains("crashed")
 }
 
 /// Where thread `global` of `client` writes its history.

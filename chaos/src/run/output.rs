@@ -81,15 +81,7 @@ fn write_png(summary: &Summary, path: &Path) -> Result<(), RunError> {
             },
         })
         .collect();
-    let title = format!(
-        "{}: {} {}, YCSB {}, {} clients x {} threads",
-        e.name,
-        e.index.kind,
-        e.cluster.transport_name(),
-        e.workload.ycsb,
-        e.cluster.clients,
-        e.cluster.threads_per_client
-    );
+    let title = e.headline();
     render_png(
         path,
         &TimelinePlot {

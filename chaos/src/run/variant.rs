@@ -22,7 +22,7 @@ use super::{
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind, TransportKind};
 use crate::timeline::effect;
-use crate::workload::{sorted_keys, KeyMap, Workload};
+use crate::workload::load_entries;
 
 /// Chunk of the heap each client allocates from at a time.
 const CHUNK_BYTES: u64 = 64 * 1024;
@@ -48,7 +48,8 @@ enum Event {
     Closed,
 }
 
-/// The child processes of a run, killed if the run ends early.
+/// The child processes of a run: clients still here are killed (the run
+/// ended early), the memory node is stopped and its image removed.
 struct Procs {
     memnode: Option<Child>,
     clients: Vec<Child>,
@@ -150,16 +151,17 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     let mut state = Gather::new(e);
     schedule(e, &procs, &mut stdins, t0, &rx, &mut state, o.progress)?;
     let deadline = t0 + e.duration + GRACE;
-    while state.running(e) && Instant::now() < deadline {
+    while state.running() && Instant::now() < deadline {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok((c, ev)) => state.take(c, ev),
             Err(_) => break,
         }
     }
-    for (c, child) in procs.clients.iter_mut().enumerate() {
+    // Reaped here, so that nothing signals their (reusable) pids again.
+    for (c, mut child) in procs.clients.drain(..).enumerate() {
         if state.fates[c].is_none() {
             // Still in an op: blocked behind a lock nobody will release.
-            let _ = kill(pid(child), Signal::SIGCONT);
+            let _ = kill(pid(&child), Signal::SIGCONT);
             let _ = child.kill();
             state.fates[c] = Some(Fate::Blocked);
         }
@@ -172,11 +174,8 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     if o.progress {
         eprintln!();
     }
-    let fates: Vec<Fate> = state
-        .fates
-        .iter()
-        .map(|f| f.clone().unwrap_or(Fate::Blocked))
-        .collect();
+    // Every client has a fate by now: it ended, or it was found blocked.
+    let fates: Vec<Fate> = state.fates.iter().flatten().cloned().collect();
     say(format!(
         "clients ended: {fates:?}; checking with a fresh client ..."
     ));
@@ -189,9 +188,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         .flat_map(|(c, _)| (0..threads).map(move |t| c as u32 * threads + t))
         .collect();
     let check = rt.block_on(check_index(&spec, &dead))?;
-    if let Some(m) = procs.memnode.take() {
-        stop_memnode(m);
-    }
+    drop(procs);
 
     let expect_violations = e.index.expect_violations.contains(&variant);
     let timeline = state.timeline;
@@ -230,17 +227,10 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
                 .any(|f| f.client == c as u32 && f.kind == FaultKind::PauseClient),
         })
         .collect::<Vec<_>>();
-    let clients_ok = clients.iter().all(|c| {
-        let killed = e
-            .faults
-            .iter()
-            .any(|f| f.client == c.client && f.kind == FaultKind::KillClient);
-        if killed {
-            c.fate == Fate::Killed
-        } else {
-            c.fate == Fate::Finished
-        }
-    });
+    let clients_ok = clients
+        .iter()
+        .zip(&state.killed)
+        .all(|(c, &killed)| c.fate == if killed { Fate::Killed } else { Fate::Finished });
     let passed = clients_ok && check.is_ok();
     say(if passed { "checks passed" } else { "checks FAILED" }.to_owned());
     Ok(VariantOutcome {
@@ -308,11 +298,6 @@ fn start_memnode(
     })
 }
 
-fn stop_memnode(mut m: Child) {
-    let _ = kill(pid(&m), Signal::SIGTERM);
-    let _ = m.wait();
-}
-
 /// Formats the heap, creates the index and bulk-loads it (owner [`LOADER`]).
 async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(), RunError> {
     let err = |what: &str, x: String| RunError::Index(format!("{what}: {x}"));
@@ -329,11 +314,7 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(
     .await
     .map_err(|x| err("cannot format the heap", x.to_string()))?;
     let w = e.workload()?;
-    let map = KeyMap::new(e.seed);
-    let entries: Vec<(u64, u64)> = sorted_keys(w.keys, e.seed)
-        .into_iter()
-        .map(|k| (k, map.load_value(k)))
-        .collect();
+    let entries = load_entries(w.keys, e.seed);
     match e.index.kind {
         IndexKind::Btree => {
             let mut t = BTree::create(fabric, heap, variant, LOADER)
@@ -363,7 +344,6 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(
                 .map_err(|x| err("cannot load the table", x.to_string()))?;
         }
     }
-    debug_assert!(w.workload != Workload::E || e.index.kind == IndexKind::Btree);
     Ok(())
 }
 
@@ -483,7 +463,7 @@ impl Gather {
         }
     }
 
-    fn running(&self, _e: &Experiment) -> bool {
+    fn running(&self) -> bool {
         self.fates.iter().any(Option::is_none)
     }
 }

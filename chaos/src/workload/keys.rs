@@ -107,6 +107,16 @@ pub fn sorted_keys(records: u64, seed: u64) -> Vec<u64> {
     keys
 }
 
+/// The `(key, loaded value)` pairs of [`sorted_keys`]: what a bulk load of
+/// an ordered index takes.
+pub fn load_entries(records: u64, seed: u64) -> Vec<(u64, u64)> {
+    let map = KeyMap::new(seed);
+    sorted_keys(records, seed)
+        .into_iter()
+        .map(|k| (k, map.load_value(k)))
+        .collect()
+}
+
 /// Iterator over the keys of a range of record indices (see [`KeyMap::keys`]).
 #[derive(Clone, Debug)]
 pub struct LoadKeys {

@@ -83,6 +83,6 @@ pub mod zipf;
 mod tests;
 
 pub use generator::{write_version, Keyspace, Op, OpGenerator, OpKind, SpecError, WorkloadSpec, MAX_RECORDS};
-pub use keys::{load_keys, sorted_keys, KeyMap, LoadKeys};
+pub use keys::{load_entries, load_keys, sorted_keys, KeyMap, LoadKeys};
 pub use ycsb::{Distribution, Mix, ParseError, Workload, MAX_SCAN_LENGTH};
 pub use zipf::{zeta, Zipfian, YCSB_THETA};

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use chaos::driver::{drive, ClientResult, IndexClient};
-use chaos::workload::{sorted_keys, Distribution, KeyMap, Keyspace, Workload, WorkloadSpec};
+use chaos::workload::{load_entries, Distribution, Keyspace, Workload, WorkloadSpec};
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
@@ -163,11 +163,7 @@ fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyh
             },
         )
         .await?;
-        let map = KeyMap::new(plan.seed);
-        let entries: Vec<(u64, u64)> = sorted_keys(plan.keys, plan.seed)
-            .into_iter()
-            .map(|k| (k, map.load_value(k)))
-            .collect();
+        let entries = load_entries(plan.keys, plan.seed);
         let bar = load_bar(plan.keys, format!("loading {index} {variant}"));
         let started = Instant::now();
         let (keys, shape, loaded) = match index {
