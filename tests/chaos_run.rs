@@ -1,6 +1,7 @@
-//! `kintsugi chaos run` end to end with real processes: a small
-//! kill-client experiment (seconds, a tiny key count). Asserts outcomes
-//! and checks, never timings.
+//! `kintsugi chaos run` end to end with real processes: small kill-client
+//! experiments (seconds, a tiny key count), with a control plane on shm and
+//! without one on replicated tcp memory nodes. Asserts outcomes and
+//! checks, never timings.
 
 mod support;
 
@@ -56,11 +57,32 @@ fn a_killed_client_is_repaired_around_by_rtx_and_blocks_optimal() {
         assert_eq!(check["history"][k], 0, "{k}: {check}");
     }
     assert_eq!(rtx["faults"][0]["kind"], "kill-client");
+    // The control plane leased each client its owner ids; it expired the
+    // killed client's lease, and forgot it once the checker had rolled what
+    // it left.
+    let cp = &rtx["control_plane"];
+    let nodes = cp["memory_nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 1, "{cp}");
+    assert_eq!(nodes[0]["state"], "active", "{cp}");
+    let leases = cp["clients"].as_array().unwrap();
+    let lease = |c: u64| leases.iter().find(|l| l["client"] == c).unwrap();
+    assert_eq!(lease(2)["state"], "expired", "{cp}");
+    assert_eq!(lease(2)["forgotten"], true, "{cp}");
+    let mut owners: Vec<u64> = (0..3)
+        .map(|c| lease(c)["owner_first"].as_u64().unwrap())
+        .collect();
+    owners.sort();
+    owners.dedup();
+    assert_eq!(owners.len(), 3, "distinct owner ids: {cp}");
 
     // optimal: the victim died holding a lock that nobody can release.
     assert_eq!(optimal["passed"], false, "{optimal}");
     assert_eq!(optimal["expect_violations"], true);
     assert!(optimal["check"]["locks_held"].as_u64().unwrap() >= 1, "{optimal}");
+    // Its owner id stays taken: a new holder would seem to own the lock.
+    for l in optimal["control_plane"]["clients"].as_array().unwrap() {
+        assert_eq!(l["forgotten"], false, "{l}");
+    }
 
     // The outputs.
     let csv = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
@@ -82,6 +104,54 @@ fn a_killed_client_is_repaired_around_by_rtx_and_blocks_optimal() {
         .filter(|e| e.file_name().to_string_lossy().contains("kill-client-small"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_killed_client_of_a_replicated_tcp_cluster_is_repaired_around_by_rtx() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("replicated.toml");
+    let experiment = EXPERIMENT
+        .replace(
+            "name = \"kill-client-small\"",
+            "name = \"kill-client-replicated-small\"",
+        )
+        .replace(
+            "clients = 3",
+            "clients = 3\nmemory_nodes = 2\ntransport = \"tcp\"\ncontrol_plane = false",
+        )
+        .replace("[\"optimal\", \"rtx\"]", "[\"rtx\"]")
+        .replace("expect_violations = [\"optimal\"]", "")
+        .replace("ycsb = \"insert\"", "ycsb = \"a\"")
+        .replace("keys = 20000", "keys = 2000")
+        .replace("client = 2", "client = 0");
+    std::fs::write(&file, experiment).unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&file), "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("tcp x2 replicas"), "{stdout}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let rtx = &summary["variants"][0];
+    assert_eq!(rtx["passed"], true, "{rtx}");
+    assert!(rtx["control_plane"].is_null(), "{rtx}");
+    let fates: Vec<&str> = rtx["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["fate"].as_str().unwrap())
+        .collect();
+    assert_eq!(fates, ["killed", "finished", "finished"], "{rtx}");
+    assert!(
+        rtx["check"]["history"]["acked_writes"].as_u64().unwrap() > 0,
+        "{rtx}"
+    );
+    // Both memory nodes were started, logged and stopped.
+    for n in 1..=2 {
+        assert!(
+            out.join(format!("rtx/memnode-{n}.log")).exists(),
+            "memnode-{n}.log"
+        );
+    }
 }
 
 #[test]

@@ -7,10 +7,12 @@
 //! duration = "6s"
 //!
 //! [cluster]
-//! memory_nodes = 1
+//! memory_nodes = 1           # 1 to 3: the region's primary, then backups
 //! transport = "shm"          # or "tcp"
 //! clients = 3                # client processes
 //! threads_per_client = 1
+//! control_plane = true       # owner ids and client leases from a control-plane member
+//! client_lease = "1s"        # the control plane's lease of each client process
 //!
 //! [index]
 //! kind = "btree"             # or "hash"
@@ -43,8 +45,14 @@ use std::time::Duration;
 use index::Variant;
 use serde::{Deserialize, Serialize};
 
+use control_plane::state::{LEASE_MS_MAX, OWNER_ID_END};
+
 use crate::workload::{Distribution, Workload, MAX_RECORDS};
 
+/// Most memory node processes: the region's primary and two backups, the
+/// replication the rTX paper evaluates (f = 2). Every replica is a full
+/// copy of the region in this machine's memory.
+pub const MEMORY_NODES_MAX: u32 = 3;
 /// Most client processes: each thread of each is an owner id, and every
 /// client is a process of its own on a machine with few cores.
 pub const CLIENTS_MAX: u32 = 64;
@@ -52,6 +60,9 @@ pub const CLIENTS_MAX: u32 = 64;
 pub const THREADS_PER_CLIENT_MAX: u32 = 16;
 /// Longest experiment: its timeline has a bucket per millisecond per variant.
 pub const DURATION_MAX: Duration = Duration::from_secs(600);
+/// Shortest control-plane client lease: renewals go every third of it over
+/// HTTP, and the leader checks leases every 20 ms.
+pub const CLIENT_LEASE_MS_MIN: u64 = 100;
 /// Most faults in one schedule.
 pub const FAULTS_MAX: usize = 64;
 /// Shortest pause that can outlive a lease: the rTX lease is an operation's
@@ -93,7 +104,8 @@ fn default_seed() -> u64 {
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
-    /// Memory node processes (this runner starts exactly one).
+    /// Memory node processes, each holding a replica of the index's region:
+    /// the first is the primary, the others backups.
     #[serde(default = "one")]
     pub memory_nodes: u32,
     /// How clients reach it.
@@ -104,10 +116,29 @@ pub struct ClusterSpec {
     /// Threads (each one index client, one owner id) per client process.
     #[serde(default = "one")]
     pub threads_per_client: u32,
+    /// Whether a control-plane member runs beside the memory nodes: they
+    /// register with it, and every client (the loader, each client process,
+    /// the checker) takes its owner ids with a lease from it. Without it
+    /// owner ids are numbered by the runner (design §3: the embedded case).
+    #[serde(default = "yes")]
+    pub control_plane: bool,
+    /// The control plane's lease of each client process: renewed every
+    /// third of it; a killed client's lapses and the control plane expires
+    /// it. (The rTX lease of a lock is another, of milliseconds.)
+    #[serde(default = "default_client_lease", with = "humantime_serde")]
+    pub client_lease: Duration,
 }
 
 fn one() -> u32 {
     1
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_client_lease() -> Duration {
+    Duration::from_secs(1)
 }
 
 impl ClusterSpec {
@@ -287,10 +318,17 @@ impl Experiment {
             ));
         }
         let c = &self.cluster;
-        if c.memory_nodes != 1 {
+        if c.memory_nodes == 0 || c.memory_nodes > MEMORY_NODES_MAX {
             return Err(invalid(
                 "cluster.memory_nodes",
-                "this runner starts exactly 1 memory node",
+                format!("1 to {MEMORY_NODES_MAX} (a primary and up to 2 backups)"),
+            ));
+        }
+        let lease_ms = c.client_lease.as_millis();
+        if !(u128::from(CLIENT_LEASE_MS_MIN)..=u128::from(LEASE_MS_MAX)).contains(&lease_ms) {
+            return Err(invalid(
+                "cluster.client_lease",
+                format!("{CLIENT_LEASE_MS_MIN}ms to {LEASE_MS_MAX}ms"),
             ));
         }
         if c.clients == 0 || c.clients > CLIENTS_MAX {
@@ -300,6 +338,16 @@ impl Experiment {
             return Err(invalid(
                 "cluster.threads_per_client",
                 format!("1 to {THREADS_PER_CLIENT_MAX}"),
+            ));
+        }
+        if c.control_plane && self.owner_ids() >= u32::from(OWNER_ID_END) {
+            return Err(invalid(
+                "cluster.clients",
+                format!(
+                    "the control plane hands out owner ids 1..{OWNER_ID_END}; this run needs {} \
+                     (one per client thread, the loader and the checker)",
+                    self.owner_ids()
+                ),
             ));
         }
         if self.index.variants.is_empty() {
@@ -359,7 +407,17 @@ impl Experiment {
                 (FaultKind::PauseClient, Some(p)) if p < PAUSE_MIN => {
                     return Err(invalid(
                         field("for"),
-                        format!("at least {PAUSE_MIN:?}, to outlive the client's lease"),
+                        format!("at least {PAUSE_MIN:?}, to outlive the rTX lease of the client's locks"),
+                    ));
+                }
+                (FaultKind::PauseClient, Some(p)) if c.control_plane && p * 2 > c.client_lease => {
+                    return Err(invalid(
+                        field("for"),
+                        format!(
+                            "at most half of cluster.client_lease ({}): a longer pause may \
+                             lapse the client's control-plane lease, and the client must stop",
+                            humantime::format_duration(c.client_lease)
+                        ),
                     ));
                 }
                 (FaultKind::PauseClient, Some(p)) if f.at + p >= self.duration => {
@@ -404,8 +462,13 @@ impl Experiment {
     /// One line naming what runs: index, transport, workload, clients.
     pub fn headline(&self) -> String {
         let c = &self.cluster;
+        let replicas = if c.memory_nodes > 1 {
+            format!(" x{} replicas", c.memory_nodes)
+        } else {
+            String::new()
+        };
         format!(
-            "{}: {} on {}, YCSB {} over {} keys, {} client(s) x {} thread(s)",
+            "{}: {} on {}{replicas}, YCSB {} over {} keys, {} client(s) x {} thread(s)",
             self.name,
             self.index.kind,
             c.transport_name(),
@@ -470,6 +533,9 @@ for = "100ms"
         assert_eq!(e.faults[1].pause, Some(Duration::from_millis(100)));
         assert_eq!(e.workload().unwrap().workload, Workload::Insert);
         assert_eq!(e.owner_ids(), 5);
+        assert_eq!(e.cluster.memory_nodes, 1);
+        assert!(e.cluster.control_plane);
+        assert_eq!(e.cluster.client_lease, Duration::from_secs(1));
     }
 
     #[test]
@@ -480,8 +546,29 @@ for = "100ms"
             ("clients = 3", "clients = 0", "cluster.clients"),
             (
                 "clients = 3",
-                "clients = 3\nmemory_nodes = 2",
+                "clients = 3\nmemory_nodes = 4",
                 "cluster.memory_nodes",
+            ),
+            ("clients = 3", "clients = 3\nmemory_nodes = 3", ""),
+            (
+                "clients = 3",
+                "clients = 3\nclient_lease = \"10ms\"",
+                "cluster.client_lease",
+            ),
+            (
+                "clients = 3",
+                "clients = 64\nthreads_per_client = 4",
+                "owner ids 1..256",
+            ),
+            (
+                "clients = 3",
+                "clients = 64\nthreads_per_client = 4\ncontrol_plane = false",
+                "",
+            ),
+            (
+                "clients = 3",
+                "clients = 3\nclient_lease = \"150ms\"",
+                "faults[1].for",
             ),
             ("\"optimal\", \"rtx\"]", "\"rtx\", \"rtx\"]", "index.variants"),
             (

@@ -30,6 +30,14 @@ use serde::{Deserialize, Serialize};
 use crate::network::{ClusterSecret, SecretError};
 use crate::state::{LEASE_MS_MAX, LEASE_MS_MIN, NAME_BYTES_MAX};
 
+/// Environment variable a member reads the cluster secret from when it is
+/// started without a settings file, and launchers set for their members.
+pub const SECRET_ENV: &str = "KINTSUGI_CLUSTER_SECRET";
+/// Environment variable holding a bearer token: the one token a member
+/// without a settings file accepts, and the one its callers (`kintsugi ctl`,
+/// memory nodes, chaos clients) send.
+pub const TOKEN_ENV: &str = "KINTSUGI_TOKEN";
+
 /// Shortest bearer token accepted, in bytes, for the reason
 /// [`crate::network::SECRET_BYTES_MIN`] gives for the cluster secret.
 pub const TOKEN_BYTES_MIN: usize = 16;

@@ -25,6 +25,13 @@
 //! renewed at the old leader an instant before the change is therefore
 //! judged no earlier than it would have been by the old leader.
 //!
+//! The same holds for a client that registers while the office is under
+//! way: a client the office's first judgement did not see is counted from
+//! the first judgement that sees it, as if that were a renewal, so it too
+//! gets one full lease to renew for the first time (counting from the
+//! office would expire a client that registered late in it before its first
+//! renewal could arrive).
+//!
 //! This module is pure (time is an argument) so tests can walk it through
 //! any schedule.
 
@@ -45,6 +52,9 @@ pub struct Liveness {
     office: Option<(Instant, Term)>,
     memnodes: HashMap<MemNodeId, (Instant, Term)>,
     clients: HashMap<ClientId, (Instant, Term)>,
+    /// Whether this office has judged: clients unheard at its first
+    /// judgement count from the office, those first seen later from then.
+    judged: bool,
     pending: Option<Command>,
 }
 
@@ -58,6 +68,7 @@ impl Liveness {
             office: None,
             memnodes: HashMap::new(),
             clients: HashMap::new(),
+            judged: false,
             pending: None,
         }
     }
@@ -69,6 +80,7 @@ impl Liveness {
         self.office = Some((now, term));
         self.memnodes.retain(|_, &mut (_, t)| t == term);
         self.clients.retain(|_, &mut (_, t)| t == term);
+        self.judged = false;
         self.pending = None;
     }
 
@@ -184,11 +196,22 @@ impl Liveness {
             if c.state != ClientState::Live {
                 continue;
             }
-            let quiet = silence(this_term(self.clients.get(&c.id)));
+            // Unheard in this office: there when it began, or first seen
+            // now (see the module docs).
+            let heard = match this_term(self.clients.get(&c.id)) {
+                Some(at) => at,
+                None => {
+                    let first = if self.judged { now } else { since };
+                    self.clients.insert(c.id, (first, term));
+                    first
+                }
+            };
+            let quiet = silence(Some(heard));
             if quiet >= Duration::from_millis(c.lease_ms) {
                 out.push(Command::ExpireClient { id: c.id });
             }
         }
+        self.judged = true;
         out
     }
 }
@@ -257,6 +280,34 @@ mod tests {
             l.decisions(t0 + ms(100), &s),
             vec![Command::ExpireClient { id: 0 }]
         );
+    }
+
+    #[test]
+    fn a_client_registered_late_in_an_office_gets_a_full_lease_from_when_it_is_first_seen() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let empty = ControlState::default();
+        l.lead(t0, 1);
+        assert!(l.decisions(t0 + ms(5_000), &empty).is_empty());
+        // Registered 5 s into the office; the judge first sees it at 5,010 ms.
+        let s = state();
+        assert!(l.decisions(t0 + ms(5_010), &s).is_empty(), "not expired on sight");
+        assert!(
+            l.decisions(t0 + ms(5_109), &s).is_empty(),
+            "within its first lease"
+        );
+        assert_eq!(
+            l.decisions(t0 + ms(5_110), &s),
+            vec![Command::ExpireClient { id: 0 }],
+            "silent for one lease since first seen"
+        );
+        // A renewal in time keeps it.
+        let mut l = Liveness::new(LEASE);
+        l.lead(t0, 1);
+        assert!(l.decisions(t0 + ms(5_000), &empty).is_empty());
+        assert!(l.decisions(t0 + ms(5_010), &s).is_empty());
+        l.renew_client(0, t0 + ms(5_050), 1);
+        assert!(l.decisions(t0 + ms(5_149), &s).is_empty());
     }
 
     #[test]
@@ -369,6 +420,6 @@ mod tests {
         l.renew_client(7, t0, 1);
         l.renew_memnode(9, t0, 1);
         let _ = l.decisions(t0, &state());
-        assert!(l.clients.is_empty() && l.memnodes.is_empty());
+        assert!(!l.clients.contains_key(&7) && !l.memnodes.contains_key(&9));
     }
 }

@@ -202,7 +202,7 @@ async fn a_held_lock_is_reported() {
             // writer that died holding it.
             Variant::Optimal => {
                 let word = GlobalAddr::from_raw(t.info().lock_table).add(8 * 1234);
-                (word, 9 + 1, "lock word 1234 is held by client 10")
+                (word, 9 + 1, "lock word 1234 is held by owner id 9")
             }
             // rtx: the node's TXObj lock word, held by owner 9 with a lease
             // that has not expired.

@@ -7,25 +7,30 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chaos::experiment::Experiment;
+use chaos::run::control::{ControlOutcome, LeaseSeen};
 use chaos::run::{Fate, Options, Summary, VariantOutcome};
 
 /// Arguments of `kintsugi chaos run`.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-Starts a memory node (kintsugi memnode) and the client processes the file asks for, for each variant in
-turn on a fresh memory node; loads the index; runs the workload from every client, one common start;
+For each variant in turn, on fresh processes: starts a control-plane member (kintsugi control; unless
+the file says control_plane = false), the memory nodes (kintsugi memnode, one replica of the index's
+region each, the first the primary; they register with the control plane) and the client processes
+the file asks for; every client takes its owner ids with a lease from the control plane. Loads the
+index; runs the workload from every client, one common start;
 applies the faults at their times (kill-client: SIGKILL; pause-client: SIGSTOP, then SIGCONT after
 `for`). Clients report their ops per 1 ms bucket and log every acknowledged write. After the duration a
 client still inside an op gets 2 s, then counts as blocked and is killed.
 
-Checks, by a fresh client: repair what dead clients left (rtx, as recovery would), the index's structural
+Checks, once the control plane has expired the dead clients' leases, by a fresh client: repair what
+dead clients left (rtx, as recovery would; then the control plane forgets them), the index's structural
 checker (no lock held), every acknowledged write present with its last acknowledged value (or a
 concurrent or later one), no key nobody wrote. Exits non-zero if a variant fails its checks, unless the
 file lists it under index.expect_violations (optimal cannot repair a dead client's locks).
 
 Outputs in --out: timeline.csv, timeline.png (a line per variant, a marker per fault), history.jsonl,
-summary.json (throughput before and after each fault, time to recover, client fates, checks), and a
-directory per variant with the processes' logs.
+summary.json (throughput before and after each fault, time to recover, client fates, checks, the
+control plane's leases), and a directory per variant with the processes' logs.
 
 Experiment files: deploy/experiments/*.toml (format: the chaos crate's experiment module).
 
@@ -52,6 +57,9 @@ pub struct ClientArgs {
     /// This client's number.
     #[arg(long)]
     client: u32,
+    /// Bearer token of the run's control plane (the runner sets it).
+    #[arg(long, env = super::control::TOKEN_ENV, hide_env_values = true)]
+    control_token: Option<String>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -79,7 +87,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn client(args: ClientArgs) -> anyhow::Result<ExitCode> {
-    chaos::run::client::main(&args.spec, args.client)?;
+    chaos::run::client::main(&args.spec, args.client, args.control_token)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -163,6 +171,36 @@ fn variant_report(s: &mut String, v: &VariantOutcome) {
     for v in c.structure.iter().chain(&h.violations).take(5) {
         let _ = writeln!(s, "    {v}");
     }
+    if let Some(cp) = &v.control_plane {
+        control_report(s, cp);
+    }
+}
+
+/// The control plane's line: its memory nodes and what became of each
+/// client process's lease.
+fn control_report(s: &mut String, cp: &ControlOutcome) {
+    let active = cp.memory_nodes.iter().filter(|m| m.state == "active").count();
+    let mut processes: Vec<(u32, &LeaseSeen)> =
+        cp.clients.iter().filter_map(|l| Some((l.client?, l))).collect();
+    processes.sort_by_key(|(c, _)| *c);
+    let mut leases: Vec<String> = Vec::new();
+    for (c, l) in processes {
+        let mut line = format!("client {c} (owner ids {}) {}", l.owners(), l.state);
+        if let Some(ms) = l.expired_after_death_ms {
+            line.push_str(&format!(" {:.2} s after it died", ms as f64 / 1e3));
+        }
+        if l.forgotten {
+            line.push_str(", forgotten after repair");
+        }
+        leases.push(line);
+    }
+    let _ = writeln!(
+        s,
+        "  control plane: {} of {} memory node(s) active; {}",
+        active,
+        cp.memory_nodes.len(),
+        leases.join("; ")
+    );
 }
 
 /// The report printed at the end of a run.

@@ -10,11 +10,7 @@ use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
 
-/// Environment variable holding the cluster secret when no `--config` is given.
-pub const SECRET_ENV: &str = "KINTSUGI_CLUSTER_SECRET";
-/// Environment variable holding the bearer token (here: the one token a
-/// member without `--config` accepts; for `kintsugi ctl`: the one it sends).
-pub const TOKEN_ENV: &str = "KINTSUGI_TOKEN";
+pub use control_plane::config::{SECRET_ENV, TOKEN_ENV};
 
 /// Arguments of `kintsugi control`.
 #[derive(clap::Args, Debug)]

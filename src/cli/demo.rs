@@ -1,5 +1,6 @@
-//! `kintsugi demo`: the project's main job on an embedded default. A memory
-//! node on shm in a temporary directory, a B+tree and then a RACE table
+//! `kintsugi demo`: the project's main job on an embedded default. A
+//! control-plane member and a memory node on shm in a temporary directory,
+//! a B+tree and then a RACE table
 //! (rtx) loaded, YCSB A from three client processes, one killed
 //! mid-operation; a live progress line, a short report, the timeline PNGs.
 //! Everything but the PNGs and summaries is removed at the end.
@@ -20,8 +21,10 @@ use index::Variant;
 #[command(after_help = "\
 Runs two chaos experiments with real processes (see `kintsugi chaos run --help`): the B+tree, then
 RACE hashing, both rtx, YCSB A, three client processes, one killed at 40% of the run right after it
-takes a lock. The survivors repair its lock once its lease expires and carry on; a fresh client then
-checks the index and every acknowledged write. Exits non-zero if a check fails.
+takes a lock. The survivors repair its lock once its lease expires and carry on. A control-plane member
+leases every client its owner ids; once it has expired the killed client's lease, a fresh client checks
+the index and every acknowledged write, and the control plane forgets the dead client. Exits non-zero
+if a check fails.
 
 Keeps DIR/btree-timeline.png, DIR/hash-timeline.png and their summary JSON; removes the rest.")]
 pub struct DemoArgs {
@@ -49,6 +52,8 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
             transport: TransportKind::Shm,
             clients: 3,
             threads_per_client: 1,
+            control_plane: true,
+            client_lease: Duration::from_secs(1),
         },
         index: IndexSpec {
             kind,

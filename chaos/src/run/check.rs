@@ -61,11 +61,10 @@ pub fn read_history(spec: &RunSpec) -> Result<Vec<Write>, RunError> {
     Ok(writes)
 }
 
-/// Checks the index of `spec` as its last owner id; `dead` are the global
-/// thread indices of clients that did not finish.
-pub async fn check_index(spec: &RunSpec, dead: &HashSet<u32>) -> Result<CheckOutcome, RunError> {
+/// Checks the index of `spec` as `owner`; `dead` are the global thread
+/// indices of clients that did not finish.
+pub async fn check_index(spec: &RunSpec, owner: u16, dead: &HashSet<u32>) -> Result<CheckOutcome, RunError> {
     let e = &spec.experiment;
-    let owner = u16::try_from(e.owner_ids() - 1).map_err(|x| RunError::Index(x.to_string()))?;
     let mut index = open(spec, owner).await?;
     let err = |what: &str, x: index::IndexError| RunError::Index(format!("{what}: {x}"));
     let repaired = index

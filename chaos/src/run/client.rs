@@ -1,6 +1,8 @@
-//! A client process of a chaos run (`kintsugi chaos client`): attaches to
-//! the memory node, opens the index the runner loaded, says `ready`, waits
-//! for `go <t0>` on stdin, then runs the workload on its threads until the
+//! A client process of a chaos run (`kintsugi chaos client`): registers
+//! with the run's control plane for its owner ids and keeps its lease
+//! (exiting with an error if the control plane expires it), attaches to the
+//! memory nodes, opens the index the runner loaded, says `ready`, waits for
+//! `go <t0>` on stdin, then runs the workload on its threads until the
 //! duration is over.
 //!
 //! What it tells the runner, on stdout, one line each:
@@ -28,14 +30,16 @@ use index::btree::BTree;
 use index::hash::HashTable;
 use txn::{Heap, TxConfig};
 
+use super::control::{self, LeaseKeeper};
 use super::{Endpoint, RunError, RunSpec, REGION};
 use crate::driver::IndexClient;
 use crate::experiment::IndexKind;
 use crate::history::{Write, WriteKind};
 use crate::workload::{Keyspace, Op, WorkloadSpec};
 
-/// Runs client `client` of `spec` (the body of `kintsugi chaos client`).
-pub fn main(spec_path: &Path, client: u32) -> Result<(), RunError> {
+/// Runs client `client` of `spec` (the body of `kintsugi chaos client`);
+/// `token` is the control plane's bearer token, if the run has one.
+pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), RunError> {
     let spec = RunSpec::read(spec_path)?;
     let threads = spec.experiment.cluster.threads_per_client;
     if client >= spec.experiment.cluster.clients {
@@ -45,6 +49,18 @@ pub fn main(spec_path: &Path, client: u32) -> Result<(), RunError> {
         )));
     }
     let stdout = Arc::new(Mutex::new(std::io::stdout()));
+    let (first_owner, _lease) = match &spec.control {
+        None => (spec.first_client_owner + (client * threads) as u16, None),
+        Some(endpoint) => {
+            let token = token.ok_or_else(|| {
+                RunError::Client(format!(
+                    "the run has a control plane at {endpoint}, but no bearer token was given"
+                ))
+            })?;
+            let (owners, keeper) = lease(endpoint, &token, &spec, client, stdout.clone())?;
+            (owners, Some(keeper))
+        }
+    };
     let (opened_tx, opened_rx) = std::sync::mpsc::channel();
     let go: Arc<(Mutex<Option<u64>>, std::sync::Condvar)> = Arc::default();
     let victim = spec
@@ -75,7 +91,7 @@ pub fn main(spec_path: &Path, client: u32) -> Result<(), RunError> {
                         .push(handle.clone());
                     fault = Some(handle);
                 }
-                open_on(fabric, &spec, spec.first_client_owner + global as u16).await
+                open_on(fabric, &spec, first_owner + t as u16).await
             });
             let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
             let mut index = opened_client?;
@@ -162,17 +178,47 @@ fn say(stdout: &Mutex<std::io::Stdout>, line: &str) -> Result<(), RunError> {
         .map_err(|e| RunError::Client(format!("cannot write to the runner: {e}")))
 }
 
-/// A fabric client of the run's memory node.
+/// Registers client `client` with the control plane at `endpoint` and keeps
+/// its lease; returns its first owner id. If the control plane ever
+/// refuses a renewal (it expired this client, whose owner ids may then go
+/// to another), the process says `error` and exits at once.
+fn lease(
+    endpoint: &str,
+    token: &str,
+    spec: &RunSpec,
+    client: u32,
+    stdout: Arc<Mutex<std::io::Stdout>>,
+) -> Result<(u16, LeaseKeeper), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| RunError::Client(format!("cannot start a runtime: {e}")))?;
+    let api = control::api(endpoint, token)?;
+    let threads = u16::try_from(spec.experiment.cluster.threads_per_client)
+        .map_err(|e| RunError::Client(e.to_string()))?;
+    let me = rt.block_on(control::register(
+        &api,
+        &control::client_name(client),
+        threads,
+        spec.experiment.cluster.client_lease,
+    ))?;
+    let keeper = LeaseKeeper::start(endpoint, token, me.id, move |why| {
+        let _ = say(&stdout, &format!("error control-plane lease lost: {why}"));
+        std::process::exit(1);
+    })?;
+    Ok((me.owners.first, keeper))
+}
+
+/// A fabric client of the run's memory nodes (the first is the primary).
 pub(super) async fn connect(endpoint: &Endpoint) -> Result<Client, RunError> {
-    let fabric = |e: String| RunError::Client(format!("cannot reach the memory node: {e}"));
+    let fabric = |e: String| RunError::Client(format!("cannot reach the memory nodes: {e}"));
     match endpoint {
-        Endpoint::Shm(path) => {
-            let (t, map) =
-                ShmTransport::attach(std::slice::from_ref(path)).map_err(|e| fabric(e.to_string()))?;
+        Endpoint::Shm(paths) => {
+            let (t, map) = ShmTransport::attach(paths).map_err(|e| fabric(e.to_string()))?;
             Ok(Client::new(map, t.into()))
         }
-        Endpoint::Tcp(addr) => {
-            let (t, map) = TcpTransport::discover(std::slice::from_ref(addr))
+        Endpoint::Tcp(addrs) => {
+            let (t, map) = TcpTransport::discover(addrs)
                 .await
                 .map_err(|e| fabric(e.to_string()))?;
             Ok(Client::new(map, t.into()))

@@ -1,23 +1,30 @@
 //! `kintsugi chaos run`: an experiment with real processes.
 //!
-//! Per variant, on a fresh memory node:
-//! 1. start `kintsugi memnode` (its image under /dev/shm for `shm`);
-//! 2. load the index in this process (the loader, owner 1);
+//! Per variant, on fresh processes ([`cluster`]):
+//! 1. start a control-plane member and form it ([`control`]; unless the
+//!    experiment says `control_plane = false`), then `kintsugi memnode`
+//!    per memory node (images under /dev/shm for `shm`), registered with it;
+//! 2. load the index in this process (the loader; every client takes its
+//!    owner ids with a lease from the control plane);
 //! 3. start the client processes (`kintsugi chaos client`, [`client`]),
 //!    wait until all are `ready`, send them one common start;
 //! 4. inject the faults at their times (SIGKILL; SIGSTOP then SIGCONT) while
 //!    gathering every client's ops per bucket;
 //! 5. after the duration, give the clients [`GRACE`] to finish their op;
 //!    those that do not are blocked (on a dead client's lock): killed;
-//! 6. check with a fresh client ([`check`]): repair what dead clients left
-//!    (rtx, as recovery would), the index's structural checker (no lock
-//!    held), and every acknowledged write against the index's contents.
+//! 6. wait until the control plane has expired the dead clients, then check
+//!    with a fresh client ([`check`]): repair what dead clients left (rtx,
+//!    as recovery would), the index's structural checker (no lock held),
+//!    and every acknowledged write against the index's contents; then
+//!    forget the expired clients, freeing their owner ids.
 //!
 //! Then the outputs ([`output`]): `timeline.csv`, `timeline.png`,
 //! `history.jsonl`, `summary.json`.
 
 pub mod check;
 pub mod client;
+pub mod cluster;
+pub mod control;
 pub mod output;
 mod variant;
 
@@ -35,7 +42,8 @@ pub use variant::run_variant;
 
 /// The region every run's heap lives in.
 pub const REGION: RegionId = 1;
-/// Owner id of the loader; clients follow; the checker is the last.
+/// Owner id of the loader without a control plane; clients follow; the
+/// checker is the last.
 pub const LOADER: u16 = 1;
 /// How long the clients get after the duration to finish their last op:
 /// an op takes microseconds, so one still running after this is blocked.
@@ -45,14 +53,14 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Width of a timeline bucket.
 pub const BUCKET_US: u64 = 1000;
 
-/// Where the clients find the memory node.
+/// Where the clients find the memory nodes, primary first.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Endpoint {
-    /// Its memory image, mapped.
-    Shm(PathBuf),
-    /// Its verb server.
-    Tcp(String),
+    /// Their memory images, mapped.
+    Shm(Vec<PathBuf>),
+    /// Their verb servers.
+    Tcp(Vec<String>),
 }
 
 /// What a client process is told (`run-spec.json` in the variant's
@@ -69,8 +77,11 @@ pub struct RunSpec {
     pub out_dir: PathBuf,
     /// Timeline bucket width.
     pub bucket_us: u64,
-    /// Owner id of thread 0 of client 0.
+    /// Owner id of thread 0 of client 0, without a control plane.
     pub first_client_owner: u16,
+    /// The control-plane member clients register with (the bearer token
+    /// comes in the environment, `KINTSUGI_TOKEN`).
+    pub control: Option<String>,
 }
 
 impl RunSpec {
@@ -105,6 +116,9 @@ pub enum RunError {
     /// The loader or the checker failed.
     #[error("{0}")]
     Index(String),
+    /// The control plane refused or did not answer.
+    #[error("control plane: {0}")]
+    Control(String),
     /// The plot could not be drawn.
     #[error("cannot draw the timeline: {0}")]
     Plot(#[from] crate::plot::PlotError),
@@ -179,6 +193,8 @@ pub struct VariantOutcome {
     pub clients: Vec<ClientOutcome>,
     /// The final check.
     pub check: check::CheckOutcome,
+    /// What the control plane held and decided (with a control plane).
+    pub control_plane: Option<control::ControlOutcome>,
     /// Whether this variant is expected to fail its checks.
     pub expect_violations: bool,
     /// Whether its checks passed.

@@ -2,25 +2,29 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use control_plane::api::ControlClient;
+use control_plane::config::TOKEN_ENV;
+use control_plane::state::OWNER_ID_END;
 use index::btree::BTree;
 use index::hash::{HashConfig, HashTable};
 use index::Variant;
 use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use txn::{Heap, HeapConfig};
 
 use super::check::check_index;
 use super::client::connect;
+use super::cluster::{pid, start_member, start_memnodes, Member, Procs};
+use super::control::{self, LeaseKeeper};
 use super::{
     ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US, GRACE, LOADER,
     READY_TIMEOUT, REGION,
 };
-use crate::experiment::{Experiment, FaultKind, IndexKind, TransportKind};
+use crate::experiment::{Experiment, FaultKind, IndexKind};
 use crate::timeline::effect;
 use crate::workload::load_entries;
 
@@ -48,35 +52,6 @@ enum Event {
     Closed,
 }
 
-/// The child processes of a run: clients still here are killed (the run
-/// ended early), the memory node is stopped and its image removed.
-struct Procs {
-    memnode: Option<Child>,
-    clients: Vec<Child>,
-    shm: Option<PathBuf>,
-}
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.clients {
-            let _ = kill(pid(c), Signal::SIGCONT);
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        if let Some(m) = &mut self.memnode {
-            let _ = kill(pid(m), Signal::SIGTERM);
-            let _ = m.wait();
-        }
-        if let Some(p) = &self.shm {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-fn pid(c: &Child) -> Pid {
-    Pid::from_raw(i32::try_from(c.id()).unwrap_or(i32::MAX))
-}
-
 fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -90,7 +65,7 @@ fn region_bytes(e: &Experiment) -> u64 {
     bytes.min(REGION_BYTES_MAX).next_multiple_of(1 << 20)
 }
 
-/// Runs `variant` of `e` on a fresh memory node.
+/// Runs `variant` of `e` on fresh processes.
 pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<VariantOutcome, RunError> {
     let dir = o.out.join(variant.to_string());
     std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
@@ -99,21 +74,41 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             eprintln!("chaos run: {}: {variant}: {s}", e.name);
         }
     };
-    let mut procs = Procs {
-        memnode: None,
-        clients: Vec::new(),
-        shm: None,
-    };
-    let endpoint = start_memnode(e, variant, o, &dir, &mut procs)?;
-    say(format!(
-        "memory node up ({endpoint:?}); loading {} keys ...",
-        e.workload.keys
-    ));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|err| RunError::Index(format!("cannot start a runtime: {err}")))?;
-    rt.block_on(load(e, variant, &endpoint))?;
+    let mut procs = Procs::default();
+    let member = if e.cluster.control_plane {
+        let m = start_member(o, &dir, &mut procs)?;
+        let api = control::api(&m.addr, &m.token)?;
+        rt.block_on(control::form(&api, &m.addr))?;
+        say(format!("control plane up at {}", m.addr));
+        Some((m, api))
+    } else {
+        None
+    };
+    let endpoint = start_memnodes(
+        e,
+        variant,
+        region_bytes(e),
+        o,
+        &dir,
+        member.as_ref().map(|(m, _)| m),
+        &mut procs,
+    )?;
+    if let Some((_, api)) = &member {
+        rt.block_on(control::wait_memnodes(api, e.cluster.memory_nodes as usize))?;
+    }
+    say(format!(
+        "{} memory node(s) up ({endpoint:?}); loading {} keys ...",
+        e.cluster.memory_nodes, e.workload.keys
+    ));
+    let (loader, keeper) = lease(&rt, member.as_ref(), "loader", e, LOADER)?;
+    rt.block_on(load(e, variant, &endpoint, loader))?;
+    if let Some(k) = keeper {
+        k.stop()?;
+    }
 
     let spec = RunSpec {
         experiment: e.clone(),
@@ -122,6 +117,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         out_dir: dir.clone(),
         bucket_us: BUCKET_US,
         first_client_owner: LOADER + 1,
+        control: member.as_ref().map(|(m, _)| m.addr.clone()),
     };
     let spec_path = dir.join("run-spec.json");
     let json = serde_json::to_string_pretty(&spec).map_err(|err| RunError::Process(err.to_string()))?;
@@ -130,7 +126,8 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     let (tx, rx) = channel();
     let mut stdins = Vec::new();
     for c in 0..e.cluster.clients {
-        let (child, stdin) = start_client(o, &spec_path, &dir, c, tx.clone())?;
+        let token = member.as_ref().map(|(m, _)| m.token.as_str());
+        let (child, stdin) = start_client(o, &spec_path, &dir, c, token, tx.clone())?;
         procs.clients.push(child);
         stdins.push(stdin);
     }
@@ -164,6 +161,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             let _ = kill(pid(&child), Signal::SIGCONT);
             let _ = child.kill();
             state.fates[c] = Some(Fate::Blocked);
+            state.died_ms[c] = Some(control::unix_ms());
         }
         let _ = child.wait();
     }
@@ -187,7 +185,45 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         .filter(|(_, f)| !matches!(f, Fate::Finished))
         .flat_map(|(c, _)| (0..threads).map(move |t| c as u32 * threads + t))
         .collect();
-    let check = rt.block_on(check_index(&spec, &dead))?;
+    let (checker, keeper) = lease(&rt, member.as_ref(), "checker", e, e.owner_ids() as u16 - 1)?;
+    let leases = match &member {
+        Some((_, api)) => {
+            let dead_names: Vec<String> = (0..e.cluster.clients)
+                .filter(|&c| fates[c as usize] != Fate::Finished)
+                .map(control::client_name)
+                .collect();
+            say(format!(
+                "waiting for the control plane to expire {} dead client(s) ...",
+                dead_names.len()
+            ));
+            Some(rt.block_on(control::wait_expired(
+                api,
+                &dead_names,
+                e.cluster.client_lease,
+                Instant::now(),
+            ))?)
+        }
+        None => None,
+    };
+    let check = rt.block_on(check_index(&spec, checker, &dead))?;
+    let control_plane = match (&member, leases) {
+        (Some((_, api)), Some(leases)) => {
+            // The checker rolled what the dead left (as recovery does), so
+            // their owner ids may go to others now; unless a lock is still
+            // held (optimal cannot be repaired): a new holder of the owner
+            // id would then seem to own it.
+            let forgotten = if check.locks_held == 0 {
+                rt.block_on(control::forget_expired(api, &leases))?
+            } else {
+                Vec::new()
+            };
+            Some(rt.block_on(control::outcome(api, &leases, &forgotten, &state.died_ms))?)
+        }
+        _ => None,
+    };
+    if let Some(k) = keeper {
+        k.stop()?;
+    }
     drop(procs);
 
     let expect_violations = e.index.expect_violations.contains(&variant);
@@ -241,68 +277,22 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         faults,
         clients,
         check,
+        control_plane,
         expect_violations,
         passed,
     })
 }
 
-fn start_memnode(
-    e: &Experiment,
-    variant: Variant,
-    o: &Options,
-    dir: &Path,
-    procs: &mut Procs,
-) -> Result<Endpoint, RunError> {
-    let log_path = dir.join("memnode.log");
-    let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
-    let mut cmd = Command::new(&o.exe);
-    cmd.args(["memnode", "--listen", "127.0.0.1:0", "--region"])
-        .arg(format!("{REGION}:{}", region_bytes(e)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    let shm = (e.cluster.transport == TransportKind::Shm).then(|| {
-        PathBuf::from(format!(
-            "/dev/shm/kintsugi-chaos-{}-{}-{variant}",
-            e.name,
-            std::process::id()
-        ))
-    });
-    if let Some(p) = &shm {
-        cmd.arg("--shm").arg(p);
-    }
-    let mut child = cmd
-        .spawn()
-        .map_err(|err| RunError::Process(format!("cannot start {} memnode: {err}", o.exe.display())))?;
-    procs.shm = shm.clone();
-    let stdout = child.stdout.take();
-    procs.memnode = Some(child);
-    let mut line = String::new();
-    if let Some(out) = stdout {
-        let _ = BufReader::new(out).read_line(&mut line);
-    }
-    let addr = line
-        .trim()
-        .strip_prefix("listening ")
-        .map(str::to_owned)
-        .ok_or_else(|| {
-            RunError::Process(format!(
-                "the memory node did not start (see {}): it said {:?}",
-                log_path.display(),
-                line.trim()
-            ))
-        })?;
-    Ok(match shm {
-        Some(p) => Endpoint::Shm(p),
-        None => Endpoint::Tcp(addr),
-    })
-}
-
 /// Formats the heap, creates the index and bulk-loads it (owner [`LOADER`]).
-async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(), RunError> {
+async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16) -> Result<(), RunError> {
     let err = |what: &str, x: String| RunError::Index(format!("{what}: {x}"));
     let mut fabric = connect(endpoint).await?;
-    let owner_slots = u16::try_from(e.owner_ids() + 1).map_err(|x| err("owner ids", x.to_string()))?;
+    // With a control plane, owner ids are whatever it hands out below its end.
+    let owner_slots = if e.cluster.control_plane {
+        OWNER_ID_END
+    } else {
+        u16::try_from(e.owner_ids() + 1).map_err(|x| err("owner ids", x.to_string()))?
+    };
     let heap = Heap::format(
         &mut fabric,
         REGION,
@@ -317,7 +307,7 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(
     let entries = load_entries(w.keys, e.seed);
     match e.index.kind {
         IndexKind::Btree => {
-            let mut t = BTree::create(fabric, heap, variant, LOADER)
+            let mut t = BTree::create(fabric, heap, variant, owner)
                 .await
                 .map_err(|x| err("cannot create the tree", x.to_string()))?;
             t.bulk_load(&entries, LOAD_FILL, |_| {})
@@ -336,7 +326,7 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(
                 0
             };
             let config = HashConfig::for_keys(w.keys + inserts);
-            let mut t = HashTable::create(fabric, heap, variant, LOADER, config)
+            let mut t = HashTable::create(fabric, heap, variant, owner, config)
                 .await
                 .map_err(|x| err("cannot create the table", x.to_string()))?;
             t.bulk_load(&entries, |_| {})
@@ -347,23 +337,46 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint) -> Result<(
     Ok(())
 }
 
+/// With a control plane: registers `name` for one owner id and keeps its
+/// lease. Without: owner id `fixed`.
+fn lease(
+    rt: &tokio::runtime::Runtime,
+    member: Option<&(Member, ControlClient)>,
+    name: &str,
+    e: &Experiment,
+    fixed: u16,
+) -> Result<(u16, Option<LeaseKeeper>), RunError> {
+    let Some((m, api)) = member else {
+        return Ok((fixed, None));
+    };
+    let me = rt.block_on(control::register(api, name, 1, e.cluster.client_lease))?;
+    // Losing it shows when the keeper stops.
+    let keeper = LeaseKeeper::start(&m.addr, &m.token, me.id, |_| {})?;
+    Ok((me.owners.first, Some(keeper)))
+}
+
 fn start_client(
     o: &Options,
     spec: &Path,
     dir: &Path,
     c: u32,
+    token: Option<&str>,
     tx: Sender<(usize, Event)>,
 ) -> Result<(Child, ChildStdin), RunError> {
     let log_path = dir.join(format!("client-{c}.log"));
     let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
-    let mut child = Command::new(&o.exe)
-        .args(["chaos", "client", "--spec"])
+    let mut cmd = Command::new(&o.exe);
+    cmd.args(["chaos", "client", "--spec"])
         .arg(spec)
         .arg("--client")
         .arg(c.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(log)
+        .stderr(log);
+    if let Some(t) = token {
+        cmd.env(TOKEN_ENV, t);
+    }
+    let mut child = cmd
         .spawn()
         .map_err(|err| RunError::Process(format!("cannot start client {c}: {err}")))?;
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -425,6 +438,8 @@ struct Gather {
     repairs: Vec<u64>,
     fates: Vec<Option<Fate>>,
     killed: Vec<bool>,
+    /// When the runner saw each client die (ms since the Unix epoch).
+    died_ms: Vec<Option<u64>>,
 }
 
 impl Gather {
@@ -436,6 +451,7 @@ impl Gather {
             repairs: vec![0; n],
             fates: vec![None; n],
             killed: vec![false; n],
+            died_ms: vec![None; n],
         }
     }
 
@@ -453,6 +469,7 @@ impl Gather {
             }
             Event::Error(e) => self.fates[c] = Some(Fate::Failed(e)),
             Event::Closed if self.fates[c].is_none() => {
+                self.died_ms[c] = Some(control::unix_ms());
                 self.fates[c] = Some(if self.killed[c] {
                     Fate::Killed
                 } else {

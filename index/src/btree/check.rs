@@ -174,9 +174,8 @@ impl BTree {
                         let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
                         if holder != 0 {
                             report.violations.push(format!(
-                                "lock word {} is held by client {} (owner {})",
+                                "lock word {} is held by owner id {} (word value {holder})",
                                 first + i as u64,
-                                holder,
                                 holder - 1
                             ));
                         }
