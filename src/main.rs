@@ -1,5 +1,5 @@
-//! The `kintsugi` binary: one entry point for memory nodes, benchmarks and
-//! (as later layers land) the demo, chaos experiments and the control plane.
+//! The `kintsugi` binary: one entry point for memory nodes, the control
+//! plane, benchmarks, chaos experiments and the demo.
 
 mod cli;
 
@@ -8,6 +8,10 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     cli::init_tracing(args.verbose);
+    if let Err(e) = cli::stop_with_parent() {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! `kintsugi chaos run` end to end with real processes: small kill-client
-//! experiments (seconds, a tiny key count), with a control plane on shm and
-//! without one on replicated tcp memory nodes. Asserts outcomes and
+//! experiments (seconds, a tiny key count): with a control plane on shm
+//! and on two tcp memory nodes, and without one. Asserts outcomes and
 //! checks, never timings.
 
 mod support;
@@ -104,54 +104,93 @@ fn a_killed_client_is_repaired_around_by_rtx_and_blocks_optimal() {
         .filter(|e| e.file_name().to_string_lossy().contains("kill-client-small"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Nor the control plane's data.
+    for v in ["optimal", "rtx"] {
+        assert!(!out.join(v).join("control-plane").exists(), "{v}/control-plane");
+    }
 }
 
-#[test]
-fn a_killed_client_of_a_replicated_tcp_cluster_is_repaired_around_by_rtx() {
+/// Runs the small experiment changed by `edits` (rtx only, YCSB A over
+/// 2,000 keys) and returns the rtx variant's summary.
+fn run_small(name: &str, edits: &[(&str, &str)]) -> serde_json::Value {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("replicated.toml");
-    let experiment = EXPERIMENT
-        .replace(
-            "name = \"kill-client-small\"",
-            "name = \"kill-client-replicated-small\"",
-        )
-        .replace(
-            "clients = 3",
-            "clients = 3\nmemory_nodes = 2\ntransport = \"tcp\"\ncontrol_plane = false",
-        )
+    let file = dir.path().join("small.toml");
+    let mut experiment = EXPERIMENT
+        .replace("kill-client-small", name)
         .replace("[\"optimal\", \"rtx\"]", "[\"rtx\"]")
         .replace("expect_violations = [\"optimal\"]", "")
         .replace("ycsb = \"insert\"", "ycsb = \"a\"")
-        .replace("keys = 20000", "keys = 2000")
-        .replace("client = 2", "client = 0");
+        .replace("keys = 20000", "keys = 2000");
+    for (from, to) in edits {
+        assert!(experiment.contains(from), "{from}");
+        experiment = experiment.replacen(from, to, 1);
+    }
     std::fs::write(&file, experiment).unwrap();
     let out = dir.path().join("out");
     let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&file), "--out", path_str(&out)]);
     assert_eq!(code, 0, "{stdout}\n{stderr}");
-    assert!(stdout.contains("tcp x2 replicas"), "{stdout}");
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
-    let rtx = &summary["variants"][0];
+    let rtx = summary["variants"][0].clone();
     assert_eq!(rtx["passed"], true, "{rtx}");
-    assert!(rtx["control_plane"].is_null(), "{rtx}");
-    let fates: Vec<&str> = rtx["clients"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["fate"].as_str().unwrap())
-        .collect();
-    assert_eq!(fates, ["killed", "finished", "finished"], "{rtx}");
     assert!(
         rtx["check"]["history"]["acked_writes"].as_u64().unwrap() > 0,
         "{rtx}"
     );
-    // Both memory nodes were started, logged and stopped.
-    for n in 1..=2 {
-        assert!(
-            out.join(format!("rtx/memnode-{n}.log")).exists(),
-            "memnode-{n}.log"
-        );
-    }
+    rtx
+}
+
+fn fates(v: &serde_json::Value) -> Vec<String> {
+    v["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["fate"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_killed_client_of_a_replicated_tcp_cluster_is_repaired_around_by_rtx() {
+    let rtx = run_small(
+        "kill-client-replicated-small",
+        &[
+            (
+                "clients = 3",
+                "clients = 3\nmemory_nodes = 2\ntransport = \"tcp\"",
+            ),
+            ("client = 2", "client = 0"),
+        ],
+    );
+    assert_eq!(fates(&rtx), ["killed", "finished", "finished"], "{rtx}");
+    // Both memory nodes registered with the control plane and renewed.
+    let cp = &rtx["control_plane"];
+    let nodes = cp["memory_nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{cp}");
+    assert!(nodes.iter().all(|n| n["state"] == "active"), "{cp}");
+    let killed = cp["clients"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["client"] == 0)
+        .unwrap();
+    assert_eq!(killed["state"], "expired", "{cp}");
+    assert_eq!(killed["forgotten"], true, "{cp}");
+}
+
+#[test]
+fn without_a_control_plane_owner_ids_are_numbered_and_the_checker_has_its_own() {
+    // The last client's last thread holds the highest client owner id: the
+    // checker must not share it, or it would take the victim's expired
+    // locks for its own.
+    let rtx = run_small(
+        "kill-client-numbered-small",
+        &[(
+            "clients = 3",
+            "clients = 3\nthreads_per_client = 2\ncontrol_plane = false",
+        )],
+    );
+    assert_eq!(fates(&rtx), ["finished", "finished", "killed"], "{rtx}");
+    assert!(rtx["control_plane"].is_null(), "{rtx}");
 }
 
 #[test]

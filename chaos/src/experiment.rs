@@ -410,12 +410,13 @@ impl Experiment {
                         format!("at least {PAUSE_MIN:?}, to outlive the rTX lease of the client's locks"),
                     ));
                 }
-                (FaultKind::PauseClient, Some(p)) if c.control_plane && p * 2 > c.client_lease => {
+                (FaultKind::PauseClient, Some(p)) if c.control_plane && p * 3 > c.client_lease => {
                     return Err(invalid(
                         field("for"),
                         format!(
-                            "at most half of cluster.client_lease ({}): a longer pause may \
-                             lapse the client's control-plane lease, and the client must stop",
+                            "at most a third of cluster.client_lease ({}): renewals go every \
+                             third, so a longer pause may lapse the client's control-plane \
+                             lease, and the client must then stop",
                             humantime::format_duration(c.client_lease)
                         ),
                     ));

@@ -311,6 +311,38 @@ mod tests {
     }
 
     #[test]
+    fn a_client_there_when_the_office_began_counts_from_the_office_even_if_judged_late() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        l.lead(t0, 1);
+        // The first judgement comes a whole lease after taking office.
+        assert_eq!(
+            l.decisions(t0 + ms(100), &state()),
+            vec![Command::ExpireClient { id: 0 }]
+        );
+    }
+
+    #[test]
+    fn a_new_term_drops_first_sightings_and_counts_from_its_own_office() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let empty = ControlState::default();
+        let s = state();
+        l.lead(t0, 1);
+        assert!(l.decisions(t0, &empty).is_empty());
+        assert!(l.decisions(t0 + ms(50), &s).is_empty(), "first seen at 50 ms");
+        l.follow();
+        l.lead(t0 + ms(60), 2);
+        assert!(!l.clients.contains_key(&0), "the old office's sighting is gone");
+        assert!(l.decisions(t0 + ms(159), &s).is_empty());
+        assert_eq!(
+            l.decisions(t0 + ms(160), &s),
+            vec![Command::ExpireClient { id: 0 }],
+            "one lease after the new office began"
+        );
+    }
+
+    #[test]
     fn renewals_keep_a_client_live_and_one_heard_before_office_does_not_shorten_grace() {
         let mut l = Liveness::new(LEASE);
         let t0 = Instant::now();
@@ -419,7 +451,12 @@ mod tests {
         l.lead(t0, 1);
         l.renew_client(7, t0, 1);
         l.renew_memnode(9, t0, 1);
-        let _ = l.decisions(t0, &state());
+        let s = state();
+        let _ = l.decisions(t0, &s);
         assert!(!l.clients.contains_key(&7) && !l.memnodes.contains_key(&9));
+        // Client 0 was first seen there; once the state forgets it, so does the judge.
+        assert!(l.clients.contains_key(&0));
+        let _ = l.decisions(t0 + ms(1), &ControlState::default());
+        assert!(l.clients.is_empty());
     }
 }

@@ -36,7 +36,8 @@ Experiment files: deploy/experiments/*.toml (format: the chaos crate's experimen
 
 Examples:
   kintsugi chaos run deploy/experiments/kill-client.toml
-  kintsugi chaos run deploy/experiments/pause-client.toml --out /tmp/pause --seed 7")]
+  kintsugi chaos run deploy/experiments/pause-client.toml --out /tmp/pause --seed 7
+  kintsugi chaos run deploy/experiments/kill-client-replicated.toml   # 3 memory nodes over tcp")]
 pub struct RunArgs {
     /// The experiment file (TOML).
     file: PathBuf,

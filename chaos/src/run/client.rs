@@ -23,15 +23,15 @@
 use std::io::{BufRead, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use fabric::{BaseTransport, Client, FaultPlan, Faulty, ShmTransport, TcpTransport};
 use index::btree::BTree;
 use index::hash::HashTable;
 use txn::{Heap, TxConfig};
 
-use super::control::{self, LeaseKeeper};
-use super::{Endpoint, RunError, RunSpec, REGION};
+use super::control::{self, LeaseKeeper, Validity};
+use super::{unix_ns, Endpoint, RunError, RunSpec, REGION};
 use crate::driver::IndexClient;
 use crate::experiment::IndexKind;
 use crate::history::{Write, WriteKind};
@@ -49,18 +49,33 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
         )));
     }
     let stdout = Arc::new(Mutex::new(std::io::stdout()));
-    let (first_owner, _lease) = match &spec.control {
-        None => (spec.first_client_owner + (client * threads) as u16, None),
+    let threads_u16 = u16::try_from(threads).map_err(|e| RunError::Client(e.to_string()))?;
+    let (first_owner, keeper) = match &spec.control {
+        None => (spec.first_client_owner + (client as u16) * threads_u16, None),
         Some(endpoint) => {
             let token = token.ok_or_else(|| {
                 RunError::Client(format!(
                     "the run has a control plane at {endpoint}, but no bearer token was given"
                 ))
             })?;
-            let (owners, keeper) = lease(endpoint, &token, &spec, client, stdout.clone())?;
-            (owners, Some(keeper))
+            // Expired by the control plane: its owner ids may go to another
+            // client, so this one stops at once.
+            let out = stdout.clone();
+            let (owners, keeper) = control::lease(
+                endpoint,
+                &token,
+                &control::client_name(client),
+                threads_u16,
+                spec.experiment.cluster.client_lease,
+                move |why| {
+                    let _ = say(&out, &format!("error control-plane lease lost: {why}"));
+                    std::process::exit(1);
+                },
+            )?;
+            (owners.first, Some(keeper))
         }
     };
+    let validity = keeper.as_ref().map(LeaseKeeper::validity);
     let (opened_tx, opened_rx) = std::sync::mpsc::channel();
     let go: Arc<(Mutex<Option<u64>>, std::sync::Condvar)> = Arc::default();
     let victim = spec
@@ -72,6 +87,7 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
     let mut handles = Vec::new();
     for t in 0..threads {
         let (spec, stdout, opened, go) = (spec.clone(), stdout.clone(), opened_tx.clone(), go.clone());
+        let validity = validity.clone();
         let faults = faults.clone();
         let global = client * threads + t;
         handles.push(std::thread::spawn(move || -> Result<(u64, u64), RunError> {
@@ -103,15 +119,13 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
                 }
                 g.unwrap_or(0)
             };
-            let ops = rt.block_on(run_thread(
-                &spec,
+            let me = Thread {
                 client,
                 global,
-                &mut index,
-                fault.as_deref(),
-                t0_ns,
-                &stdout,
-            ))?;
+                fault: fault.as_deref(),
+                lease: validity.as_ref(),
+            };
+            let ops = rt.block_on(run_thread(&spec, me, &mut index, t0_ns, &stdout))?;
             Ok((ops, index.tx_stats().repairs))
         }));
     }
@@ -178,37 +192,6 @@ fn say(stdout: &Mutex<std::io::Stdout>, line: &str) -> Result<(), RunError> {
         .map_err(|e| RunError::Client(format!("cannot write to the runner: {e}")))
 }
 
-/// Registers client `client` with the control plane at `endpoint` and keeps
-/// its lease; returns its first owner id. If the control plane ever
-/// refuses a renewal (it expired this client, whose owner ids may then go
-/// to another), the process says `error` and exits at once.
-fn lease(
-    endpoint: &str,
-    token: &str,
-    spec: &RunSpec,
-    client: u32,
-    stdout: Arc<Mutex<std::io::Stdout>>,
-) -> Result<(u16, LeaseKeeper), RunError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| RunError::Client(format!("cannot start a runtime: {e}")))?;
-    let api = control::api(endpoint, token)?;
-    let threads = u16::try_from(spec.experiment.cluster.threads_per_client)
-        .map_err(|e| RunError::Client(e.to_string()))?;
-    let me = rt.block_on(control::register(
-        &api,
-        &control::client_name(client),
-        threads,
-        spec.experiment.cluster.client_lease,
-    ))?;
-    let keeper = LeaseKeeper::start(endpoint, token, me.id, move |why| {
-        let _ = say(&stdout, &format!("error control-plane lease lost: {why}"));
-        std::process::exit(1);
-    })?;
-    Ok((me.owners.first, keeper))
-}
-
 /// A fabric client of the run's memory nodes (the first is the primary).
 pub(super) async fn connect(endpoint: &Endpoint) -> Result<Client, RunError> {
     let fabric = |e: String| RunError::Client(format!("cannot reach the memory nodes: {e}"));
@@ -252,23 +235,39 @@ async fn open_on(mut fabric: Client, spec: &RunSpec, owner: u16) -> Result<Index
     })
 }
 
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+/// Who a client thread is, and what may stop it.
+struct Thread<'a> {
+    /// Its client process.
+    client: u32,
+    /// Its index among all client threads of the run.
+    global: u32,
+    /// Its fault injector, if its client is a victim.
+    fault: Option<&'a Faulty<BaseTransport>>,
+    /// Its client's control-plane lease, if the run has a control plane.
+    lease: Option<&'a Validity>,
 }
 
 /// One thread's run: ops until the deadline, counted per bucket, writes
 /// to the history.
 async fn run_thread(
     spec: &RunSpec,
-    client: u32,
-    global: u32,
+    me: Thread<'_>,
     index: &mut IndexClient,
-    fault: Option<&Faulty<BaseTransport>>,
     t0_ns: u64,
     stdout: &Mutex<std::io::Stdout>,
 ) -> Result<u64, RunError> {
+    let Thread {
+        client,
+        global,
+        fault,
+        lease,
+    } = me;
+    // No op starts, and none is acknowledged, once the control-plane lease
+    // may have lapsed (it cannot be renewed, say): the owner id may be
+    // someone else's by then.
+    let lapsed =
+        || RunError::Client("control-plane lease lapsed: this client's owner ids may be another's".into());
+    let holds = || lease.is_none_or(Validity::holds);
     let e = &spec.experiment;
     let w = e.workload().map_err(|e| RunError::Client(e.to_string()))?;
     let lanes = u64::from(e.cluster.clients * e.cluster.threads_per_client);
@@ -311,6 +310,9 @@ async fn run_thread(
             in_bucket = 0;
         }
         let op = generator.next_op();
+        if !holds() {
+            return Err(lapsed());
+        }
         let start_ns = unix_ns();
         let wrote = match index.run(op).await {
             Ok(w) => w,
@@ -328,6 +330,9 @@ async fn run_thread(
             Op::Update { key, value } => Some((WriteKind::Update, key, value)),
             Op::Read { .. } | Op::Scan { .. } => None,
         };
+        if write.is_some() && !holds() {
+            return Err(lapsed());
+        }
         if let Some((kind, key, value)) = write {
             let w = Write {
                 client,

@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use control_plane::config::{SECRET_ENV, TOKEN_ENV};
 use index::Variant;
@@ -19,6 +20,17 @@ use crate::experiment::{Experiment, TransportKind};
 /// Members' and memory nodes' log filter unless RUST_LOG is set: their
 /// own warnings, not openraft's narration.
 const CHILD_LOG: &str = "warn,openraft=off";
+/// Environment variable that asks a `kintsugi` child to stop (SIGTERM)
+/// when the process that started it dies, even by `kill -9`; its value is
+/// that process's pid (checked by the child, in case it is already gone).
+pub const STOP_WITH_PARENT_ENV: &str = "KINTSUGI_STOP_WITH_PARENT";
+/// How long a memory node or a control-plane member may take to print its
+/// address: opening sled and starting Raft take well under a second; a
+/// debug build on a loaded machine may take several.
+pub const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a stopped (SIGTERM) memory node or member may take to exit
+/// before it is killed.
+pub const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The child processes of a run (none at first). On drop: clients are killed (the run
 /// ended early), memory nodes and the control-plane member stopped, the
@@ -43,7 +55,12 @@ impl Drop for Procs {
         for m in self.memnodes.iter_mut().chain(self.member.as_mut()) {
             let _ = kill(pid(m), Signal::SIGTERM);
         }
+        let deadline = Instant::now() + STOP_TIMEOUT;
         for m in self.memnodes.iter_mut().chain(self.member.as_mut()) {
+            while matches!(m.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = m.kill();
             let _ = m.wait();
         }
         for p in &self.shm {
@@ -61,12 +78,22 @@ pub fn pid(c: &Child) -> Pid {
 }
 
 /// Reads the `listening ADDR` line a `kintsugi memnode` or `kintsugi
-/// control` prints once it serves.
+/// control` prints once it serves, waiting at most [`START_TIMEOUT`].
 fn listening(child: &mut Child, what: &str, log: &Path) -> Result<String, RunError> {
-    let mut line = String::new();
+    let (tx, rx) = std::sync::mpsc::channel();
     if let Some(out) = child.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut line);
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(out).read_line(&mut line);
+            let _ = tx.send(line);
+        });
     }
+    let line = rx.recv_timeout(START_TIMEOUT).map_err(|_| {
+        RunError::Process(format!(
+            "{what} did not print its address within {START_TIMEOUT:?} (see {})",
+            log.display()
+        ))
+    })?;
     line.trim()
         .strip_prefix("listening ")
         .map(str::to_owned)
@@ -83,10 +110,15 @@ fn log_file(path: &Path) -> Result<std::fs::File, RunError> {
     std::fs::File::create(path).map_err(|err| RunError::io(path, err))
 }
 
-fn quiet(cmd: &mut Command) {
+/// A `kintsugi` child of the runner: quiet unless RUST_LOG says otherwise,
+/// and stopped if the runner dies.
+pub fn child_of_runner(exe: &Path) -> Command {
+    let mut cmd = Command::new(exe);
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", CHILD_LOG);
     }
+    cmd.env(STOP_WITH_PARENT_ENV, std::process::id().to_string());
+    cmd
 }
 
 /// A control-plane member of the run: where it serves, and the bearer
@@ -106,8 +138,13 @@ pub fn start_member(o: &Options, dir: &Path, procs: &mut Procs) -> Result<Member
     let secret = Alphanumeric.sample_string(&mut rng, 32);
     let token = Alphanumeric.sample_string(&mut rng, 32);
     let data_dir = dir.join("control-plane");
+    // Left by a runner that was killed: a member would find a formed
+    // cluster there and refuse to form a new one.
+    if data_dir.exists() {
+        std::fs::remove_dir_all(&data_dir).map_err(|err| RunError::io(&data_dir, err))?;
+    }
     let log_path = dir.join("control-plane.log");
-    let mut cmd = Command::new(&o.exe);
+    let mut cmd = child_of_runner(&o.exe);
     cmd.args(["control", "--id", "1", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data_dir)
         .env(SECRET_ENV, &secret)
@@ -115,7 +152,6 @@ pub fn start_member(o: &Options, dir: &Path, procs: &mut Procs) -> Result<Member
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file(&log_path)?);
-    quiet(&mut cmd);
     let child = cmd
         .spawn()
         .map_err(|err| RunError::Process(format!("cannot start {} control: {err}", o.exe.display())))?;
@@ -141,7 +177,7 @@ pub fn start_memnodes(
     let mut images = Vec::new();
     for i in 1..=e.cluster.memory_nodes {
         let log_path = dir.join(format!("memnode-{i}.log"));
-        let mut cmd = Command::new(&o.exe);
+        let mut cmd = child_of_runner(&o.exe);
         cmd.args(["memnode", "--listen", "127.0.0.1:0", "--id"])
             .arg(i.to_string())
             .arg("--region")
@@ -149,7 +185,6 @@ pub fn start_memnodes(
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log_file(&log_path)?);
-        quiet(&mut cmd);
         if let Some(m) = member {
             cmd.arg("--control").arg(&m.addr).env(TOKEN_ENV, &m.token);
         }

@@ -4,20 +4,30 @@
 //! hands each client a block of them with a lease. So the loader, every
 //! client process and the checker register and renew; the memory nodes
 //! register too. When the schedule kills a client its lease lapses and the
-//! leader expires it; the checker waits for that decision, rolls what the
-//! dead client left in the index (as the recovery module does, acting on
-//! the control plane's decisions), and then forgets it, which frees its
-//! owner ids.
+//! leader expires it. The checker waits for that decision before it checks:
+//! repairs go by the rTX leases of the locks, not by the control plane, but
+//! owner ids may be freed only once the control plane has expired their
+//! holder and what it left is repaired. Then the control plane forgets the
+//! dead clients, which frees their owner ids.
 //!
 //! The data path still takes its cluster map from the memory nodes
 //! themselves (each describes its regions); the control plane's region
 //! table is not used by a run.
+//!
+//! Every call to the member is bounded by [`CALL_TIMEOUT`], every wait by a
+//! deadline: a member that accepts and never answers fails the run, it does
+//! not hang it.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use control_plane::api::{keep_lease, ControlClient, Leaseholder, MemberInfo};
-use control_plane::state::{Client, ClientId, ClientState, Command, MemNodeId, MemNodeState, Outcome};
+use control_plane::api::{keep_lease_with, ClientError, ControlClient, Leaseholder, MemberInfo};
+use control_plane::state::{
+    Client, ClientId, ClientState, Command, MemNodeId, MemNodeState, Outcome, OwnerBlock, OWNER_ID_END,
+};
 use serde::Serialize;
 use tokio::sync::oneshot;
 
@@ -27,6 +37,9 @@ use super::RunError;
 /// memory nodes to register and renew once: well under a second on an
 /// idle machine, seconds on a loaded one.
 pub const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for one answer of the member: a commit on one member takes
+/// milliseconds; a debug build on a loaded machine, far less than this.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between polls of the member while waiting for a decision.
 pub const POLL: Duration = Duration::from_millis(10);
 /// How long the checker waits for the control plane to expire a dead
@@ -38,11 +51,12 @@ fn control(what: impl std::fmt::Display, e: impl std::fmt::Display) -> RunError 
     RunError::Control(format!("{what}: {e}"))
 }
 
-/// Milliseconds since the Unix epoch (the control plane's clock unit).
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// One call to the member, bounded by [`CALL_TIMEOUT`].
+async fn call<T>(what: &str, f: impl Future<Output = Result<T, ClientError>>) -> Result<T, RunError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|e| control(what, e)),
+        Err(_) => Err(control(what, format!("no answer within {CALL_TIMEOUT:?}"))),
+    }
 }
 
 /// A client of the member at `endpoint`.
@@ -53,16 +67,15 @@ pub fn api(endpoint: &str, token: &str) -> Result<ControlClient, RunError> {
 /// Forms a one-member cluster of the member at `addr` (`host:port`) that
 /// `api` reaches, and waits until it leads.
 pub async fn form(api: &ControlClient, addr: &str) -> Result<(), RunError> {
-    api.init(vec![MemberInfo {
+    let me = vec![MemberInfo {
         id: 1,
         addr: addr.to_owned(),
         voter: true,
-    }])
-    .await
-    .map_err(|e| control("cannot form the one-member cluster", e))?;
+    }];
+    call("cannot form the one-member cluster", api.init(me)).await?;
     let deadline = Instant::now() + FORM_TIMEOUT;
     loop {
-        let s = api.status().await.map_err(|e| control("status", e))?;
+        let s = call("status", api.status()).await?;
         if s.leader == Some(s.member) {
             return Ok(());
         }
@@ -77,10 +90,7 @@ pub async fn form(api: &ControlClient, addr: &str) -> Result<(), RunError> {
 pub async fn wait_memnodes(api: &ControlClient, n: usize) -> Result<(), RunError> {
     let deadline = Instant::now() + FORM_TIMEOUT;
     loop {
-        let nodes = api
-            .memnodes()
-            .await
-            .map_err(|e| control("cannot list memory nodes", e))?;
+        let nodes = call("cannot list memory nodes", api.memnodes()).await?;
         let active = nodes.iter().filter(|m| m.state == MemNodeState::Active).count();
         if active >= n {
             return Ok(());
@@ -107,13 +117,83 @@ pub async fn register(
         owner_ids,
         lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
     };
-    match api.command(&command).await {
-        Ok(Outcome::Client(c)) => Ok(c),
-        Ok(other) => Err(control(
+    match call(&format!("cannot register {name}"), api.command(&command)).await? {
+        Outcome::Client(c) => {
+            check_block(c.owners, owner_ids).map_err(|e| control(format!("registering {name}"), e))?;
+            Ok(c)
+        }
+        other => Err(control(
             format!("registering {name}"),
             format!("unexpected answer {other:?}"),
         )),
-        Err(e) => Err(control(format!("cannot register {name}"), e)),
+    }
+}
+
+/// An owner-id block the control plane handed out must be the size asked
+/// for and lie in `1..OWNER_ID_END`, or the ids would collide or overflow.
+fn check_block(b: OwnerBlock, asked: u16) -> Result<(), String> {
+    let end = u32::from(b.first) + u32::from(b.count);
+    if b.count != asked || b.first == 0 || end > u32::from(OWNER_ID_END) {
+        return Err(format!(
+            "owner ids {}..{end} are not {asked} id(s) within 1..{OWNER_ID_END}",
+            b.first
+        ));
+    }
+    Ok(())
+}
+
+/// Registers `name` for `owner_ids` owner ids with the member at
+/// `endpoint` and keeps its lease ([`LeaseKeeper`], `on_lost` as there).
+/// For callers outside any runtime (the runner, a client process).
+pub fn lease(
+    endpoint: &str,
+    token: &str,
+    name: &str,
+    owner_ids: u16,
+    lease: Duration,
+    on_lost: impl FnOnce(&str) + Send + 'static,
+) -> Result<(OwnerBlock, LeaseKeeper), RunError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| control("cannot start a runtime", e))?;
+    let api = self::api(endpoint, token)?;
+    let sent = Instant::now();
+    let me = rt.block_on(register(&api, name, owner_ids, lease))?;
+    let keeper = LeaseKeeper::start(endpoint, token, me.id, &me.name, sent + lease, on_lost)?;
+    Ok((me.owners, keeper))
+}
+
+/// Until when a lease certainly holds, shared between the thread that
+/// renews it and the threads that act under it.
+#[derive(Clone, Debug)]
+pub struct Validity {
+    base: Instant,
+    /// Nanoseconds after `base`.
+    until_ns: Arc<AtomicU64>,
+}
+
+impl Validity {
+    fn new(until: Instant) -> Validity {
+        let v = Validity {
+            base: Instant::now(),
+            until_ns: Arc::new(AtomicU64::new(0)),
+        };
+        v.extend(until);
+        v
+    }
+
+    fn extend(&self, until: Instant) {
+        let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
+        self.until_ns.fetch_max(ns, Ordering::Release);
+    }
+
+    /// Whether the lease certainly holds now. Once it does not, the holder
+    /// must not act under its owner ids: the control plane may have expired
+    /// it and handed them to another.
+    pub fn holds(&self) -> bool {
+        let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now < self.until_ns.load(Ordering::Acquire)
     }
 }
 
@@ -125,29 +205,41 @@ pub async fn register(
 pub struct LeaseKeeper {
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<Result<(), String>>>,
+    validity: Validity,
 }
 
 impl LeaseKeeper {
-    /// Starts renewing `id`'s lease at the member at `endpoint`. If the
-    /// control plane refuses a renewal (it expired the client), `on_lost`
-    /// is called with the reason: the client must stop using its owner ids.
+    /// Starts renewing the lease of client `id` (`name`), which holds until
+    /// `until` so far, at the member at `endpoint`. If the control plane
+    /// refuses a renewal (it expired the client), `on_lost` is called with
+    /// the reason: the client must stop using its owner ids.
     pub fn start(
         endpoint: &str,
         token: &str,
         id: ClientId,
+        name: &str,
+        until: Instant,
         on_lost: impl FnOnce(&str) + Send + 'static,
     ) -> Result<LeaseKeeper, RunError> {
         let api = self::api(endpoint, token)?;
+        let validity = Validity::new(until);
+        let renewed = validity.clone();
+        let name = name.to_owned();
         let (tx, rx) = oneshot::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(format!("lease-{id}"))
             .spawn(move || {
                 let lost = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(rt) => rt
-                        .block_on(keep_lease(&[api], Leaseholder::Client(id), async {
-                            let _ = rx.await;
-                        }))
-                        .map_err(|e| e.to_string()),
+                        .block_on(keep_lease_with(
+                            &[api],
+                            Leaseholder::Client(id),
+                            async {
+                                let _ = rx.await;
+                            },
+                            |sent, lease| renewed.extend(sent + lease),
+                        ))
+                        .map_err(|e| format!("{name}: {e}")),
                     Err(e) => Err(format!("cannot start the lease's runtime: {e}")),
                 };
                 if let Err(why) = &lost {
@@ -159,7 +251,13 @@ impl LeaseKeeper {
         Ok(LeaseKeeper {
             stop: Some(tx),
             thread: Some(thread),
+            validity,
         })
+    }
+
+    /// Until when the lease certainly holds, for the threads acting under it.
+    pub fn validity(&self) -> Validity {
+        self.validity.clone()
     }
 
     /// Stops renewing. `Err` if the lease was lost meanwhile.
@@ -196,10 +294,7 @@ pub async fn wait_expired(
 ) -> Result<Vec<Client>, RunError> {
     let deadline = since + lease + EXPIRY_SLACK;
     loop {
-        let clients = api
-            .clients()
-            .await
-            .map_err(|e| control("cannot list clients", e))?;
+        let clients = call("cannot list clients", api.clients()).await?;
         let pending: Vec<&str> = dead
             .iter()
             .filter(|n| {
@@ -224,15 +319,19 @@ pub async fn wait_expired(
     }
 }
 
-/// Forgets every expired client (recovery's last step, once their logs
-/// are rolled), freeing their owner ids. Returns the ids forgotten.
-pub async fn forget_expired(api: &ControlClient, clients: &[Client]) -> Result<Vec<ClientId>, RunError> {
+/// Forgets the expired clients named in `dead` (recovery's last step, once
+/// what they left is repaired), freeing their owner ids. Returns the ids
+/// forgotten.
+pub async fn forget_dead(
+    api: &ControlClient,
+    clients: &[Client],
+    dead: &[String],
+) -> Result<Vec<ClientId>, RunError> {
     let mut forgotten = Vec::new();
     for c in clients {
-        if matches!(c.state, ClientState::Expired { .. }) {
-            api.command(&Command::ForgetClient { id: c.id })
-                .await
-                .map_err(|e| control(format!("cannot forget client {}", c.name), e))?;
+        if dead.contains(&c.name) && matches!(c.state, ClientState::Expired { .. }) {
+            let forget = Command::ForgetClient { id: c.id };
+            call(&format!("cannot forget {}", c.name), api.command(&forget)).await?;
             forgotten.push(c.id);
         }
     }
@@ -284,7 +383,11 @@ pub struct LeaseSeen {
 impl LeaseSeen {
     /// `first..end` of its owner ids.
     pub fn owners(&self) -> String {
-        format!("{}..{}", self.owner_first, self.owner_first + self.owner_count)
+        format!(
+            "{}..{}",
+            self.owner_first,
+            u32::from(self.owner_first) + u32::from(self.owner_count)
+        )
     }
 }
 
@@ -305,10 +408,7 @@ pub async fn outcome(
     forgotten: &[ClientId],
     died_ms: &[Option<u64>],
 ) -> Result<ControlOutcome, RunError> {
-    let nodes = api
-        .memnodes()
-        .await
-        .map_err(|e| control("cannot list memory nodes", e))?;
+    let nodes = call("cannot list memory nodes", api.memnodes()).await?;
     let memory_nodes = nodes
         .into_iter()
         .map(|m| MemNodeSeen {
@@ -347,6 +447,30 @@ pub async fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_owner_block_must_be_what_was_asked_within_the_ids() {
+        let b = |first, count| OwnerBlock { first, count };
+        assert!(check_block(b(2, 3), 3).is_ok());
+        assert!(check_block(b(OWNER_ID_END - 3, 3), 3).is_ok());
+        assert!(check_block(b(2, 2), 3).is_err(), "fewer than asked");
+        assert!(check_block(b(0, 3), 3).is_err(), "owner id 0 is nobody");
+        assert!(check_block(b(OWNER_ID_END - 2, 3), 3).is_err(), "past the end");
+        assert!(check_block(b(u16::MAX, 3), 3).is_err(), "no overflow");
+    }
+
+    #[test]
+    fn a_validity_holds_until_its_latest_extension() {
+        let now = Instant::now();
+        let v = Validity::new(now + Duration::from_secs(3600));
+        assert!(v.holds());
+        v.extend(now); // an older renewal never shortens it
+        assert!(v.holds());
+        let lapsed = Validity::new(now);
+        assert!(!lapsed.holds());
+        lapsed.extend(now + Duration::from_secs(3600));
+        assert!(lapsed.holds());
+    }
 
     #[test]
     fn client_names_round_trip() {

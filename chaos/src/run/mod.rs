@@ -4,19 +4,24 @@
 //! 1. start a control-plane member and form it ([`control`]; unless the
 //!    experiment says `control_plane = false`), then `kintsugi memnode`
 //!    per memory node (images under /dev/shm for `shm`), registered with it;
-//! 2. load the index in this process (the loader; every client takes its
-//!    owner ids with a lease from the control plane);
+//! 2. load the index in this process (the loader). With a control plane,
+//!    every client (the loader, each client process, the checker) takes its
+//!    owner ids with a lease from it and acts under them only while the
+//!    lease certainly holds; without one they are numbered: the loader 1,
+//!    the client threads next, the checker last;
 //! 3. start the client processes (`kintsugi chaos client`, [`client`]),
 //!    wait until all are `ready`, send them one common start;
 //! 4. inject the faults at their times (SIGKILL; SIGSTOP then SIGCONT) while
 //!    gathering every client's ops per bucket;
 //! 5. after the duration, give the clients [`GRACE`] to finish their op;
 //!    those that do not are blocked (on a dead client's lock): killed;
-//! 6. wait until the control plane has expired the dead clients, then check
-//!    with a fresh client ([`check`]): repair what dead clients left (rtx,
-//!    as recovery would), the index's structural checker (no lock held),
-//!    and every acknowledged write against the index's contents; then
-//!    forget the expired clients, freeing their owner ids.
+//! 6. with a control plane, wait until it has expired the dead clients;
+//!    check with a fresh client ([`check`]): repair what dead clients left
+//!    (rtx, as recovery would), the index's structural checker (no lock
+//!    held), and every acknowledged write against the index's contents;
+//!    then, if the check found nothing wrong, have the control plane
+//!    forget the dead clients, freeing their owner ids (not otherwise: a
+//!    lock optimal cannot repair would seem to be a new holder's).
 //!
 //! Then the outputs ([`output`]): `timeline.csv`, `timeline.png`,
 //! `history.jsonl`, `summary.json`.
@@ -29,7 +34,7 @@ pub mod output;
 mod variant;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fabric::RegionId;
 use index::Variant;
@@ -71,7 +76,7 @@ pub struct RunSpec {
     pub experiment: Experiment,
     /// The variant this run is of.
     pub variant: Variant,
-    /// The memory node.
+    /// The memory nodes.
     pub endpoint: Endpoint,
     /// Where the client writes its history.
     pub out_dir: PathBuf,
@@ -124,6 +129,19 @@ pub enum RunError {
     Plot(#[from] crate::plot::PlotError),
 }
 
+/// Nanoseconds since the Unix epoch: the clock every process of a run
+/// shares (the common start, acknowledgement times).
+pub(crate) fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Milliseconds since the Unix epoch (the control plane's clock unit).
+pub(crate) fn unix_ms() -> u64 {
+    unix_ns() / 1_000_000
+}
+
 impl RunError {
     fn io(path: &Path, source: std::io::Error) -> RunError {
         RunError::Io {
@@ -136,7 +154,8 @@ impl RunError {
 /// How to run.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// The `kintsugi` binary (started as memory node and clients).
+    /// The `kintsugi` binary (started as control-plane member, memory
+    /// nodes and clients).
     pub exe: PathBuf,
     /// Where the outputs go (created).
     pub out: PathBuf,

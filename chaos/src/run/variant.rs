@@ -1,11 +1,12 @@
-//! One variant's run: memory node, load, clients, faults, check.
+//! One variant's run: control plane and memory nodes ([`super::cluster`]),
+//! load, clients, faults, gathering, check, leases settled.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use control_plane::api::ControlClient;
 use control_plane::config::TOKEN_ENV;
@@ -18,11 +19,11 @@ use txn::{Heap, HeapConfig};
 
 use super::check::check_index;
 use super::client::connect;
-use super::cluster::{pid, start_member, start_memnodes, Member, Procs};
+use super::cluster::{pid, start_member, start_memnodes, Member, Procs, STOP_WITH_PARENT_ENV};
 use super::control::{self, LeaseKeeper};
 use super::{
-    ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US, GRACE, LOADER,
-    READY_TIMEOUT, REGION,
+    unix_ms, unix_ns, ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US,
+    GRACE, LOADER, READY_TIMEOUT, REGION,
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind};
 use crate::timeline::effect;
@@ -50,12 +51,6 @@ enum Event {
     Done(u64),
     Error(String),
     Closed,
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn region_bytes(e: &Experiment) -> u64 {
@@ -104,7 +99,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         "{} memory node(s) up ({endpoint:?}); loading {} keys ...",
         e.cluster.memory_nodes, e.workload.keys
     ));
-    let (loader, keeper) = lease(&rt, member.as_ref(), "loader", e, LOADER)?;
+    let (loader, keeper) = lease(member.as_ref(), "loader", e, LOADER)?;
     rt.block_on(load(e, variant, &endpoint, loader))?;
     if let Some(k) = keeper {
         k.stop()?;
@@ -161,7 +156,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             let _ = kill(pid(&child), Signal::SIGCONT);
             let _ = child.kill();
             state.fates[c] = Some(Fate::Blocked);
-            state.died_ms[c] = Some(control::unix_ms());
+            state.died_ms[c] = Some(unix_ms());
         }
         let _ = child.wait();
     }
@@ -185,13 +180,16 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         .filter(|(_, f)| !matches!(f, Fate::Finished))
         .flat_map(|(c, _)| (0..threads).map(move |t| c as u32 * threads + t))
         .collect();
-    let (checker, keeper) = lease(&rt, member.as_ref(), "checker", e, e.owner_ids() as u16 - 1)?;
+    // Without a control plane: the loader is 1, client threads follow, the
+    // checker is the last of `owner_ids()`.
+    let last_owner = u16::try_from(e.owner_ids()).map_err(|x| RunError::Index(x.to_string()))?;
+    let (checker, keeper) = lease(member.as_ref(), "checker", e, last_owner)?;
+    let dead_names: Vec<String> = (0..e.cluster.clients)
+        .filter(|&c| fates[c as usize] != Fate::Finished)
+        .map(control::client_name)
+        .collect();
     let leases = match &member {
         Some((_, api)) => {
-            let dead_names: Vec<String> = (0..e.cluster.clients)
-                .filter(|&c| fates[c as usize] != Fate::Finished)
-                .map(control::client_name)
-                .collect();
             say(format!(
                 "waiting for the control plane to expire {} dead client(s) ...",
                 dead_names.len()
@@ -206,14 +204,18 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         None => None,
     };
     let check = rt.block_on(check_index(&spec, checker, &dead))?;
+    // The checker acted under its owner id throughout, or the run fails.
+    if let Some(k) = keeper {
+        k.stop()?;
+    }
     let control_plane = match (&member, leases) {
         (Some((_, api)), Some(leases)) => {
-            // The checker rolled what the dead left (as recovery does), so
-            // their owner ids may go to others now; unless a lock is still
-            // held (optimal cannot be repaired): a new holder of the owner
-            // id would then seem to own it.
-            let forgotten = if check.locks_held == 0 {
-                rt.block_on(control::forget_expired(api, &leases))?
+            // The checker repaired what the dead left (as recovery does), so
+            // their owner ids may go to others now; unless the check found
+            // anything wrong (optimal cannot be repaired: a new holder of the
+            // owner id would seem to own the dead one's locks).
+            let forgotten = if check.is_ok() {
+                rt.block_on(control::forget_dead(api, &leases, &dead_names))?
             } else {
                 Vec::new()
             };
@@ -221,9 +223,6 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         }
         _ => None,
     };
-    if let Some(k) = keeper {
-        k.stop()?;
-    }
     drop(procs);
 
     let expect_violations = e.index.expect_violations.contains(&variant);
@@ -338,21 +337,18 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16)
 }
 
 /// With a control plane: registers `name` for one owner id and keeps its
-/// lease. Without: owner id `fixed`.
+/// lease (losing it shows when the keeper stops). Without: owner id `fixed`.
 fn lease(
-    rt: &tokio::runtime::Runtime,
     member: Option<&(Member, ControlClient)>,
     name: &str,
     e: &Experiment,
     fixed: u16,
 ) -> Result<(u16, Option<LeaseKeeper>), RunError> {
-    let Some((m, api)) = member else {
+    let Some((m, _)) = member else {
         return Ok((fixed, None));
     };
-    let me = rt.block_on(control::register(api, name, 1, e.cluster.client_lease))?;
-    // Losing it shows when the keeper stops.
-    let keeper = LeaseKeeper::start(&m.addr, &m.token, me.id, |_| {})?;
-    Ok((me.owners.first, Some(keeper)))
+    let (owners, keeper) = control::lease(&m.addr, &m.token, name, 1, e.cluster.client_lease, |_| {})?;
+    Ok((owners.first, Some(keeper)))
 }
 
 fn start_client(
@@ -365,7 +361,9 @@ fn start_client(
 ) -> Result<(Child, ChildStdin), RunError> {
     let log_path = dir.join(format!("client-{c}.log"));
     let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
+    // Its log is the run's record of what it did: not quieted.
     let mut cmd = Command::new(&o.exe);
+    cmd.env(STOP_WITH_PARENT_ENV, std::process::id().to_string());
     cmd.args(["chaos", "client", "--spec"])
         .arg(spec)
         .arg("--client")
@@ -469,7 +467,7 @@ impl Gather {
             }
             Event::Error(e) => self.fates[c] = Some(Fate::Failed(e)),
             Event::Closed if self.fates[c].is_none() => {
-                self.died_ms[c] = Some(control::unix_ms());
+                self.died_ms[c] = Some(unix_ms());
                 self.fates[c] = Some(if self.killed[c] {
                     Fate::Killed
                 } else {

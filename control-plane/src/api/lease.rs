@@ -2,7 +2,7 @@
 //! its work.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{ClientError, ControlClient};
 use crate::state::{ClientId, MemNodeId};
@@ -56,6 +56,25 @@ pub async fn keep_lease(
     holder: Leaseholder,
     stop: impl Future<Output = ()>,
 ) -> Result<(), LeaseLost> {
+    keep_lease_with(members, holder, stop, |_, _| {}).await
+}
+
+/// [`keep_lease`], calling `on_renewed(sent, lease)` after each renewal the
+/// control plane granted, with the instant the request was sent and the
+/// lease length. The holder's lease is then certainly valid until
+/// `sent + lease` (the leader counts from when it heard the renewal,
+/// later than `sent`): a holder that must never act on a lapsed lease
+/// stops acting at that instant unless a later renewal extends it, even
+/// while it cannot reach the control plane to hear that it expired.
+///
+/// # Panics
+/// If `members` is empty.
+pub async fn keep_lease_with(
+    members: &[ControlClient],
+    holder: Leaseholder,
+    stop: impl Future<Output = ()>,
+    mut on_renewed: impl FnMut(Instant, Duration),
+) -> Result<(), LeaseLost> {
     assert!(!members.is_empty(), "keep_lease needs at least one member");
     tokio::pin!(stop);
     let mut failing = false;
@@ -63,6 +82,7 @@ pub async fn keep_lease(
     let mut budget = RENEW_TIMEOUT_INITIAL;
     loop {
         let client = &members[at % members.len()];
+        let sent = Instant::now();
         let renewal = async {
             match holder {
                 Leaseholder::MemNode(id) => client.renew_memnode(id).await,
@@ -72,6 +92,7 @@ pub async fn keep_lease(
         let renewed = tokio::time::timeout(budget, renewal).await;
         let pause = match renewed {
             Ok(Ok(r)) => {
+                on_renewed(sent, Duration::from_millis(r.lease_ms));
                 if std::mem::take(&mut failing) {
                     tracing::info!(?holder, endpoint = client.endpoint(), "lease renewed again");
                 }
