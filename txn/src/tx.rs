@@ -164,6 +164,31 @@ impl<'c> Tx<'c> {
         Ok(&self.reads[self.reads.len() - 1].data)
     }
 
+    /// Records a new value for part of an object: its copy in this
+    /// transaction (what it read or last wrote) with `bytes` at byte `at`.
+    /// Cheaper than [`Tx::write_raw`] when a small change of a large object
+    /// would cost more to re-encode than to patch (a B+tree entry update:
+    /// one entry check instead of every slot's). Reads the object first if
+    /// the transaction has no copy of it.
+    pub async fn write_part(&mut self, obj: RawObj, at: usize, bytes: &[u8]) -> Result<(), TxError> {
+        let end = at.checked_add(bytes.len()).filter(|&e| e <= obj.len as usize);
+        let Some(end) = end else {
+            return Err(TxError::BadObject(format!(
+                "{:?} holds {} bytes: no room for {} at {at}",
+                obj.meta,
+                obj.len,
+                bytes.len()
+            )));
+        };
+        if let Some(w) = self.writes.iter_mut().find(|w| w.obj.meta == obj.meta) {
+            w.data[at..end].copy_from_slice(bytes);
+            return Ok(());
+        }
+        let mut data = self.read_raw(obj).await?.to_vec();
+        data[at..end].copy_from_slice(bytes);
+        self.write_raw(obj, &data).await
+    }
+
     /// Records a new value for an object. If the object was not read, its
     /// meta is read now (one round trip) for the version and pointer the
     /// commit must replace.

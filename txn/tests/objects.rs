@@ -103,3 +103,26 @@ async fn objects_of_another_region_are_refused() {
         .unwrap();
     assert_eq!(got, (7, 8), "heap 2 is intact");
 }
+
+#[tokio::test]
+async fn a_partial_write_patches_the_transactions_copy_and_commits_it_whole() {
+    let cluster = Cluster::new(2).await;
+    let obj = cluster.accounts(&[0x1111_2222_3333_4444]).await[0];
+    let mut c = cluster.client(1);
+    c.run(async |tx| {
+        // Not read yet: read, then patched; then patched again in place.
+        tx.write_part(obj.raw(), 0, &[0xAA]).await?;
+        tx.write_part(obj.raw(), 7, &[0xBB]).await
+    })
+    .await
+    .unwrap();
+    assert_eq!(cluster.replicated_value(obj).await, 0xBB11_2222_3333_44AA);
+    // Past the object's end: refused, and nothing is written.
+    let r = c.run(async |tx| tx.write_part(obj.raw(), 4, &[0; 8]).await).await;
+    assert!(matches!(r, Err(TxError::BadObject(_))), "{r:?}");
+    let r = c
+        .run(async |tx| tx.write_part(obj.raw(), usize::MAX, &[0]).await)
+        .await;
+    assert!(matches!(r, Err(TxError::BadObject(_))), "{r:?}");
+    assert_eq!(cluster.replicated_value(obj).await, 0xBB11_2222_3333_44AA);
+}

@@ -161,9 +161,27 @@ impl<'a> RtxTxn<'a> {
         self.read(r).await
     }
 
-    /// Records a whole-node write (copy-on-write: entry updates too).
+    /// Records a whole-node write (copy-on-write).
     pub(crate) async fn write_node(&mut self, r: NodeRef, node: &Node) -> Result<(), Step> {
         self.tx.write_raw(obj(r), &node.encode()).await.map_err(step)
+    }
+
+    /// Records an entry update, still copy-on-write of the whole node: the
+    /// block as read under the lock with slot `slot` replaced, which is
+    /// what `node.encode()` gives (an entry update keeps the node version
+    /// its checks are keyed by) at one entry check instead of every slot's.
+    pub(crate) async fn write_entry(&mut self, r: NodeRef, node: &Node, slot: usize) -> Result<(), Step> {
+        let entry = Node::entry_bytes(node.slots[slot], node.version);
+        let o = obj(r);
+        self.tx
+            .write_part(o, Node::slot_range(slot).start, &entry)
+            .await
+            .map_err(step)?;
+        if cfg!(debug_assertions) {
+            let written = self.tx.read_raw(o).await.map_err(step)?;
+            debug_assert_eq!(written, &node.encode()[..], "an entry update changes one slot");
+        }
+        Ok(())
     }
 
     /// A new node, written at commit.

@@ -133,14 +133,14 @@ impl NodeTxn<'_> {
     }
 
     /// Writes back one leaf entry (optimal writes just the entry; rtx
-    /// copies the node).
+    /// copies the node with the entry patched in).
     pub async fn write_entry(&mut self, r: NodeRef, node: &Node, slot: usize) -> Result<(), Step> {
         match self {
             NodeTxn::Optimal(t) => {
                 t.write_entry(r, node, slot);
                 Ok(())
             }
-            NodeTxn::Rtx(t) => t.write_node(r, node).await,
+            NodeTxn::Rtx(t) => t.write_entry(r, node, slot).await,
         }
     }
 
