@@ -194,6 +194,20 @@ fn without_a_control_plane_owner_ids_are_numbered_and_the_checker_has_its_own() 
 }
 
 #[test]
+fn a_client_paused_mid_operation_resumes_and_every_check_passes() {
+    let rtx = run_small(
+        "pause-client-small",
+        &[
+            ("kind = \"kill-client\"", "kind = \"pause-client\""),
+            ("at = \"500ms\"", "at = \"500ms\"\nfor = \"100ms\""),
+        ],
+    );
+    assert_eq!(fates(&rtx), ["finished", "finished", "finished"], "{rtx}");
+    assert_eq!(rtx["clients"][2]["paused"], true, "{rtx}");
+    assert_eq!(rtx["faults"][0]["kind"], "pause-client");
+}
+
+#[test]
 fn chaos_run_refuses_a_bad_experiment_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("bad.toml");

@@ -25,12 +25,12 @@
 //! distribution = "uniform"   # or "zipf"
 //!
 //! [[faults]]
-//! kind = "kill-client"       # SIGKILL
+//! kind = "kill-client"       # SIGKILL (after its next CAS)
 //! client = 2
 //! at = "2s"
 //!
 //! [[faults]]
-//! kind = "pause-client"      # SIGSTOP, then SIGCONT after `for`
+//! kind = "pause-client"      # SIGSTOP (after its next CAS), then SIGCONT after `for`
 //! client = 1
 //! at = "3s"
 //! for = "100ms"
@@ -232,11 +232,12 @@ pub struct Fault {
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// SIGKILL the client process: it dies between two verbs, its locks
-    /// and half-done work left behind.
+    /// SIGKILL the client process right after its next CAS: it dies
+    /// holding a lock, its half-done work left behind.
     KillClient,
-    /// SIGSTOP it for `for`, then SIGCONT: it is suspected dead (its lease
-    /// expires), repaired around, and then carries on.
+    /// SIGSTOP it right after its next CAS, holding a lock, and SIGCONT it
+    /// `for` after the fault's time: it is suspected dead (its lease
+    /// expires), repaired around, and then carries on mid-operation.
     PauseClient,
 }
 

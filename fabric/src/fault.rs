@@ -68,6 +68,18 @@ struct State {
     paused: bool,
     /// Crash right after the next CAS (see [`Faulty::arm_crash_after_next_cas`]).
     crash_after_next_cas: bool,
+    /// Called once the next batch with a CAS has run (see
+    /// [`Faulty::arm_after_next_cas`]).
+    after_next_cas: Option<AfterCas>,
+}
+
+/// What runs once the next batch holding a CAS has run.
+struct AfterCas(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for AfterCas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AfterCas")
+    }
 }
 
 #[derive(Debug)]
@@ -125,6 +137,15 @@ impl<T: Transport> Faulty<T> {
     /// client dies now, such as a chaos experiment's schedule.
     pub fn arm_crash_after_next_cas(&self) {
         self.state().crash_after_next_cas = true;
+    }
+
+    /// From now on, run `hook` once the client's next batch holding a CAS
+    /// has run whole, in the thread that ran it: a client that stops just
+    /// after taking a lock, mid-operation, and carries on when it can (a
+    /// chaos experiment's pause-client raises SIGSTOP there). Replaces a
+    /// hook not yet run.
+    pub fn arm_after_next_cas(&self, hook: impl FnOnce() + Send + 'static) {
+        self.state().after_next_cas = Some(AfterCas(Box::new(hook)));
     }
 
     /// Why the client crashed, if it did.
@@ -186,7 +207,7 @@ impl<T: Transport> Transport for Faulty<T> {
             sleep(self.plan.latency_per_round_trip).await;
         }
         // Decide, under the lock, which ops run now; run them without it.
-        let (run, held_at, crash_after, landing) = {
+        let (run, held_at, crash_after, landing, after_cas) = {
             let mut s = self.state();
             if let Some(reason) = &s.crashed {
                 return Err(FabricError::Crashed {
@@ -211,6 +232,11 @@ impl<T: Transport> Transport for Faulty<T> {
                     crash_after = Some(s.verbs + run as u64);
                 }
             }
+            let after_cas = if ops[..run].iter().any(|op| matches!(op.kind, OpKind::Cas { .. })) {
+                s.after_next_cas.take()
+            } else {
+                None
+            };
             let mut held_at = None;
             for (i, op) in ops[..run].iter().enumerate() {
                 if let OpKind::Write { data } = op.kind {
@@ -238,7 +264,7 @@ impl<T: Transport> Transport for Faulty<T> {
                 Some(f) if f.batches_left == 0 => s.flying.take(),
                 _ => None,
             };
-            (run, held_at, crash_after, landing)
+            (run, held_at, crash_after, landing, after_cas)
         };
 
         let result = if let Some(k) = self.pause_at(run) {
@@ -287,6 +313,9 @@ impl<T: Transport> Transport for Faulty<T> {
         if let Some(n) = crash_after {
             let mut s = self.state();
             return Err(self.crash(&mut s, format!("after verb {n}")));
+        }
+        if let Some(AfterCas(hook)) = after_cas {
+            hook();
         }
         result
     }

@@ -17,6 +17,7 @@ on_every_transport!(
     crash_after_zero_verbs_runs_nothing,
     crash_after_verbs_counts_each_replica,
     an_armed_crash_fires_right_after_the_next_cas,
+    an_armed_hook_runs_once_after_the_next_batch_with_a_cas,
     named_crash_points,
     pause_stops_after_k_verbs_until_resumed,
     a_crash_in_a_paused_batch_fires_in_that_batch,
@@ -167,6 +168,42 @@ async fn an_armed_crash_fires_right_after_the_next_cas(kind: Kind) {
         [0],
         "[{kind}] nothing after it"
     );
+}
+
+async fn an_armed_hook_runs_once_after_the_next_batch_with_a_cas(kind: Kind) {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let c = Cluster::build(kind, 1).await;
+    let mut observer = c.client();
+    let (mut client, faults) = c.faulty_client(FaultPlan::default());
+    let runs = Arc::new(AtomicU32::new(0));
+    let r = runs.clone();
+    faults.arm_after_next_cas(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let mut b = Batch::new();
+    b.write(big(0), &[1]);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "[{kind}] no CAS yet");
+    b.clear();
+    b.cas(big(8), 0, 5);
+    b.write(big(16), &[2]);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "[{kind}] after the batch with the CAS"
+    );
+    assert_eq!(
+        read(&mut observer, big(16), 1).await,
+        [2],
+        "[{kind}] the batch ran whole"
+    );
+    b.clear();
+    b.cas(big(8), 5, 6);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "[{kind}] once");
+    assert_eq!(faults.crashed(), None, "[{kind}] the client lives on");
 }
 
 async fn crash_after_zero_verbs_runs_nothing(kind: Kind) {

@@ -14,7 +14,10 @@
 //! After `go`, a `die` line on stdin (a kill-client fault) makes the
 //! client die right after its next CAS, that is mid-operation with a lock
 //! just taken: the thread whose CAS it was SIGKILLs its own process, so
-//! nothing is flushed and no destructor runs, as with `kill -9`.
+//! nothing is flushed and no destructor runs, as with `kill -9`. A
+//! `pause` line (a pause-client fault) makes the thread whose next CAS it
+//! is SIGSTOP its own process right after that CAS's batch; the runner's
+//! SIGCONT resumes it mid-operation, its lock possibly repaired by then.
 //!
 //! Every acknowledged write goes to `history-c<client>-t<thread>.jsonl`
 //! (`history::Write` per line), flushed before the bucket's line is
@@ -22,6 +25,7 @@
 
 use std::io::{BufRead, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -78,11 +82,8 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
     let validity = keeper.as_ref().map(LeaseKeeper::validity);
     let (opened_tx, opened_rx) = std::sync::mpsc::channel();
     let go: Arc<(Mutex<Option<u64>>, std::sync::Condvar)> = Arc::default();
-    let victim = spec
-        .experiment
-        .faults
-        .iter()
-        .any(|f| f.client == client && f.kind == crate::experiment::FaultKind::KillClient);
+    // Killed or paused: either right after a CAS, so with a lock just taken.
+    let victim = spec.experiment.faults.iter().any(|f| f.client == client);
     let faults: Arc<Mutex<Vec<Arc<Faulty<BaseTransport>>>>> = Arc::default();
     let mut handles = Vec::new();
     for t in 0..threads {
@@ -161,10 +162,25 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
     }
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
-            if line.is_ok_and(|l| l.trim() == "die") {
-                for f in faults.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-                    f.arm_crash_after_next_cas();
+            let Ok(line) = line else { break };
+            let faults = faults.lock().unwrap_or_else(|p| p.into_inner());
+            match line.trim() {
+                "die" => faults.iter().for_each(|f| f.arm_crash_after_next_cas()),
+                "pause" => {
+                    // The first thread to take a lock stops the process (all
+                    // of it, as SIGSTOP from outside would); the runner
+                    // sends SIGCONT. Only once: the others' hooks then pass.
+                    let fired = Arc::new(AtomicBool::new(false));
+                    for f in faults.iter() {
+                        let fired = fired.clone();
+                        f.arm_after_next_cas(move || {
+                            if !fired.swap(true, Ordering::SeqCst) {
+                                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+                            }
+                        });
+                    }
                 }
+                _ => {}
             }
         }
     });

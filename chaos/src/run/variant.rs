@@ -494,18 +494,27 @@ fn schedule(
     state: &mut Gather,
     progress: bool,
 ) -> Result<(), RunError> {
-    // `None`: tell the client to die right after its next CAS.
-    let mut actions: Vec<(Duration, usize, Option<Signal>)> = Vec::new();
+    // A line tells the client to stop right after its next CAS (`die`:
+    // SIGKILL itself; `pause`: SIGSTOP itself); the signal after it comes
+    // anyway, for a client that takes no lock in time.
+    enum Action {
+        Tell(&'static str),
+        Signal(Signal),
+    }
+    let mut actions: Vec<(Duration, usize, Action)> = Vec::new();
     for f in &e.faults {
         let c = f.client as usize;
         match (f.kind, f.pause) {
             (FaultKind::KillClient, _) => {
-                actions.push((f.at, c, None));
-                actions.push((f.at + DIE_WAIT, c, Some(Signal::SIGKILL)));
+                actions.push((f.at, c, Action::Tell("die")));
+                actions.push((f.at + DIE_WAIT, c, Action::Signal(Signal::SIGKILL)));
             }
             (FaultKind::PauseClient, Some(p)) => {
-                actions.push((f.at, c, Some(Signal::SIGSTOP)));
-                actions.push((f.at + p, c, Some(Signal::SIGCONT)));
+                actions.push((f.at, c, Action::Tell("pause")));
+                // Before the SIGCONT, however short the pause.
+                let fallback = DIE_WAIT.min(p / 2);
+                actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
+                actions.push((f.at + p, c, Action::Signal(Signal::SIGCONT)));
             }
             (FaultKind::PauseClient, None) => {}
         }
@@ -516,27 +525,30 @@ fn schedule(
     loop {
         let now = t0.elapsed();
         while next < actions.len() && actions[next].0 <= now {
-            let (_, c, sig) = actions[next];
-            match sig {
-                None => {
-                    state.killed[c] = true;
+            let (_, c, ref action) = actions[next];
+            match *action {
+                Action::Tell(word) => {
+                    if word == "die" {
+                        state.killed[c] = true;
+                    }
                     // A client that already died of its own cannot hear it.
-                    let _ = writeln!(stdins[c], "die").and_then(|_| stdins[c].flush());
+                    let _ = writeln!(stdins[c], "{word}").and_then(|_| stdins[c].flush());
                     if progress {
+                        let what = if word == "die" { "dies" } else { "pauses" };
                         eprintln!(
-                            "\rchaos run: {:>7.3} s: client {c} dies at its next CAS",
+                            "\rchaos run: {:>7.3} s: client {c} {what} at its next CAS",
                             now.as_secs_f64()
                         );
                     }
                 }
-                Some(sig) => {
+                Action::Signal(sig) => {
                     // The process may be gone already (it died at its CAS);
                     // an unreaped one still takes the signal.
                     kill(pid(&procs.clients[c]), sig).map_err(|err| {
                         RunError::Process(format!("cannot send {sig} to client {c}: {err}"))
                     })?;
-                    if progress && sig != Signal::SIGKILL {
-                        eprintln!("\rchaos run: {:>7.3} s: {sig} client {c}", now.as_secs_f64());
+                    if progress && sig == Signal::SIGCONT {
+                        eprintln!("\rchaos run: {:>7.3} s: client {c} resumed", now.as_secs_f64());
                     }
                 }
             }
