@@ -9,7 +9,9 @@
 //! - `ready` once every thread has opened the index;
 //! - `b <bucket> <ops>`: ops a thread completed in a bucket, when the
 //!   thread moves past it (several lines of one bucket add up);
-//! - `done <ops> <repairs>` at the end (repairs: locks of others repaired); `error <text>` if an op failed (and exit 1).
+//! - `done <ops> <repairs>` at the end (repairs: locks of others repaired);
+//!   `blocked <text>` if an op gave up on a lock nobody released, `error
+//!   <text>` if it failed otherwise (and exit 1).
 //!
 //! After `go`, a `die` line on stdin (a kill-client fault) makes the
 //! client die right after its next CAS, that is mid-operation with a lock
@@ -32,11 +34,12 @@ use std::time::{Duration, Instant};
 use fabric::{BaseTransport, Client, FaultPlan, Faulty, ShmTransport, TcpTransport};
 use index::btree::BTree;
 use index::hash::HashTable;
+use index::IndexError;
 use txn::{Heap, TxConfig};
 
 use super::control::{self, LeaseKeeper, Validity};
 use super::{unix_ns, Endpoint, RunError, RunSpec, REGION};
-use crate::driver::IndexClient;
+use crate::driver::{DriveError, IndexClient};
 use crate::experiment::IndexKind;
 use crate::history::{Write, WriteKind};
 use crate::workload::{Keyspace, Op, WorkloadSpec};
@@ -192,7 +195,12 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
                 repairs += r;
             }
             Ok(Err(e)) => {
-                let _ = say(&stdout, &format!("error {e}"));
+                let word = if matches!(e, RunError::Blocked(_)) {
+                    "blocked"
+                } else {
+                    "error"
+                };
+                let _ = say(&stdout, &format!("{word} {e}"));
                 return Err(e);
             }
             Err(_) => return Err(RunError::Client("a client thread panicked".into())),
@@ -236,7 +244,7 @@ async fn open_on(mut fabric: Client, spec: &RunSpec, owner: u16) -> Result<Index
         .await
         .map_err(|e| RunError::Client(format!("cannot open the heap: {e}")))?;
     let config = TxConfig::default();
-    let index = |e: index::IndexError| RunError::Client(format!("cannot open the index: {e}"));
+    let index = |e: IndexError| RunError::Client(format!("cannot open the index: {e}"));
     Ok(match spec.experiment.index.kind {
         IndexKind::Btree => IndexClient::BTree(Box::new(
             BTree::open_with(fabric, heap, owner, config)
@@ -336,6 +344,9 @@ async fn run_thread(
                 // Told to die: now, mid-operation, as `kill -9` would.
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
                 return Err(RunError::Client(format!("injected crash: {e}")));
+            }
+            Err(e @ DriveError::Index(IndexError::Blocked(_) | IndexError::TooManyAttempts(_))) => {
+                return Err(RunError::Blocked(format!("{op:?} failed: {e}")));
             }
             Err(e) => return Err(RunError::Client(format!("{op:?} failed: {e}"))),
         };

@@ -118,6 +118,10 @@ pub enum RunError {
     /// Inside a client process.
     #[error("{0}")]
     Client(String),
+    /// A client's operation gave up on a lock nobody released (optimal:
+    /// its holder is presumably dead).
+    #[error("{0}")]
+    Blocked(String),
     /// The loader or the checker failed.
     #[error("{0}")]
     Index(String),
@@ -173,7 +177,8 @@ pub enum Fate {
     Finished,
     /// Killed by the schedule.
     Killed,
-    /// Still in an op after the grace: blocked, then killed.
+    /// Gave up on a lock nobody released, or still in an op after the
+    /// grace (then killed): blocked behind a dead client.
     Blocked,
     /// Reported an error (or exited unexpectedly).
     Failed(String),

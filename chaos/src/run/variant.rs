@@ -49,6 +49,7 @@ enum Event {
     Ready,
     Bucket(u64, u64),
     Done(u64),
+    Blocked,
     Error(String),
     Closed,
 }
@@ -394,6 +395,7 @@ fn start_client(
                 },
                 (Some("done"), _, r) => Event::Done(r.and_then(|r| r.parse().ok()).unwrap_or(0)),
                 (Some("error"), _, _) => Event::Error(line["error".len()..].trim().to_owned()),
+                (Some("blocked"), _, _) => Event::Blocked,
                 _ => Event::Error(format!("bad line {line:?}")),
             };
             if tx.send((c, ev)).is_err() {
@@ -466,6 +468,7 @@ impl Gather {
                 self.repairs[c] = r;
             }
             Event::Error(e) => self.fates[c] = Some(Fate::Failed(e)),
+            Event::Blocked => self.fates[c] = Some(Fate::Blocked),
             Event::Closed if self.fates[c].is_none() => {
                 self.died_ms[c] = Some(unix_ms());
                 self.fates[c] = Some(if self.killed[c] {
