@@ -224,6 +224,7 @@ async fn a_held_lock_is_reported() {
             "{variant}: a held lock went unnoticed: {:#?}",
             report.violations
         );
+        assert_eq!(report.locks_held, 1, "{variant}: counted as a held lock");
         // Nobody repairs a live lease (and optimal cannot repair at all).
         assert_eq!(t.repair_expired_locks().await.unwrap(), 0, "{variant}");
         assert!(!t.check().await.unwrap().is_ok(), "{variant}: still held");

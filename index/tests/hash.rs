@@ -402,6 +402,7 @@ async fn an_expired_directory_lock_is_repaired_by_the_sweep() {
         "{:?}",
         report.violations
     );
+    assert_eq!(report.locks_held, 1, "counted as a held lock");
     assert_eq!(t.repair_expired_locks().await.unwrap(), 1);
     assert_eq!(t.repair_expired_locks().await.unwrap(), 0);
     let model: BTreeMap<u64, u64> = (1..=100u64).map(|k| (k, k)).collect();

@@ -29,6 +29,8 @@ pub struct CheckReport {
     pub nodes_per_level: Vec<usize>,
     /// Everything wrong, in words.
     pub violations: Vec<String>,
+    /// Locks found held (each also a violation).
+    pub locks_held: u64,
 }
 
 impl CheckReport {
@@ -173,6 +175,7 @@ impl BTree {
                     for (i, w) in bytes.chunks_exact(8).enumerate() {
                         let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
                         if holder != 0 {
+                            report.locks_held += 1;
                             report.violations.push(format!(
                                 "lock word {} is held by owner id {} (word value {holder})",
                                 first + i as u64,
@@ -195,6 +198,7 @@ impl BTree {
                         let b = batch.read_result(h).map_err(IndexError::Verb)?;
                         let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
                         if lock.is_locked() {
+                            report.locks_held += 1;
                             report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
                         }
                     }

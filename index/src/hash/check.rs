@@ -29,6 +29,9 @@ pub struct HashCheckReport {
     pub slots: u64,
     /// What is wrong (at most `VIOLATIONS_MAX`).
     pub violations: Vec<String>,
+    /// Locks found held (each also a violation), counted past
+    /// `VIOLATIONS_MAX` too.
+    pub locks_held: u64,
 }
 
 impl HashCheckReport {
@@ -50,6 +53,11 @@ impl HashCheckReport {
         if self.violations.len() < VIOLATIONS_MAX {
             self.violations.push(v);
         }
+    }
+
+    fn held_lock(&mut self, v: String) {
+        self.locks_held += 1;
+        self.violation(v);
     }
 }
 
@@ -110,7 +118,7 @@ impl HashTable {
         if self.info.variant == Variant::Rtx {
             let (lock, _) = self.read_meta(self.info.dir).await?;
             if lock.is_locked() {
-                report.violation(format!("the directory is locked: {lock:?}"));
+                report.held_lock(format!("the directory is locked: {lock:?}"));
             }
         }
         let mut subs: HashMap<u64, Vec<u64>> = HashMap::new();
@@ -128,7 +136,7 @@ impl HashTable {
                 Variant::Rtx => {
                     let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
                     if lock.is_locked() {
-                        report.violation(format!(
+                        report.held_lock(format!(
                             "subtable {sub:#x} is locked: {:?}",
                             LockWord::from_raw(lock.raw())
                         ));
@@ -139,7 +147,7 @@ impl HashTable {
             let data = read_block(self.fabric(), base, g.subtable_bytes()).await?;
             let header = Header(word(&data, 0));
             if header.is_locked() {
-                report.violation(format!("subtable {sub:#x} is locked by owner {}", header.owner()));
+                report.held_lock(format!("subtable {sub:#x} is locked by owner {}", header.owner()));
             }
             for b in 1..g.buckets() {
                 let h = Header(word(&data, (b * BUCKET_BYTES / 8) as usize));
