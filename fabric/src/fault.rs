@@ -232,10 +232,11 @@ impl<T: Transport> Transport for Faulty<T> {
                     crash_after = Some(s.verbs + run as u64);
                 }
             }
-            let after_cas = if ops[..run].iter().any(|op| matches!(op.kind, OpKind::Cas { .. })) {
-                s.after_next_cas.take()
-            } else {
-                None
+            let after_cas = match s.after_next_cas {
+                Some(_) if ops[..run].iter().any(|op| matches!(op.kind, OpKind::Cas { .. })) => {
+                    s.after_next_cas.take()
+                }
+                _ => None,
             };
             let mut held_at = None;
             for (i, op) in ops[..run].iter().enumerate() {
