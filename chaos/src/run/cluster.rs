@@ -19,7 +19,7 @@ use crate::experiment::{Experiment, TransportKind};
 
 /// Members' and memory nodes' log filter unless RUST_LOG is set: their
 /// own warnings, not openraft's narration.
-const CHILD_LOG: &str = "warn,openraft=off";
+pub const CHILD_LOG: &str = "warn,openraft=off";
 /// Environment variable that asks a `kintsugi` child to stop (SIGTERM)
 /// when the process that started it dies, even by `kill -9`; its value is
 /// that process's pid (checked by the child, in case it is already gone).

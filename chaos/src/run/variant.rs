@@ -175,20 +175,18 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     ));
 
     let threads = e.cluster.threads_per_client;
-    let dead: HashSet<u32> = fates
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| !matches!(f, Fate::Finished))
-        .flat_map(|(c, _)| (0..threads).map(move |t| c as u32 * threads + t))
+    let dead_clients: Vec<u32> = (0..e.cluster.clients)
+        .filter(|&c| fates[c as usize] != Fate::Finished)
         .collect();
+    let dead: HashSet<u32> = dead_clients
+        .iter()
+        .flat_map(|&c| (0..threads).map(move |t| c * threads + t))
+        .collect();
+    let dead_names: Vec<String> = dead_clients.iter().map(|&c| control::client_name(c)).collect();
     // Without a control plane: the loader is 1, client threads follow, the
     // checker is the last of `owner_ids()`.
     let last_owner = u16::try_from(e.owner_ids()).map_err(|x| RunError::Index(x.to_string()))?;
     let (checker, keeper) = lease(member.as_ref(), "checker", e, last_owner)?;
-    let dead_names: Vec<String> = (0..e.cluster.clients)
-        .filter(|&c| fates[c as usize] != Fate::Finished)
-        .map(control::client_name)
-        .collect();
     let leases = match &member {
         Some((_, api)) => {
             say(format!(

@@ -16,14 +16,12 @@ use control_plane::api::{ControlClient, Status};
 use control_plane::raft::MemberId;
 use rand::distributions::{Alphanumeric, DistString};
 
+// The bounds and log filter of every launcher of `kintsugi` children.
+use chaos::run::cluster::{CHILD_LOG as MEMBER_LOG, START_TIMEOUT};
+pub use chaos::run::control::CALL_TIMEOUT;
+
 use crate::cli::control::{SECRET_ENV, TOKEN_ENV};
 
-/// How long a member may take to print `listening ADDR`: opening sled and
-/// starting Raft take well under a second; a debug build on a loaded
-/// machine may take several.
-const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one API call of the setup may take.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long forming the cluster may take (an election, then each member
 /// added and caught up).
 const FORM_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,8 +29,6 @@ const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 /// the port for a moment after the kill (an outgoing connection that drew
 /// it as its ephemeral port).
 const RESTART_TRIES: u32 = 10;
-/// Members' log filter unless RUST_LOG is set.
-const MEMBER_LOG: &str = "warn,openraft=off";
 /// Pause between polls of a member's status.
 pub const POLL: Duration = Duration::from_millis(10);
 
