@@ -61,6 +61,8 @@ fn ycsb_refuses_bad_arguments() {
         (vec!["bench", "ycsb", "--fill", "2"], "--fill"),
         (vec!["bench", "ycsb", "--threads", "0"], "--threads"),
         (vec!["bench", "ycsb", "--variant", "dtx"], "variant"),
+        (vec!["bench", "ycsb", "--rounds", "0"], "--rounds"),
+        (vec!["bench", "ycsb", "--rounds", "101"], "--rounds"),
         (vec!["bench", "ycsb", "--index", "skiplist"], "index"),
         (
             vec!["bench", "ycsb", "--index", "hash", "--workload", "a,e"],
@@ -168,4 +170,60 @@ fn ycsb_runs_both_indexes_and_hash_skips_e_by_default() {
         }
     }
     assert_eq!(cells, expected);
+}
+
+#[test]
+fn ycsb_rounds_run_every_cell_again_and_report_the_median() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ycsb.json");
+    let (code, stdout, stderr) = kintsugi(&[
+        "bench",
+        "ycsb",
+        "--transport",
+        "local",
+        "--keys",
+        "2000",
+        "--duration",
+        "100ms",
+        "--warmup",
+        "50ms",
+        "--workload",
+        "c",
+        "--dist",
+        "uniform",
+        "--threads",
+        "1",
+        "--rounds",
+        "2",
+        "--json",
+        path_str(&json),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let cells: Vec<(u64, &str)> = rows
+        .iter()
+        .map(|r| (r["round"].as_u64().unwrap(), r["variant"].as_str().unwrap()))
+        .collect();
+    // Even rounds run the variants in reverse.
+    assert_eq!(
+        cells,
+        [(1, "optimal"), (1, "rtx"), (2, "rtx"), (2, "optimal")],
+        "{stdout}"
+    );
+    assert!(stderr.contains("round 2/2: btree rtx c uniform"), "{stderr}");
+    let ratio_line = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("throughput relative to optimal"))
+        .find(|l| l.starts_with("btree"))
+        .unwrap_or_else(|| panic!("no ratio line in {stdout}"));
+    let fields: Vec<&str> = ratio_line.split_whitespace().collect();
+    assert_eq!(
+        fields.len(),
+        8,
+        "index variant wl dist median min max rounds: {ratio_line}"
+    );
+    assert_eq!(fields[7], "2", "{ratio_line}");
+    let [median, min, max] = [4, 5, 6].map(|i| fields[i].parse::<f64>().unwrap());
+    assert!(min <= median && median <= max, "{ratio_line}");
 }

@@ -54,7 +54,13 @@ only, D 95/5 read/insert (reads favour the latest inserts), E 95/5 scan(1..100)/
 sampled (one op in 16). The ratio table divides each variant's throughput by optimal's for the same
 index, workload and distribution. The clients of one cell share a process, so rtx B+tree clients
 share one cache of meta hints, as Sherman's threads share one index cache per compute node; each
-cell starts with empty caches and warms them for --warmup.")]
+cell starts with empty caches and warms them for --warmup.
+
+With --rounds N every cell runs N times: each round loads every variant afresh and runs all its
+cells, variants in the given order in odd rounds and reversed in even ones, so that a drift of the
+machine's speed falls on both. The ratio table then gives, per cell, the median of the rounds'
+ratios (each round's variant against the same round's optimal) and their range. On a shared VM
+single cells vary by 10-15%: compare variants over 3 or more rounds.")]
 pub struct YcsbArgs {
     /// Indexes to measure, comma-separated. hash has no range scans: by default it runs every
     /// workload but e, and it refuses an explicit --workload e.
@@ -94,6 +100,10 @@ pub struct YcsbArgs {
     /// Seed of the key set and the op streams.
     #[arg(long, default_value_t = 42)]
     seed: u64,
+    /// Times every cell runs (1..=100); the ratio table reports the median
+    /// of the rounds and their range.
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
     /// Also write the results as a JSON array to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -114,6 +124,7 @@ pub struct Plan {
     pub warmup: Duration,
     pub transport: MemoryTransport,
     pub seed: u64,
+    pub rounds: usize,
     pub json: Option<std::path::PathBuf>,
 }
 
@@ -122,6 +133,9 @@ pub const CLIENTS_MAX: usize = 4096;
 /// Most keys: 100M keys take about 4 GiB of nodes; far more would not fit
 /// this machine class, and the generator's key indices are 48-bit anyway.
 pub const KEYS_MAX: u64 = 1 << 31;
+/// Most rounds: enough for a median that one outlier cannot move, few
+/// enough that a typo does not book the machine for days.
+pub const ROUNDS_MAX: usize = 100;
 
 impl YcsbArgs {
     pub fn validate(self) -> anyhow::Result<Plan> {
@@ -155,6 +169,9 @@ impl YcsbArgs {
         if self.duration.is_zero() {
             bail!("--duration must be positive");
         }
+        if !(1..=ROUNDS_MAX).contains(&self.rounds) {
+            bail!("--rounds must be between 1 and {ROUNDS_MAX}");
+        }
         Ok(Plan {
             indexes,
             variants: dedup(self.variant),
@@ -168,6 +185,7 @@ impl YcsbArgs {
             warmup: self.warmup,
             transport: self.transport,
             seed: self.seed,
+            rounds: self.rounds,
             json: self.json,
         })
     }
@@ -182,5 +200,15 @@ impl Plan {
             .copied()
             .filter(|&w| index.scans() || w != Workload::E)
             .collect()
+    }
+
+    /// The variants in the order round `round` (1-based) runs them: as
+    /// given in odd rounds, reversed in even ones.
+    pub fn variants_in(&self, round: usize) -> Vec<Variant> {
+        let mut v = self.variants.clone();
+        if round % 2 == 0 {
+            v.reverse();
+        }
+        v
     }
 }

@@ -1,6 +1,7 @@
 //! `kintsugi bench ycsb` results: one row per (index, variant, workload,
-//! distribution), a table, and throughput relative to the same index's
-//! `optimal`.
+//! distribution, round), a table, and throughput relative to the same
+//! index's `optimal` in the same round (over several rounds: the median and
+//! the range).
 
 use chaos::driver::ClientResult;
 use chaos::workload::{Distribution, Workload};
@@ -17,6 +18,8 @@ pub struct Row {
     pub variant: String,
     pub workload: String,
     pub dist: String,
+    /// Which pass over the cells (1-based; `--rounds`).
+    pub round: usize,
     pub keys: u64,
     pub threads: usize,
     pub coroutines: usize,
@@ -40,6 +43,7 @@ impl Row {
         variant: Variant,
         workload: Workload,
         dist: Distribution,
+        round: usize,
         plan: &Plan,
         r: &ClientResult,
     ) -> Row {
@@ -50,6 +54,7 @@ impl Row {
             variant: variant.to_string(),
             workload: workload.to_string(),
             dist: dist.to_string(),
+            round,
             keys: plan.keys,
             threads: plan.threads,
             coroutines: plan.coroutines,
@@ -69,10 +74,12 @@ impl Row {
     }
 }
 
-/// The results table.
-pub fn table(rows: &[Row]) -> String {
+/// The results table, with a round column when there were several.
+pub fn table(rows: &[Row], rounds: bool) -> String {
+    let round = |r: &str| if rounds { format!("{r:>5} ") } else { String::new() };
     let mut s = format!(
-        "{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8}\n",
+        "{}{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8}\n",
+        round("round"),
         "index",
         "variant",
         "wl",
@@ -89,7 +96,8 @@ pub fn table(rows: &[Row]) -> String {
     );
     for r in rows {
         s += &format!(
-            "{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7.2} {:>7.2} {:>9.0} {:>9.0} {:>8} {:>8}\n",
+            "{}{:<6} {:<8} {:<3} {:<8} {:>12} {:>8} {:>8} {:>7.2} {:>7.2} {:>9.0} {:>9.0} {:>8} {:>8}\n",
+            round(&r.round.to_string()),
             r.index,
             r.variant,
             r.workload,
@@ -108,33 +116,163 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
-/// Each variant's throughput relative to optimal's on the same index, per
-/// workload and distribution (empty when optimal was not measured).
-pub fn ratios(rows: &[Row]) -> String {
-    let optimal: Vec<&Row> = rows.iter().filter(|r| r.variant == "optimal").collect();
-    if optimal.is_empty() {
-        return String::new();
+/// One cell's throughput ratios against optimal, one per round.
+#[derive(Debug)]
+struct Cell<'a> {
+    index: &'a str,
+    variant: &'a str,
+    workload: &'a str,
+    dist: &'a str,
+    ratios: Vec<f64>,
+}
+
+impl Cell<'_> {
+    fn same(&self, r: &Row) -> bool {
+        (self.index, self.variant, self.workload, self.dist)
+            == (r.index, r.variant.as_str(), r.workload.as_str(), r.dist.as_str())
     }
-    let mut s = String::from("\nthroughput relative to optimal\n");
-    s += &format!(
-        "{:<6} {:<8} {:<3} {:<8} {:>7}\n",
-        "index", "variant", "wl", "dist", "ratio"
-    );
+}
+
+/// The median of a non-empty list (the mean of the middle two when even).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    debug_assert!(n > 0);
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Each variant's throughput relative to optimal's on the same index, per
+/// workload and distribution, each round against the same round's optimal;
+/// over several rounds the median ratio and the range (empty when optimal
+/// was not measured).
+pub fn ratios(rows: &[Row]) -> String {
+    let mut cells: Vec<Cell> = Vec::new();
     for r in rows.iter().filter(|r| r.variant != "optimal") {
-        if let Some(o) = optimal
-            .iter()
-            .find(|o| o.index == r.index && o.workload == r.workload && o.dist == r.dist)
-        {
-            let ratio = if o.ops_per_sec > 0.0 {
-                r.ops_per_sec / o.ops_per_sec
-            } else {
-                0.0
-            };
-            s += &format!(
-                "{:<6} {:<8} {:<3} {:<8} {:>7.3}\n",
-                r.index, r.variant, r.workload, r.dist, ratio
-            );
+        let Some(o) = rows.iter().find(|o| {
+            o.variant == "optimal"
+                && (o.index, &o.workload, &o.dist, o.round) == (r.index, &r.workload, &r.dist, r.round)
+        }) else {
+            continue;
+        };
+        let ratio = if o.ops_per_sec > 0.0 {
+            r.ops_per_sec / o.ops_per_sec
+        } else {
+            0.0
+        };
+        match cells.iter_mut().find(|c| c.same(r)) {
+            Some(c) => c.ratios.push(ratio),
+            None => cells.push(Cell {
+                index: r.index,
+                variant: &r.variant,
+                workload: &r.workload,
+                dist: &r.dist,
+                ratios: vec![ratio],
+            }),
         }
     }
+    if cells.is_empty() {
+        return String::new();
+    }
+    let rounds = cells.iter().any(|c| c.ratios.len() > 1);
+    let mut s = String::from("\nthroughput relative to optimal\n");
+    s += &format!(
+        "{:<6} {:<8} {:<3} {:<8} {:>7}",
+        "index", "variant", "wl", "dist", "ratio"
+    );
+    s += if rounds { "     min     max rounds\n" } else { "\n" };
+    for c in &cells {
+        s += &format!(
+            "{:<6} {:<8} {:<3} {:<8} {:>7.3}",
+            c.index,
+            c.variant,
+            c.workload,
+            c.dist,
+            median(&c.ratios)
+        );
+        if rounds {
+            let min = c.ratios.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = c.ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            s += &format!(" {min:>7.3} {max:>7.3} {:>6}", c.ratios.len());
+        }
+        s += "\n";
+    }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(variant: &str, workload: &str, round: usize, ops_per_sec: f64) -> Row {
+        Row {
+            index: "btree",
+            variant: variant.into(),
+            workload: workload.into(),
+            dist: "uniform".into(),
+            round,
+            keys: 1,
+            threads: 1,
+            coroutines: 1,
+            transport: "local".into(),
+            ops: 1,
+            ops_per_sec,
+            p50_us: 1.0,
+            p99_us: 1.0,
+            round_trips_per_op: 1.0,
+            verbs_per_op: 1.0,
+            bytes_read_per_op: 1.0,
+            bytes_written_per_op: 0.0,
+            aborts: 0,
+            repairs: 0,
+            misses: 0,
+        }
+    }
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[0.9, 0.7, 0.8]), 0.8);
+        assert_eq!(median(&[0.9, 0.6, 0.8, 0.7]), 0.75);
+    }
+
+    #[test]
+    fn each_round_is_divided_by_its_own_optimal() {
+        // Round 2's machine ran at half speed: its ratio is still 0.8.
+        let rows = [
+            row("optimal", "a", 1, 100.0),
+            row("rtx", "a", 1, 80.0),
+            row("rtx", "a", 2, 40.0),
+            row("optimal", "a", 2, 50.0),
+            row("optimal", "a", 3, 100.0),
+            row("rtx", "a", 3, 95.0),
+            row("optimal", "c", 1, 10.0),
+            row("rtx", "c", 1, 9.0),
+        ];
+        let table = ratios(&rows);
+        let line = |wl: &str| {
+            table
+                .lines()
+                .find(|l| l.split_whitespace().nth(2) == Some(wl))
+                .unwrap_or_else(|| panic!("no line for {wl} in\n{table}"))
+                .split_whitespace()
+                .skip(4)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(line("a"), ["0.800", "0.800", "0.950", "3"], "{table}");
+        assert_eq!(line("c"), ["0.900", "0.900", "0.900", "1"], "{table}");
+    }
+
+    #[test]
+    fn one_round_keeps_the_plain_ratio_table() {
+        let rows = [row("optimal", "a", 1, 100.0), row("rtx", "a", 1, 87.0)];
+        let table = ratios(&rows);
+        assert!(!table.contains("rounds"), "{table}");
+        assert!(table.contains("0.870"), "{table}");
+        assert_eq!(ratios(&[row("rtx", "a", 1, 87.0)]), "");
+    }
 }

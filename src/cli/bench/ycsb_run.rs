@@ -121,23 +121,30 @@ enum Loaded {
 pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
     let plan = args.validate()?;
     let mut rows: Vec<Row> = Vec::new();
-    for &index in &plan.indexes {
-        for &variant in &plan.variants {
-            let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
-            let loaded = load(&memory, index, variant, &plan)?;
-            for &dist in &plan.dists {
-                for workload in plan.workloads_for(index) {
-                    eprintln!(
-                        "bench ycsb: {index} {variant} {workload} {dist}: running {} ...",
-                        humantime::format_duration(plan.duration)
-                    );
-                    let result = measure(&memory, loaded, workload, dist, &plan)?;
-                    rows.push(Row::new(index, variant, workload, dist, &plan, &result));
+    for round in 1..=plan.rounds {
+        let prefix = if plan.rounds > 1 {
+            format!("round {round}/{}: ", plan.rounds)
+        } else {
+            String::new()
+        };
+        for &index in &plan.indexes {
+            for variant in plan.variants_in(round) {
+                let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
+                let loaded = load(&memory, index, variant, &plan)?;
+                for &dist in &plan.dists {
+                    for workload in plan.workloads_for(index) {
+                        eprintln!(
+                            "bench ycsb: {prefix}{index} {variant} {workload} {dist}: running {} ...",
+                            humantime::format_duration(plan.duration)
+                        );
+                        let result = measure(&memory, loaded, workload, dist, &plan)?;
+                        rows.push(Row::new(index, variant, workload, dist, round, &plan, &result));
+                    }
                 }
             }
         }
     }
-    print!("{}", ycsb_report::table(&rows));
+    print!("{}", ycsb_report::table(&rows, plan.rounds > 1));
     print!("{}", ycsb_report::ratios(&rows));
     if let Some(path) = &plan.json {
         let json = serde_json::to_string_pretty(&rows)?;
