@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::addr::{GlobalAddr, Replica};
 use crate::batch::Batch;
 use crate::error::FabricError;
 use crate::map::ClusterMap;
@@ -70,6 +71,22 @@ impl Client {
         );
         self.stats.verb_errors += out.as_slice().iter().filter(|c| c.is_err()).count() as u64;
         Ok(())
+    }
+
+    /// Hints that `len` bytes at `addr` (on the region's primary) will be
+    /// read soon, so that their cache misses overlap with what the caller
+    /// does until then. Only memory this process maps (`local`, `shm`) can
+    /// be prefetched; elsewhere, and for an address the map does not know,
+    /// it does nothing. Not a verb: it is not counted, changes nothing a
+    /// verb can observe, and needs no round trip.
+    pub fn prefetch(&self, addr: GlobalAddr, len: u32) {
+        let Ok(replicas) = self.map.route(addr.region(), Replica::Primary) else {
+            return;
+        };
+        if let Some(primary) = replicas.first() {
+            self.transport
+                .prefetch(primary.node, addr.region(), addr.offset(), u64::from(len));
+        }
     }
 
     /// Counters since this client was made.

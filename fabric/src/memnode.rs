@@ -279,12 +279,26 @@ impl MemoryNode {
     /// runs, and a prefetch, bounded by the mapping itself, changes nothing
     /// a wrong verb could observe.
     pub(crate) fn prefetch_op(&self, op: &Op) {
-        let Some(entry) = self.regions.iter().find(|r| r.id == op.region) else {
+        let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
+        self.prefetch_at(op.region, op.offset, op.kind.len(), write);
+    }
+
+    /// Prefetches `[offset, offset + len)` of `region` for reading.
+    pub(crate) fn prefetch_range(&self, region: RegionId, offset: u64, len: u64) {
+        self.prefetch_at(region, offset, len, false);
+    }
+
+    fn prefetch_at(&self, region: RegionId, offset: u64, len: u64, write: bool) {
+        let Some(entry) = self.regions.iter().find(|r| r.id == region) else {
             return;
         };
-        let at = entry.image_offset.saturating_add(op.offset);
-        if let (Ok(at), Ok(len)) = (usize::try_from(at), usize::try_from(op.kind.len())) {
-            let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
+        // Past the region's end would be another region's memory: harmless
+        // to a prefetch, but not what was asked for.
+        if offset.checked_add(len).is_none_or(|end| end > entry.size) {
+            return;
+        }
+        let at = entry.image_offset.saturating_add(offset);
+        if let (Ok(at), Ok(len)) = (usize::try_from(at), usize::try_from(len)) {
             self.memory.prefetch(at, len, write);
         }
     }

@@ -19,6 +19,7 @@ on_every_transport!(
     counters_count_one_round_trip_per_batch,
     concurrent_faa_from_forks_is_atomic,
     flush_completes,
+    prefetch_is_not_a_verb_and_ignores_bad_addresses,
 );
 
 async fn cas_returns_the_old_value_and_swaps_only_on_match(kind: Kind) {
@@ -712,4 +713,30 @@ async fn flush_completes(kind: Kind) {
         "[{kind}] empty FLUSH at the end"
     );
     assert_eq!(client.stats().flushes, 4, "[{kind}]");
+}
+
+async fn prefetch_is_not_a_verb_and_ignores_bad_addresses(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut client = c.client();
+    let a = big(64);
+    write(&mut client, a, &[9; 32]).await;
+    let before = client.stats();
+    for (addr, len) in [
+        (a, 32),
+        (a, 1 << 20),
+        (GlobalAddr::new(a.region(), (1 << 40) - 8), 64),
+        (GlobalAddr::new(200, 0), 64),
+    ] {
+        client.prefetch(addr, len);
+    }
+    assert_eq!(
+        client.stats(),
+        before,
+        "[{kind}] a prefetch costs no verb and no round trip"
+    );
+    assert_eq!(
+        read(&mut client, a, 32).await,
+        [9; 32],
+        "[{kind}] and changes nothing"
+    );
 }

@@ -108,6 +108,12 @@ impl TxClient {
         &mut self.fabric
     }
 
+    /// The fabric client, shared (for what needs no counters: prefetches,
+    /// the map, the clock).
+    pub fn fabric_ref(&self) -> &Client {
+        &self.fabric
+    }
+
     /// Starts a transaction by hand; prefer [`TxClient::run`].
     pub fn begin(&mut self) -> Tx<'_> {
         Tx::new(self)

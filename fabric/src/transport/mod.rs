@@ -18,7 +18,7 @@ pub use local::LocalTransport;
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
 
-use crate::addr::Epoch;
+use crate::addr::{Epoch, NodeId, RegionId};
 use crate::error::FabricError;
 use crate::fault::{FaultPlan, Faulty};
 use crate::verb::{Completions, Op};
@@ -108,6 +108,23 @@ impl AnyTransport {
     /// completes inline (local, shm without faults); `None` otherwise.
     /// The verb path of the inline transports thus skips the state machine
     /// of the async path, which has room for the largest transport's future.
+    /// Prefetches `[offset, offset + len)` of `region` on `node` when this
+    /// process maps that memory (see [`crate::Client::prefetch`]).
+    pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {
+        let base = match self {
+            AnyTransport::Base(b) => b,
+            AnyTransport::Faulty(f) => f.inner(),
+        };
+        let n = match base {
+            BaseTransport::Local(t) => t.node(node).map(|n| &**n),
+            BaseTransport::Shm(t) => t.node(node),
+            BaseTransport::Tcp(_) => None,
+        };
+        if let Some(n) = n {
+            n.prefetch_range(region, offset, len);
+        }
+    }
+
     pub(crate) fn execute_now(
         &self,
         epoch: Epoch,

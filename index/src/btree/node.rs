@@ -264,12 +264,21 @@ impl Node {
 
     /// Internal: the child whose range holds `key`.
     pub fn child_for(&self, key: u64) -> NodeRef {
+        self.child_at(self.child_index_for(key))
+    }
+
+    /// Internal: which child covers `key`: 0 for `leftmost`, `i + 1` for
+    /// `children[i]`.
+    pub fn child_index_for(&self, key: u64) -> usize {
         debug_assert!(!self.is_leaf());
-        let i = self.children.partition_point(|&(k, _)| k <= key);
-        if i == 0 {
-            self.leftmost
-        } else {
-            self.children[i - 1].1
+        self.children.partition_point(|&(k, _)| k <= key)
+    }
+
+    /// Internal: the child at a [`Node::child_index_for`] index.
+    pub fn child_at(&self, i: usize) -> NodeRef {
+        match i.checked_sub(1) {
+            None => self.leftmost,
+            Some(i) => self.children[i].1,
         }
     }
 

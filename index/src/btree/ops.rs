@@ -8,8 +8,10 @@
 //! parent, which may split in turn up to the root. The root keeps its ref:
 //! a root split moves both halves into new children.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use super::cache::{guessed, CachedNode};
 use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN, LEVELS_MAX};
 use super::seam::NodeTxn;
 use super::{BTree, IndexError, Step};
@@ -33,6 +35,30 @@ enum Mode {
     Delete,
 }
 
+/// Where a descent ended.
+struct Located {
+    /// The refs from the root to the leaf (leaf last).
+    path: Vec<NodeRef>,
+    /// The leaf, if the descent had to read it (a root leaf).
+    leaf: Option<Node>,
+    /// The leaf's block guess in its cached parent (rtx).
+    guess: Option<Guess>,
+}
+
+/// A block guess: child `index` of a cached level-1 node.
+struct Guess {
+    parent: Arc<CachedNode>,
+    index: usize,
+}
+
+impl Guess {
+    fn slot(&self) -> &AtomicU64 {
+        self.parent
+            .guess(self.index)
+            .expect("a Guess is made only for a child with a guess slot")
+    }
+}
+
 /// Steps of one descent before it is abandoned: a path is at most
 /// LEVELS_MAX long, plus sibling moves.
 const DESCENT_STEPS_MAX: u32 = 4 * LEVELS_MAX as u32 + 64;
@@ -48,7 +74,7 @@ impl BTree {
     /// Descends to the leaf that should hold `key`: the refs from the root
     /// to the leaf (leaf last), and the leaf itself if the descent had to
     /// read it (a root leaf).
-    async fn locate(&mut self, key: u64) -> Result<(Vec<NodeRef>, Option<Node>), IndexError> {
+    async fn locate(&mut self, key: u64) -> Result<Located, IndexError> {
         'restart: for _ in 0..self.attempts_max {
             let mut path = Vec::with_capacity(8);
             let mut r = self.root;
@@ -62,13 +88,19 @@ impl BTree {
                                 continue 'restart;
                             }
                             path.push(r);
-                            return Ok((path, Some(n)));
+                            return Ok(Located {
+                                path,
+                                leaf: Some(n),
+                                guess: None,
+                            });
                         }
-                        let n = Arc::new(n);
+                        let n = Arc::new(CachedNode::new(n, self.store.guesses_blocks()));
                         self.cache.put(r, n.clone());
                         n
                     }
                 };
+                // Loads while the binary search below runs.
+                node.prefetch_guesses();
                 if !node.covers(key) {
                     if key >= node.fence_hi && node.sibling != 0 {
                         // A split moved the key right: follow the B-link.
@@ -83,10 +115,22 @@ impl BTree {
                     continue 'restart;
                 }
                 path.push(r);
-                let child = node.child_for(key);
+                let i = node.child_index_for(key);
+                let child = node.child_at(i);
                 if node.level == 1 {
                     path.push(child);
-                    return Ok((path, None));
+                    let guess = node.guess(i).map(|_| Guess {
+                        parent: node.clone(),
+                        index: i,
+                    });
+                    if let Some(g) = &guess {
+                        self.store.prefetch_block(child, guessed(g.slot()));
+                    }
+                    return Ok(Located {
+                        path,
+                        leaf: None,
+                        guess,
+                    });
                 }
                 r = child;
             }
@@ -98,11 +142,15 @@ impl BTree {
     /// Reads the leaf for `key` without a lock, moving right as needed.
     async fn read_leaf(&mut self, key: u64) -> Result<Node, IndexError> {
         for _ in 0..self.attempts_max {
-            let (path, leaf) = self.locate(key).await?;
+            let Located { path, leaf, guess } = self.locate(key).await?;
             let mut r = *path.last().expect("a path ends at a leaf");
             let mut node = match leaf {
                 Some(n) => n,
-                None => self.store.read_node(r).await?,
+                None => {
+                    self.store
+                        .read_node_guessed(r, guess.as_ref().map(Guess::slot))
+                        .await?
+                }
             };
             let mut moves = 0;
             while key >= node.fence_hi && node.sibling != 0 && moves < DESCENT_STEPS_MAX {
@@ -183,7 +231,7 @@ impl BTree {
     async fn write(&mut self, key: u64, value: u64, mode: Mode) -> Result<Written, IndexError> {
         Self::check_key(key)?;
         for attempt in 0..self.attempts_max {
-            let (path, _) = self.locate(key).await?;
+            let Located { path, .. } = self.locate(key).await?;
             let root = self.root;
             let mut t = self.store.begin();
             let mut splits = 0;

@@ -6,6 +6,9 @@
 use fabric::{Batch, GlobalAddr};
 use txn::{DataPtr, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
+use std::sync::atomic::AtomicU64;
+
+use super::cache::set_guess;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
@@ -88,7 +91,14 @@ fn meta_words(b: &[u8]) -> (LockWord, DataPtr) {
 /// (`tests/concurrent_model.rs`, scans missing keys); made deterministic in
 /// `tests/torn_reads.rs`. Blocks are freed only after the pointer has left
 /// them.
-pub(crate) async fn read_node(c: &mut TxClient, r: NodeRef) -> Result<Node, IndexError> {
+///
+/// `guess`, when given, is the leaf's block guess in its cached parent
+/// (`cache.rs`): it is set to the block this read returns.
+pub(crate) async fn read_node(
+    c: &mut TxClient,
+    r: NodeRef,
+    guess: Option<&AtomicU64>,
+) -> Result<Node, IndexError> {
     let mut batch = Batch::new();
     let meta = GlobalAddr::from_raw(r);
     let cached = c.hints().get(meta);
@@ -115,6 +125,9 @@ pub(crate) async fn read_node(c: &mut TxClient, r: NodeRef) -> Result<Node, Inde
         if known.validated_by(lock, dptr) {
             match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
                 Ok(n) => {
+                    if let Some(g) = guess {
+                        set_guess(g, known.dptr.offset());
+                    }
                     let seen = MetaHint::from_meta(lock, dptr);
                     if let Some(h) = seen.filter(|&h| Some(h) != cached) {
                         c.hints().put(meta, h);

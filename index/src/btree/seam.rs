@@ -4,9 +4,12 @@
 //! entries or whole nodes, create nodes, commit or roll back). Each variant
 //! is one arm; a `dtx` variant is a third arm here and touches nothing else.
 
-use txn::TxClient;
+use std::sync::atomic::AtomicU64;
 
-use super::node::{Node, NodeRef};
+use fabric::GlobalAddr;
+use txn::{TxClient, META_BYTES};
+
+use super::node::{Node, NodeRef, NODE_BYTES};
 use super::optimal::{Optimal, OptimalTxn};
 use super::rtx::{self, RtxTxn};
 use super::{IndexError, Step};
@@ -86,9 +89,39 @@ impl Store {
 
     /// Reads a node without locking it.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
+        self.read_node_guessed(r, None).await
+    }
+
+    /// Reads a leaf without locking it, keeping `guess` (its block guess in
+    /// the cached parent, `cache.rs`) up to date.
+    pub(crate) async fn read_node_guessed(
+        &mut self,
+        r: NodeRef,
+        guess: Option<&AtomicU64>,
+    ) -> Result<Node, IndexError> {
         match self {
             Store::Optimal(o) => o.read_node(r).await,
-            Store::Rtx(c) => rtx::read_node(c, r).await,
+            Store::Rtx(c) => rtx::read_node(c, r, guess).await,
+        }
+    }
+
+    /// Whether cached parents keep their leaves' block guesses: only where
+    /// a leaf's block moves (rtx: copy-on-write). An optimal leaf is its
+    /// block.
+    pub(crate) fn guesses_blocks(&self) -> bool {
+        matches!(self, Store::Rtx(_))
+    }
+
+    /// Starts loading leaf `r`'s meta and its guessed block (`offset`, 0 =
+    /// no guess) into the CPU cache while the meta hint is looked up.
+    pub(crate) fn prefetch_block(&self, r: NodeRef, offset: u64) {
+        if let Store::Rtx(c) = self {
+            let meta = GlobalAddr::from_raw(r);
+            c.fabric_ref().prefetch(meta, META_BYTES as u32);
+            if offset != 0 {
+                c.fabric_ref()
+                    .prefetch(GlobalAddr::new(meta.region(), offset), NODE_BYTES as u32);
+            }
         }
     }
 
