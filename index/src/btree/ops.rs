@@ -231,7 +231,7 @@ impl BTree {
     async fn write(&mut self, key: u64, value: u64, mode: Mode) -> Result<Written, IndexError> {
         Self::check_key(key)?;
         for attempt in 0..self.attempts_max {
-            let Located { path, .. } = self.locate(key).await?;
+            let Located { path, guess, .. } = self.locate(key).await?;
             let root = self.root;
             let mut t = self.store.begin();
             let mut splits = 0;
@@ -239,6 +239,11 @@ impl BTree {
                 Ok(written) => match t.commit().await {
                     Ok(()) => {
                         self.stats.splits += splits;
+                        if let (Some(g), Written::Inserted | Written::Updated) = (&guess, written) {
+                            // The leaf's block moved (copy-on-write).
+                            let leaf = *path.last().expect("a path ends at a leaf");
+                            self.store.refresh_guess(leaf, g.slot());
+                        }
                         return Ok(written);
                     }
                     Err(step) => step,

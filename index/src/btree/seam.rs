@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 use fabric::GlobalAddr;
 use txn::{TxClient, META_BYTES};
 
+use super::cache::set_guess;
 use super::node::{Node, NodeRef, NODE_BYTES};
 use super::optimal::{Optimal, OptimalTxn};
 use super::rtx::{self, RtxTxn};
@@ -110,6 +111,16 @@ impl Store {
     /// block.
     pub(crate) fn guesses_blocks(&self) -> bool {
         matches!(self, Store::Rtx(_))
+    }
+
+    /// Points leaf `r`'s block guess where this client's commit just moved
+    /// the block: the commit put the meta hint, so reading it costs no miss.
+    pub(crate) fn refresh_guess(&self, r: NodeRef, guess: &AtomicU64) {
+        if let Store::Rtx(c) = self {
+            if let Some(h) = c.hints().get(GlobalAddr::from_raw(r)) {
+                set_guess(guess, h.dptr.offset());
+            }
+        }
     }
 
     /// Starts loading leaf `r`'s meta and its guessed block (`offset`, 0 =
