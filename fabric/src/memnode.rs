@@ -360,11 +360,9 @@ pub(crate) fn execute_inline<'a>(
             nodes.add(op.node);
         }
     }
-    if ops.len() > 1 {
-        for op in ops {
-            if let Some(n) = node(op.node) {
-                n.prefetch_op(op);
-            }
+    for op in ops {
+        if let Some(n) = node(op.node) {
+            n.prefetch_op(op);
         }
     }
     for op in ops {
