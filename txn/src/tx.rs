@@ -70,15 +70,23 @@ pub struct Tx<'c> {
     pub(crate) batch: Batch,
 }
 
+impl Drop for Tx<'_> {
+    /// Gives the batch's buffers back to the client for its next operation.
+    fn drop(&mut self) {
+        self.c.give_batch(std::mem::take(&mut self.batch));
+    }
+}
+
 impl<'c> Tx<'c> {
     pub(crate) fn new(c: &'c mut TxClient) -> Self {
+        let batch = c.take_batch();
         Tx {
             c,
             reads: Vec::new(),
             writes: Vec::new(),
             fresh: Vec::new(),
             prelock: None,
-            batch: Batch::new(),
+            batch,
         }
     }
 

@@ -44,6 +44,8 @@ pub struct Optimal {
     next: u64,
     end: u64,
     lock_attempts_max: u32,
+    /// Buffers kept from one read to the next (as `TxClient::take_batch`).
+    spare: Batch,
 }
 
 impl Optimal {
@@ -56,6 +58,7 @@ impl Optimal {
             next: 0,
             end: 0,
             lock_attempts_max: LOCK_ATTEMPTS_MAX,
+            spare: Batch::new(),
         }
     }
 
@@ -109,11 +112,17 @@ impl Optimal {
 
     /// Reads a node without a lock (one round trip), again while torn.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
-        let mut batch = Batch::new();
+        let mut batch = std::mem::take(&mut self.spare);
+        let read = self.read_node_with(&mut batch, r).await;
+        self.spare = batch;
+        read
+    }
+
+    async fn read_node_with(&mut self, batch: &mut Batch, r: NodeRef) -> Result<Node, IndexError> {
         for _ in 0..TORN_READS_MAX {
             batch.clear();
             let h = batch.read(GlobalAddr::from_raw(r), NODE_BYTES as u32);
-            self.fabric.execute(&mut batch).await?;
+            self.fabric.execute(batch).await?;
             match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
                 Ok(n) => return Ok(n),
                 Err(Torn) => tokio::task::yield_now().await,

@@ -99,7 +99,18 @@ pub(crate) async fn read_node(
     r: NodeRef,
     guess: Option<&AtomicU64>,
 ) -> Result<Node, IndexError> {
-    let mut batch = Batch::new();
+    let mut batch = c.take_batch();
+    let read = read_node_with(c, &mut batch, r, guess).await;
+    c.give_batch(batch);
+    read
+}
+
+async fn read_node_with(
+    c: &mut TxClient,
+    batch: &mut Batch,
+    r: NodeRef,
+    guess: Option<&AtomicU64>,
+) -> Result<Node, IndexError> {
     let meta = GlobalAddr::from_raw(r);
     let cached = c.hints().get(meta);
     let mut known = match cached {
@@ -110,7 +121,7 @@ pub(crate) async fn read_node(
         },
         None => {
             let h = batch.read(meta, META_BYTES as u32);
-            c.fabric().execute(&mut batch).await?;
+            c.fabric().execute(batch).await?;
             let (lock, dptr) = meta_words(batch.read_result(h).map_err(IndexError::Verb)?);
             Known::read(lock, dptr)
         }
@@ -120,7 +131,7 @@ pub(crate) async fn read_node(
         let block = GlobalAddr::new(meta.region(), known.dptr.offset());
         let h = batch.read(block, NODE_BYTES as u32);
         let again = batch.read(meta, META_BYTES as u32);
-        c.fabric().execute(&mut batch).await?;
+        c.fabric().execute(batch).await?;
         let (lock, dptr) = meta_words(batch.read_result(again).map_err(IndexError::Verb)?);
         if known.validated_by(lock, dptr) {
             match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
