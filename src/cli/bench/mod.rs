@@ -3,7 +3,7 @@
 //! - `bench txn`: rTX throughput, latency and cost per commit (round trips,
 //!   verbs, bytes) for read-modify-write transactions on random objects;
 //! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing, per
-//!   variant (`ycsb_args`, `ycsb_run`, `ycsb_report`);
+//!   variant (`ycsb_args`, `ycsb_run`, `ycsb_measure`, `ycsb_report`);
 //! - `bench rehash`: growing a full RACE hash table per variant, and the
 //!   throughput of clients inserting meanwhile (`rehash_args`,
 //!   `rehash_run`, `rehash_report`);
@@ -48,6 +48,7 @@ mod txn_report;
 mod txn_run;
 mod worker;
 mod ycsb_args;
+mod ycsb_measure;
 mod ycsb_report;
 mod ycsb_run;
 

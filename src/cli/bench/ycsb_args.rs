@@ -60,7 +60,12 @@ With --rounds N every cell runs N times: each round loads every variant afresh a
 cells, variants in the given order in odd rounds and reversed in even ones, so that a drift of the
 machine's speed falls on both. The ratio table then gives, per cell, the median of the rounds'
 ratios (each round's variant against the same round's optimal) and their range. On a shared VM
-single cells vary by 10-15%: compare variants over 3 or more rounds.")]
+single cells vary by 10-15%: compare variants over 3 or more rounds, or with --slice.
+
+With --slice S every variant is loaded at once and each cell runs the variants in alternating
+slices of S (each thread keeps its clients and their caches from slice to slice; all threads
+switch together) until each has run --duration: a drift of the machine's speed slower than a
+slice falls on every variant alike. It takes the memory of every variant at once.")]
 pub struct YcsbArgs {
     /// Indexes to measure, comma-separated. hash has no range scans: by default it runs every
     /// workload but e, and it refuses an explicit --workload e.
@@ -104,6 +109,10 @@ pub struct YcsbArgs {
     /// of the rounds and their range.
     #[arg(long, default_value_t = 1)]
     rounds: usize,
+    /// Run the variants of each cell in alternating slices of this length
+    /// (at least 10ms, at most --duration) instead of one after the other.
+    #[arg(long, value_parser = parse_duration)]
+    slice: Option<Duration>,
     /// Also write the results as a JSON array to FILE.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -125,6 +134,7 @@ pub struct Plan {
     pub transport: MemoryTransport,
     pub seed: u64,
     pub rounds: usize,
+    pub slice: Option<Duration>,
     pub json: Option<std::path::PathBuf>,
 }
 
@@ -136,6 +146,9 @@ pub const KEYS_MAX: u64 = 1 << 31;
 /// Most rounds: enough for a median that one outlier cannot move, few
 /// enough that a typo does not book the machine for days.
 pub const ROUNDS_MAX: usize = 100;
+/// Shortest slice: a client checks its deadline every few ops, and a
+/// slice must hold many of those checks to end on time.
+pub const SLICE_MIN: Duration = Duration::from_millis(10);
 
 impl YcsbArgs {
     pub fn validate(self) -> anyhow::Result<Plan> {
@@ -172,6 +185,15 @@ impl YcsbArgs {
         if !(1..=ROUNDS_MAX).contains(&self.rounds) {
             bail!("--rounds must be between 1 and {ROUNDS_MAX}");
         }
+        if let Some(slice) = self.slice {
+            if slice < SLICE_MIN || slice > self.duration {
+                bail!(
+                    "--slice must be between {} and --duration ({})",
+                    humantime::format_duration(SLICE_MIN),
+                    humantime::format_duration(self.duration)
+                );
+            }
+        }
         Ok(Plan {
             indexes,
             variants: dedup(self.variant),
@@ -186,6 +208,7 @@ impl YcsbArgs {
             transport: self.transport,
             seed: self.seed,
             rounds: self.rounds,
+            slice: self.slice,
             json: self.json,
         })
     }

@@ -3,26 +3,25 @@
 //! workload) for a fixed time on `threads × coroutines` clients.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use chaos::driver::{drive, ClientResult, IndexClient};
-use chaos::workload::{load_entries, Distribution, Keyspace, Workload, WorkloadSpec};
+use chaos::workload::load_entries;
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
-use txn::{Heap, HeapConfig, HintCache, TxConfig};
+use txn::{Heap, HeapConfig};
 
 use super::common::load_bar;
 use super::memory::{Memory, REGION};
-use super::threads::{on_threads, runtime};
+use super::threads::runtime;
 use super::ycsb_args::{IndexArg, Plan, YcsbArgs};
+use super::ycsb_measure::{measure, Subject};
 use super::ycsb_report::{self, Row};
 
 /// The owner id that loads the index; clients are 2 onwards.
 const LOADER: u16 = 1;
-const FIRST_CLIENT: u16 = 2;
+pub(super) const FIRST_CLIENT: u16 = 2;
 const CHUNK_BYTES: u64 = 64 * 1024;
 /// Inserts one second of one client may add, for sizing the region: far
 /// above what any transport here reaches with 5% inserts.
@@ -36,7 +35,7 @@ const HASH_OPS_PER_THREAD_SECOND: u64 = 4_000_000;
 /// Objects whose hints a tree of `keys` needs: one per node, and a node
 /// of a fresh load holds more than 20 keys. 16 bytes each, taken a page at
 /// a time as first written: about 6 MiB for 10M keys.
-fn hinted_objects(keys: u64) -> u64 {
+pub(super) fn hinted_objects(keys: u64) -> u64 {
     const NODE_KEYS_MIN: u64 = 20;
     keys / NODE_KEYS_MIN
 }
@@ -113,7 +112,7 @@ fn hash_config(plan: &Plan) -> HashConfig {
 
 /// A loaded index: what its clients attach to.
 #[derive(Clone, Copy)]
-enum Loaded {
+pub(super) enum Loaded {
     BTree(Heap, TreeInfo),
     Hash(Heap, TableInfo),
 }
@@ -128,17 +127,52 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             String::new()
         };
         for &index in &plan.indexes {
-            for variant in plan.variants_in(round) {
+            let variants = plan.variants_in(round);
+            if plan.slice.is_some() {
+                // Every variant loaded at once; each cell alternates them.
+                let mut loaded = Vec::with_capacity(variants.len());
+                for &variant in &variants {
+                    let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
+                    let l = load(&memory, index, variant, &plan)?;
+                    loaded.push((memory, l));
+                }
+                let subjects: Vec<Subject> = loaded
+                    .iter()
+                    .map(|(memory, loaded)| Subject {
+                        memory,
+                        loaded: *loaded,
+                    })
+                    .collect();
+                for &dist in &plan.dists {
+                    for workload in plan.workloads_for(index) {
+                        eprintln!(
+                            "bench ycsb: {prefix}{index} {} {workload} {dist}: running {} each, in slices ...",
+                            variants.iter().map(Variant::to_string).collect::<Vec<_>>().join(" and "),
+                            humantime::format_duration(plan.duration)
+                        );
+                        let results = measure(&subjects, workload, dist, &plan)?;
+                        for (&variant, result) in variants.iter().zip(&results) {
+                            rows.push(Row::new(index, variant, workload, dist, round, &plan, result));
+                        }
+                    }
+                }
+                continue;
+            }
+            for variant in variants {
                 let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
                 let loaded = load(&memory, index, variant, &plan)?;
+                let subject = [Subject {
+                    memory: &memory,
+                    loaded,
+                }];
                 for &dist in &plan.dists {
                     for workload in plan.workloads_for(index) {
                         eprintln!(
                             "bench ycsb: {prefix}{index} {variant} {workload} {dist}: running {} ...",
                             humantime::format_duration(plan.duration)
                         );
-                        let result = measure(&memory, loaded, workload, dist, &plan)?;
-                        rows.push(Row::new(index, variant, workload, dist, round, &plan, &result));
+                        let result = measure(&subject, workload, dist, &plan)?;
+                        rows.push(Row::new(index, variant, workload, dist, round, &plan, &result[0]));
                     }
                 }
             }
@@ -206,99 +240,4 @@ fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyh
         }
         Ok(loaded)
     })
-}
-
-/// Runs one workload on every client and adds their results up.
-fn measure(
-    memory: &Memory,
-    loaded: Loaded,
-    workload: Workload,
-    dist: Distribution,
-    plan: &Plan,
-) -> anyhow::Result<ClientResult> {
-    let spec = WorkloadSpec {
-        workload,
-        distribution: dist,
-        records: plan.keys,
-        seed: plan.seed,
-    };
-    let keyspace = Keyspace::new(spec)?;
-    // rtx B+tree clients share one cache of meta hints, as Sherman's
-    // threads share one index cache; hash tables keep none.
-    let hints = match loaded {
-        Loaded::BTree(..) => Some(Arc::new(HintCache::for_objects(hinted_objects(plan.keys)))),
-        Loaded::Hash(..) => None,
-    };
-    let results = on_threads("ycsb", plan.threads, |t, gate| {
-        let setup = (|| -> anyhow::Result<_> {
-            let rt = runtime()?;
-            let clients = rt.block_on(async {
-                let fabric = memory.client().await?;
-                let mut clients = Vec::with_capacity(plan.coroutines);
-                for c in 0..plan.coroutines {
-                    let slot = t * plan.coroutines + c;
-                    let owner = FIRST_CLIENT + slot as u16;
-                    let client = match loaded {
-                        Loaded::BTree(heap, info) => {
-                            let mut tree =
-                                BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
-                            if let Some(hints) = &hints {
-                                tree.share_hints(hints.clone());
-                            }
-                            IndexClient::BTree(Box::new(tree))
-                        }
-                        Loaded::Hash(heap, info) => {
-                            let table =
-                                HashTable::attach(fabric.fork(), heap, owner, TxConfig::default(), info)
-                                    .await?;
-                            IndexClient::Hash(Box::new(table))
-                        }
-                    };
-                    clients.push((client, keyspace.generator(slot)));
-                }
-                anyhow::Ok(clients)
-            })?;
-            Ok((rt, clients))
-        })();
-        let (rt, clients) = match setup {
-            Ok(s) => s,
-            Err(e) => {
-                gate.wait();
-                return Err(e);
-            }
-        };
-        rt.block_on(async {
-            // Warm the node caches, then start together. The gate is passed
-            // whatever the warm-up did: the other threads wait for it.
-            let mut warm = Vec::with_capacity(clients.len());
-            let mut warmup_error = None;
-            for (mut client, mut generator) in clients {
-                let deadline = Instant::now() + plan.warmup;
-                if let Err(e) = drive(&mut client, &mut generator, deadline).await {
-                    warmup_error = Some(e);
-                    break;
-                }
-                warm.push((client, generator));
-            }
-            gate.wait();
-            if let Some(e) = warmup_error {
-                return Err(e.into());
-            }
-            let deadline = Instant::now() + plan.duration;
-            let mut tasks = tokio::task::JoinSet::new();
-            for (mut client, mut generator) in warm {
-                tasks.spawn(async move { drive(&mut client, &mut generator, deadline).await });
-            }
-            let mut total = ClientResult::empty();
-            while let Some(r) = tasks.join_next().await {
-                total.merge(&r.context("a client task failed")??);
-            }
-            anyhow::Ok(total)
-        })
-    })?;
-    let mut total = ClientResult::empty();
-    for r in &results {
-        total.merge(r);
-    }
-    Ok(total)
 }
