@@ -84,6 +84,36 @@ impl MetaHint {
     }
 }
 
+/// Where one hint is kept: a 128-bit atomic holding `version << 64 | data
+/// pointer`, 0 = no hint (no data pointer is ever 0: offset 0 is a heap
+/// header). One atomic, so that a reader never pairs one put's version
+/// with another's pointer: a hint must be a pair read together. The
+/// process-wide [`HintCache`] is made of them, and so can any cache that
+/// keeps hints where its reader already looks (the B+tree keeps its
+/// leaves' in their cached parents).
+#[derive(Debug, Default)]
+pub struct HintSlot(AtomicU128);
+
+impl HintSlot {
+    /// The hint held, if any.
+    pub fn get(&self) -> Option<MetaHint> {
+        let word = self.0.load(Ordering::Acquire);
+        (word != 0).then(|| MetaHint {
+            version: (word >> 64) as u64,
+            dptr: DataPtr::from_raw(word as u64),
+        })
+    }
+
+    /// Holds `hint` from now on (a later put wins).
+    pub fn put(&self, hint: MetaHint) {
+        debug_assert_ne!(hint.dptr.raw(), 0, "no data block lives at offset 0");
+        self.0.store(
+            u128::from(hint.version) << 64 | u128::from(hint.dptr.raw()),
+            Ordering::Release,
+        );
+    }
+}
+
 /// Metas per page: 64 KiB of meta address space, one default heap chunk.
 const PAGE_METAS: u64 = 4096;
 
@@ -99,12 +129,11 @@ const PROBES_MAX: usize = 8;
 pub const HINT_PAGES_DEFAULT: usize = 1024;
 
 /// One page: the page number + 1 it holds (0 = free), and its slots, one
-/// 128-bit word per meta: `version << 64 | data pointer`, 0 = no hint (no
-/// data pointer is ever 0: offset 0 is a heap header).
+/// per meta.
 #[derive(Debug, Default)]
 struct Page {
     key: AtomicU64,
-    slots: OnceLock<Box<[AtomicU128]>>,
+    slots: OnceLock<Box<[HintSlot]>>,
 }
 
 /// The [`MetaHint`]s of a process, by meta address, shared by its clients
@@ -171,7 +200,7 @@ impl HintCache {
     }
 
     /// The slot of `meta`; with `insert`, takes a page for it if needed.
-    fn slot(&self, meta: GlobalAddr, insert: bool) -> Option<&AtomicU128> {
+    fn slot(&self, meta: GlobalAddr, insert: bool) -> Option<&HintSlot> {
         let key = (meta.raw() >> PAGE_SHIFT) + 1;
         let index = ((meta.raw() >> 4) % PAGE_METAS) as usize;
         for page in self.probes(key) {
@@ -188,7 +217,7 @@ impl HintCache {
             if held == key {
                 let slots = if insert {
                     page.slots
-                        .get_or_init(|| (0..PAGE_METAS).map(|_| AtomicU128::new(0)).collect())
+                        .get_or_init(|| (0..PAGE_METAS).map(|_| HintSlot::default()).collect())
                 } else {
                     // Taken but not yet filled by its first writer: no hint.
                     page.slots.get()?
@@ -205,22 +234,14 @@ impl HintCache {
 
     /// The hint for `meta`, if one was put.
     pub fn get(&self, meta: GlobalAddr) -> Option<MetaHint> {
-        let word = self.slot(meta, false)?.load(Ordering::Acquire);
-        (word != 0).then(|| MetaHint {
-            version: (word >> 64) as u64,
-            dptr: DataPtr::from_raw(word as u64),
-        })
+        self.slot(meta, false)?.get()
     }
 
     /// Records `hint` for `meta` (a later put wins). Dropped if the table
     /// has no place for the meta's page.
     pub fn put(&self, meta: GlobalAddr, hint: MetaHint) {
-        debug_assert_ne!(hint.dptr.raw(), 0, "no data block lives at offset 0");
         if let Some(slot) = self.slot(meta, true) {
-            slot.store(
-                u128::from(hint.version) << 64 | u128::from(hint.dptr.raw()),
-                Ordering::Release,
-            );
+            slot.put(hint);
         }
     }
 }

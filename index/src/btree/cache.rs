@@ -4,19 +4,23 @@
 //! tells the client to drop the path and read it again.
 //!
 //! A cached level-1 node (whose children are leaves) of an rtx tree also
-//! keeps a **block guess** per child: the offset where that leaf's block was
-//! last read. An rtx leaf moves with every copy-on-write, so where its block
-//! is comes from the meta hint cache (`txn::hint`), a lookup that misses the
-//! CPU cache at 10M keys (one hint line per leaf, touched far more rarely
-//! than the parents). Prefetching the guessed block before that lookup lets
-//! the two misses overlap instead of running one after the other. A guess is
-//! only ever a prefetch address: a stale one wastes a prefetch, nothing
-//! else, so guesses need no validation and may be torn or raced freely.
+//! keeps a **leaf hint** per child: the meta hint (`txn::hint`) of that leaf
+//! as this client last saw it. An rtx leaf moves with every copy-on-write,
+//! so a lookup needs its hint to read it in one round trip; the
+//! process-wide hint cache has one slot per leaf, touched so rarely at 10M
+//! keys that it is a miss in the CPU cache every time, and a dependent one:
+//! the block's address comes out of it. A hint kept beside the child entry
+//! the descent has just searched costs no miss (its lines are prefetched
+//! while the binary search runs). It is per client, so it goes stale when
+//! another client moves the leaf: the read then fails its validation by
+//! the hint rule, which is what makes any hint safe, and costs a round trip
+//! more. The hint cache stays the authority for writers.
 
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+use txn::HintSlot;
 
 use super::node::{Node, NodeRef};
 
@@ -24,39 +28,39 @@ use super::node::{Node, NodeRef};
 /// default holds every internal node of a tree of about a billion keys.
 pub const CACHE_NODES_MAX: usize = 1 << 20;
 
-/// A cached internal node, with its children's block guesses when it has
-/// any (see the module docs).
+/// A cached internal node, with its leaves' hints when it keeps them (see
+/// the module docs).
 #[derive(Debug)]
 pub struct CachedNode {
     node: Node,
-    /// Per child in [`Node::child_index_for`] order; 0 = no guess (no block
-    /// lives at offset 0). Empty when the node keeps no guesses.
-    guesses: Box<[AtomicU64]>,
+    /// Per child in [`Node::child_index_for`] order. Empty when the node
+    /// keeps no leaf hints.
+    leaf_hints: Box<[HintSlot]>,
 }
 
 impl CachedNode {
-    /// Caches `node`; `guesses` makes a level-1 node keep block guesses.
-    pub fn new(node: Node, guesses: bool) -> CachedNode {
-        let n = if guesses && node.level == 1 {
+    /// Caches `node`; with `leaf_hints`, a level-1 node keeps its leaves'.
+    pub fn new(node: Node, leaf_hints: bool) -> CachedNode {
+        let n = if leaf_hints && node.level == 1 {
             node.children.len() + 1
         } else {
             0
         };
         CachedNode {
             node,
-            guesses: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            leaf_hints: (0..n).map(|_| HintSlot::default()).collect(),
         }
     }
 
-    /// Starts loading the guesses into the CPU cache, so that reading one
-    /// after the binary search for the child costs no miss of its own.
-    pub fn prefetch_guesses(&self) {
-        fabric::prefetch_local(&self.guesses);
+    /// Starts loading the leaf hints into the CPU cache, so that reading
+    /// one after the binary search for the child costs no miss of its own.
+    pub fn prefetch_leaf_hints(&self) {
+        fabric::prefetch_local(&self.leaf_hints);
     }
 
-    /// Where the leaf at child index `i` was last read, if known.
-    pub fn guess(&self, i: usize) -> Option<&AtomicU64> {
-        self.guesses.get(i)
+    /// The hint slot of the leaf at child index `i`, if the node keeps them.
+    pub fn leaf_hint(&self, i: usize) -> Option<&HintSlot> {
+        self.leaf_hints.get(i)
     }
 }
 
@@ -64,18 +68,6 @@ impl Deref for CachedNode {
     type Target = Node;
     fn deref(&self) -> &Node {
         &self.node
-    }
-}
-
-/// Reads a block guess (0 = none).
-pub fn guessed(g: &AtomicU64) -> u64 {
-    g.load(Ordering::Relaxed)
-}
-
-/// Records where a leaf's block was read.
-pub fn set_guess(g: &AtomicU64, offset: u64) {
-    if g.load(Ordering::Relaxed) != offset {
-        g.store(offset, Ordering::Relaxed);
     }
 }
 
@@ -133,29 +125,26 @@ impl NodeCache {
 mod tests {
     use super::*;
     use crate::btree::node::{KEY_MAX, KEY_MIN};
+    use txn::{DataPtr, MetaHint};
 
     #[test]
-    fn only_level_one_nodes_of_guessing_trees_keep_guesses() {
+    fn only_level_one_nodes_of_hinting_trees_keep_leaf_hints() {
         let parent = Node::internal(1, KEY_MIN, KEY_MAX, 0x10, vec![(100, 0x20), (200, 0x30)]);
         let cached = CachedNode::new(parent.clone(), true);
         for key in [1, 150, 250] {
             let i = cached.child_index_for(key);
-            let g = cached.guess(i).expect("a guess per child");
-            assert_eq!(guessed(g), 0, "no guess yet");
-            set_guess(g, 4096 * (i as u64 + 1));
+            let slot = cached.leaf_hint(i).expect("a hint per child");
+            assert_eq!(slot.get(), None, "no hint yet");
+            slot.put(MetaHint {
+                version: i as u64 + 7,
+                dptr: DataPtr::new(1, 4096 * (i as u64 + 1)),
+            });
         }
-        assert_eq!(guessed(cached.guess(0).unwrap()), 4096);
-        assert_eq!(guessed(cached.guess(2).unwrap()), 3 * 4096);
-        assert!(cached.guess(3).is_none());
-        cached.prefetch_guesses();
-        assert!(
-            CachedNode::new(parent, false).guess(0).is_none(),
-            "optimal keeps none"
-        );
+        assert_eq!(cached.leaf_hint(2).and_then(HintSlot::get).map(|h| h.version), Some(9));
+        assert!(cached.leaf_hint(3).is_none());
+        cached.prefetch_leaf_hints();
+        assert!(CachedNode::new(parent, false).leaf_hint(0).is_none(), "optimal keeps none");
         let upper = Node::internal(2, KEY_MIN, KEY_MAX, 0x10, vec![(100, 0x20)]);
-        assert!(
-            CachedNode::new(upper, true).guess(0).is_none(),
-            "children are not leaves"
-        );
+        assert!(CachedNode::new(upper, true).leaf_hint(0).is_none(), "children are not leaves");
     }
 }

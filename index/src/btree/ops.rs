@@ -8,10 +8,11 @@
 //! parent, which may split in turn up to the root. The root keeps its ref:
 //! a root split moves both halves into new children.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use super::cache::{guessed, CachedNode};
+use super::cache::CachedNode;
+use txn::HintSlot;
+
 use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN, LEVELS_MAX};
 use super::seam::NodeTxn;
 use super::{BTree, IndexError, Step};
@@ -41,21 +42,21 @@ struct Located {
     path: Vec<NodeRef>,
     /// The leaf, if the descent had to read it (a root leaf).
     leaf: Option<Node>,
-    /// The leaf's block guess in its cached parent (rtx).
-    guess: Option<Guess>,
+    /// The leaf's hint slot in its cached parent (rtx).
+    hint: Option<LeafHint>,
 }
 
-/// A block guess: child `index` of a cached level-1 node.
-struct Guess {
+/// The hint slot of child `index` of a cached level-1 node.
+struct LeafHint {
     parent: Arc<CachedNode>,
     index: usize,
 }
 
-impl Guess {
-    fn slot(&self) -> &AtomicU64 {
+impl LeafHint {
+    fn slot(&self) -> &HintSlot {
         self.parent
-            .guess(self.index)
-            .expect("a Guess is made only for a child with a guess slot")
+            .leaf_hint(self.index)
+            .expect("a LeafHint is made only for a child with a hint slot")
     }
 }
 
@@ -91,16 +92,16 @@ impl BTree {
                             return Ok(Located {
                                 path,
                                 leaf: Some(n),
-                                guess: None,
+                                hint: None,
                             });
                         }
-                        let n = Arc::new(CachedNode::new(n, self.store.guesses_blocks()));
+                        let n = Arc::new(CachedNode::new(n, self.store.keeps_leaf_hints()));
                         self.cache.put(r, n.clone());
                         n
                     }
                 };
                 // Loads while the binary search below runs.
-                node.prefetch_guesses();
+                node.prefetch_leaf_hints();
                 if !node.covers(key) {
                     if key >= node.fence_hi && node.sibling != 0 {
                         // A split moved the key right: follow the B-link.
@@ -119,17 +120,17 @@ impl BTree {
                 let child = node.child_at(i);
                 if node.level == 1 {
                     path.push(child);
-                    let guess = node.guess(i).map(|_| Guess {
+                    let hint = node.leaf_hint(i).map(|_| LeafHint {
                         parent: node.clone(),
                         index: i,
                     });
-                    if let Some(g) = &guess {
-                        self.store.prefetch_block(child, guessed(g.slot()));
+                    if let Some(h) = &hint {
+                        self.store.prefetch_leaf(child, h.slot().get());
                     }
                     return Ok(Located {
                         path,
                         leaf: None,
-                        guess,
+                        hint,
                     });
                 }
                 r = child;
@@ -142,13 +143,13 @@ impl BTree {
     /// Reads the leaf for `key` without a lock, moving right as needed.
     async fn read_leaf(&mut self, key: u64) -> Result<Node, IndexError> {
         for _ in 0..self.attempts_max {
-            let Located { path, leaf, guess } = self.locate(key).await?;
+            let Located { path, leaf, hint } = self.locate(key).await?;
             let mut r = *path.last().expect("a path ends at a leaf");
             let mut node = match leaf {
                 Some(n) => n,
                 None => {
                     self.store
-                        .read_node_guessed(r, guess.as_ref().map(Guess::slot))
+                        .read_leaf_hinted(r, hint.as_ref().map(LeafHint::slot))
                         .await?
                 }
             };
@@ -231,7 +232,7 @@ impl BTree {
     async fn write(&mut self, key: u64, value: u64, mode: Mode) -> Result<Written, IndexError> {
         Self::check_key(key)?;
         for attempt in 0..self.attempts_max {
-            let Located { path, guess, .. } = self.locate(key).await?;
+            let Located { path, hint, .. } = self.locate(key).await?;
             let root = self.root;
             let mut t = self.store.begin();
             let mut splits = 0;
@@ -239,10 +240,10 @@ impl BTree {
                 Ok(written) => match t.commit().await {
                     Ok(()) => {
                         self.stats.splits += splits;
-                        if let (Some(g), Written::Inserted | Written::Updated) = (&guess, written) {
+                        if let (Some(h), Written::Inserted | Written::Updated) = (&hint, written) {
                             // The leaf's block moved (copy-on-write).
                             let leaf = *path.last().expect("a path ends at a leaf");
-                            self.store.refresh_guess(leaf, g.slot());
+                            self.store.refresh_leaf_hint(leaf, h.slot());
                         }
                         return Ok(written);
                     }

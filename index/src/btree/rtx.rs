@@ -4,11 +4,8 @@
 //! concurrent writers of one leaf wait instead of aborting at commit.
 
 use fabric::{Batch, GlobalAddr};
-use txn::{DataPtr, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
+use txn::{DataPtr, HintSlot, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
-use std::sync::atomic::AtomicU64;
-
-use super::cache::set_guess;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
@@ -92,15 +89,16 @@ fn meta_words(b: &[u8]) -> (LockWord, DataPtr) {
 /// `tests/torn_reads.rs`. Blocks are freed only after the pointer has left
 /// them.
 ///
-/// `guess`, when given, is the leaf's block guess in its cached parent
-/// (`cache.rs`): it is set to the block this read returns.
+/// `local`, when given, is the node's hint slot in its cached parent
+/// (`cache.rs`): a hint there is used before the process-wide one (it is
+/// validated the same way), and the slot gets what this read saw.
 pub(crate) async fn read_node(
     c: &mut TxClient,
     r: NodeRef,
-    guess: Option<&AtomicU64>,
+    local: Option<&HintSlot>,
 ) -> Result<Node, IndexError> {
     let mut batch = c.take_batch();
-    let read = read_node_with(c, &mut batch, r, guess).await;
+    let read = read_node_with(c, &mut batch, r, local).await;
     c.give_batch(batch);
     read
 }
@@ -109,10 +107,11 @@ async fn read_node_with(
     c: &mut TxClient,
     batch: &mut Batch,
     r: NodeRef,
-    guess: Option<&AtomicU64>,
+    local: Option<&HintSlot>,
 ) -> Result<Node, IndexError> {
     let meta = GlobalAddr::from_raw(r);
-    let cached = c.hints().get(meta);
+    let local_hint = local.and_then(HintSlot::get);
+    let cached = local_hint.or_else(|| c.hints().get(meta));
     let mut known = match cached {
         Some(h) => Known {
             dptr: h.dptr,
@@ -136,12 +135,12 @@ async fn read_node_with(
         if known.validated_by(lock, dptr) {
             match Node::decode(batch.read_result(h).map_err(IndexError::Verb)?) {
                 Ok(n) => {
-                    if let Some(g) = guess {
-                        set_guess(g, known.dptr.offset());
-                    }
                     let seen = MetaHint::from_meta(lock, dptr);
                     if let Some(h) = seen.filter(|&h| Some(h) != cached) {
                         c.hints().put(meta, h);
+                    }
+                    if let (Some(slot), Some(h)) = (local, seen.filter(|&h| Some(h) != local_hint)) {
+                        slot.put(h);
                     }
                     return Ok(n);
                 }

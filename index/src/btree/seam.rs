@@ -4,12 +4,9 @@
 //! entries or whole nodes, create nodes, commit or roll back). Each variant
 //! is one arm; a `dtx` variant is a third arm here and touches nothing else.
 
-use std::sync::atomic::AtomicU64;
-
 use fabric::GlobalAddr;
-use txn::{TxClient, META_BYTES};
+use txn::{HintSlot, MetaHint, TxClient, META_BYTES};
 
-use super::cache::set_guess;
 use super::node::{Node, NodeRef, NODE_BYTES};
 use super::optimal::{Optimal, OptimalTxn};
 use super::rtx::{self, RtxTxn};
@@ -90,48 +87,50 @@ impl Store {
 
     /// Reads a node without locking it.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
-        self.read_node_guessed(r, None).await
+        self.read_leaf_hinted(r, None).await
     }
 
-    /// Reads a leaf without locking it, keeping `guess` (its block guess in
-    /// the cached parent, `cache.rs`) up to date.
-    pub(crate) async fn read_node_guessed(
+    /// Reads a leaf without locking it, with `hint` (its hint slot in the
+    /// cached parent, `cache.rs`) as the first place to look and kept up
+    /// to date.
+    pub(crate) async fn read_leaf_hinted(
         &mut self,
         r: NodeRef,
-        guess: Option<&AtomicU64>,
+        hint: Option<&HintSlot>,
     ) -> Result<Node, IndexError> {
         match self {
             Store::Optimal(o) => o.read_node(r).await,
-            Store::Rtx(c) => rtx::read_node(c, r, guess).await,
+            Store::Rtx(c) => rtx::read_node(c, r, hint).await,
         }
     }
 
-    /// Whether cached parents keep their leaves' block guesses: only where
-    /// a leaf's block moves (rtx: copy-on-write). An optimal leaf is its
-    /// block.
-    pub(crate) fn guesses_blocks(&self) -> bool {
+    /// Whether cached parents keep their leaves' hints: only where a leaf's
+    /// block moves (rtx: copy-on-write). An optimal leaf is its block.
+    pub(crate) fn keeps_leaf_hints(&self) -> bool {
         matches!(self, Store::Rtx(_))
     }
 
-    /// Points leaf `r`'s block guess where this client's commit just moved
+    /// Points leaf `r`'s hint slot where this client's commit just moved
     /// the block: the commit put the meta hint, so reading it costs no miss.
-    pub(crate) fn refresh_guess(&self, r: NodeRef, guess: &AtomicU64) {
+    pub(crate) fn refresh_leaf_hint(&self, r: NodeRef, slot: &HintSlot) {
         if let Store::Rtx(c) = self {
             if let Some(h) = c.hints().get(GlobalAddr::from_raw(r)) {
-                set_guess(guess, h.dptr.offset());
+                slot.put(h);
             }
         }
     }
 
-    /// Starts loading leaf `r`'s meta and its guessed block (`offset`, 0 =
-    /// no guess) into the CPU cache while the meta hint is looked up.
-    pub(crate) fn prefetch_block(&self, r: NodeRef, offset: u64) {
+    /// Starts loading leaf `r`'s meta and the block `hint` points at into
+    /// the CPU cache, ahead of the batch that reads them (a writer's lock
+    /// batch looks its hint up in the hint cache first, a miss these loads
+    /// overlap).
+    pub(crate) fn prefetch_leaf(&self, r: NodeRef, hint: Option<MetaHint>) {
         if let Store::Rtx(c) = self {
             let meta = GlobalAddr::from_raw(r);
             c.fabric_ref().prefetch(meta, META_BYTES as u32);
-            if offset != 0 {
+            if let Some(h) = hint {
                 c.fabric_ref()
-                    .prefetch(GlobalAddr::new(meta.region(), offset), NODE_BYTES as u32);
+                    .prefetch(GlobalAddr::new(meta.region(), h.dptr.offset()), NODE_BYTES as u32);
             }
         }
     }
