@@ -398,5 +398,18 @@ async fn rtx_hints_cold_stale_and_shared() {
     let v = cost(&mut t, &b).verbs;
     assert_eq!(v.round_trips, 2, "a hint from shared's commit: {v:?}");
     assert_eq!(t.tx_stats().unwrap().stale_hints, 0);
+
+    // A lookup looks first at the hint its cached parent keeps (per client,
+    // `cache.rs`), not at the shared cache: `t`'s commit left `shared`'s
+    // stale, and the read pays the round trip a stale hint costs; then the
+    // parent holds the fresh one.
+    let b = before(&mut shared);
+    assert_eq!(shared.get(20).await.unwrap(), Some(25));
+    let v = cost(&mut shared, &b).verbs;
+    assert_eq!(v.round_trips, 2, "a stale leaf hint in the cached parent: {v:?}");
+    let b = before(&mut shared);
+    assert_eq!(shared.get(20).await.unwrap(), Some(25));
+    let v = cost(&mut shared, &b).verbs;
+    assert_eq!(v.round_trips, 1, "the leaf hint refreshed: {v:?}");
     common::check_ok(&mut t, "after the hint cases").await;
 }
