@@ -31,11 +31,15 @@ use txn::HintCache;
 
 const CLIENTS: u64 = 4;
 
-/// Client `id` of `creator`'s tree; the even ones share `shared` hints.
+/// Client `id` of `creator`'s tree; the even ones share `shared` hints and
+/// the creator's leaf hints (rtx), so that shared slots are raced.
 fn client(creator: &mut BTree, id: u64, shared: &Arc<HintCache>) -> BTree {
     let mut t = attach(creator, CREATOR + 1 + id as u16);
     if id % 2 == 0 {
         t.share_hints(shared.clone());
+        if let Some(table) = creator.leaf_hints() {
+            t.share_leaf_hints(table.clone());
+        }
     }
     t
 }

@@ -387,6 +387,7 @@ async fn rtx_hints_cold_stale_and_shared() {
     // other's hint.
     let mut shared = common::attach(&mut t, 3);
     shared.share_hints(t.hints().expect("rtx has hints").clone());
+    shared.share_leaf_hints(t.leaf_hints().expect("rtx has leaf hints").clone());
     assert_eq!(shared.get(1000).await.unwrap(), Some(1000));
     let b = before(&mut shared);
     assert_eq!(shared.get(20).await.unwrap(), Some(23));
@@ -399,17 +400,11 @@ async fn rtx_hints_cold_stale_and_shared() {
     assert_eq!(v.round_trips, 2, "a hint from shared's commit: {v:?}");
     assert_eq!(t.tx_stats().unwrap().stale_hints, 0);
 
-    // A lookup looks first at the hint its cached parent keeps (per client,
-    // `cache.rs`), not at the shared cache: `t`'s commit left `shared`'s
-    // stale, and the read pays the round trip a stale hint costs; then the
-    // parent holds the fresh one.
+    // A lookup looks first at the hint its cached parent keeps
+    // (`cache.rs`), shared by `t` and `shared`: `t`'s commit is `shared`'s.
     let b = before(&mut shared);
     assert_eq!(shared.get(20).await.unwrap(), Some(25));
     let v = cost(&mut shared, &b).verbs;
-    assert_eq!(v.round_trips, 2, "a stale leaf hint in the cached parent: {v:?}");
-    let b = before(&mut shared);
-    assert_eq!(shared.get(20).await.unwrap(), Some(25));
-    let v = cost(&mut shared, &b).verbs;
-    assert_eq!(v.round_trips, 1, "the leaf hint refreshed: {v:?}");
+    assert_eq!(v.round_trips, 1, "a leaf hint from t's commit: {v:?}");
     common::check_ok(&mut t, "after the hint cases").await;
 }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use txn::{Heap, HintCache, TxClient, TxConfig};
 
-pub use cache::NodeCache;
+pub use cache::{LeafHintTable, NodeCache};
 pub use check::CheckReport;
 pub use load::LoadReport;
 pub use node::{NodeRef, KEY_MAX, KEY_MIN};
@@ -188,11 +188,18 @@ impl BTree {
     }
 
     fn with_store(store: Store, heap: Heap, root: NodeRef) -> BTree {
+        // Only where a leaf's block moves (rtx: copy-on-write) do cached
+        // parents keep their leaves' hints; an optimal leaf is its block.
+        let cache = if store.keeps_leaf_hints() {
+            NodeCache::with_leaf_hints()
+        } else {
+            NodeCache::default()
+        };
         BTree {
             store,
             root,
             heap,
-            cache: NodeCache::default(),
+            cache,
             stats: TreeStats::default(),
             attempts_max: ATTEMPTS_MAX,
         }
@@ -263,6 +270,19 @@ impl BTree {
         if let Store::Rtx(c) = &mut self.store {
             c.share_hints(hints);
         }
+    }
+
+    /// Shares the leaf hints of cached level-1 nodes (`cache.rs`) with the
+    /// other clients of this process that were given `table` (rtx; optimal
+    /// keeps none). Drops this client's cached nodes.
+    pub fn share_leaf_hints(&mut self, table: Arc<LeafHintTable>) {
+        self.cache.share_leaf_hints(table);
+    }
+
+    /// The table this client's cached level-1 nodes take their leaf hints
+    /// from (rtx), to share with [`BTree::share_leaf_hints`].
+    pub fn leaf_hints(&self) -> Option<&Arc<LeafHintTable>> {
+        self.cache.leaf_hints()
     }
 
     /// Bounds retries and lock waits (crash exploration makes blocked

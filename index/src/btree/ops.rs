@@ -95,9 +95,7 @@ impl BTree {
                                 hint: None,
                             });
                         }
-                        let n = Arc::new(CachedNode::new(n, self.store.keeps_leaf_hints()));
-                        self.cache.put(r, n.clone());
-                        n
+                        self.cache.put(r, n)
                     }
                 };
                 // Loads while the binary search below runs.

@@ -104,8 +104,7 @@ impl Store {
         }
     }
 
-    /// Whether cached parents keep their leaves' hints: only where a leaf's
-    /// block moves (rtx: copy-on-write). An optimal leaf is its block.
+    /// Whether cached parents keep their leaves' hints (see [`super::BTree`]).
     pub(crate) fn keeps_leaf_hints(&self) -> bool {
         matches!(self, Store::Rtx(_))
     }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chaos::driver::{drive, ClientResult, IndexClient};
 use chaos::workload::{Distribution, Keyspace, OpGenerator, Workload, WorkloadSpec};
-use index::btree::BTree;
+use index::btree::{BTree, LeafHintTable};
 use index::hash::HashTable;
 use txn::{HintCache, TxConfig};
 
@@ -31,6 +31,12 @@ pub struct Subject<'a> {
 }
 
 type Clients = Vec<(IndexClient, OpGenerator)>;
+
+/// What the B+tree clients of one variant share in this process.
+struct ProcessHints {
+    metas: Arc<HintCache>,
+    leaves: Arc<LeafHintTable>,
+}
 
 /// Runs `workload` under `dist` on every subject for `plan.duration` each:
 /// in one go when there is one subject or no `plan.slice`, else in
@@ -48,12 +54,16 @@ pub fn measure(
         seed: plan.seed,
     };
     let keyspace = Keyspace::new(spec)?;
-    // rtx B+tree clients share one cache of meta hints per variant, as
-    // Sherman's threads share one index cache; hash tables keep none.
-    let hints: Vec<Option<Arc<HintCache>>> = subjects
+    // rtx B+tree clients share one cache of meta hints and one table of
+    // leaf hints per variant, as Sherman's threads share one index cache;
+    // hash tables keep none.
+    let hints: Vec<Option<ProcessHints>> = subjects
         .iter()
         .map(|s| match s.loaded {
-            Loaded::BTree(..) => Some(Arc::new(HintCache::for_objects(hinted_objects(plan.keys)))),
+            Loaded::BTree(..) => Some(ProcessHints {
+                metas: Arc::new(HintCache::for_objects(hinted_objects(plan.keys))),
+                leaves: Arc::new(LeafHintTable::default()),
+            }),
             Loaded::Hash(..) => None,
         })
         .collect();
@@ -128,7 +138,7 @@ fn slices(duration: Duration, slice: Option<Duration>) -> Vec<Duration> {
 /// Thread `t`'s clients of one subject, with their op generators.
 async fn attach(
     s: &Subject<'_>,
-    hints: Option<&Arc<HintCache>>,
+    hints: Option<&ProcessHints>,
     keyspace: &Arc<Keyspace>,
     t: usize,
     plan: &Plan,
@@ -142,7 +152,8 @@ async fn attach(
             Loaded::BTree(heap, info) => {
                 let mut tree = BTree::attach(fabric.fork(), heap, owner, TxConfig::default(), info)?;
                 if let Some(hints) = hints {
-                    tree.share_hints(hints.clone());
+                    tree.share_hints(hints.metas.clone());
+                    tree.share_leaf_hints(hints.leaves.clone());
                 }
                 IndexClient::BTree(Box::new(tree))
             }
