@@ -39,50 +39,46 @@ pub const CACHE_NODES_MAX: usize = 1 << 20;
 /// over: as many as a client caches nodes.
 pub const LEAF_HINT_PARENTS_MAX: usize = CACHE_NODES_MAX;
 
-/// The hints of one copy of a level-1 node's leaves.
-#[derive(Debug)]
-pub struct LeafHints {
-    /// The leaves, in [`Node::child_index_for`] order: which leaf each slot
-    /// is for.
-    leaves: Box<[NodeRef]>,
-    slots: Box<[HintSlot]>,
-}
+/// The hint slots of one copy of a level-1 node's leaves, in
+/// [`Node::child_index_for`] order. One allocation, so that the lookup path
+/// reaches a slot from the cached node in one step.
+type LeafHints = Arc<[HintSlot]>;
 
-impl LeafHints {
-    fn leaves_of(node: &Node) -> impl Iterator<Item = NodeRef> + '_ {
-        iter::once(node.leftmost).chain(node.children.iter().map(|&(_, c)| c))
-    }
+/// A table entry: the leaves a parent's slots are for, and the slots.
+type KeptHints = (Box<[NodeRef]>, LeafHints);
+
+/// A level-1 node's leaves, in [`Node::child_index_for`] order.
+fn leaves_of(node: &Node) -> impl Iterator<Item = NodeRef> + '_ {
+    iter::once(node.leftmost).chain(node.children.iter().map(|&(_, c)| c))
 }
 
 /// The leaf hints of the level-1 nodes a process's clients cache, by
 /// parent; shared by those clients ([`super::BTree::share_leaf_hints`]).
 #[derive(Debug, Default)]
 pub struct LeafHintTable {
-    by_parent: Mutex<HashMap<NodeRef, Arc<LeafHints>>>,
+    /// Per parent: which leaf each slot is for, and the slots.
+    by_parent: Mutex<HashMap<NodeRef, KeptHints>>,
 }
 
 impl LeafHintTable {
-    /// The hints for level-1 node `r` as `node` has it: those already kept
+    /// The hint slots for level-1 node `r` as `node` has it: those already kept
     /// for a copy with the same leaves, or fresh (empty) ones. Called when
     /// a client caches the node, not on the lookup path.
-    pub fn for_node(&self, r: NodeRef, node: &Node) -> Arc<LeafHints> {
+    fn for_node(&self, r: NodeRef, node: &Node) -> LeafHints {
         debug_assert_eq!(node.level, 1);
         let mut map = self.by_parent.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(h) = map.get(&r) {
-            if h.leaves.iter().copied().eq(LeafHints::leaves_of(node)) {
-                return h.clone();
+        if let Some((leaves, slots)) = map.get(&r) {
+            if leaves.iter().copied().eq(leaves_of(node)) {
+                return slots.clone();
             }
         }
         if map.len() >= LEAF_HINT_PARENTS_MAX {
             map.clear();
         }
-        let leaves: Box<[NodeRef]> = LeafHints::leaves_of(node).collect();
-        let h = Arc::new(LeafHints {
-            slots: leaves.iter().map(|_| HintSlot::default()).collect(),
-            leaves,
-        });
-        map.insert(r, h.clone());
-        h
+        let leaves: Box<[NodeRef]> = leaves_of(node).collect();
+        let slots: LeafHints = leaves.iter().map(|_| HintSlot::default()).collect();
+        map.insert(r, (leaves, slots.clone()));
+        slots
     }
 }
 
@@ -91,7 +87,7 @@ impl LeafHintTable {
 #[derive(Debug)]
 pub struct CachedNode {
     node: Node,
-    leaf_hints: Option<Arc<LeafHints>>,
+    leaf_hints: Option<LeafHints>,
 }
 
 impl CachedNode {
@@ -99,16 +95,13 @@ impl CachedNode {
     /// one after the binary search for the child costs no miss of its own.
     pub fn prefetch_leaf_hints(&self) {
         if let Some(h) = &self.leaf_hints {
-            fabric::prefetch_local(&h.slots);
+            fabric::prefetch_local(h);
         }
     }
 
     /// The hint slot of the leaf at child index `i`, if the node keeps them.
     pub fn leaf_hint(&self, i: usize) -> Option<&HintSlot> {
-        let h = self.leaf_hints.as_ref()?;
-        let slot = h.slots.get(i)?;
-        debug_assert_eq!(h.leaves[i], self.node.child_at(i), "a slot is for its leaf");
-        Some(slot)
+        self.leaf_hints.as_ref()?.get(i)
     }
 }
 

@@ -45,7 +45,7 @@ pub struct Optimal {
     end: u64,
     lock_attempts_max: u32,
     /// Buffers kept from one read to the next (as `TxClient::take_batch`).
-    spare: Batch,
+    spare: Box<Batch>,
 }
 
 impl Optimal {
@@ -58,7 +58,7 @@ impl Optimal {
             next: 0,
             end: 0,
             lock_attempts_max: LOCK_ATTEMPTS_MAX,
-            spare: Batch::new(),
+            spare: Box::default(),
         }
     }
 
@@ -112,9 +112,9 @@ impl Optimal {
 
     /// Reads a node without a lock (one round trip), again while torn.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
-        let mut batch = std::mem::take(&mut self.spare);
+        let mut batch = std::mem::take(&mut *self.spare);
         let read = self.read_node_with(&mut batch, r).await;
-        self.spare = batch;
+        *self.spare = batch;
         read
     }
 
