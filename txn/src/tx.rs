@@ -13,6 +13,7 @@ use fabric::{Batch, GlobalAddr};
 
 use crate::client::{le_word, TxClient};
 use crate::error::{AbortReason, TxError};
+use crate::hint::MetaHint;
 use crate::obj::{RawObj, TxObj, META_BYTES};
 use crate::repair::RepairOutcome;
 use crate::word::{DataPtr, LockWord};
@@ -280,6 +281,18 @@ impl<'c> Tx<'c> {
     /// (the CAS found another unlocked version) costs one round trip more,
     /// not two: that version and that pointer form a fresh pair.
     pub async fn read_locked(&mut self, obj: RawObj) -> Result<&[u8], TxError> {
+        self.read_locked_hinted(obj, None).await
+    }
+
+    /// [`Tx::read_locked`] with a hint the caller keeps itself (a cache
+    /// that has it where the caller already looks, see [`crate::HintSlot`])
+    /// instead of the client's hint cache; `None` looks there. A stale one
+    /// costs what a stale cached hint does: one round trip more.
+    pub async fn read_locked_hinted(
+        &mut self,
+        obj: RawObj,
+        hint: Option<MetaHint>,
+    ) -> Result<&[u8], TxError> {
         let known = self.writes.iter().any(|w| w.obj.meta == obj.meta)
             || self.reads.iter().any(|r| r.obj.meta == obj.meta)
             || self.fresh.iter().any(|f| f.meta == obj.meta);
@@ -287,7 +300,7 @@ impl<'c> Tx<'c> {
             self.lock_now(obj).await?;
             return self.read_raw(obj).await;
         }
-        let hint = self.c.hints.get(obj.meta);
+        let hint = hint.or_else(|| self.c.hints.get(obj.meta));
         let (mut seen, mut old) = match hint {
             Some(h) => {
                 self.check_meta_addr(obj)?;

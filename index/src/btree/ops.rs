@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::cache::CachedNode;
-use txn::HintSlot;
+use txn::{HintSlot, MetaHint};
 
 use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN, LEVELS_MAX};
 use super::seam::NodeTxn;
@@ -234,7 +234,8 @@ impl BTree {
             let root = self.root;
             let mut t = self.store.begin();
             let mut splits = 0;
-            let step = match modify(&mut t, root, &path, key, value, mode, &mut splits).await {
+            let leaf_hint = hint.as_ref().and_then(|h| h.slot().get());
+            let step = match modify(&mut t, root, &path, leaf_hint, key, value, mode, &mut splits).await {
                 Ok(written) => match t.commit().await {
                     Ok(()) => {
                         self.stats.splits += splits;
@@ -274,17 +275,19 @@ impl BTree {
 }
 
 /// One attempt at a write, through the seam.
+#[allow(clippy::too_many_arguments)]
 async fn modify(
     t: &mut NodeTxn<'_>,
     root: NodeRef,
     path: &[NodeRef],
+    leaf_hint: Option<MetaHint>,
     key: u64,
     value: u64,
     mode: Mode,
     splits: &mut u64,
 ) -> Result<Written, Step> {
     let leaf_ref = *path.last().expect("a path ends at a leaf");
-    let mut leaf = t.lock_leaf(leaf_ref).await?;
+    let mut leaf = t.lock_leaf(leaf_ref, leaf_hint).await?;
     if !leaf.is_leaf() || !leaf.covers(key) {
         // The cached path is stale (the leaf split, or the root grew).
         return Err(Step::Retry {

@@ -171,9 +171,11 @@ impl<'a> RtxTxn<'a> {
         Node::decode(bytes).map_err(|Torn| Step::Retry { invalidate: None })
     }
 
-    /// Reads the leaf and pre-locks it (meta, then lock + data in one batch).
-    pub(crate) async fn lock(&mut self, r: NodeRef) -> Result<Node, Step> {
-        let bytes = self.tx.read_locked(obj(r)).await.map_err(step)?;
+    /// Reads the leaf and pre-locks it: lock + data in one batch, with
+    /// `hint` (the leaf's hint in its cached parent) or the client's hint
+    /// cache saying where the data is; without either, the meta first.
+    pub(crate) async fn lock(&mut self, r: NodeRef, hint: Option<MetaHint>) -> Result<Node, Step> {
+        let bytes = self.tx.read_locked_hinted(obj(r), hint).await.map_err(step)?;
         // Read under the lock, a torn node means a corrupt pointer: retry
         // (the attempt is rolled back, releasing the lock).
         Node::decode(bytes).map_err(|Torn| Step::Retry { invalidate: None })

@@ -158,11 +158,12 @@ pub(crate) enum NodeTxn<'a> {
 }
 
 impl NodeTxn<'_> {
-    /// Locks (optimal) or pre-locks (rtx) a leaf and returns it.
-    pub async fn lock_leaf(&mut self, r: NodeRef) -> Result<Node, Step> {
+    /// Locks (optimal) or pre-locks (rtx) a leaf and returns it. `hint`
+    /// is the leaf's hint from its cached parent, if any (rtx).
+    pub async fn lock_leaf(&mut self, r: NodeRef, hint: Option<MetaHint>) -> Result<Node, Step> {
         match self {
             NodeTxn::Optimal(t) => t.lock(r).await,
-            NodeTxn::Rtx(t) => t.lock(r).await,
+            NodeTxn::Rtx(t) => t.lock(r, hint).await,
         }
     }
 
