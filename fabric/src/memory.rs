@@ -228,8 +228,8 @@ fn split_aligned(offset: usize, len: usize) -> (usize, usize, usize) {
 
 /// Starts loading the cache lines of `items`, this process's own memory,
 /// without waiting for them: for client-side structures a lookup will read
-/// after work it can overlap with (the B+tree's block guesses, read after
-/// the binary search of their node). At most 16 lines, as
+/// after work it can overlap with (the B+tree's leaf hints, read after the
+/// binary search of their node). At most 16 lines, as
 /// `SharedMemory::prefetch`.
 pub fn prefetch_local<T>(items: &[T]) {
     const LINES_MAX: usize = 16;
