@@ -104,10 +104,6 @@ impl AnyTransport {
 }
 
 impl AnyTransport {
-    /// Executes the batch at once on the calling thread if this transport
-    /// completes inline (local, shm without faults); `None` otherwise.
-    /// The verb path of the inline transports thus skips the state machine
-    /// of the async path, which has room for the largest transport's future.
     /// Prefetches `[offset, offset + len)` of `region` on `node` when this
     /// process maps that memory (see [`crate::Client::prefetch`]).
     pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {
@@ -125,6 +121,10 @@ impl AnyTransport {
         }
     }
 
+    /// Executes the batch at once on the calling thread if this transport
+    /// completes inline (local, shm without faults); `None` otherwise.
+    /// The verb path of the inline transports thus skips the state machine
+    /// of the async path, which has room for the largest transport's future.
     pub(crate) fn execute_now(
         &self,
         epoch: Epoch,

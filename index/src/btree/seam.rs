@@ -120,9 +120,9 @@ impl Store {
     }
 
     /// Starts loading leaf `r`'s meta and the block `hint` points at into
-    /// the CPU cache, ahead of the batch that reads them (a writer's lock
-    /// batch looks its hint up in the hint cache first, a miss these loads
-    /// overlap).
+    /// the CPU cache as soon as the descent knows them, so that their misses
+    /// overlap with the work before the batch that reads them (the leaf's
+    /// lookup or lock batch); a stale hint wastes the block's prefetch.
     pub(crate) fn prefetch_leaf(&self, r: NodeRef, hint: Option<MetaHint>) {
         if let Store::Rtx(c) = self {
             let meta = GlobalAddr::from_raw(r);
