@@ -129,33 +129,19 @@ impl SharedMemory {
     /// them one verb after another. `write` asks for the lines in exclusive
     /// state, as a store needs them. Out-of-range requests do nothing.
     pub(crate) fn prefetch(&self, offset: usize, len: usize, write: bool) {
-        /// Lines prefetched per verb: a 1 KiB node; the hardware
-        /// prefetcher streams longer copies on its own.
-        const LINES_MAX: usize = 16;
-        const LINE: usize = 64;
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {
             return;
         }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
-            let base = self.map.as_ptr();
-            let first = offset - offset % LINE;
-            for line in (first..offset + len).step_by(LINE).take(LINES_MAX) {
-                // SAFETY: `line` lies inside the live mapping (checked
-                // above), so the pointer arithmetic stays in one allocation.
-                let p = unsafe { base.add(line) }.cast::<i8>();
-                // SAFETY: a prefetch is a hint that changes cache state only:
-                // it never faults and nothing the program reads depends on it.
-                unsafe {
-                    if write {
-                        _mm_prefetch::<_MM_HINT_ET0>(p);
-                    } else {
-                        _mm_prefetch::<_MM_HINT_T0>(p);
-                    }
-                }
-            }
-        }
+        // SAFETY: `[offset - offset % LINE_BYTES, offset + len)` lies inside
+        // the live mapping (checked above; the mapping is page-aligned).
+        unsafe {
+            prefetch_lines(
+                self.map.as_ptr(),
+                offset - offset % LINE_BYTES,
+                offset + len,
+                write,
+            )
+        };
     }
 
     /// Copies `dst.len()` bytes starting at `offset` out of the mapping.
@@ -226,28 +212,52 @@ fn split_aligned(offset: usize, len: usize) -> (usize, usize, usize) {
     (head, words, len - head - words * WORD)
 }
 
+/// Lines one prefetch asks for: a 1 KiB node; the hardware prefetcher
+/// streams longer copies on its own.
+const PREFETCH_LINES_MAX: usize = 16;
+
+/// A cache line.
+const LINE_BYTES: usize = 64;
+
+/// Starts loading the cache lines of `[base + first, base + end)`, at most
+/// [`PREFETCH_LINES_MAX`] of them, in exclusive state when `write` (as a
+/// store needs them).
+///
+/// # Safety
+///
+/// `[base + first, base + end)` must lie inside one allocation, so that the
+/// pointer arithmetic stays in it.
+unsafe fn prefetch_lines(base: *const u8, first: usize, end: usize, write: bool) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_ET0, _MM_HINT_T0};
+        for line in (first..end).step_by(LINE_BYTES).take(PREFETCH_LINES_MAX) {
+            // SAFETY: `line` < `end`, inside the allocation (the caller's
+            // contract).
+            let p = unsafe { base.add(line) }.cast::<i8>();
+            // SAFETY: a prefetch is a hint that changes cache state only: it
+            // never faults and nothing the program reads depends on it.
+            unsafe {
+                if write {
+                    _mm_prefetch::<_MM_HINT_ET0>(p);
+                } else {
+                    _mm_prefetch::<_MM_HINT_T0>(p);
+                }
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (base, first, end, write);
+}
+
 /// Starts loading the cache lines of `items`, this process's own memory,
 /// without waiting for them: for client-side structures a lookup will read
 /// after work it can overlap with (the B+tree's leaf hints, read after the
 /// binary search of their node). At most 16 lines, as
 /// `SharedMemory::prefetch`.
 pub fn prefetch_local<T>(items: &[T]) {
-    const LINES_MAX: usize = 16;
-    const LINE: usize = 64;
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let base = items.as_ptr().cast::<i8>();
-        let bytes = std::mem::size_of_val(items);
-        for line in (0..bytes).step_by(LINE).take(LINES_MAX) {
-            // SAFETY: `line` < `bytes`, so the pointer stays inside the
-            // slice's allocation; a prefetch is a hint that never faults and
-            // changes nothing the program reads.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(base.add(line)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = items;
+    // SAFETY: `[0, size_of_val(items))` is the slice itself.
+    unsafe { prefetch_lines(items.as_ptr().cast(), 0, std::mem::size_of_val(items), false) };
 }
 
 #[cfg(test)]
