@@ -19,6 +19,10 @@ pub struct Client {
     map: Arc<ClusterMap>,
     transport: AnyTransport,
     stats: Stats,
+    /// A batch whose buffers outlive the operation that used them, so that
+    /// each operation does not allocate its own ([`Client::take_batch`]).
+    /// Boxed: clients are embedded in larger structures by value.
+    spare: Box<Batch>,
 }
 
 impl Client {
@@ -28,6 +32,7 @@ impl Client {
             map: Arc::new(map),
             transport,
             stats: Stats::default(),
+            spare: Box::default(),
         }
     }
 
@@ -37,7 +42,21 @@ impl Client {
             map: self.map.clone(),
             transport: self.transport.clone(),
             stats: Stats::default(),
+            spare: Box::default(),
         }
+    }
+
+    /// An empty batch with the buffers of the last one given back, if any:
+    /// give it back with [`Client::give_batch`] when done.
+    pub fn take_batch(&mut self) -> Batch {
+        let mut b = std::mem::take(&mut *self.spare);
+        b.clear();
+        b
+    }
+
+    /// Keeps `batch`'s buffers for the next [`Client::take_batch`].
+    pub fn give_batch(&mut self, batch: Batch) {
+        *self.spare = batch;
     }
 
     /// Executes `batch` in one round trip. On `Ok`, every verb has a

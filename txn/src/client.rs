@@ -36,9 +36,6 @@ pub struct TxClient {
     /// Metas seen or installed, shared with the other clients of the
     /// process that were given the same cache.
     pub(crate) hints: Arc<HintCache>,
-    /// A batch whose buffers outlive the operation that used them, so that
-    /// each operation does not allocate its own ([`TxClient::take_batch`]).
-    spare: Batch,
 }
 
 impl TxClient {
@@ -56,21 +53,7 @@ impl TxClient {
             commit_leases: LeaseSequence::default(),
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
-            spare: Batch::new(),
         })
-    }
-
-    /// An empty batch with the buffers of the last one given back, if any:
-    /// give it back with [`TxClient::give_batch`] when done.
-    pub fn take_batch(&mut self) -> Batch {
-        let mut b = std::mem::take(&mut self.spare);
-        b.clear();
-        b
-    }
-
-    /// Keeps `batch`'s buffers for the next [`TxClient::take_batch`].
-    pub fn give_batch(&mut self, batch: Batch) {
-        self.spare = batch;
     }
 
     /// The owner id.

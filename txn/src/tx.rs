@@ -74,13 +74,13 @@ pub struct Tx<'c> {
 impl Drop for Tx<'_> {
     /// Gives the batch's buffers back to the client for its next operation.
     fn drop(&mut self) {
-        self.c.give_batch(std::mem::take(&mut self.batch));
+        self.c.fabric.give_batch(std::mem::take(&mut self.batch));
     }
 }
 
 impl<'c> Tx<'c> {
     pub(crate) fn new(c: &'c mut TxClient) -> Self {
-        let batch = c.take_batch();
+        let batch = c.fabric.take_batch();
         Tx {
             c,
             reads: Vec::new(),

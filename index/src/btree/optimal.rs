@@ -44,8 +44,6 @@ pub struct Optimal {
     next: u64,
     end: u64,
     lock_attempts_max: u32,
-    /// Buffers kept from one read to the next (as `TxClient::take_batch`).
-    spare: Box<Batch>,
 }
 
 impl Optimal {
@@ -58,7 +56,6 @@ impl Optimal {
             next: 0,
             end: 0,
             lock_attempts_max: LOCK_ATTEMPTS_MAX,
-            spare: Box::default(),
         }
     }
 
@@ -112,9 +109,9 @@ impl Optimal {
 
     /// Reads a node without a lock (one round trip), again while torn.
     pub(crate) async fn read_node(&mut self, r: NodeRef) -> Result<Node, IndexError> {
-        let mut batch = std::mem::take(&mut *self.spare);
+        let mut batch = self.fabric.take_batch();
         let read = self.read_node_with(&mut batch, r).await;
-        *self.spare = batch;
+        self.fabric.give_batch(batch);
         read
     }
 

@@ -97,9 +97,9 @@ pub(crate) async fn read_node(
     r: NodeRef,
     local: Option<&HintSlot>,
 ) -> Result<Node, IndexError> {
-    let mut batch = c.take_batch();
+    let mut batch = c.fabric().take_batch();
     let read = read_node_with(c, &mut batch, r, local).await;
-    c.give_batch(batch);
+    c.fabric().give_batch(batch);
     read
 }
 
