@@ -127,11 +127,17 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             String::new()
         };
         for &index in &plan.indexes {
+            // The variants measured together: all at once in slices, else
+            // one after the other.
             let variants = plan.variants_in(round);
-            if plan.slice.is_some() {
-                // Every variant loaded at once; each cell alternates them.
-                let mut loaded = Vec::with_capacity(variants.len());
-                for &variant in &variants {
+            let groups: Vec<Vec<Variant>> = if plan.slice.is_some() {
+                vec![variants]
+            } else {
+                variants.into_iter().map(|v| vec![v]).collect()
+            };
+            for group in groups {
+                let mut loaded = Vec::with_capacity(group.len());
+                for &variant in &group {
                     let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
                     let l = load(&memory, index, variant, &plan)?;
                     loaded.push((memory, l));
@@ -143,36 +149,19 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                         loaded: *loaded,
                     })
                     .collect();
+                let names = group.iter().map(Variant::to_string).collect::<Vec<_>>();
+                let how = if group.len() > 1 { " each, in slices" } else { "" };
                 for &dist in &plan.dists {
                     for workload in plan.workloads_for(index) {
                         eprintln!(
-                            "bench ycsb: {prefix}{index} {} {workload} {dist}: running {} each, in slices ...",
-                            variants.iter().map(Variant::to_string).collect::<Vec<_>>().join(" and "),
+                            "bench ycsb: {prefix}{index} {} {workload} {dist}: running {}{how} ...",
+                            names.join(" and "),
                             humantime::format_duration(plan.duration)
                         );
                         let results = measure(&subjects, workload, dist, &plan)?;
-                        for (&variant, result) in variants.iter().zip(&results) {
+                        for (&variant, result) in group.iter().zip(&results) {
                             rows.push(Row::new(index, variant, workload, dist, round, &plan, result));
                         }
-                    }
-                }
-                continue;
-            }
-            for variant in variants {
-                let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
-                let loaded = load(&memory, index, variant, &plan)?;
-                let subject = [Subject {
-                    memory: &memory,
-                    loaded,
-                }];
-                for &dist in &plan.dists {
-                    for workload in plan.workloads_for(index) {
-                        eprintln!(
-                            "bench ycsb: {prefix}{index} {variant} {workload} {dist}: running {} ...",
-                            humantime::format_duration(plan.duration)
-                        );
-                        let result = measure(&subject, workload, dist, &plan)?;
-                        rows.push(Row::new(index, variant, workload, dist, round, &plan, &result[0]));
                     }
                 }
             }
