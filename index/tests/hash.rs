@@ -380,6 +380,47 @@ async fn grow_splits_every_subtable_once() {
     }
 }
 
+/// optimal moves a splitting subtable's entries as the original resize
+/// does, one verb per round trip (each key READ, each CAS in, each CAS
+/// out), unless told to batch them; the verbs are the same either way, and
+/// so is the result.
+#[tokio::test]
+async fn optimal_split_handles_one_entry_per_round_trip_unless_batched() {
+    let config = HashConfig {
+        groups: 4,
+        dir_depth: 8,
+    };
+    // Few enough keys that the one subtable of depth 0 holds them all.
+    let model: BTreeMap<u64, u64> = (1..=40u64).map(|k| (k, k * 3)).collect();
+    let moving = model
+        .keys()
+        .filter(|&&k| index::hash::layout::dir_hash(k) & 1 == 1)
+        .count() as u64;
+    assert!(moving > 0);
+    let mut cost = Vec::new();
+    for per_round_trip in [1, fabric::VERBS_PER_BATCH_MAX] {
+        let mut t = table(Variant::Optimal, config).await;
+        for (&k, &v) in &model {
+            assert!(t.insert(k, v).await.unwrap());
+        }
+        assert_eq!(t.check().await.unwrap().subtables, 1, "no split yet");
+        t.set_split_entries_per_round_trip(per_round_trip);
+        let before = t.fabric().stats();
+        assert_eq!(t.grow().await.unwrap(), 1);
+        cost.push(t.fabric().stats() - before);
+        assert_sound(&mut t, &model, &format!("grown, {per_round_trip} per round trip")).await;
+    }
+    let (one, batched) = (cost[0], cost[1]);
+    assert_eq!(one.cas, batched.cas, "the same CASes");
+    assert_eq!(one.reads, batched.reads, "the same READs");
+    // Keys, in and out: one round trip per entry each, against one per step.
+    let entries = model.len() as u64;
+    assert_eq!(
+        one.round_trips - batched.round_trips,
+        (entries - 1) + 2 * (moving - 1)
+    );
+}
+
 /// rtx: the directory's lock left by a dead owner (no log) with an expired
 /// lease is a violation until `repair_expired_locks` meets it; the common
 /// path never reads that lock, so only a split or this sweep would.

@@ -49,6 +49,13 @@ const DIR_SLOT: usize = 10;
 /// Attempts of one operation before it gives up.
 pub const ATTEMPTS_MAX: u32 = 100_000;
 
+/// Entries an optimal split handles per round trip unless told otherwise
+/// ([`HashTable::set_split_entries_per_round_trip`]): one, so that each
+/// entry's key READ, CAS in and CAS out are each awaited before the next
+/// verb, as the original RACE resize moves entries one at a time (the rTX
+/// paper's baseline; so do the public RACE implementations).
+pub const SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT: usize = 1;
+
 /// A table's shape, fixed at creation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HashConfig {
@@ -150,6 +157,8 @@ pub struct HashTable {
     data_of: HashMap<u64, DataPtr>,
     stats: HashStats,
     attempts_max: u32,
+    /// optimal: entries per round trip in a split (`split.rs`).
+    split_entries_per_round_trip: usize,
     batch: Batch,
 }
 
@@ -297,6 +306,7 @@ impl HashTable {
             data_of: HashMap::new(),
             stats: HashStats::default(),
             attempts_max: ATTEMPTS_MAX,
+            split_entries_per_round_trip: SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT,
             batch: Batch::new(),
         }
     }
@@ -356,6 +366,17 @@ impl HashTable {
     /// writers give up quickly).
     pub fn set_attempts_max(&mut self, attempts: u32) {
         self.attempts_max = attempts.max(1);
+    }
+
+    /// How many entries an optimal split of this client handles per round
+    /// trip (their key READs, then their CASes in, then out), clamped to
+    /// 1..=`VERBS_PER_BATCH_MAX`. The default,
+    /// [`SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT`], is the original resize's
+    /// one; more batches them, which is safe because the split holds every
+    /// bucket header of the subtable locked (`split.rs`). rtx ignores it:
+    /// its split reads the keys in full batches and writes whole subtables.
+    pub fn set_split_entries_per_round_trip(&mut self, entries: usize) {
+        self.split_entries_per_round_trip = entries.clamp(1, fabric::VERBS_PER_BATCH_MAX);
     }
 
     /// The cached directory's entry for directory hash `h`.

@@ -48,6 +48,9 @@ pub struct Row {
     pub subtables_before_grow: u64,
     pub load_factor_before_grow: f64,
     pub inserting_threads: usize,
+    /// optimal: entries a split handles per round trip (1: the original
+    /// resize; rtx rows carry it too, and ignore it).
+    pub optimal_entries_per_round_trip: usize,
 
     /// Wall time of `HashTable::grow`.
     pub grow_ms: f64,
@@ -159,6 +162,7 @@ impl Row {
             subtables_before_grow: loaded.subtables,
             load_factor_before_grow: loaded.load_factor,
             inserting_threads: plan.threads,
+            optimal_entries_per_round_trip: plan.optimal_entries_per_round_trip,
             grow_ms: ms(grow.time()),
             grow_start_ms: ms(grow.start),
             grow_end_ms: ms(grow.end),
@@ -383,9 +387,13 @@ pub fn table(rows: &[Row]) -> String {
         } else {
             0.0
         };
+        let moves = match o.optimal_entries_per_round_trip {
+            1 => "the original resize: one entry per round trip".to_owned(),
+            n => format!("entries batched {n} per round trip"),
+        };
         let _ = writeln!(
             s,
-            "\nrehash time: optimal {} ms / rtx {} ms = {ratio:.2}x",
+            "\nrehash time: optimal {} ms ({moves}) / rtx {} ms = {ratio:.2}x",
             micros(o.grow_ms),
             micros(r.grow_ms)
         );

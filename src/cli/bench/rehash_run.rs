@@ -276,7 +276,7 @@ fn fill(
         let setup = (|| {
             let rt = runtime()?;
             let owner = FIRST_FILLER + t as u16;
-            let table = rt.block_on(attach(memory, heap, owner, info))?;
+            let table = rt.block_on(attach(memory, heap, owner, info, plan))?;
             anyhow::Ok((rt, table))
         })();
         gate.wait();
@@ -464,7 +464,7 @@ fn grow_while_inserting(
         let kill = t == 0 && plan.kill_grower;
         let setup = (|| {
             let rt = runtime()?;
-            let (table, faults) = rt.block_on(attach_faulty(memory, heap, owner, info, kill))?;
+            let (table, faults) = rt.block_on(attach_faulty(memory, heap, owner, info, plan, kill))?;
             anyhow::Ok((rt, table, faults))
         })();
         gate.wait();
@@ -563,8 +563,14 @@ fn grow_while_inserting(
 }
 
 /// A client of the table as `owner`, on the calling thread's runtime.
-async fn attach(memory: &Memory, heap: Heap, owner: u16, info: TableInfo) -> anyhow::Result<HashTable> {
-    Ok(attach_faulty(memory, heap, owner, info, false).await?.0)
+async fn attach(
+    memory: &Memory,
+    heap: Heap,
+    owner: u16,
+    info: TableInfo,
+    plan: &Plan,
+) -> anyhow::Result<HashTable> {
+    Ok(attach_faulty(memory, heap, owner, info, plan, false).await?.0)
 }
 
 /// [`attach`], and with `kill` a client that dies midway through its first
@@ -574,6 +580,7 @@ async fn attach_faulty(
     heap: Heap,
     owner: u16,
     info: TableInfo,
+    plan: &Plan,
     kill: bool,
 ) -> anyhow::Result<(HashTable, Option<Arc<Faulty<BaseTransport>>>)> {
     let mut fabric = memory.client().await?;
@@ -590,8 +597,9 @@ async fn attach_faulty(
         fabric = Client::new(fabric.map().clone(), transport);
         faults = Some(handle);
     }
-    let table = HashTable::attach(fabric, heap, owner, TxConfig::default(), info)
+    let mut table = HashTable::attach(fabric, heap, owner, TxConfig::default(), info)
         .await
         .with_context(|| format!("cannot attach to the table as owner {owner}"))?;
+    table.set_split_entries_per_round_trip(plan.optimal_entries_per_round_trip);
     Ok((table, faults))
 }
