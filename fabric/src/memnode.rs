@@ -341,6 +341,14 @@ impl Drop for MemoryNode {
     }
 }
 
+/// Verbs whose lines a batch asks for ahead of the verb it executes, as a
+/// NIC works on several of a batch's verbs at once. Enough to keep the
+/// core's dozen or so line fills busy with one-line verbs (a KV block, a
+/// slot) and to cover a miss's latency with the verbs run meanwhile.
+/// Asking for a whole 4,096-verb batch up front did not: the READs' copies
+/// still missed (a hash split's key READs, `docs/fabric.md`).
+const PREFETCH_AHEAD_VERBS: usize = 16;
+
 /// Executes `ops` against in-process nodes, as one batch: the epoch of every
 /// node involved is checked before any verb runs; verbs run in order; after a
 /// verb fails, later verbs to the same node complete as `Flushed`.
@@ -360,12 +368,16 @@ pub(crate) fn execute_inline<'a>(
             nodes.add(op.node);
         }
     }
-    for op in ops {
+    let prefetch = |op: &Op| {
         if let Some(n) = node(op.node) {
             n.prefetch_op(op);
         }
-    }
-    for op in ops {
+    };
+    ops.iter().take(PREFETCH_AHEAD_VERBS).for_each(prefetch);
+    for (i, op) in ops.iter().enumerate() {
+        if let Some(ahead) = ops.get(i + PREFETCH_AHEAD_VERBS) {
+            prefetch(ahead);
+        }
         let state = nodes
             .find(op.node)
             .expect("every node was added by the epoch pass");
