@@ -137,6 +137,69 @@ fn rehash_alone_prints_json_on_stdout() {
     assert_eq!(r["splits"], r["subtables_before_grow"]);
 }
 
+/// `--rounds 3` runs each variant three times, in reversed order in the
+/// even round; optimal's split takes one round trip per entry unless told
+/// to batch, and the same verbs either way.
+#[test]
+fn rehash_rounds_alternate_the_variants_and_report_the_median_ratio() {
+    let args = |rounds: &'static str, entries: &'static str| {
+        vec![
+            "bench",
+            "rehash",
+            "--keys",
+            "5000",
+            "--groups",
+            "16",
+            "--fill",
+            "load",
+            "--threads",
+            "0",
+            "--rounds",
+            rounds,
+            "--optimal-entries-per-round-trip",
+            entries,
+        ]
+    };
+    let (code, stdout, stderr) = kintsugi(&args("3", "1"));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("rehash time over 3 rounds"), "{stdout}");
+    assert!(stdout.contains("the original resize"), "{stdout}");
+    assert!(stdout.contains("rtx #2"), "{stdout}");
+    let order: Vec<&str> = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("bench rehash: round "))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "1 of 3: optimal",
+            "1 of 3: rtx",
+            "2 of 3: rtx",
+            "2 of 3: optimal",
+            "3 of 3: optimal",
+            "3 of 3: rtx"
+        ]
+    );
+
+    let json = |entries| {
+        let mut a = args("1", entries);
+        a.extend(["--variant", "optimal", "--json", "-"]);
+        let (code, stdout, stderr) = kintsugi(&a);
+        assert_eq!(code, 0, "{stderr}");
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
+        rows[0].clone()
+    };
+    let (one, batched) = (json("1"), json("4096"));
+    assert_eq!(one["optimal_entries_per_round_trip"], 1);
+    assert_eq!(one["cas"], batched["cas"]);
+    assert_eq!(one["reads"], batched["reads"]);
+    let rt = |r: &serde_json::Value| r["round_trips"].as_u64().unwrap();
+    assert!(
+        rt(&one) > rt(&batched) + 2 * one["splits"].as_u64().unwrap(),
+        "{one} {batched}"
+    );
+}
+
 /// A grower killed midway through its first split: rtx's locks are
 /// repaired (by an inserter that met them or by the sweep before the check)
 /// and the table checks out; optimal's stay, and its failed check is

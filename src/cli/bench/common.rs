@@ -159,3 +159,28 @@ pub fn load_bar(keys: u64, prefix: String) -> indicatif::ProgressBar {
     bar.set_prefix(prefix);
     bar
 }
+
+/// The median of a non-empty list (the mean of the middle two when even).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    debug_assert!(n > 0);
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0]), 3.0);
+        assert_eq!(median(&[0.9, 0.7, 0.8]), 0.8);
+        assert_eq!(median(&[0.9, 0.6, 0.8, 0.7]), 0.75);
+    }
+}

@@ -11,6 +11,7 @@ use index::Variant;
 
 use super::common::{cores, dedup};
 use super::memory::MemoryTransport;
+use super::ycsb_args::ROUNDS_MAX;
 use crate::cli::units::parse_duration;
 
 /// How full the table is when the grow starts.
@@ -84,6 +85,7 @@ Examples:
   kintsugi bench rehash --keys 10000000 --threads 2 --json rehash.json
   kintsugi bench rehash --variant rtx --keys 100000 --fill load --threads 0
   kintsugi bench rehash --keys 1000000 --threads 0 --optimal-entries-per-round-trip 4096
+  kintsugi bench rehash --keys 1000000 --rounds 5
   kintsugi bench rehash --kill-grower --phase 300ms")]
 pub struct RehashArgs {
     /// Variants, comma-separated (optimal, rtx).
@@ -124,6 +126,11 @@ pub struct RehashArgs {
     /// than the paper's.
     #[arg(long, value_name = "N", default_value_t = SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT)]
     optimal_entries_per_round_trip: usize,
+    /// Times every variant runs (1..=100), variants in the given order in odd rounds and reversed
+    /// in even ones; the last line then gives the median of the rounds' optimal / rtx grow-time
+    /// ratios and their range. This VM's speed drifts by tens of percent: use 3 or more.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    rounds: usize,
     /// Seed of the key set.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -149,6 +156,8 @@ pub struct Plan {
     pub kill_grower: bool,
     /// optimal: entries a split handles per round trip.
     pub optimal_entries_per_round_trip: usize,
+    /// Times every variant runs.
+    pub rounds: usize,
     pub seed: u64,
     /// Where the JSON goes: a file, or stdout (`-`).
     pub json: Option<JsonTo>,
@@ -201,6 +210,9 @@ impl RehashArgs {
                 self.optimal_entries_per_round_trip
             );
         }
+        if !(1..=ROUNDS_MAX).contains(&self.rounds) {
+            bail!("--rounds must be between 1 and {ROUNDS_MAX}, got {}", self.rounds);
+        }
         if self.bucket < Duration::from_micros(100) {
             bail!("--bucket must be at least 100us");
         }
@@ -252,6 +264,7 @@ impl RehashArgs {
             bucket: self.bucket,
             kill_grower: self.kill_grower,
             optimal_entries_per_round_trip: self.optimal_entries_per_round_trip,
+            rounds: self.rounds,
             seed: self.seed,
             json: self.json.map(|p| {
                 if p.as_os_str() == "-" {

@@ -8,6 +8,7 @@ use index::hash::{HashCheckReport, HashLoadReport};
 use index::Variant;
 use serde::Serialize;
 
+use super::common::median;
 use super::format::{micros, thousands};
 use super::rehash_args::Plan;
 use super::rehash_run::{Grow, Inserts};
@@ -29,8 +30,10 @@ pub struct Loaded {
 }
 
 /// One variant's run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct Row {
+    /// Which run of the variant (`--rounds`), from 1.
+    pub round: usize,
     pub variant: String,
     pub transport: &'static str,
     /// Keys bulk-loaded (--keys).
@@ -149,6 +152,7 @@ impl Row {
                 .map(|b| (b as f64 * bucket_ms - ms(grow.end)).max(0.0))
         });
         Row {
+            round: 1,
             variant: variant.to_string(),
             transport: plan.transport.name(),
             keys: plan.keys,
@@ -253,9 +257,18 @@ fn mib(bytes: u64) -> String {
 /// The results table, the notes, and optimal's grow time over rtx's.
 pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
+    let rounds = rows.iter().map(|r| r.round).max().unwrap_or(1);
+    // With several rounds each row says which.
+    let label = |r: &Row| {
+        if rounds > 1 {
+            format!("{} #{}", r.variant, r.round)
+        } else {
+            r.variant.clone()
+        }
+    };
     let _ = writeln!(
         s,
-        "{:<8} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+        "{:<11} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
         "variant",
         "keys",
         "load",
@@ -271,8 +284,8 @@ pub fn table(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<8} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
-            r.variant,
+            "{:<11} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+            label(r),
             thousands(r.keys_before_grow as f64),
             r.load_factor_before_grow * 100.0,
             thousands(r.subtables_before_grow as f64),
@@ -288,7 +301,7 @@ pub fn table(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.inserting_threads > 0) {
         let _ = writeln!(
             s,
-            "\n{:<8} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+            "\n{:<11} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
             "variant",
             "threads",
             "ins/s before",
@@ -302,8 +315,8 @@ pub fn table(rows: &[Row]) -> String {
         for r in rows {
             let _ = writeln!(
                 s,
-                "{:<8} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
-                r.variant,
+                "{:<11} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+                label(r),
                 r.inserting_threads,
                 thousands(r.insert_ops_per_sec_before),
                 thousands(r.insert_ops_per_sec_during),
@@ -319,7 +332,7 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 "{}: check {}",
-                r.variant,
+                label(r),
                 if r.check_ok { "ok" } else { "FAILED" }
             );
         }
@@ -327,14 +340,14 @@ pub fn table(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(
             s,
-            "\n{:<8} {:>10} {:>13} {:>8} {:>8}",
+            "\n{:<11} {:>10} {:>13} {:>8} {:>8}",
             "variant", "killed at", "recovered in", "blocked", "repairs"
         );
         for r in rows {
             let _ = writeln!(
                 s,
-                "{:<8} {:>7} ms {:>13} {:>8} {:>8}",
-                r.variant,
+                "{:<11} {:>7} ms {:>13} {:>8} {:>8}",
+                label(r),
                 micros(r.kill_ms.unwrap_or(0.0)),
                 r.recovery_ms
                     .map_or_else(|| "never".to_owned(), |m| format!("{} ms", micros(m))),
@@ -348,22 +361,21 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 "{}: the check failed, as expected after a dead optimal splitter (nothing can repair its locks): {}",
-                r.variant,
+                label(r),
                 r.check_problem()
             );
         } else if !r.check_ok {
-            let _ = writeln!(s, "{}: the check failed: {}", r.variant, r.check_problem());
+            let _ = writeln!(s, "{}: the check failed: {}", label(r), r.check_problem());
         }
         if r.key_limit_reached {
             let _ = writeln!(
                 s,
                 "{}: inserting stopped at the run's key limit (a quarter of the directory's slots): \
                  rates after that point are low",
-                r.variant
+                label(r)
             );
         }
     }
-    let by = |v: &str| rows.iter().find(|r| r.variant == v);
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(s);
         for r in rows {
@@ -371,39 +383,104 @@ pub fn table(rows: &[Row]) -> String {
                 Some(m) => writeln!(
                     s,
                     "{}: from the grower's kill to normal insert throughput: {} ms",
-                    r.variant,
+                    label(r),
                     micros(m)
                 ),
                 None => writeln!(
                     s,
                     "{}: insert throughput did not recover after the grower's kill ({} of {} inserters blocked)",
-                    r.variant, r.inserters_blocked, r.inserting_threads
+                    label(r),
+                    r.inserters_blocked,
+                    r.inserting_threads
                 ),
             };
         }
-    } else if let (Some(o), Some(r)) = (by("optimal"), by("rtx")) {
-        let ratio = if r.grow_ms > 0.0 {
-            o.grow_ms / r.grow_ms
-        } else {
-            0.0
-        };
-        let moves = match o.optimal_entries_per_round_trip {
-            1 => "the original resize: one entry per round trip".to_owned(),
-            n => format!("entries batched {n} per round trip"),
-        };
-        let _ = writeln!(
-            s,
-            "\nrehash time: optimal {} ms ({moves}) / rtx {} ms = {ratio:.2}x",
-            micros(o.grow_ms),
-            micros(r.grow_ms)
-        );
+    } else if let Some(line) = grow_ratio(rows) {
+        let _ = writeln!(s, "\n{line}");
     }
     s
+}
+
+/// optimal's grow time over rtx's: for one round the two times, for
+/// several the median of the rounds' ratios (each round's optimal over the
+/// same round's rtx) and their range. `None` without both variants.
+fn grow_ratio(rows: &[Row]) -> Option<String> {
+    let of = |v: &str, round: usize| rows.iter().find(|r| r.variant == v && r.round == round);
+    let first = of("optimal", 1)?;
+    let moves = match first.optimal_entries_per_round_trip {
+        1 => "the original resize: one entry per round trip".to_owned(),
+        n => format!("entries batched {n} per round trip"),
+    };
+    let pairs: Vec<(&Row, &Row)> = (1..=rows.iter().map(|r| r.round).max()?)
+        .filter_map(|round| Some((of("optimal", round)?, of("rtx", round)?)))
+        .filter(|(_, r)| r.grow_ms > 0.0)
+        .collect();
+    match pairs.as_slice() {
+        [] => None,
+        [(o, r)] => Some(format!(
+            "rehash time: optimal {} ms ({moves}) / rtx {} ms = {:.2}x",
+            micros(o.grow_ms),
+            micros(r.grow_ms),
+            o.grow_ms / r.grow_ms
+        )),
+        _ => {
+            let ratios: Vec<f64> = pairs.iter().map(|(o, r)| o.grow_ms / r.grow_ms).collect();
+            let times = |f: fn(&(&Row, &Row)) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
+            Some(format!(
+                "rehash time over {} rounds: optimal median {} ms ({moves}) / rtx median {} ms; \
+                 per round: median {:.2}x ({:.2}x-{:.2}x)",
+                pairs.len(),
+                micros(times(|(o, _)| o.grow_ms)),
+                micros(times(|(_, r)| r.grow_ms)),
+                median(&ratios),
+                ratios.iter().copied().fold(f64::INFINITY, f64::min),
+                ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            ))
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn row(variant: &str, round: usize, grow_ms: f64) -> Row {
+        Row {
+            round,
+            variant: variant.to_owned(),
+            grow_ms,
+            optimal_entries_per_round_trip: 1,
+            ..Row::default()
+        }
+    }
+
+    #[test]
+    fn one_round_gives_both_times_and_their_ratio() {
+        let rows = [row("optimal", 1, 800.0), row("rtx", 1, 200.0)];
+        let line = grow_ratio(&rows).unwrap();
+        assert!(line.contains("= 4.00x"), "{line}");
+        assert!(line.contains("the original resize"), "{line}");
+        assert_eq!(grow_ratio(&rows[..1]), None, "no rtx, no ratio");
+    }
+
+    #[test]
+    fn rounds_give_the_median_of_per_round_ratios_and_their_range() {
+        // Round 2 is slow for both: its ratio, not its times, is what counts.
+        let rows = [
+            row("optimal", 1, 800.0),
+            row("rtx", 1, 200.0),
+            row("rtx", 2, 600.0),
+            row("optimal", 2, 1200.0),
+            row("optimal", 3, 900.0),
+            row("rtx", 3, 300.0),
+        ];
+        let line = grow_ratio(&rows).unwrap();
+        assert!(line.contains("over 3 rounds"), "{line}");
+        assert!(line.contains("median 3.00x (2.00x-4.00x)"), "{line}");
+        assert!(line.contains("optimal median 900.0 ms"), "{line}");
+        let table = table(&rows);
+        assert!(table.contains("rtx #2"), "{table}");
+    }
 
     #[test]
     fn longest_zero_run_counts_consecutive_zeros() {

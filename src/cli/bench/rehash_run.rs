@@ -52,10 +52,23 @@ const AFTER: u8 = 2;
 
 pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
     let plan = args.validate()?;
-    let mut rows = Vec::with_capacity(plan.variants.len());
-    for &variant in &plan.variants {
-        let row = run_variant(variant, &plan).with_context(|| format!("bench rehash: variant {variant}"))?;
-        rows.push(row);
+    let mut rows = Vec::with_capacity(plan.variants.len() * plan.rounds);
+    for round in 1..=plan.rounds {
+        // Even rounds reverse the order, so that a drift of the machine's
+        // speed falls on every variant.
+        let mut order = plan.variants.clone();
+        if round % 2 == 0 {
+            order.reverse();
+        }
+        for variant in order {
+            if plan.rounds > 1 {
+                eprintln!("bench rehash: round {round} of {}: {variant}", plan.rounds);
+            }
+            let mut row =
+                run_variant(variant, &plan).with_context(|| format!("bench rehash: variant {variant}"))?;
+            row.round = round;
+            rows.push(row);
+        }
     }
     let json_stdout = plan.json == Some(JsonTo::Stdout);
     crate::cli::print_report(

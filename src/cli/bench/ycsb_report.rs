@@ -8,6 +8,7 @@ use chaos::workload::{Distribution, Workload};
 use index::btree::Variant;
 use serde::Serialize;
 
+use super::common::median;
 use super::format::{micros, thousands};
 use super::ycsb_args::{IndexArg, Plan};
 
@@ -133,19 +134,6 @@ impl Cell<'_> {
     }
 }
 
-/// The median of a non-empty list (the mean of the middle two when even).
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    debug_assert!(n > 0);
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 /// Each variant's throughput relative to optimal's on the same index, per
 /// workload and distribution, each round against the same round's optimal;
 /// over several rounds the median ratio and the range (empty when optimal
@@ -231,13 +219,6 @@ mod tests {
             repairs: 0,
             misses: 0,
         }
-    }
-
-    #[test]
-    fn median_of_odd_and_even_lists() {
-        assert_eq!(median(&[3.0]), 3.0);
-        assert_eq!(median(&[0.9, 0.7, 0.8]), 0.8);
-        assert_eq!(median(&[0.9, 0.6, 0.8, 0.7]), 0.75);
     }
 
     #[test]
