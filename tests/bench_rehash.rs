@@ -162,7 +162,7 @@ fn rehash_rounds_alternate_the_variants_and_report_the_median_ratio() {
     };
     let (code, stdout, stderr) = kintsugi(&args("3", "1"));
     assert_eq!(code, 0, "{stderr}");
-    assert!(stdout.contains("rehash time over 3 rounds"), "{stdout}");
+    assert!(stdout.contains("rehash time over 3 of 3 rounds"), "{stdout}");
     assert!(stdout.contains("the original resize"), "{stdout}");
     assert!(stdout.contains("rtx #2"), "{stdout}");
     let order: Vec<&str> = stderr

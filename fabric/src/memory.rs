@@ -124,9 +124,10 @@ impl SharedMemory {
 
     /// Starts loading `[offset, offset + len)` into the CPU cache without
     /// waiting for it. A NIC works on the verbs of one doorbell batch in
-    /// parallel; prefetching every verb's target before running any lets
-    /// the CPU overlap their cache misses the same way, instead of taking
-    /// them one verb after another. `write` asks for the lines in exclusive
+    /// parallel; prefetching the targets of the verbs ahead of the one
+    /// running (`memnode::PREFETCH_AHEAD_VERBS` of them) lets the CPU
+    /// overlap their cache misses the same way, instead of taking them one
+    /// verb after another. `write` asks for the lines in exclusive
     /// state, as a store needs them. Out-of-range requests do nothing.
     pub(crate) fn prefetch(&self, offset: usize, len: usize, write: bool) {
         if offset.checked_add(len).is_none_or(|end| end > self.len()) {

@@ -53,7 +53,8 @@ pub const ATTEMPTS_MAX: u32 = 100_000;
 /// ([`HashTable::set_split_entries_per_round_trip`]): one, so that each
 /// entry's key READ, CAS in and CAS out are each awaited before the next
 /// verb, as the original RACE resize moves entries one at a time (the rTX
-/// paper's baseline; so do the public RACE implementations).
+/// paper's baseline; so do the public RACE implementations). It holds for
+/// every optimal split, the ones inserts make as well as `grow`'s.
 pub const SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT: usize = 1;
 
 /// A table's shape, fixed at creation.

@@ -4,7 +4,8 @@
 //! An entry keeps its (bucket, slot) position in whichever half it goes to,
 //! so no placement can fail.
 //!
-//! optimal, the original resize (every step a batch of verbs):
+//! optimal, the original resize (1, 3, 5, 6, 8 one batch each; 2's key
+//! READs, 4 and 7 one entry per round trip unless batched, see below):
 //! ```text
 //! 1 lock    CAS every bucket header (d, s) -> locked (d, s)
 //! 2         READ the subtable; READ the KV block of every slot (for its key)
@@ -235,8 +236,8 @@ impl HashTable {
                 }
                 let (d, s) = (header.local_depth(), header.suffix());
                 let slots = full_slots(g, &data);
-                let slots_keyed = slots.iter().map(|(_, s)| *s);
-                let keys = read_keys(tx.client().fabric(), region, slots_keyed, VERBS_PER_BATCH_MAX)
+                let keyed = slots.iter().map(|(_, s)| *s);
+                let keys = read_keys(tx.client().fabric(), region, keyed, VERBS_PER_BATCH_MAX)
                     .await
                     .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
                 let new_suffix = s | 1 << d;

@@ -1,4 +1,5 @@
-//! Flags that `bench txn` and `bench lease` share, and checks on them.
+//! Flags that `bench txn` and `bench lease` share, and checks on them;
+//! helpers every bench uses (core count, seeds, progress bars, medians).
 
 use anyhow::bail;
 use fabric::REPLICAS_MAX;

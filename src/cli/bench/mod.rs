@@ -12,7 +12,8 @@
 //!
 //! Modules, one idea each:
 //!
-//! - [`common`]: flags both commands share and their validation;
+//! - [`common`]: flags both commands share and their validation, and
+//!   helpers every bench uses (cores, seeds, load bars, `median`);
 //! - [`txn_args`] / [`lease_args`]: each command's flags, validated into a plan;
 //! - [`cluster`]: the memory (fresh in-process nodes or shm images), the heap
 //!   and the objects, and a transaction client per owner id;

@@ -60,7 +60,8 @@ Per variant:
      longest run of buckets in which no insert completed (stall).
   4. The whole table is checked: no structural violation, and exactly the keys loaded and
      inserted. A failed check fails the command (after the report).
-  The last line is optimal's grow time over rtx's.
+  The last line is optimal's grow time over rtx's; with --rounds N, the median of the rounds'
+  ratios (each round's optimal over the same round's rtx) and their range.
 
 With --kill-grower (the paper's failed-rehash experiment, its Figure 15):
   The grower crashes midway through its first split, as a killed process would (an injected
@@ -77,7 +78,7 @@ With --kill-grower (the paper's failed-rehash experiment, its Figure 15):
 
 Output:
   A table on stdout (or, with --json -, the JSON array instead). --json FILE writes one object
-  per variant with the grow's cost, the phase rates and the timeline as [ms, ops] pairs (ms:
+  per variant and round (fields round, optimal_entries_per_round_trip, ...) with the grow's cost, the phase rates and the timeline as [ms, ops] pairs (ms:
   the bucket's start, from when the inserters started).
 
 Examples:

@@ -30,7 +30,8 @@ pub struct Loaded {
 }
 
 /// One variant's run.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Serialize)]
+#[cfg_attr(test, derive(Default))]
 pub struct Row {
     /// Which run of the variant (`--rounds`), from 1.
     pub round: usize,
@@ -268,7 +269,7 @@ pub fn table(rows: &[Row]) -> String {
     };
     let _ = writeln!(
         s,
-        "{:<11} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+        "{:<12} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
         "variant",
         "keys",
         "load",
@@ -284,7 +285,7 @@ pub fn table(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<11} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
+            "{:<12} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
             label(r),
             thousands(r.keys_before_grow as f64),
             r.load_factor_before_grow * 100.0,
@@ -301,7 +302,7 @@ pub fn table(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.inserting_threads > 0) {
         let _ = writeln!(
             s,
-            "\n{:<11} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+            "\n{:<12} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
             "variant",
             "threads",
             "ins/s before",
@@ -315,7 +316,7 @@ pub fn table(rows: &[Row]) -> String {
         for r in rows {
             let _ = writeln!(
                 s,
-                "{:<11} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
+                "{:<12} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
                 label(r),
                 r.inserting_threads,
                 thousands(r.insert_ops_per_sec_before),
@@ -340,13 +341,13 @@ pub fn table(rows: &[Row]) -> String {
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(
             s,
-            "\n{:<11} {:>10} {:>13} {:>8} {:>8}",
+            "\n{:<12} {:>10} {:>13} {:>8} {:>8}",
             "variant", "killed at", "recovered in", "blocked", "repairs"
         );
         for r in rows {
             let _ = writeln!(
                 s,
-                "{:<11} {:>7} ms {:>13} {:>8} {:>8}",
+                "{:<12} {:>7} ms {:>13} {:>8} {:>8}",
                 label(r),
                 micros(r.kill_ms.unwrap_or(0.0)),
                 r.recovery_ms
@@ -411,13 +412,14 @@ fn grow_ratio(rows: &[Row]) -> Option<String> {
         1 => "the original resize: one entry per round trip".to_owned(),
         n => format!("entries batched {n} per round trip"),
     };
-    let pairs: Vec<(&Row, &Row)> = (1..=rows.iter().map(|r| r.round).max()?)
+    let rounds = rows.iter().map(|r| r.round).max()?;
+    let pairs: Vec<(&Row, &Row)> = (1..=rounds)
         .filter_map(|round| Some((of("optimal", round)?, of("rtx", round)?)))
         .filter(|(_, r)| r.grow_ms > 0.0)
         .collect();
     match pairs.as_slice() {
         [] => None,
-        [(o, r)] => Some(format!(
+        [(o, r)] if rounds == 1 => Some(format!(
             "rehash time: optimal {} ms ({moves}) / rtx {} ms = {:.2}x",
             micros(o.grow_ms),
             micros(r.grow_ms),
@@ -427,7 +429,7 @@ fn grow_ratio(rows: &[Row]) -> Option<String> {
             let ratios: Vec<f64> = pairs.iter().map(|(o, r)| o.grow_ms / r.grow_ms).collect();
             let times = |f: fn(&(&Row, &Row)) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
             Some(format!(
-                "rehash time over {} rounds: optimal median {} ms ({moves}) / rtx median {} ms; \
+                "rehash time over {} of {rounds} rounds: optimal median {} ms ({moves}) / rtx median {} ms; \
                  per round: median {:.2}x ({:.2}x-{:.2}x)",
                 pairs.len(),
                 micros(times(|(o, _)| o.grow_ms)),
@@ -475,7 +477,7 @@ mod tests {
             row("rtx", 3, 300.0),
         ];
         let line = grow_ratio(&rows).unwrap();
-        assert!(line.contains("over 3 rounds"), "{line}");
+        assert!(line.contains("over 3 of 3 rounds"), "{line}");
         assert!(line.contains("median 3.00x (2.00x-4.00x)"), "{line}");
         assert!(line.contains("optimal median 900.0 ms"), "{line}");
         let table = table(&rows);

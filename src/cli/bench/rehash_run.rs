@@ -64,8 +64,8 @@ pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
             if plan.rounds > 1 {
                 eprintln!("bench rehash: round {round} of {}: {variant}", plan.rounds);
             }
-            let mut row =
-                run_variant(variant, &plan).with_context(|| format!("bench rehash: variant {variant}"))?;
+            let mut row = run_variant(variant, &plan)
+                .with_context(|| format!("bench rehash: variant {variant}, round {round}"))?;
             row.round = round;
             rows.push(row);
         }
