@@ -104,26 +104,25 @@ fn rehash_grows_both_variants_while_clients_insert() {
     }
 }
 
+/// A tiny bulk-loaded table grown with nobody inserting.
+const TINY_ALONE: [&str; 10] = [
+    "bench",
+    "rehash",
+    "--keys",
+    "5000",
+    "--groups",
+    "16",
+    "--fill",
+    "load",
+    "--threads",
+    "0",
+];
+
 #[test]
 fn rehash_alone_prints_json_on_stdout() {
-    let (code, stdout, stderr) = kintsugi(&[
-        "bench",
-        "rehash",
-        "--variant",
-        "rtx",
-        "--keys",
-        "5000",
-        "--groups",
-        "16",
-        "--fill",
-        "load",
-        "--threads",
-        "0",
-        "--transport",
-        "shm",
-        "--json",
-        "-",
-    ]);
+    let mut args = TINY_ALONE.to_vec();
+    args.extend(["--variant", "rtx", "--transport", "shm", "--json", "-"]);
+    let (code, stdout, stderr) = kintsugi(&args);
     assert_eq!(code, 0, "{stderr}");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
     assert_eq!(rows.len(), 1);
@@ -143,22 +142,9 @@ fn rehash_alone_prints_json_on_stdout() {
 #[test]
 fn rehash_rounds_alternate_the_variants_and_report_the_median_ratio() {
     let args = |rounds: &'static str, entries: &'static str| {
-        vec![
-            "bench",
-            "rehash",
-            "--keys",
-            "5000",
-            "--groups",
-            "16",
-            "--fill",
-            "load",
-            "--threads",
-            "0",
-            "--rounds",
-            rounds,
-            "--optimal-entries-per-round-trip",
-            entries,
-        ]
+        let mut a = TINY_ALONE.to_vec();
+        a.extend(["--rounds", rounds, "--optimal-entries-per-round-trip", entries]);
+        a
     };
     let (code, stdout, stderr) = kintsugi(&args("3", "1"));
     assert_eq!(code, 0, "{stderr}");
