@@ -160,7 +160,6 @@ pub struct HashTable {
     attempts_max: u32,
     /// optimal: entries per round trip in a split (`split.rs`).
     split_entries_per_round_trip: usize,
-    batch: Batch,
 }
 
 /// A subtable as a client reaches it: its ref and where its buckets are.
@@ -308,7 +307,6 @@ impl HashTable {
             stats: HashStats::default(),
             attempts_max: ATTEMPTS_MAX,
             split_entries_per_round_trip: SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT,
-            batch: Batch::new(),
         }
     }
 
@@ -412,15 +410,14 @@ impl HashTable {
             }
         };
         let len = dir_bytes(self.info.config.dir_depth);
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        let mut batch = self.fabric().take_batch();
         let h = batch.read(block, len);
         let r = self.fabric().execute(&mut batch).await;
         let words = r.map_err(IndexError::from).and_then(|()| {
             let b = batch.read_result(h).map_err(IndexError::Verb)?;
             Ok((0..b.len() / 8).map(|i| word(b, i)).collect::<Vec<_>>())
         });
-        self.batch = batch;
+        self.fabric().give_batch(batch);
         let words = words?;
         if words
             .iter()
@@ -436,15 +433,14 @@ impl HashTable {
 
     /// Reads a TXObj meta: `(lock word, data pointer)`.
     async fn read_meta(&mut self, meta: GlobalAddr) -> Result<(txn::LockWord, DataPtr), IndexError> {
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        let mut batch = self.fabric().take_batch();
         let h = batch.read(meta, txn::META_BYTES as u32);
         let r = self.fabric().execute(&mut batch).await;
         let out = r.map_err(IndexError::from).and_then(|()| {
             let b = batch.read_result(h).map_err(IndexError::Verb)?;
             Ok((txn::LockWord::from_raw(word(b, 0)), DataPtr::from_raw(word(b, 1))))
         });
-        self.batch = batch;
+        self.fabric().give_batch(batch);
         out
     }
 

@@ -354,8 +354,7 @@ impl HashTable {
         let starts = [0, 1].map(|w| self.geometry.combined_start(self.geometry.main_bucket(key, w)));
         let region = self.heap.region();
         let rtx = self.info.variant == Variant::Rtx;
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        let mut batch = self.fabric().take_batch();
         let w = kv.map(|(at, bytes)| batch.on(Replica::All).write(GlobalAddr::new(region, at), bytes));
         let m = rtx.then(|| batch.read(GlobalAddr::from_raw(sub), txn::META_BYTES as u32));
         let c = starts.map(|s| batch.read(loc.base.add(s * BUCKET_BYTES), COMBINED_BYTES));
@@ -375,7 +374,7 @@ impl HashTable {
             let c1 = batch.read_result(c[1]).map_err(IndexError::Verb)?;
             Ok(View::new(loc, meta, starts, [c0, c1]))
         });
-        self.batch = batch;
+        self.fabric().give_batch(batch);
         let view = parsed?;
         if let Some((lock, dptr)) = view.meta {
             if Some(dptr) != loc.dptr {
@@ -403,13 +402,12 @@ impl HashTable {
         slots: impl Iterator<Item = Slot>,
     ) -> Result<Vec<(u64, u64)>, IndexError> {
         let region = self.heap.region();
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        let mut batch = self.fabric().take_batch();
         let hs: Vec<_> = slots
             .map(|s| (s, batch.read(GlobalAddr::new(region, s.ptr()), KV_BYTES)))
             .collect();
         if hs.is_empty() {
-            self.batch = batch;
+            self.fabric().give_batch(batch);
             return Ok(Vec::new());
         }
         let r = self.fabric().execute(&mut batch).await;
@@ -423,7 +421,7 @@ impl HashTable {
                 })
                 .collect()
         });
-        self.batch = batch;
+        self.fabric().give_batch(batch);
         out
     }
 
@@ -439,8 +437,7 @@ impl HashTable {
     ) -> Result<Published, IndexError> {
         let rtx = self.info.variant == Variant::Rtx;
         let base = view.loc.base;
-        let mut batch = std::mem::take(&mut self.batch);
-        batch.clear();
+        let mut batch = self.fabric().take_batch();
         let cas = batch.cas(
             base.add(Geometry::slot_offset(pos.bucket, pos.slot)),
             old.0,
@@ -488,7 +485,7 @@ impl HashTable {
                 Published::Unsettled
             })
         });
-        self.batch = batch;
+        self.fabric().give_batch(batch);
         out
     }
 
