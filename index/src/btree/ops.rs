@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use super::cache::CachedNode;
-use txn::{HintSlot, MetaHint};
+use txn::HintSlot;
 
 use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN, LEVELS_MAX};
 use super::seam::NodeTxn;
@@ -230,16 +230,16 @@ impl BTree {
     async fn write(&mut self, key: u64, value: u64, mode: Mode) -> Result<Written, IndexError> {
         Self::check_key(key)?;
         for attempt in 0..self.attempts_max {
-            let Located { path, hint, .. } = self.locate(key).await?;
+            let located = self.locate(key).await?;
+            let Located { path, hint, .. } = &located;
             let root = self.root;
             let mut t = self.store.begin();
             let mut splits = 0;
-            let leaf_hint = hint.as_ref().and_then(|h| h.slot().get());
-            let step = match modify(&mut t, root, &path, leaf_hint, key, value, mode, &mut splits).await {
+            let step = match modify(&mut t, root, &located, key, value, mode, &mut splits).await {
                 Ok(written) => match t.commit().await {
                     Ok(()) => {
                         self.stats.splits += splits;
-                        if let (Some(h), Written::Inserted | Written::Updated) = (&hint, written) {
+                        if let (Some(h), Written::Inserted | Written::Updated) = (hint, written) {
                             // The leaf's block moved (copy-on-write).
                             let leaf = *path.last().expect("a path ends at a leaf");
                             self.store.refresh_leaf_hint(leaf, h.slot());
@@ -258,7 +258,7 @@ impl BTree {
                     if let Some(r) = invalidate {
                         self.cache.invalidate(r);
                     }
-                    for p in &path {
+                    for p in path {
                         self.cache.invalidate(*p);
                     }
                 }
@@ -274,19 +274,19 @@ impl BTree {
     }
 }
 
-/// One attempt at a write, through the seam.
-#[allow(clippy::too_many_arguments)]
+/// One attempt at a write, through the seam, on the leaf `located` found.
 async fn modify(
     t: &mut NodeTxn<'_>,
     root: NodeRef,
-    path: &[NodeRef],
-    leaf_hint: Option<MetaHint>,
+    located: &Located,
     key: u64,
     value: u64,
     mode: Mode,
     splits: &mut u64,
 ) -> Result<Written, Step> {
+    let path = &located.path;
     let leaf_ref = *path.last().expect("a path ends at a leaf");
+    let leaf_hint = located.hint.as_ref().and_then(|h| h.slot().get());
     let mut leaf = t.lock_leaf(leaf_ref, leaf_hint).await?;
     if !leaf.is_leaf() || !leaf.covers(key) {
         // The cached path is stale (the leaf split, or the root grew).

@@ -408,7 +408,7 @@ pub fn table(rows: &[Row]) -> String {
 fn grow_ratio(rows: &[Row]) -> Option<String> {
     let of = |v: &str, round: usize| rows.iter().find(|r| r.variant == v && r.round == round);
     let first = of("optimal", 1)?;
-    let moves = match first.optimal_entries_per_round_trip {
+    let baseline = match first.optimal_entries_per_round_trip {
         1 => "the original resize: one entry per round trip".to_owned(),
         n => format!("entries batched {n} per round trip"),
     };
@@ -420,7 +420,7 @@ fn grow_ratio(rows: &[Row]) -> Option<String> {
     match pairs.as_slice() {
         [] => None,
         [(o, r)] if rounds == 1 => Some(format!(
-            "rehash time: optimal {} ms ({moves}) / rtx {} ms = {:.2}x",
+            "rehash time: optimal {} ms ({baseline}) / rtx {} ms = {:.2}x",
             micros(o.grow_ms),
             micros(r.grow_ms),
             o.grow_ms / r.grow_ms
@@ -429,7 +429,7 @@ fn grow_ratio(rows: &[Row]) -> Option<String> {
             let ratios: Vec<f64> = pairs.iter().map(|(o, r)| o.grow_ms / r.grow_ms).collect();
             let times = |f: fn(&(&Row, &Row)) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
             Some(format!(
-                "rehash time over {} of {rounds} rounds: optimal median {} ms ({moves}) / rtx median {} ms; \
+                "rehash time over {} of {rounds} rounds: optimal median {} ms ({baseline}) / rtx median {} ms; \
                  per round: median {:.2}x ({:.2}x-{:.2}x)",
                 pairs.len(),
                 micros(times(|(o, _)| o.grow_ms)),
