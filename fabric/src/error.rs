@@ -92,6 +92,10 @@ pub enum NodeError {
     /// Anonymous mapping failure.
     #[error("cannot map {bytes} bytes of memory: {0}", bytes = .1)]
     Map(std::io::Error, u64),
+    /// The pages of an image could not be populated (the host is out of
+    /// memory, or its kernel predates `MADV_POPULATE_WRITE`, Linux 5.14).
+    #[error("cannot populate {bytes} bytes of memory: {0}", bytes = .1)]
+    Populate(std::io::Error, u64),
     /// The file is not a usable memory image.
     #[error("{path}: {source}")]
     Header {

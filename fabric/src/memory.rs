@@ -73,6 +73,16 @@ impl SharedMemory {
         })
     }
 
+    /// Allocates every page of the mapping and maps it writable now, so
+    /// that no later access takes a page fault: what registering memory
+    /// with an RDMA NIC does (it pins every page). Linux only; elsewhere a
+    /// no-op.
+    pub(crate) fn populate(&self) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        self.map.advise(memmap2::Advice::PopulateWrite)?;
+        Ok(())
+    }
+
     /// Bytes mapped.
     pub(crate) fn len(&self) -> usize {
         self.map.len()
@@ -125,7 +135,7 @@ impl SharedMemory {
     /// Starts loading `[offset, offset + len)` into the CPU cache without
     /// waiting for it. A NIC works on the verbs of one doorbell batch in
     /// parallel; prefetching the targets of the verbs ahead of the one
-    /// running (`memnode::PREFETCH_AHEAD_VERBS` of them) lets the CPU
+    /// running (in groups of `memnode::PREFETCH_GROUP_VERBS`) lets the CPU
     /// overlap their cache misses the same way, instead of taking them one
     /// verb after another. `write` asks for the lines in exclusive
     /// state, as a store needs them. Out-of-range requests do nothing.
@@ -143,6 +153,16 @@ impl SharedMemory {
                 write,
             )
         };
+    }
+
+    /// [`SharedMemory::prefetch`] of every range, back to back: the
+    /// prefetch instructions then sit in the core's reorder window together
+    /// and their misses (and page walks) overlap, which they do not when
+    /// each follows the bookkeeping of its verb.
+    pub(crate) fn prefetch_all(&self, ranges: &[PrefetchRange]) {
+        for r in ranges {
+            self.prefetch(r.offset, r.len, r.write);
+        }
     }
 
     /// Copies `dst.len()` bytes starting at `offset` out of the mapping.
@@ -211,6 +231,17 @@ fn split_aligned(offset: usize, len: usize) -> (usize, usize, usize) {
     let head = ((WORD - offset % WORD) % WORD).min(len);
     let words = (len - head) / WORD;
     (head, words, len - head - words * WORD)
+}
+
+/// Bytes of the mapping a verb will touch, for [`SharedMemory::prefetch_all`].
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PrefetchRange {
+    /// First byte, from the start of the mapping.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+    /// Ask for the lines in exclusive state (a store follows).
+    pub write: bool,
 }
 
 /// Lines one prefetch asks for: a 1 KiB node; the hardware prefetcher

@@ -37,6 +37,14 @@ impl ShmTransport {
         Ok((ShmTransport { nodes: nodes.into() }, map))
     }
 
+    /// Maps every page of every attached image into this process now
+    /// ([`MemoryNode::populate`]): a client that does this once no longer
+    /// takes a page fault on its first touch of each page. Pages the node
+    /// has not populated are allocated too.
+    pub fn populate(&self) -> Result<(), NodeError> {
+        self.nodes.iter().try_for_each(MemoryNode::populate)
+    }
+
     /// The attached node with this id.
     pub fn node(&self, id: NodeId) -> Option<&MemoryNode> {
         self.nodes.iter().find(|n| n.id() == id)

@@ -36,6 +36,8 @@ pub const BUCKETS_PER_GROUP: u64 = 3;
 pub const COMBINED_BYTES: u32 = 2 * BUCKET_BYTES as u32;
 /// Bytes of a KV block: key, value, check.
 pub const KV_BYTES: u32 = 24;
+/// Bytes of a KV block's key: its first word, what a split READs.
+pub const KEY_BYTES: u32 = 8;
 /// A KV block's length in words, as a slot's `kv_len` records it.
 pub const KV_WORDS: u64 = KV_BYTES as u64 / 8;
 /// Largest directory depth: 2^16 entries are a 512 KiB directory, still one

@@ -418,13 +418,19 @@ impl HashTable {
             Ok((0..b.len() / 8).map(|i| word(b, i)).collect::<Vec<_>>())
         });
         self.fabric().give_batch(batch);
-        let words = words?;
-        if words
+        self.cache_dir(words?)
+    }
+
+    /// Caches `words` as the directory, once every entry names a subtable
+    /// in the table's region.
+    pub(crate) fn cache_dir(&mut self, words: Vec<u64>) -> Result<(), IndexError> {
+        let region = self.heap.region();
+        if let Some(w) = words
             .iter()
-            .any(|&w| GlobalAddr::from_raw(w).region() != region || w == 0)
+            .find(|&&w| GlobalAddr::from_raw(w).region() != region || w == 0)
         {
             return Err(IndexError::Corrupt(format!(
-                "the directory at {block:?} names a subtable outside region {region}"
+                "the directory names subtable {w:#x}, outside region {region}"
             )));
         }
         self.dir = words;

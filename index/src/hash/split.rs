@@ -39,7 +39,7 @@ use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
 use super::layout::{
     dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKETS_PER_GROUP, BUCKET_BYTES, GROUPS_MAX,
-    KV_BYTES, SLOTS_PER_BUCKET,
+    KEY_BYTES, SLOTS_PER_BUCKET,
 };
 use super::{Engine, HashTable, Loc};
 use crate::error::IndexError;
@@ -103,7 +103,13 @@ impl HashTable {
         }
         match self.info.variant {
             crate::btree::Variant::Optimal => self.split_optimal(loc, header).await?,
-            crate::btree::Variant::Rtx => self.split_rtx(loc, header).await?,
+            crate::btree::Variant::Rtx => {
+                if let Some(dir) = self.split_rtx(loc, header).await? {
+                    // The directory this split committed: as fresh as a
+                    // re-read, without the READ of the whole directory.
+                    return self.cache_dir(dir);
+                }
+            }
         }
         self.reload_dir().await
     }
@@ -216,7 +222,9 @@ impl HashTable {
         Ok(())
     }
 
-    async fn split_rtx(&mut self, loc: Loc, header: Header) -> Result<(), IndexError> {
+    /// Returns the directory the split committed, or `None` when another
+    /// client had split the subtable first.
+    async fn split_rtx(&mut self, loc: Loc, header: Header) -> Result<Option<Vec<u64>>, IndexError> {
         let g = self.geometry;
         let obj = self.sub_obj(loc.sub);
         let dir_obj = self.dir_obj();
@@ -232,7 +240,7 @@ impl HashTable {
                 let now = Header(word(&data, 0));
                 if now != header {
                     // Split by another client since: commit it unchanged.
-                    return Ok(false);
+                    return Ok(None);
                 }
                 let (d, s) = (header.local_depth(), header.suffix());
                 let slots = full_slots(g, &data);
@@ -266,14 +274,14 @@ impl HashTable {
                     dir[at..at + 8].copy_from_slice(&new.meta.raw().to_le_bytes());
                 }
                 tx.write_raw(dir_obj, &dir).await?;
-                Ok(true)
+                Ok(Some((0..dir.len() / 8).map(|i| word(&dir, i)).collect()))
             })
             .await?;
         self.data_of.remove(&loc.sub);
-        if split {
+        if split.is_some() {
             self.stats.splits += 1;
         }
-        Ok(())
+        Ok(split)
     }
 
     /// Every full slot of subtable bytes `data` (of depth `d`, suffix `s`)
@@ -329,6 +337,12 @@ pub(crate) fn full_slots(g: Geometry, data: &[u8]) -> Vec<(u64, Slot)> {
 
 /// The keys of the KV blocks behind `slots`, in order, `per_round_trip`
 /// (1..=`VERBS_PER_BATCH_MAX`) READs to a batch.
+///
+/// Each READ fetches the key word only: a split needs nothing else, and an
+/// 8-byte READ never straddles two cache lines where a 24-byte block often
+/// does. The block's check word is not needed to trust the key: a slot
+/// publishes a block only after the block's WRITE completed, and blocks are
+/// never changed or reused (the checker still verifies every check word).
 pub(crate) async fn read_keys(
     fabric: &mut Client,
     region: fabric::RegionId,
@@ -338,21 +352,22 @@ pub(crate) async fn read_keys(
     debug_assert!((1..=VERBS_PER_BATCH_MAX).contains(&per_round_trip));
     let slots: Vec<Slot> = slots.collect();
     let mut keys = Vec::with_capacity(slots.len());
+    let mut batch = fabric.take_batch();
+    let mut handles = Vec::with_capacity(per_round_trip.min(slots.len()));
     for chunk in slots.chunks(per_round_trip) {
-        let mut batch = Batch::new();
-        let hs: Vec<_> = chunk
-            .iter()
-            .map(|s| batch.read(GlobalAddr::new(region, s.ptr()), KV_BYTES))
-            .collect();
+        batch.clear();
+        handles.clear();
+        handles.extend(
+            chunk
+                .iter()
+                .map(|s| batch.read(GlobalAddr::new(region, s.ptr()), KEY_BYTES)),
+        );
         fabric.execute(&mut batch).await?;
-        for (s, h) in chunk.iter().zip(hs) {
-            let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            let (key, _) = super::layout::decode_kv(b).ok_or_else(|| {
-                IndexError::Corrupt(format!("slot {:#x} points at a KV block whose check fails", s.0))
-            })?;
-            keys.push(key);
+        for &h in &handles {
+            keys.push(word(batch.read_result(h).map_err(IndexError::Verb)?, 0));
         }
     }
+    fabric.give_batch(batch);
     Ok(keys)
 }
 

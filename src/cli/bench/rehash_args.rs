@@ -49,6 +49,9 @@ What it measures (the rTX paper's rehash experiment):
 Per variant:
   1. A fresh memory node and a table of --groups bucket groups per subtable, with a directory
      deep enough for the table after the grow (bulk-load depth + 2, at least 12, or --dir-depth).
+     On shm, every page of the image is allocated up front and mapped by every client as it
+     attaches (as RDMA registration pins a memory node's memory), so that no verb waits for a
+     page fault; this takes about a second per GiB of image before the load.
   2. Bulk load of --keys keys (~60% of the slots at most); with --fill split (the default),
      then fresh keys inserted by several clients until the first subtable splits: the table is
      full. The load factor reached is reported.

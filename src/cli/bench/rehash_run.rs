@@ -95,7 +95,7 @@ pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
 /// One variant: memory, load, fill, the timed grow, the check.
 fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
     let limit = key_limit(plan);
-    let memory = Memory::new(plan.transport, region_bytes(plan, limit))?;
+    let memory = Memory::new(plan.transport, region_bytes(plan, limit), true)?;
     let rt = runtime()?;
     let (mut loader, load) = rt.block_on(load(&memory, variant, plan))?;
     if load.depth + DIR_HEADROOM > plan.config.dir_depth {

@@ -138,7 +138,7 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             for group in groups {
                 let mut loaded = Vec::with_capacity(group.len());
                 for &variant in &group {
-                    let memory = Memory::new(plan.transport, region_bytes(&plan, index))?;
+                    let memory = Memory::new(plan.transport, region_bytes(&plan, index), false)?;
                     let l = load(&memory, index, variant, &plan)?;
                     loaded.push((memory, l));
                 }
