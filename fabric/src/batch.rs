@@ -7,9 +7,9 @@
 //! through the [`VerbHandle`] its push returned. A batch keeps its buffers
 //! when cleared, so a client that reuses one allocates nothing per round trip.
 
-use crate::addr::{GlobalAddr, Replica};
+use crate::addr::{GlobalAddr, RegionId, Replica};
 use crate::error::FabricError;
-use crate::map::ClusterMap;
+use crate::map::{ClusterMap, ReplicaLoc};
 use crate::verb::{
     Completion, Completions, Op, OpKind, Outcome, PayloadRange, VerbError, BATCH_BYTES_MAX,
     VERBS_PER_BATCH_MAX,
@@ -152,8 +152,19 @@ impl Batch {
                 ),
             });
         }
+        // Consecutive verbs mostly share a target: route it once for them.
+        let mut last: Option<(RegionId, Replica, &[ReplicaLoc])> = None;
         for v in &self.verbs {
-            let replicas = map.route(v.addr.region(), v.replica)?;
+            let replicas = match last {
+                Some((region, replica, replicas)) if region == v.addr.region() && replica == v.replica => {
+                    replicas
+                }
+                _ => {
+                    let replicas = map.route(v.addr.region(), v.replica)?;
+                    last = Some((v.addr.region(), v.replica, replicas));
+                    replicas
+                }
+            };
             self.spans.push((self.ops.len() as u32, replicas.len() as u32));
             for r in replicas {
                 self.ops.push(Op {

@@ -431,6 +431,8 @@ pub(crate) fn execute_inline<'a>(
         }
     };
     ops.chunks(G).take(2).for_each(prefetch_group);
+    // The node of the previous op: consecutive ops mostly share it.
+    let mut current: Option<(NodeId, &MemoryNode)> = None;
     for (i, op) in ops.iter().enumerate() {
         if i % G == 0 {
             if let Some(group) = ops.get(i + 2 * G..) {
@@ -444,7 +446,14 @@ pub(crate) fn execute_inline<'a>(
             out.push(Err(VerbError::Flushed));
             continue;
         }
-        let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
+        let n = match current {
+            Some((id, n)) if id == op.node => n,
+            _ => {
+                let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
+                current = Some((op.node, n));
+                n
+            }
+        };
         n.execute_op(op, payload, out, &mut state.read_bytes);
         state.failed = matches!(out.as_slice().last(), Some(Err(_)));
     }
