@@ -235,21 +235,21 @@ impl HashTable {
         };
         let split = c
             .run(async move |tx| {
-                let data = tx.read_locked(obj).await?.to_vec();
+                // Becomes the kept half, in place.
+                let mut keep = tx.read_locked(obj).await?.to_vec();
                 tx.retire_replaced(obj)?;
-                let now = Header(word(&data, 0));
+                let now = Header(word(&keep, 0));
                 if now != header {
                     // Split by another client since: commit it unchanged.
                     return Ok(None);
                 }
                 let (d, s) = (header.local_depth(), header.suffix());
-                let slots = full_slots(g, &data);
+                let slots = full_slots(g, &keep);
                 let keyed = slots.iter().map(|(_, s)| *s);
                 let keys = read_keys(tx.client().fabric(), region, keyed, VERBS_PER_BATCH_MAX)
                     .await
                     .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
                 let new_suffix = s | 1 << d;
-                let mut keep = data.clone();
                 let mut moved = g.empty_subtable(Header::new(d + 1, new_suffix));
                 for b in 0..g.buckets() as usize {
                     let at = b * BUCKET_BYTES as usize;
