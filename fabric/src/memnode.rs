@@ -286,38 +286,38 @@ impl MemoryNode {
         }
     }
 
-    /// Prefetches what `op` will touch (see `SharedMemory::prefetch`).
-    /// Only the region lookup is needed: `execute_op` checks the verb when it
-    /// runs, and a prefetch, bounded by the mapping itself, changes nothing
-    /// a wrong verb could observe.
-    pub(crate) fn prefetch_op(&self, op: &Op) {
-        let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
-        self.prefetch_at(op.region, op.offset, op.kind.len(), write);
-    }
-
     /// Prefetches what the ops of `group` aimed at this node will touch
     /// (at most [`PREFETCH_GROUP_VERBS`] ops), their addresses worked out
     /// first and the prefetches then issued back to back
     /// (`SharedMemory::prefetch_all`). Ops for other nodes are skipped.
+    /// Only the region lookup is needed: `execute_op` checks each verb when
+    /// it runs, and a prefetch, bounded by the mapping itself, changes
+    /// nothing a wrong verb could observe.
     pub(crate) fn prefetch_ops(&self, group: &[Op]) {
         debug_assert!(group.len() <= PREFETCH_GROUP_VERBS);
         let mut ranges = [PrefetchRange::default(); PREFETCH_GROUP_VERBS];
         let mut n = 0;
         for op in group.iter().filter(|op| op.node == self.node) {
-            if let Some(r) = self.prefetch_range_of(op.region, op.offset, op.kind.len()) {
-                ranges[n] = PrefetchRange {
-                    write: !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. }),
-                    ..r
-                };
+            // A store needs its lines in exclusive state.
+            let write = !matches!(op.kind, OpKind::Read { .. } | OpKind::Flush { .. });
+            if let Some(r) = self.range_in_image(op.region, op.offset, op.kind.len(), write) {
+                ranges[n] = r;
                 n += 1;
             }
         }
         self.memory.prefetch_all(&ranges[..n]);
     }
 
+    /// Prefetches `[offset, offset + len)` of `region` for reading.
+    pub(crate) fn prefetch_range(&self, region: RegionId, offset: u64, len: u64) {
+        if let Some(r) = self.range_in_image(region, offset, len, false) {
+            self.memory.prefetch_all(&[r]);
+        }
+    }
+
     /// Where `[offset, offset + len)` of `region` is in the image, if the
     /// region is here and holds it.
-    fn prefetch_range_of(&self, region: RegionId, offset: u64, len: u64) -> Option<PrefetchRange> {
+    fn range_in_image(&self, region: RegionId, offset: u64, len: u64, write: bool) -> Option<PrefetchRange> {
         let entry = self.regions.iter().find(|r| r.id == region)?;
         // Past the region's end would be another region's memory: harmless
         // to a prefetch, but not what was asked for.
@@ -327,19 +327,8 @@ impl MemoryNode {
         Some(PrefetchRange {
             offset: usize::try_from(entry.image_offset.checked_add(offset)?).ok()?,
             len: usize::try_from(len).ok()?,
-            write: false,
+            write,
         })
-    }
-
-    /// Prefetches `[offset, offset + len)` of `region` for reading.
-    pub(crate) fn prefetch_range(&self, region: RegionId, offset: u64, len: u64) {
-        self.prefetch_at(region, offset, len, false);
-    }
-
-    fn prefetch_at(&self, region: RegionId, offset: u64, len: u64, write: bool) {
-        if let Some(r) = self.prefetch_range_of(region, offset, len) {
-            self.memory.prefetch(r.offset, r.len, write);
-        }
     }
 
     /// The checks of one verb: region known, key, size limit, bounds, alignment.
@@ -426,7 +415,7 @@ pub(crate) fn execute_inline<'a>(
         }
         for op in group.iter().filter(|op| op.node != first.node) {
             if let Some(n) = node(op.node) {
-                n.prefetch_op(op);
+                n.prefetch_ops(std::slice::from_ref(op));
             }
         }
     };
