@@ -25,12 +25,12 @@
 //! distribution = "uniform"   # or "zipf"
 //!
 //! [[faults]]
-//! kind = "kill-client"       # SIGKILL (after its next CAS)
+//! kind = "kill-client"       # SIGKILL (after its next CAS that swaps)
 //! client = 2
 //! at = "2s"
 //!
 //! [[faults]]
-//! kind = "pause-client"      # SIGSTOP (after its next CAS), then SIGCONT after `for`
+//! kind = "pause-client"      # SIGSTOP (after its next CAS that swaps), then SIGCONT after `for`
 //! client = 1
 //! at = "3s"
 //! for = "100ms"
@@ -232,10 +232,10 @@ pub struct Fault {
 #[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
-    /// SIGKILL the client process right after its next CAS: it dies
+    /// SIGKILL the client process right after its next CAS that swaps: it dies
     /// holding a lock, its half-done work left behind.
     KillClient,
-    /// SIGSTOP it right after its next CAS, holding a lock, and SIGCONT it
+    /// SIGSTOP it right after its next CAS that swaps, holding a lock, and SIGCONT it
     /// `for` after the fault's time: it is suspected dead (its lease
     /// expires), repaired around, and then carries on mid-operation.
     PauseClient,

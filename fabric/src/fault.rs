@@ -131,17 +131,20 @@ impl<T: Transport> Faulty<T> {
         self.gate.resume.notify_one()
     }
 
-    /// From now on, crash right after the client's next CAS verb: a
-    /// client that dies just after taking a lock, mid-operation. Armed at
-    /// run time (a plan is fixed at creation) by whoever decides that the
-    /// client dies now, such as a chaos experiment's schedule.
+    /// From now on, crash right after the client's next CAS verb that
+    /// swaps: a client that dies just after taking a lock (or publishing a
+    /// slot), mid-operation. A CAS that fails (a lock lost to another
+    /// client) leaves the crash armed, so the client never dies holding
+    /// nothing by chance. Armed at run time (a plan is fixed at creation) by
+    /// whoever decides that the client dies now, such as a chaos
+    /// experiment's schedule.
     pub fn arm_crash_after_next_cas(&self) {
         self.state().crash_after_next_cas = true;
     }
 
     /// From now on, run `hook` once the client's next batch holding a CAS
-    /// has run whole, in the thread that ran it: a client that stops just
-    /// after taking a lock, mid-operation, and carries on when it can (a
+    /// that swapped has run whole, in the thread that ran it: a client that
+    /// stops just after taking a lock, mid-operation, and carries on when it can (a
     /// chaos experiment's pause-client raises SIGSTOP there). Replaces a
     /// hook not yet run.
     pub fn arm_after_next_cas(&self, hook: impl FnOnce() + Send + 'static) {
@@ -206,100 +209,48 @@ impl<T: Transport> Transport for Faulty<T> {
         if !self.plan.latency_per_round_trip.is_zero() {
             sleep(self.plan.latency_per_round_trip).await;
         }
-        // Decide, under the lock, which ops run now; run them without it.
-        let (run, held_at, crash_after, landing, after_cas) = {
+        // A batch runs in one part, unless a crash is armed for the next CAS
+        // that swaps: then it runs up to each CAS in turn, because whether a
+        // CAS swaps is known only once it has run.
+        let mut done = 0;
+        let mut held_in_batch = false;
+        let mut crash_after = None;
+        let mut result = Ok(());
+        while done < ops.len() {
+            let part = self.plan_part(epoch, &ops[done..], payload)?;
+            let end = done + part.run;
+            held_in_batch |= part.held_at.is_some();
+            result = self.run_part(epoch, &ops[done..end], payload, part, out).await;
+            if let Some(n) = part.crash_after {
+                crash_after = Some(format!("after verb {n}"));
+                break;
+            }
+            if result.is_err() {
+                break;
+            }
+            debug_assert_eq!(out.len(), end, "one completion per op run");
+            let cas = out.as_slice().get(end - 1);
+            if part.ends_at_armed_cas && cas.is_some_and(|c| swapped(&ops[end - 1], c)) {
+                let mut s = self.state();
+                s.crash_after_next_cas = false;
+                crash_after = Some(format!("after verb {} (a CAS that swapped)", s.verbs));
+                break;
+            }
+            done = end;
+        }
+
+        // A write held by an earlier batch lands after this one; one held by
+        // this batch with no further batch to wait for lands right after
+        // this batch's other verbs.
+        let landing = {
             let mut s = self.state();
-            if let Some(reason) = &s.crashed {
-                return Err(FabricError::Crashed {
-                    reason: reason.clone(),
-                });
-            }
-            let mut run = ops.len();
-            let mut crash_after = None;
-            if let Some(n) = self.plan.crash_after_verbs {
-                let left = n.saturating_sub(s.verbs);
-                if left <= ops.len() as u64 {
-                    run = left as usize;
-                    crash_after = Some(n);
-                }
-            }
-            if s.crash_after_next_cas {
-                if let Some(i) = ops[..run]
-                    .iter()
-                    .position(|op| matches!(op.kind, OpKind::Cas { .. }))
-                {
-                    run = i + 1;
-                    crash_after = Some(s.verbs + run as u64);
-                }
-            }
-            let after_cas = match s.after_next_cas {
-                Some(_) if ops[..run].iter().any(|op| matches!(op.kind, OpKind::Cas { .. })) => {
-                    s.after_next_cas.take()
-                }
-                _ => None,
-            };
-            let mut held_at = None;
-            for (i, op) in ops[..run].iter().enumerate() {
-                if let OpKind::Write { data } = op.kind {
-                    s.writes += 1;
-                    if let Some(fw) = self.plan.fly_write.filter(|fw| fw.nth_write == s.writes) {
-                        held_at = Some(i);
-                        s.flying = Some(Flying {
-                            op: *op,
-                            data: payload[data.range()].to_vec(),
-                            epoch,
-                            batches_left: fw.after_batches,
-                        });
-                    }
-                }
-            }
-            s.verbs += run as u64;
-            // A write held by an earlier batch lands after this one; one held
-            // by this batch with no further batch to wait for lands right
-            // after this batch's other verbs.
-            let landing = match &mut s.flying {
-                Some(f) if held_at.is_none() => {
+            match &mut s.flying {
+                Some(f) if !held_in_batch => {
                     f.batches_left = f.batches_left.saturating_sub(1);
                     (f.batches_left == 0).then(|| s.flying.take()).flatten()
                 }
                 Some(f) if f.batches_left == 0 => s.flying.take(),
                 _ => None,
-            };
-            (run, held_at, crash_after, landing, after_cas)
-        };
-
-        let result = if let Some(k) = self.pause_at(run) {
-            // Run up to the k-th verb, stop until resumed, then post the
-            // rest; a crash falling in this batch is handled below like in
-            // any other. One fault per batch: a WRITE this batch would have
-            // held back runs with it instead, so it must not also fly.
-            if held_at.is_some() {
-                self.state().flying = None;
-            }
-            let mut first = Completions::default();
-            self.inner.execute(epoch, &ops[..k], payload, &mut first).await?;
-            self.gate.paused.notify_one();
-            self.gate.resume.notified().await;
-            let mut rest = Completions::default();
-            let r = self.inner.execute(epoch, &ops[k..run], payload, &mut rest).await;
-            append(&first, out);
-            append(&rest, out);
-            r
-        } else {
-            match held_at {
-                None => self.inner.execute(epoch, &ops[..run], payload, out).await,
-                Some(h) => {
-                    let rest: Vec<Op> = ops[..run]
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, _)| i != h)
-                        .map(|(_, op)| *op)
-                        .collect();
-                    let mut inner_out = Completions::default();
-                    let r = self.inner.execute(epoch, &rest, payload, &mut inner_out).await;
-                    merge_with_held(&inner_out, h, out);
-                    r
-                }
             }
         };
         if let Some(f) = landing {
@@ -311,14 +262,18 @@ impl<T: Transport> Transport for Faulty<T> {
                 tracing::debug!(error = %e, "delayed WRITE did not land");
             }
         }
-        if let Some(n) = crash_after {
+        if let Some(reason) = crash_after {
             let mut s = self.state();
-            return Err(self.crash(&mut s, format!("after verb {n}")));
+            return Err(self.crash(&mut s, reason));
         }
-        if let Some(AfterCas(hook)) = after_cas {
-            hook();
+        result?;
+        if ops.iter().zip(out.as_slice()).any(|(op, c)| swapped(op, c)) {
+            let hook = self.state().after_next_cas.take();
+            if let Some(AfterCas(hook)) = hook {
+                hook();
+            }
         }
-        result
+        Ok(())
     }
 
     fn crash_point(&self, name: &str) -> Result<(), FabricError> {
@@ -339,7 +294,123 @@ impl<T: Transport> Transport for Faulty<T> {
     }
 }
 
+/// How much of the rest of a batch runs next, and what happens to it.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    /// Ops to run, from the start of the rest.
+    run: usize,
+    /// The WRITE among them held back in flight (fly WRITE).
+    held_at: Option<usize>,
+    /// The client crashes after this part: its verb count then.
+    crash_after: Option<u64>,
+    /// The part ends at a CAS and a crash is armed for the next CAS that
+    /// swaps: whether the client dies depends on that CAS's outcome.
+    ends_at_armed_cas: bool,
+}
+
+/// True when `op` is a CAS whose completion says it swapped.
+fn swapped(op: &Op, completion: &crate::verb::Completion) -> bool {
+    matches!(
+        (op.kind, completion),
+        (OpKind::Cas { expect, .. }, Ok(Outcome::Old(old))) if *old == expect
+    )
+}
+
 impl<T: Transport> Faulty<T> {
+    /// Decides, under the lock, which of `rest` run next; they then run
+    /// without it. Counts them as issued.
+    fn plan_part(&self, epoch: Epoch, rest: &[Op], payload: &[u8]) -> Result<Part, FabricError> {
+        let mut s = self.state();
+        if let Some(reason) = &s.crashed {
+            return Err(FabricError::Crashed {
+                reason: reason.clone(),
+            });
+        }
+        let mut part = Part {
+            run: rest.len(),
+            held_at: None,
+            crash_after: None,
+            ends_at_armed_cas: false,
+        };
+        if let Some(n) = self.plan.crash_after_verbs {
+            let left = n.saturating_sub(s.verbs);
+            if left <= rest.len() as u64 {
+                part.run = left as usize;
+                part.crash_after = Some(n);
+            }
+        }
+        if s.crash_after_next_cas {
+            if let Some(i) = rest[..part.run]
+                .iter()
+                .position(|op| matches!(op.kind, OpKind::Cas { .. }))
+            {
+                if i + 1 < part.run {
+                    part.crash_after = None;
+                }
+                part.run = i + 1;
+                part.ends_at_armed_cas = true;
+            }
+        }
+        for (i, op) in rest[..part.run].iter().enumerate() {
+            if let OpKind::Write { data } = op.kind {
+                s.writes += 1;
+                if let Some(fw) = self.plan.fly_write.filter(|fw| fw.nth_write == s.writes) {
+                    part.held_at = Some(i);
+                    s.flying = Some(Flying {
+                        op: *op,
+                        data: payload[data.range()].to_vec(),
+                        epoch,
+                        batches_left: fw.after_batches,
+                    });
+                }
+            }
+        }
+        s.verbs += part.run as u64;
+        Ok(part)
+    }
+
+    /// Runs one part of a batch, appending its completions to `out`.
+    async fn run_part(
+        &self,
+        epoch: Epoch,
+        ops: &[Op],
+        payload: &[u8],
+        part: Part,
+        out: &mut Completions,
+    ) -> Result<(), FabricError> {
+        if let Some(k) = self.pause_at(part.run) {
+            // Run up to the k-th verb, stop until resumed, then post the
+            // rest; a crash falling in this part is handled by the caller
+            // like any other. One fault per part: a WRITE this part would
+            // have held back runs with it instead, so it must not also fly.
+            if part.held_at.is_some() {
+                self.state().flying = None;
+            }
+            let mut first = Completions::default();
+            self.inner.execute(epoch, &ops[..k], payload, &mut first).await?;
+            self.gate.paused.notify_one();
+            self.gate.resume.notified().await;
+            let mut rest = Completions::default();
+            let r = self.inner.execute(epoch, &ops[k..], payload, &mut rest).await;
+            append(&first, out);
+            append(&rest, out);
+            return r;
+        }
+        let Some(h) = part.held_at else {
+            return self.inner.execute(epoch, ops, payload, out).await;
+        };
+        let others: Vec<Op> = ops
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != h)
+            .map(|(_, op)| *op)
+            .collect();
+        let mut inner_out = Completions::default();
+        let r = self.inner.execute(epoch, &others, payload, &mut inner_out).await;
+        merge_with_held(&inner_out, h, out);
+        r
+    }
+
     /// If the `len` verbs this batch runs cross the pause point, how many of
     /// them run before the pause. Marks the pause as taken.
     fn pause_at(&self, len: usize) -> Option<usize> {

@@ -17,6 +17,7 @@ on_every_transport!(
     crash_after_zero_verbs_runs_nothing,
     crash_after_verbs_counts_each_replica,
     an_armed_crash_fires_right_after_the_next_cas,
+    an_armed_crash_waits_past_a_cas_that_failed,
     an_armed_hook_runs_once_after_the_next_batch_with_a_cas,
     named_crash_points,
     pause_stops_after_k_verbs_until_resumed,
@@ -170,6 +171,58 @@ async fn an_armed_crash_fires_right_after_the_next_cas(kind: Kind) {
     );
 }
 
+/// A CAS that loses (a lock another client holds) takes nothing, so the
+/// client must not die there: it would die holding nothing, and a chaos run
+/// would find nothing to repair.
+async fn an_armed_crash_waits_past_a_cas_that_failed(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut observer = c.client();
+    let (mut client, faults) = c.faulty_client(FaultPlan::default());
+    let mut b = Batch::new();
+    b.cas(big(0), 0, 7);
+    client.execute(&mut b).await.unwrap();
+    faults.arm_crash_after_next_cas();
+    // A batch whose only CAS fails runs whole; the client lives.
+    b.clear();
+    let lost = b.cas(big(0), 0, 8);
+    b.write(big(8), &[1]);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(b.old_value(lost), Ok(7), "[{kind}] the lock was taken");
+    assert_eq!(faults.crashed(), None, "[{kind}] a failed CAS does not kill");
+    // Failed CAS, WRITE, swapping CAS, WRITE: the first three run.
+    b.clear();
+    b.cas(big(0), 0, 8);
+    b.write(big(16), &[1]);
+    b.cas(big(24), 0, 9);
+    b.write(big(32), &[1]);
+    let reason = assert_crashed(
+        kind,
+        "batch holding a CAS that swaps",
+        client.execute(&mut b).await,
+    );
+    assert!(
+        reason.contains("after verb 6"),
+        "[{kind}] the 6th verb overall: {reason}"
+    );
+    assert_eq!(faults.verbs_issued(), 6, "[{kind}]");
+    assert_eq!(
+        read(&mut observer, big(0), 1).await,
+        [7],
+        "[{kind}] never swapped"
+    );
+    assert_eq!(read(&mut observer, big(16), 1).await, [1], "[{kind}]");
+    assert_eq!(
+        read(&mut observer, big(24), 1).await,
+        [9],
+        "[{kind}] the lock taken"
+    );
+    assert_eq!(
+        read(&mut observer, big(32), 1).await,
+        [0],
+        "[{kind}] nothing after it"
+    );
+}
+
 async fn an_armed_hook_runs_once_after_the_next_batch_with_a_cas(kind: Kind) {
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::sync::Arc;
@@ -183,8 +236,9 @@ async fn an_armed_hook_runs_once_after_the_next_batch_with_a_cas(kind: Kind) {
     });
     let mut b = Batch::new();
     b.write(big(0), &[1]);
+    b.cas(big(8), 1, 2);
     client.execute(&mut b).await.unwrap();
-    assert_eq!(runs.load(Ordering::SeqCst), 0, "[{kind}] no CAS yet");
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "[{kind}] no CAS has swapped yet");
     b.clear();
     b.cas(big(8), 0, 5);
     b.write(big(16), &[2]);

@@ -18,8 +18,8 @@ the file says control_plane = false), the memory nodes (kintsugi memnode, one re
 region each, the first the primary; they register with the control plane) and the client processes
 the file asks for; every client takes its owner ids with a lease from the control plane. Loads the
 index; runs the workload from every client, one common start;
-applies the faults at their times (kill-client: the client SIGKILLs itself right after its next CAS,
-holding a lock, or is SIGKILLed 100 ms later; pause-client: the same with SIGSTOP, then SIGCONT after
+applies the faults at their times (kill-client: the client SIGKILLs itself right after its next CAS that
+swaps, holding a lock, or is SIGKILLed 100 ms later; pause-client: the same with SIGSTOP, then SIGCONT after
 `for`). Clients report their ops per 1 ms bucket and log every acknowledged write. After the duration a
 client still inside an op gets 2 s, then counts as blocked and is killed.
 

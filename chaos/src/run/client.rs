@@ -14,11 +14,11 @@
 //!   <text>` if it failed otherwise (and exit 1).
 //!
 //! After `go`, a `die` line on stdin (a kill-client fault) makes the
-//! client die right after its next CAS, that is mid-operation with a lock
-//! just taken: the thread whose CAS it was SIGKILLs its own process, so
+//! client die right after its next CAS that swaps, that is mid-operation
+//! with a lock just taken (a CAS that loses a lock race leaves it armed): the thread whose CAS it was SIGKILLs its own process, so
 //! nothing is flushed and no destructor runs, as with `kill -9`. A
-//! `pause` line (a pause-client fault) makes the thread whose next CAS it
-//! is SIGSTOP its own process right after that CAS's batch; the runner's
+//! `pause` line (a pause-client fault) makes the thread whose next
+//! swapping CAS it is SIGSTOP its own process right after that CAS's batch; the runner's
 //! SIGCONT resumes it mid-operation, its lock possibly repaired by then.
 //!
 //! Every acknowledged write goes to `history-c<client>-t<thread>.jsonl`
