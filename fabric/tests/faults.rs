@@ -153,22 +153,28 @@ async fn an_armed_crash_fires_right_after_the_next_cas(kind: Kind) {
     let reason = assert_crashed(kind, "batch holding the CAS", client.execute(&mut b).await);
     assert!(reason.contains('3'), "[{kind}] the 3rd verb overall: {reason}");
     assert_eq!(faults.verbs_issued(), 3, "[{kind}]");
-    assert_eq!(
-        read(&mut observer, big(0), 1).await,
-        [7],
-        "[{kind}] the CAS before arming ran"
-    );
-    assert_eq!(read(&mut observer, big(8), 1).await, [1], "[{kind}]");
-    assert_eq!(
-        read(&mut observer, big(16), 1).await,
-        [9],
-        "[{kind}] the CAS ran: a lock taken"
-    );
-    assert_eq!(
-        read(&mut observer, big(24), 1).await,
-        [0],
-        "[{kind}] nothing after it"
-    );
+    assert_first_bytes(
+        kind,
+        &mut observer,
+        &[
+            (0, 7, "the CAS before arming ran"),
+            (8, 1, "the WRITE before the CAS ran"),
+            (16, 9, "the CAS ran: a lock taken"),
+            (24, 0, "nothing after it"),
+        ],
+    )
+    .await;
+}
+
+/// Asserts the byte at `big(i)` for each `(i, byte, why)`.
+async fn assert_first_bytes(kind: Kind, observer: &mut Client, expected: &[(u64, u8, &str)]) {
+    for &(i, byte, why) in expected {
+        assert_eq!(
+            read(observer, big(i), 1).await,
+            [byte],
+            "[{kind}] big({i}): {why}"
+        );
+    }
 }
 
 /// A CAS that loses (a lock another client holds) takes nothing, so the
@@ -205,22 +211,17 @@ async fn an_armed_crash_waits_past_a_cas_that_failed(kind: Kind) {
         "[{kind}] the 6th verb overall: {reason}"
     );
     assert_eq!(faults.verbs_issued(), 6, "[{kind}]");
-    assert_eq!(
-        read(&mut observer, big(0), 1).await,
-        [7],
-        "[{kind}] never swapped"
-    );
-    assert_eq!(read(&mut observer, big(16), 1).await, [1], "[{kind}]");
-    assert_eq!(
-        read(&mut observer, big(24), 1).await,
-        [9],
-        "[{kind}] the lock taken"
-    );
-    assert_eq!(
-        read(&mut observer, big(32), 1).await,
-        [0],
-        "[{kind}] nothing after it"
-    );
+    assert_first_bytes(
+        kind,
+        &mut observer,
+        &[
+            (0, 7, "never swapped"),
+            (16, 1, "the WRITE between the CASes ran"),
+            (24, 9, "the lock taken"),
+            (32, 0, "nothing after it"),
+        ],
+    )
+    .await;
 }
 
 async fn an_armed_hook_runs_once_after_the_next_batch_with_a_cas(kind: Kind) {
