@@ -38,7 +38,7 @@ const OPS_PER_THREAD_SECOND_MAX: u64 = 1_000_000;
 const REGION_BYTES_MAX: u64 = 64 << 30;
 /// B+tree fill of the bulk load: room for inserts without splitting every leaf at once.
 const LOAD_FILL: f64 = 0.7;
-/// How long a client told to die at its next CAS has before it is
+/// How long a client told to die at its next swapping CAS has before it is
 /// SIGKILLed wherever it is (a workload without writes takes no lock).
 const DIE_WAIT: Duration = Duration::from_millis(100);
 /// How often the live progress line is redrawn.
@@ -495,9 +495,9 @@ fn schedule(
     state: &mut Gather,
     progress: bool,
 ) -> Result<(), RunError> {
-    // A line tells the client to stop right after its next CAS (`die`:
-    // SIGKILL itself; `pause`: SIGSTOP itself); the signal after it comes
-    // anyway, for a client that takes no lock in time.
+    // A line tells the client to stop right after its next CAS that swaps
+    // (`die`: SIGKILL itself; `pause`: SIGSTOP itself); the signal after it
+    // comes anyway, for a client that takes no lock in time.
     enum Action {
         Tell(&'static str),
         Signal(Signal),
@@ -537,7 +537,7 @@ fn schedule(
                     if progress {
                         let what = if word == "die" { "dies" } else { "pauses" };
                         eprintln!(
-                            "\rchaos run: {:>7.3} s: client {c} {what} at its next CAS",
+                            "\rchaos run: {:>7.3} s: client {c} {what} after its next CAS that swaps",
                             now.as_secs_f64()
                         );
                     }
