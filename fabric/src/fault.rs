@@ -144,9 +144,9 @@ impl<T: Transport> Faulty<T> {
 
     /// From now on, run `hook` once the client's next batch holding a CAS
     /// that swapped has run whole, in the thread that ran it: a client that
-    /// stops just after taking a lock, mid-operation, and carries on when it can (a
-    /// chaos experiment's pause-client raises SIGSTOP there). Replaces a
-    /// hook not yet run.
+    /// stops just after taking a lock, mid-operation, and carries on when it
+    /// can (a chaos experiment's pause-client raises SIGSTOP there).
+    /// Replaces a hook not yet run.
     pub fn arm_after_next_cas(&self, hook: impl FnOnce() + Send + 'static) {
         self.state().after_next_cas = Some(AfterCas(Box::new(hook)));
     }
