@@ -232,12 +232,12 @@ impl Batch {
 
     /// For a CAS: whether it swapped on every replica it was aimed at.
     pub fn cas_succeeded(&self, h: VerbHandle) -> Result<bool, VerbError> {
-        let OpKind::Cas { expect, .. } = self.verbs[h.0 as usize].kind else {
-            panic!("verb {h:?} is not a CAS");
-        };
+        let kind = self.verbs[h.0 as usize].kind;
+        assert!(matches!(kind, OpKind::Cas { .. }), "verb {h:?} is not a CAS");
         let mut all = true;
         for c in self.completions(h) {
-            all &= matches!((*c)?, Outcome::Old(old) if old == expect);
+            (*c)?;
+            all &= kind.cas_swapped(c);
         }
         Ok(all)
     }

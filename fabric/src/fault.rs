@@ -230,7 +230,7 @@ impl<T: Transport> Transport for Faulty<T> {
             }
             debug_assert_eq!(out.len(), end, "one completion per op run");
             let cas = out.as_slice().get(end - 1);
-            if part.ends_at_armed_cas && cas.is_some_and(|c| swapped(&ops[end - 1], c)) {
+            if part.ends_at_armed_cas && cas.is_some_and(|c| ops[end - 1].kind.cas_swapped(c)) {
                 let mut s = self.state();
                 s.crash_after_next_cas = false;
                 crash_after = Some(format!("after verb {} (a CAS that swapped)", s.verbs));
@@ -267,7 +267,11 @@ impl<T: Transport> Transport for Faulty<T> {
             return Err(self.crash(&mut s, reason));
         }
         result?;
-        if ops.iter().zip(out.as_slice()).any(|(op, c)| swapped(op, c)) {
+        if ops
+            .iter()
+            .zip(out.as_slice())
+            .any(|(op, c)| op.kind.cas_swapped(c))
+        {
             let hook = self.state().after_next_cas.take();
             if let Some(AfterCas(hook)) = hook {
                 hook();
@@ -306,14 +310,6 @@ struct Part {
     /// The part ends at a CAS and a crash is armed for the next CAS that
     /// swaps: whether the client dies depends on that CAS's outcome.
     ends_at_armed_cas: bool,
-}
-
-/// True when `op` is a CAS whose completion says it swapped.
-fn swapped(op: &Op, completion: &crate::verb::Completion) -> bool {
-    matches!(
-        (op.kind, completion),
-        (OpKind::Cas { expect, .. }, Ok(Outcome::Old(old))) if *old == expect
-    )
 }
 
 impl<T: Transport> Faulty<T> {

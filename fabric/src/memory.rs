@@ -169,7 +169,7 @@ impl SharedMemory {
     pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) {
         if dst.len() == WORD && offset % WORD == 0 {
             // The most common READ (a key, a lock word) is one aligned word.
-            dst.copy_from_slice(&self.word(offset).load(Ordering::Relaxed).to_le_bytes());
+            dst.copy_from_slice(&self.load(offset).to_le_bytes());
             return;
         }
         self.check(offset, dst.len());

@@ -77,6 +77,12 @@ impl OpKind {
         }
     }
 
+    /// True when this is a CAS and `completion` says it swapped (the old
+    /// value was the one it expected).
+    pub(crate) fn cas_swapped(&self, completion: &Completion) -> bool {
+        matches!((self, completion), (OpKind::Cas { expect, .. }, Ok(Outcome::Old(old))) if old == expect)
+    }
+
     /// Bytes of memory the verb touches.
     pub fn len(&self) -> u64 {
         match self {
