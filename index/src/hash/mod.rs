@@ -413,18 +413,19 @@ impl HashTable {
         let mut batch = self.fabric().take_batch();
         let h = batch.read(block, len);
         let r = self.fabric().execute(&mut batch).await;
-        let words = r.map_err(IndexError::from).and_then(|()| {
+        let cached = r.map_err(IndexError::from).and_then(|()| {
             let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            Ok((0..b.len() / 8).map(|i| word(b, i)).collect::<Vec<_>>())
+            self.cache_dir(b)
         });
         self.fabric().give_batch(batch);
-        self.cache_dir(words?)
+        cached
     }
 
-    /// Caches `words` as the directory, once every entry names a subtable
+    /// Caches the directory bytes `dir`, once every entry names a subtable
     /// in the table's region.
-    pub(crate) fn cache_dir(&mut self, words: Vec<u64>) -> Result<(), IndexError> {
+    pub(crate) fn cache_dir(&mut self, dir: &[u8]) -> Result<(), IndexError> {
         let region = self.heap.region();
+        let words: Vec<u64> = (0..dir.len() / 8).map(|i| word(dir, i)).collect();
         if let Some(w) = words
             .iter()
             .find(|&&w| GlobalAddr::from_raw(w).region() != region || w == 0)

@@ -107,7 +107,7 @@ impl HashTable {
                 if let Some(dir) = self.split_rtx(loc, header).await? {
                     // The directory this split committed: as fresh as a
                     // re-read, without the READ of the whole directory.
-                    return self.cache_dir(dir);
+                    return self.cache_dir(&dir);
                 }
             }
         }
@@ -222,9 +222,9 @@ impl HashTable {
         Ok(())
     }
 
-    /// Returns the directory the split committed, or `None` when another
-    /// client had split the subtable first.
-    async fn split_rtx(&mut self, loc: Loc, header: Header) -> Result<Option<Vec<u64>>, IndexError> {
+    /// Returns the directory bytes the split committed, or `None` when
+    /// another client had split the subtable first.
+    async fn split_rtx(&mut self, loc: Loc, header: Header) -> Result<Option<Vec<u8>>, IndexError> {
         let g = self.geometry;
         let obj = self.sub_obj(loc.sub);
         let dir_obj = self.dir_obj();
@@ -274,7 +274,7 @@ impl HashTable {
                     dir[at..at + 8].copy_from_slice(&new.meta.raw().to_le_bytes());
                 }
                 tx.write_raw(dir_obj, &dir).await?;
-                Ok(Some((0..dir.len() / 8).map(|i| word(&dir, i)).collect()))
+                Ok(Some(dir))
             })
             .await?;
         self.data_of.remove(&loc.sub);
