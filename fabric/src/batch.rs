@@ -224,7 +224,13 @@ impl Batch {
 
     /// The old value a CAS or FAA returned (from its first replica).
     pub fn old_value(&self, h: VerbHandle) -> Result<u64, VerbError> {
-        match self.completion(h)? {
+        self.old_value_of(h, 0)
+    }
+
+    /// The old value a CAS or FAA aimed at several replicas returned on the
+    /// `i`-th of them.
+    pub fn old_value_of(&self, h: VerbHandle, i: usize) -> Result<u64, VerbError> {
+        match self.completions(h)[i]? {
             Outcome::Old(v) => Ok(v),
             other => panic!("verb {h:?} is not a CAS or FAA: {other:?}"),
         }

@@ -15,6 +15,7 @@ use crate::heap::Heap;
 use crate::hint::HintCache;
 use crate::lease::LeaseSequence;
 use crate::obj::{RawObj, TxObj};
+use crate::settle::OpenLog;
 use crate::stats::TxStats;
 use crate::tx::Tx;
 use crate::word::{DataPtr, LockWord, OwnerId};
@@ -36,6 +37,8 @@ pub struct TxClient {
     /// Metas seen or installed, shared with the other clients of the
     /// process that were given the same cache.
     pub(crate) hints: Arc<HintCache>,
+    /// This owner's last log while it is not known to be DONE (`settle.rs`).
+    pub(crate) open_log: Option<OpenLog>,
 }
 
 impl TxClient {
@@ -53,6 +56,7 @@ impl TxClient {
             commit_leases: LeaseSequence::default(),
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
+            open_log: None,
         })
     }
 

@@ -69,6 +69,17 @@ impl Tx<'_> {
             _ => self.c.next_lock(n).await,
         };
 
+        // The slot is written only once the last log in it is DONE, which
+        // may also free blocks for this commit's allocations.
+        if logged {
+            if let Err(e) = self.c.settle_log().await {
+                if let Some(pre) = self.prelock {
+                    self.abort_holding(pre, false).await?;
+                }
+                return Err(e);
+            }
+        }
+
         // New data blocks, each under a pointer whose version follows the old one.
         for i in 0..n {
             let len = self.writes[i].obj.len;
@@ -90,8 +101,8 @@ impl Tx<'_> {
             && self.writes.iter().all(|w| w.prelocked)
             && nothing_to_validate
         {
-            self.install(lock, None, true).await?;
-            self.committed();
+            let installed = self.install(lock, None, true).await?;
+            self.committed(installed);
             return Ok(());
         }
 
@@ -159,25 +170,50 @@ impl Tx<'_> {
                 self.abort_holding(lock, true).await?;
                 return Err(TxError::Abort(AbortReason::LogAborted));
             }
+            if let Some(open) = &mut self.c.open_log {
+                open.doing = Some(doing);
+            }
             // A crash here leaves every lock held and the log DOING: the
             // transaction is committed and a repairer must finish it.
             self.c.fabric.crash_point(CRASH_AT_COMMIT_POINT)?;
-            self.install(lock, Some(doing), false).await?;
+            let installed = self.install(lock, Some(doing), false).await?;
             self.c.stats.logged_commits += 1;
+            self.committed(installed);
         } else {
-            self.install(lock, None, false).await?;
+            let installed = self.install(lock, None, false).await?;
+            self.committed(installed);
         }
-        self.committed();
         Ok(())
     }
 
-    /// Counts the commit, frees the blocks it replaced, and keeps the metas
-    /// of the objects it created as hints (the written ones were kept by
-    /// `install`, which saw their releases).
-    fn committed(&mut self) {
+    /// Counts the commit, frees the blocks it replaced (or parks them until
+    /// a taker marks the log DONE), and keeps the metas of the objects it
+    /// created as hints (the written ones were kept by `install`, which saw
+    /// their releases).
+    fn committed(&mut self, installed: Installed) {
         self.c.stats.commits += 1;
-        for w in self.writes.iter().filter(|w| !w.retire) {
-            self.c.alloc.free(w.old.offset(), w.obj.len);
+        let replaced = self
+            .writes
+            .iter()
+            .filter(|w| !w.retire)
+            .map(|w| (w.old.offset(), w.obj.len));
+        match installed {
+            Installed::Done => {
+                for (offset, len) in replaced {
+                    self.c.alloc.free(offset, len);
+                }
+            }
+            Installed::LogDone => {
+                let parked = self.c.open_log.take().map(|o| o.parked).unwrap_or_default();
+                self.c.close_log(parked);
+                for (offset, len) in replaced {
+                    self.c.alloc.free(offset, len);
+                }
+            }
+            Installed::TakenOver => {
+                let open = self.c.open_log.get_or_insert_with(Default::default);
+                open.parked.extend(replaced);
+            }
         }
         for f in &self.fresh {
             let hint = MetaHint {
@@ -245,6 +281,13 @@ impl Tx<'_> {
 
     fn push_log(&mut self, log: &Log) -> Result<(), TxError> {
         let slot = self.c.heap.log_slot(self.c.owner)?;
+        debug_assert!(
+            self.c.open_log.is_none(),
+            "a log slot is written only once settled"
+        );
+        // Open from the moment its WRITE may land: a commit that stops on a
+        // fabric error from here on leaves it for the next settle.
+        self.c.open_log = Some(Default::default());
         let mut bytes = Vec::with_capacity(log.encoded_len());
         log.encode(&mut bytes);
         self.batch.on(Replica::All).write(slot, &bytes);
@@ -323,51 +366,70 @@ impl Tx<'_> {
     /// 4–10), then marks a logged transaction DONE.
     /// With `with_data`, the new blocks (and created objects) are written in
     /// the first batch, ahead of the CASes that publish them.
+    ///
+    /// Every pointer CAS is checked (issue 19, items 2 and 4). While this
+    /// client holds an object's lock, only a repairer that stole it (Opt1)
+    /// or took the log over (logged) moves its pointers; a pointer that
+    /// moved while the lock is still this client's is a broken invariant,
+    /// reported and never acknowledged.
     async fn install(
         &mut self,
         lock: LockWord,
         doing: Option<LogHeader>,
         with_data: bool,
-    ) -> Result<(), TxError> {
+    ) -> Result<Installed, TxError> {
         let single_replica = self
             .writes
             .iter()
             .all(|w| self.c.replicas(w.obj.meta.region()) == 1)
             && self.c.replicas(self.c.heap.region()) == 1;
         let logged = doing.is_some();
+        let mut installs = Vec::with_capacity(self.writes.len());
         // Backups first: a separate round trip when there are backups.
         if !single_replica {
             self.batch.clear();
             if with_data {
                 self.push_new_data();
             }
-            for w in &self.writes {
+            for (i, w) in self.writes.iter().enumerate() {
                 let replicas = self.c.replicas(w.obj.meta.region());
                 let new = w.new.expect("allocated").raw();
                 if logged {
-                    self.batch
-                        .on(Replica::All)
-                        .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                    installs.push((
+                        i,
+                        self.batch
+                            .on(Replica::All)
+                            .cas(w.obj.dptr_addr(), w.old.raw(), new),
+                    ));
                 } else {
                     for b in 0..replicas.saturating_sub(1) {
-                        self.batch
-                            .on(Replica::Backup(b as u8))
-                            .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                        let h =
+                            self.batch
+                                .on(Replica::Backup(b as u8))
+                                .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                        installs.push((i, h));
                     }
                 }
             }
             self.c.fabric.execute(&mut self.batch).await?;
             self.check_done()?;
+            let moved = self.moved(&installs)?;
+            if !moved.is_empty() {
+                self.install_refused(lock, logged, &moved).await?;
+            }
+            installs.clear();
         }
         self.batch.clear();
         if with_data && single_replica {
             self.push_new_data();
         }
         let mut primary_cas = Vec::new();
-        for w in &self.writes {
+        for (i, w) in self.writes.iter().enumerate() {
             if single_replica || !logged {
                 let new = w.new.expect("allocated").raw();
-                primary_cas.push(self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new));
+                let h = self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new);
+                primary_cas.push(h);
+                installs.push((i, h));
             }
         }
         let mut releases = Vec::with_capacity(self.writes.len());
@@ -375,20 +437,23 @@ impl Tx<'_> {
             let released = LockWord::unlocked(w.seen.version() + 1);
             releases.push(self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw()));
         }
-        if let Some(doing) = doing {
-            let slot = self.c.heap.log_slot(self.c.owner)?;
-            self.batch.on(Replica::All).cas(
-                slot.add(HEADER_OFFSET),
-                doing.raw(),
-                LogHeader::new(LogState::Done, 0).raw(),
-            );
-        }
+        let done = match doing {
+            Some(doing) => {
+                let slot = self.c.heap.log_slot(self.c.owner)?;
+                Some(self.batch.on(Replica::All).cas(
+                    slot.add(HEADER_OFFSET),
+                    doing.raw(),
+                    LogHeader::new(LogState::Done, 0).raw(),
+                ))
+            }
+            None => None,
+        };
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
         // Each release that won left the meta unlocked at `seen + 1` with
         // the new pointer: a hint. One that lost to a repairer (who stole
         // the expired lock after the pointer CAS) left another version.
-        for (w, h) in self.writes.iter().zip(releases) {
+        for (w, &h) in self.writes.iter().zip(&releases) {
             if self.batch.old_value(h) == Ok(lock.raw()) {
                 let hint = MetaHint {
                     version: w.seen.version() + 1,
@@ -397,9 +462,27 @@ impl Tx<'_> {
                 self.c.hints.put(w.obj.meta, hint);
             }
         }
+        if let Some(done) = done {
+            // One replica: the pointer CASes ran just before the releases,
+            // in order on the one node; a release that still found the lock
+            // proves its object's pointer moved under it.
+            for (i, replica, now) in self.moved(&installs)? {
+                if self.batch.old_value(releases[i]) == Ok(lock.raw()) {
+                    return Err(self.pointer_moved_under_lock(i, replica, now));
+                }
+            }
+            // The header is still ours only if nobody took the log over.
+            return Ok(
+                if self.batch.old_value(done).map_err(TxError::Verb)? == doing.map_or(0, LogHeader::raw) {
+                    Installed::LogDone
+                } else {
+                    Installed::TakenOver
+                },
+            );
+        }
         // A transaction that only created objects writes nothing here (and
         // used to index `writes[0]` out of bounds): its RT1 WRITEs were all.
-        if !logged && !self.writes.is_empty() {
+        if !self.writes.is_empty() {
             // Opt1: the primary's pointer CAS is the commit point. If it
             // failed, a repairer stole the expired lock and fenced the object:
             // this transaction did not happen. Its new block may be
@@ -412,7 +495,78 @@ impl Tx<'_> {
                 return Err(TxError::Abort(AbortReason::Repaired));
             }
         }
-        Ok(())
+        Ok(Installed::Done)
+    }
+
+    /// The pointer CASes among `installs` (write index, handle) that found
+    /// neither the old nor the new pointer: (write, replica, pointer found).
+    fn moved(&self, installs: &[(usize, VerbHandle)]) -> Result<Vec<(usize, usize, u64)>, TxError> {
+        let mut moved = Vec::new();
+        for &(i, h) in installs {
+            let w = &self.writes[i];
+            let new = w.new.expect("allocated").raw();
+            for replica in 0..self.batch.completions(h).len() {
+                let now = self.batch.old_value_of(h, replica).map_err(TxError::Verb)?;
+                if now != w.old.raw() && now != new {
+                    moved.push((i, replica, now));
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Some pointer CASes of the backups' round trip found another pointer.
+    /// If this client still holds those objects' locks (read after the CASes
+    /// completed), nobody the protocol allows moved them: a broken
+    /// invariant. Otherwise a repairer took over: an Opt1 commit was fenced
+    /// (its primary CAS, not yet sent, is never sent); a logged one is
+    /// committed (it passed DOING), its taker finishes it, and the owner
+    /// goes on with its releases (idempotent, as the taker's), whose DONE
+    /// CAS will then find the taker's header.
+    async fn install_refused(
+        &mut self,
+        lock: LockWord,
+        logged: bool,
+        moved: &[(usize, usize, u64)],
+    ) -> Result<(), TxError> {
+        self.batch.clear();
+        let locks: Vec<VerbHandle> = moved
+            .iter()
+            .map(|&(i, _, _)| self.batch.read(self.writes[i].obj.lock_addr(), 8))
+            .collect();
+        self.c.fabric.execute(&mut self.batch).await?;
+        self.check_done()?;
+        for (&(i, replica, now), h) in moved.iter().zip(locks) {
+            let held = self.batch.read_result(h).map_err(TxError::Verb)?;
+            if le_word(held, 0) == lock.raw() {
+                return Err(self.pointer_moved_under_lock(i, replica, now));
+            }
+        }
+        if logged {
+            tracing::debug!(owner = self.c.owner, "logged commit taken over by a repairer");
+            Ok(())
+        } else {
+            tracing::debug!(owner = self.c.owner, "single-object commit fenced by a repairer");
+            Err(TxError::Abort(AbortReason::Repaired))
+        }
+    }
+
+    fn pointer_moved_under_lock(&mut self, i: usize, replica: usize, now: u64) -> TxError {
+        let w = &self.writes[i];
+        let what = format!(
+            "owner {}'s commit found the pointer of {:?} on replica {replica} at {:?}, neither its old {:?} \
+             nor its new {:?}, while it still held the lock",
+            self.c.owner,
+            w.obj.meta,
+            DataPtr::from_raw(now),
+            w.old,
+            w.new
+        );
+        // The new blocks may be named by some replica now: never reused.
+        for w in &mut self.writes {
+            w.new = None;
+        }
+        self.c.invariant_broken(what)
     }
 
     /// Aborts a transaction that may hold locks with `lock` and may have
@@ -435,15 +589,23 @@ impl Tx<'_> {
                 self.batch.cas(w.obj.lock_addr(), lock.raw(), w.seen.raw());
             }
         }
-        if logged {
+        let done = logged.then(|| {
             self.batch.on(Replica::All).cas(
                 slot.add(HEADER_OFFSET),
                 LogHeader::new(LogState::Abort, 0).raw(),
                 LogHeader::new(LogState::Done, 0).raw(),
-            );
-        }
+            )
+        });
         if !self.batch.is_empty() {
             self.c.fabric.execute(&mut self.batch).await?;
+        }
+        // A repairer that aborted the log may be the one to mark it DONE;
+        // until someone has, the slot stays open (`settle.rs`).
+        if let Some(done) = done {
+            if self.batch.old_value(done) == Ok(LogHeader::new(LogState::Abort, 0).raw()) {
+                let parked = self.c.open_log.take().map(|o| o.parked).unwrap_or_default();
+                self.c.close_log(parked);
+            }
         }
         for w in &mut self.writes {
             w.prelocked = false;
@@ -463,4 +625,16 @@ impl Tx<'_> {
             self.c.alloc.free(f.data_offset, f.data.len() as u32);
         }
     }
+}
+
+/// How a commit's install ended, which decides when the blocks it replaced
+/// may come back (`settle.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Installed {
+    /// Unlogged and installed: free the replaced blocks.
+    Done,
+    /// Logged, and this owner marked its own log DONE: free them.
+    LogDone,
+    /// Logged, and a repairer took the log over: park them until its DONE.
+    TakenOver,
 }

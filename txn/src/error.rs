@@ -17,6 +17,9 @@ pub enum AbortReason {
     Repaired,
     /// A repairer aborted this transaction's log while it was committing.
     LogAborted,
+    /// This owner's previous log is still being finished by a repairer
+    /// with a live lease; its slot cannot be written yet (`txn::settle`).
+    LogInUse,
     /// The body asked to abort.
     User,
 }
@@ -64,6 +67,13 @@ pub enum TxError {
     /// region); a bug in the caller.
     #[error("bad object: {0}")]
     BadObject(String),
+    /// A protocol invariant does not hold: DM was changed by something the
+    /// protocol does not allow (a pointer moved under a lock this client
+    /// still owns). Never retried, never acknowledged; the transaction's
+    /// locks stay held so that nobody builds on the damage, and
+    /// `TxStats::invariant_violations` counts it.
+    #[error("rTX invariant broken: {0}")]
+    Invariant(String),
     /// The transaction aborted this many times in a row.
     #[error("gave up after {attempts} aborted attempts (last: {last:?})")]
     TooManyAborts {

@@ -33,6 +33,7 @@ pub mod log;
 mod obj;
 pub mod owner;
 mod repair;
+mod settle;
 mod stats;
 mod tx;
 pub mod word;

@@ -44,8 +44,13 @@ use crate::word::{DataPtr, LockWord, LogHeader, LogState};
 pub const REPAIR_STEP_TICKS_MAX: u64 = 10 * crate::lease::TICKS_PER_MS;
 /// Rounds of reading the log and acting on it within one repair call.
 const REPAIR_ROUNDS_MAX: u32 = 8;
-/// Attempts at installing a copy on one backup whose pointer moves under the
-/// repairer (only the suspected owner's single late CAS can move it).
+/// Rounds of reading the primary and fencing it in one log-less repair: the
+/// suspected holder has one pointer CAS that may land late, and so has each
+/// suspected repairer before this one; more rounds mean the lock was lost.
+const FENCE_ROUNDS_MAX: u32 = 3;
+/// Attempts at installing a copy on the backups while their pointers move
+/// under the repairer (only late CASes of suspected parties move them, one
+/// each).
 const BACKUP_CAS_ATTEMPTS_MAX: u32 = 4;
 
 /// What a repair achieved.
@@ -65,80 +70,105 @@ impl TxClient {
     pub async fn repair(&mut self, obj: RawObj, found: LockWord) -> Result<RepairOutcome, TxError> {
         debug_assert!(found.is_locked());
         let slot = self.heap.log_slot(found.owner())?;
-        let mut batch = Batch::new();
         for _ in 0..REPAIR_ROUNDS_MAX {
-            batch.clear();
-            let h = batch.read(slot, LOG_SLOT_BYTES as u32);
-            self.fabric.execute(&mut batch).await?;
-            let log = Log::decode(batch.read_result(h).map_err(TxError::Verb)?);
-            let log = match log {
+            let log = match self.read_log(slot).await? {
                 Some(log) if log.checksum == found => log,
                 _ => return self.repair_without_log(obj, found).await,
             };
-            let header_addr = slot.add(HEADER_OFFSET);
-            match log.header.state() {
-                LogState::Init => {
-                    batch.clear();
-                    batch.on(Replica::All).cas(
-                        header_addr,
-                        log.header.raw(),
-                        LogHeader::new(LogState::Abort, 0).raw(),
+            if log.header.state() == LogState::Done {
+                return self.release_late_lock(&log, obj, found).await;
+            }
+            if let Some(outcome) = self.finish_log(&log, slot.add(HEADER_OFFSET), false).await? {
+                return Ok(outcome);
+            }
+        }
+        Ok(RepairOutcome::Retry)
+    }
+
+    /// Reads and decodes the log slot at `slot` (`None`: nothing decodable).
+    pub(crate) async fn read_log(&mut self, slot: GlobalAddr) -> Result<Option<Log>, TxError> {
+        let mut batch = Batch::new();
+        let h = batch.read(slot, LOG_SLOT_BYTES as u32);
+        self.fabric.execute(&mut batch).await?;
+        Ok(Log::decode(batch.read_result(h).map_err(TxError::Verb)?))
+    }
+
+    /// One step towards finishing `log`, whose locks carry its checksum and
+    /// whose header is at `header_addr`: abort an INIT log, finish an ABORT
+    /// one, roll an expired DOING one forward (a live one too with
+    /// `take_live`: its owner settling its own log). `None`: read the log
+    /// again. A DONE log is finished (`Repaired`).
+    pub(crate) async fn finish_log(
+        &mut self,
+        log: &Log,
+        header_addr: GlobalAddr,
+        take_live: bool,
+    ) -> Result<Option<RepairOutcome>, TxError> {
+        let mut batch = Batch::new();
+        match log.header.state() {
+            LogState::Init => {
+                batch.on(Replica::All).cas(
+                    header_addr,
+                    log.header.raw(),
+                    LogHeader::new(LogState::Abort, 0).raw(),
+                );
+                self.fabric.execute(&mut batch).await?;
+                // Next round sees ABORT (ours, or the owner's own).
+                Ok(None)
+            }
+            LogState::Abort => {
+                for e in &log.entries {
+                    batch.cas(
+                        e.meta,
+                        log.checksum.raw(),
+                        LockWord::unlocked(e.old_version).raw(),
                     );
-                    self.fabric.execute(&mut batch).await?;
-                    // Next round sees ABORT (ours, or the owner's own).
                 }
-                LogState::Abort => {
-                    batch.clear();
-                    for e in &log.entries {
-                        batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version).raw());
-                    }
-                    batch.on(Replica::All).cas(
-                        header_addr,
-                        log.header.raw(),
-                        LogHeader::new(LogState::Done, 0).raw(),
-                    );
-                    self.fabric.execute(&mut batch).await?;
-                    self.stats.repairs += 1;
-                    return Ok(RepairOutcome::Repaired);
-                }
-                LogState::Doing if log.header.lease_tick() > self.now_tick() => {
-                    return Ok(RepairOutcome::Busy);
-                }
-                LogState::Doing => {
-                    return self.roll_forward(&log, found, header_addr).await;
-                }
-                LogState::Done => {
-                    // Every lock a commit or abort knew of was released
-                    // before DONE, so `found` still on `obj` is a lock CAS
-                    // of an owner paused in RT1 that landed after a repairer
-                    // aborted its log and finished it; if the owner then
-                    // died, nothing else would ever release it. Nothing
-                    // happened under it: back to the version logged.
-                    if let Some(e) = log.entries.iter().find(|e| e.meta == obj.meta) {
-                        batch.clear();
-                        let h = batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version).raw());
-                        self.fabric.execute(&mut batch).await?;
-                        if batch.old_value(h).map_err(TxError::Verb)? == found.raw() {
-                            self.stats.repairs += 1;
-                            return Ok(RepairOutcome::Repaired);
-                        }
-                    }
-                    return Ok(RepairOutcome::Retry);
-                }
-                LogState::Empty => return Ok(RepairOutcome::Retry),
+                batch.on(Replica::All).cas(
+                    header_addr,
+                    log.header.raw(),
+                    LogHeader::new(LogState::Done, 0).raw(),
+                );
+                self.fabric.execute(&mut batch).await?;
+                self.stats.repairs += 1;
+                Ok(Some(RepairOutcome::Repaired))
+            }
+            LogState::Doing if !take_live && log.header.lease_tick() > self.now_tick() => {
+                Ok(Some(RepairOutcome::Busy))
+            }
+            LogState::Doing => self.roll_forward(log, header_addr).await.map(Some),
+            LogState::Done => Ok(Some(RepairOutcome::Repaired)),
+            LogState::Empty => Ok(Some(RepairOutcome::Retry)),
+        }
+    }
+
+    /// `found` on `obj` names a log that is DONE. Every lock a commit or
+    /// abort knew of was released before DONE, so it is a lock CAS of an
+    /// owner paused in RT1 that landed after a repairer aborted its log and
+    /// finished it; if the owner then died, nothing else would ever release
+    /// it. Nothing happened under it: back to the version logged.
+    async fn release_late_lock(
+        &mut self,
+        log: &Log,
+        obj: RawObj,
+        found: LockWord,
+    ) -> Result<RepairOutcome, TxError> {
+        if let Some(e) = log.entries.iter().find(|e| e.meta == obj.meta) {
+            let mut batch = Batch::new();
+            let h = batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version).raw());
+            self.fabric.execute(&mut batch).await?;
+            if batch.old_value(h).map_err(TxError::Verb)? == found.raw() {
+                self.stats.repairs += 1;
+                return Ok(RepairOutcome::Repaired);
             }
         }
         Ok(RepairOutcome::Retry)
     }
 
     /// Finishes a DOING log whose commit lease expired (TryCommit by a
-    /// repairer).
-    async fn roll_forward(
-        &mut self,
-        log: &Log,
-        found: LockWord,
-        header_addr: GlobalAddr,
-    ) -> Result<RepairOutcome, TxError> {
+    /// repairer, or by its owner settling it).
+    async fn roll_forward(&mut self, log: &Log, header_addr: GlobalAddr) -> Result<RepairOutcome, TxError> {
+        let found = log.checksum;
         let started_tick = self.now_tick();
         let mine = LogHeader::new(LogState::Doing, self.commit_lease(log.entries.len()).await);
         let mut batch = Batch::new();
@@ -151,33 +181,102 @@ impl TxClient {
         }
         let single_replica = log.entries.iter().all(|e| self.replicas(e.meta.region()) == 1)
             && self.replicas(self.heap.region()) == 1;
+        // (entry, pointer CAS) of every install, checked once the releases
+        // tell whether each lock was still held.
+        let mut installs = Vec::with_capacity(log.entries.len());
+        if !self.still_mine(header_addr, mine, started_tick).await? {
+            return Ok(RepairOutcome::Retry);
+        }
         if !single_replica {
             batch.clear();
-            for e in &log.entries {
-                batch
-                    .on(Replica::All)
-                    .cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
+            for (i, e) in log.entries.iter().enumerate() {
+                let h =
+                    batch
+                        .on(Replica::All)
+                        .cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
+                installs.push((i, h));
             }
             self.fabric.execute(&mut batch).await?;
+            let moved = pointers_moved(&batch, &installs, log)?;
             if !self.still_mine(header_addr, mine, started_tick).await? {
                 return Ok(RepairOutcome::Retry);
             }
-        }
-        batch.clear();
-        for e in &log.entries {
-            if single_replica {
-                batch.cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
+            batch.clear();
+            let releases = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
+            self.fabric.execute(&mut batch).await?;
+            self.check_installs(&batch, log, &moved, &releases)?;
+        } else {
+            batch.clear();
+            for (i, e) in log.entries.iter().enumerate() {
+                let h = batch.cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
+                installs.push((i, h));
             }
+            let releases = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
+            self.fabric.execute(&mut batch).await?;
+            let moved = pointers_moved(&batch, &installs, log)?;
+            self.check_installs(&batch, log, &moved, &releases)?;
         }
-        for e in &log.entries {
-            batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version + 1).raw());
-        }
+        self.stats.repairs += 1;
+        Ok(RepairOutcome::Repaired)
+    }
+
+    /// The releases of a roll-forward (every logged lock from `found` to
+    /// `old version + 1`) and its DONE, pushed on `batch`; returns the
+    /// releases' handles in entry order.
+    fn push_roll_releases(
+        &self,
+        batch: &mut Batch,
+        log: &Log,
+        found: LockWord,
+        header_addr: GlobalAddr,
+        mine: LogHeader,
+    ) -> Vec<fabric::VerbHandle> {
+        let releases = log
+            .entries
+            .iter()
+            .map(|e| batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version + 1).raw()))
+            .collect();
         batch
             .on(Replica::All)
             .cas(header_addr, mine.raw(), LogHeader::new(LogState::Done, 0).raw());
-        self.fabric.execute(&mut batch).await?;
-        self.stats.repairs += 1;
-        Ok(RepairOutcome::Repaired)
+        releases
+    }
+
+    /// A pointer CAS of a roll-forward that found neither the logged old
+    /// nor the new pointer is fine if the object's lock was gone by then:
+    /// the owner installed and released, and later commits moved on. If the
+    /// release that followed it (in order, on the primary) still found the
+    /// logged lock, the pointer moved while that lock was held, which no
+    /// step of the protocol does: a broken invariant.
+    fn check_installs(
+        &mut self,
+        batch: &Batch,
+        log: &Log,
+        moved: &[(usize, usize, u64)],
+        releases: &[fabric::VerbHandle],
+    ) -> Result<(), TxError> {
+        for &(i, replica, now) in moved {
+            if batch.old_value(releases[i]).map_err(TxError::Verb)? == log.checksum.raw() {
+                let e = &log.entries[i];
+                return Err(self.invariant_broken(format!(
+                    "rolling owner {}'s log forward, the pointer of {:?} on replica {replica} was {:?}, \
+                     neither the logged old {:?} nor new {:?}, while its lock was still held",
+                    log.checksum.owner(),
+                    e.meta,
+                    DataPtr::from_raw(now),
+                    e.old,
+                    e.new
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts and reports a broken protocol invariant; returns the error.
+    pub(crate) fn invariant_broken(&mut self, what: String) -> TxError {
+        self.stats.invariant_violations += 1;
+        tracing::error!(owner = self.owner, %what, "rTX invariant broken");
+        TxError::Invariant(what)
     }
 
     /// The wrap-around guard: past the step bound, the log must still be the
@@ -197,8 +296,17 @@ impl TxClient {
         Ok(le_word(batch.read_result(h).map_err(TxError::Verb)?, 0) == mine.raw())
     }
 
-    /// Repairs a lock taken without a log: steal, copy, install everywhere,
-    /// release above any earlier version.
+    /// Repairs a lock taken without a log: steal, copy, fence the primary,
+    /// install on the backups, release above any earlier version.
+    ///
+    /// Every pointer CAS starts from a value read while this repair still
+    /// held the stolen lock, proven by a READ of the lock issued after that
+    /// value was seen. A repairer stalled anywhere here can therefore act
+    /// only on pointers nobody moved since it lost the lock, and a pointer
+    /// moves only by a CAS that bumps its version: whatever it does late
+    /// fails. (Before, a "chase" CASed a backup from whatever it found, so
+    /// a stalled repairer rolled a backup back behind an acknowledged
+    /// commit: issue 19, item 1.)
     async fn repair_without_log(&mut self, obj: RawObj, found: LockWord) -> Result<RepairOutcome, TxError> {
         let region = obj.meta.region();
         // The copy is allocated in this client's heap but addressed in the
@@ -210,7 +318,6 @@ impl TxClient {
                 self.heap.region()
             )));
         }
-        let replicas = self.replicas(region);
         let stolen = self.next_lock(1).await;
         let mut batch = Batch::new();
         let h = batch.cas(obj.lock_addr(), found.raw(), stolen.raw());
@@ -218,26 +325,52 @@ impl TxClient {
         if batch.old_value(h).map_err(TxError::Verb)? != found.raw() {
             return Ok(RepairOutcome::Retry);
         }
+        let Some((seen, copy)) = self.fence_primary(obj, stolen).await? else {
+            return Ok(RepairOutcome::Retry);
+        };
+        if !self.install_on_backups(obj, stolen, &seen[1..], copy).await? {
+            // A repairer that suspected this one holds the lock now; it
+            // reads the backups under its own lock and installs its copy.
+            return Ok(RepairOutcome::Retry);
+        }
+        batch.clear();
+        let released = LockWord::unlocked(LockWord::version_floor(found));
+        batch.cas(obj.lock_addr(), stolen.raw(), released.raw());
+        self.fabric.execute(&mut batch).await?;
+        self.stats.repairs += 1;
+        Ok(RepairOutcome::Repaired)
+    }
 
-        // The primary's value is the truth (its pointer CAS is the commit
-        // point of a single-object write); backups may be ahead with an
-        // unacknowledged one. At most two rounds: the suspected owner has at
-        // most one pointer CAS left to land on the primary.
-        let mut installed = false;
-        for _ in 0..2 {
+    /// Copies the primary's value to a fresh block on every replica and
+    /// CASes the primary's pointer to it: the fence after which the
+    /// suspected holder's own pointer CAS fails. Returns the pointers read
+    /// on every replica under the lock (primary first) and the copy, or
+    /// `None` if the lock is no longer `stolen`.
+    ///
+    /// The primary goes first, unlike a commit's backups-first order,
+    /// because the copy holds the primary's committed value: a backup still
+    /// pointing at the old block, or ahead at the holder's unacknowledged
+    /// one, is never behind an acknowledged write. Backups first would let
+    /// the holder's late primary CAS land after the repairer replaced its
+    /// backups with the old value, and the holder acknowledge (item 2).
+    async fn fence_primary(
+        &mut self,
+        obj: RawObj,
+        stolen: LockWord,
+    ) -> Result<Option<(Vec<DataPtr>, DataPtr)>, TxError> {
+        let replicas = self.replicas(obj.meta.region());
+        let mut batch = Batch::new();
+        // The suspected holder has at most one pointer CAS left to land on
+        // the primary, and so has each repairer suspected before this one.
+        for _ in 0..FENCE_ROUNDS_MAX {
             batch.clear();
             let ptrs = batch.on(Replica::All).read(obj.dptr_addr(), 8);
-            // The lock, read after the primary's pointer (in order on its
-            // node): if it is no longer the word this repair stole, a
-            // repairer that suspected this one took over, and a pointer read
-            // now may be one a later transaction is committing from; CASing
-            // it would undo that commit. If it still is ours, the pointer was
-            // read while we held the lock, and any later move of it bumps
-            // its version, so our CASes from it fail harmlessly.
+            // After the primary's pointer on its node: if the lock is still
+            // ours, the primary's pointer was read under it.
             let held = batch.read(obj.lock_addr(), 8);
             self.fabric.execute(&mut batch).await?;
             if le_word(batch.read_result(held).map_err(TxError::Verb)?, 0) != stolen.raw() {
-                return Ok(RepairOutcome::Retry);
+                return Ok(None);
             }
             let seen: Vec<DataPtr> = (0..replicas)
                 .map(|i| {
@@ -248,77 +381,109 @@ impl TxClient {
                 })
                 .collect::<Result<_, _>>()?;
             let primary = seen[0];
+            // The lock again, issued after every backup's pointer READ
+            // completed: still ours, so those were read under it too.
             batch.clear();
-            let d = batch.read(GlobalAddr::new(region, primary.offset()), obj.len);
+            let d = batch.read(GlobalAddr::new(obj.meta.region(), primary.offset()), obj.len);
+            let held = batch.read(obj.lock_addr(), 8);
             self.fabric.execute(&mut batch).await?;
+            if le_word(batch.read_result(held).map_err(TxError::Verb)?, 0) != stolen.raw() {
+                return Ok(None);
+            }
             let data = batch.read_result(d).map_err(TxError::Verb)?.to_vec();
             let offset = self.alloc.data(&mut self.fabric, obj.len).await?;
             let copy = primary.successor(offset);
-
-            // Copy to every replica, and point the backups at it.
+            // The copy on every replica; on the primary's node the WRITE
+            // runs before the fence CAS (in order), and the backups have
+            // theirs before any backup pointer names it (a later round trip).
             batch.clear();
             batch
                 .on(Replica::All)
-                .write(GlobalAddr::new(region, offset), &data);
-            let mut backup_cas = Vec::new();
-            for (b, &ptr) in seen.iter().enumerate().skip(1) {
-                backup_cas.push((
-                    b,
-                    ptr,
-                    batch
-                        .on(Replica::Backup(b as u8 - 1))
-                        .cas(obj.dptr_addr(), ptr.raw(), copy.raw()),
-                ));
-            }
+                .write(GlobalAddr::new(obj.meta.region(), offset), &data);
+            let p = batch.cas(obj.dptr_addr(), primary.raw(), copy.raw());
             self.fabric.execute(&mut batch).await?;
             if let Some(e) = batch.first_error() {
                 return Err(TxError::Verb(e));
             }
-            for (b, mut ptr, mut h) in backup_cas {
-                let mut attempts = 0;
-                loop {
-                    let now = batch.old_value(h).map_err(TxError::Verb)?;
-                    if now == ptr.raw() || now == copy.raw() {
-                        break;
-                    }
-                    attempts += 1;
-                    if attempts >= BACKUP_CAS_ATTEMPTS_MAX {
-                        return Err(TxError::Heap(format!(
-                            "backup {b} of {:?} keeps moving during repair",
-                            obj.meta
-                        )));
-                    }
-                    ptr = DataPtr::from_raw(now);
-                    batch.clear();
-                    h = batch
-                        .on(Replica::Backup(b as u8 - 1))
-                        .cas(obj.dptr_addr(), ptr.raw(), copy.raw());
-                    self.fabric.execute(&mut batch).await?;
+            if batch.old_value(p).map_err(TxError::Verb)? == primary.raw() {
+                return Ok(Some((seen, copy)));
+            }
+            // The holder's late single-object commit (or a suspected
+            // repairer's fence) landed: that value is the truth now. The
+            // block just written is named by nothing; it stays with this
+            // client's chunks.
+        }
+        Ok(None)
+    }
+
+    /// Points every backup at `copy`, each from the pointer read under the
+    /// lock. A backup CAS that finds another value (the suspected holder's
+    /// late backup CAS, or a suspected repairer's) is retried from that
+    /// value only once a READ of the lock, issued after the CAS that found
+    /// it, shows the lock still `stolen`: then it appeared while this repair
+    /// held the lock, and no acknowledged commit can have put it there.
+    /// Returns false if the lock was lost.
+    async fn install_on_backups(
+        &mut self,
+        obj: RawObj,
+        stolen: LockWord,
+        seen: &[DataPtr],
+        copy: DataPtr,
+    ) -> Result<bool, TxError> {
+        let mut from: Vec<(u8, u64)> = seen.iter().enumerate().map(|(b, p)| (b as u8, p.raw())).collect();
+        let mut batch = Batch::new();
+        for _ in 0..BACKUP_CAS_ATTEMPTS_MAX {
+            if from.is_empty() {
+                return Ok(true);
+            }
+            batch.clear();
+            let handles: Vec<_> = from
+                .iter()
+                .map(|&(b, ptr)| batch.on(Replica::Backup(b)).cas(obj.dptr_addr(), ptr, copy.raw()))
+                .collect();
+            self.fabric.execute(&mut batch).await?;
+            let mut moved = Vec::new();
+            for (&(b, ptr), h) in from.iter().zip(handles) {
+                let now = batch.old_value(h).map_err(TxError::Verb)?;
+                if now != ptr && now != copy.raw() {
+                    moved.push((b, now));
                 }
             }
-
-            // The primary last: its CAS is what fences the suspected owner.
-            // If it moved (the owner's late single-object commit landed),
-            // copy again: that value is committed.
+            if moved.is_empty() {
+                return Ok(true);
+            }
             batch.clear();
-            let p = batch.cas(obj.dptr_addr(), primary.raw(), copy.raw());
+            let held = batch.read(obj.lock_addr(), 8);
             self.fabric.execute(&mut batch).await?;
-            if batch.old_value(p).map_err(TxError::Verb)? == primary.raw() {
-                installed = true;
-                break;
+            if le_word(batch.read_result(held).map_err(TxError::Verb)?, 0) != stolen.raw() {
+                return Ok(false);
+            }
+            from = moved;
+        }
+        Err(TxError::Heap(format!(
+            "a backup of {:?} keeps moving under a repair that holds its lock",
+            obj.meta
+        )))
+    }
+}
+
+/// The pointer CASes among `installs` (entry index, handle of a CAS from the
+/// entry's old to its new pointer, on one or every replica) that found
+/// neither: `(entry, replica, pointer found)`.
+pub(crate) fn pointers_moved(
+    batch: &Batch,
+    installs: &[(usize, fabric::VerbHandle)],
+    log: &Log,
+) -> Result<Vec<(usize, usize, u64)>, TxError> {
+    let mut moved = Vec::new();
+    for &(i, h) in installs {
+        let e = &log.entries[i];
+        for replica in 0..batch.completions(h).len() {
+            let now = batch.old_value_of(h, replica).map_err(TxError::Verb)?;
+            if now != e.old.raw() && now != e.new.raw() {
+                moved.push((i, replica, now));
             }
         }
-        if installed {
-            batch.clear();
-            let released = LockWord::unlocked(LockWord::version_floor(found));
-            batch.cas(obj.lock_addr(), stolen.raw(), released.raw());
-            self.fabric.execute(&mut batch).await?;
-        }
-        if installed {
-            self.stats.repairs += 1;
-            Ok(RepairOutcome::Repaired)
-        } else {
-            Ok(RepairOutcome::Retry)
-        }
     }
+    Ok(moved)
 }

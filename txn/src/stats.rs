@@ -35,6 +35,12 @@ pub struct TxStats {
     /// client committed the object since): each cost one round trip more.
     #[serde(default)]
     pub stale_hints: u64,
+    /// Broken protocol invariants this client detected (a pointer CAS of a
+    /// commit it still owned that found neither the old nor the new
+    /// pointer). Each is also an error returned and logged; any non-zero
+    /// count is a bug or memory corruption, never load.
+    #[serde(default)]
+    pub invariant_violations: u64,
 }
 
 impl Add for TxStats {
@@ -48,6 +54,7 @@ impl Add for TxStats {
             expired_seen: self.expired_seen + o.expired_seen,
             lease_waits: self.lease_waits + o.lease_waits,
             stale_hints: self.stale_hints + o.stale_hints,
+            invariant_violations: self.invariant_violations + o.invariant_violations,
         }
     }
 }

@@ -86,9 +86,12 @@ async fn a_stale_pointer_cas_on_a_block_that_came_back_fails() {
     // D's transfer between Y and X (X written last, so its old block is the
     // first D reuses) is paused in DOING. R1 takes the commit over (log ->
     // its own DOING) and is paused before its pointer CASes. R2, whose clock
-    // is further ahead, takes it over from R1 and finishes it. D wakes up,
-    // finds its commit done, frees X's old block P0, and its next commit of
-    // X puts X back in P0. Then R1 wakes up with CAS (P0 -> logged new).
+    // is further ahead, takes it over from R1 and finishes it. D wakes up
+    // and finds its commit taken over (its DONE CAS fails), so it parks the
+    // replaced blocks; its next logged commit finds the log DONE, frees
+    // them, and, writing X first, puts X back in P0. Then R1 wakes up with
+    // CAS (P0 -> logged new): the log is DONE but R1 does not know, and only
+    // the pointer version stops it.
     let cluster = Cluster::new(1).await;
     let objs = cluster.accounts(&[100, 100]).await;
     let (y, x) = (objs[0], objs[1]);
@@ -130,7 +133,9 @@ async fn a_stale_pointer_cas_on_a_block_that_came_back_fails() {
 
     fd.resume();
     let mut d = d_task.await.unwrap().unwrap();
-    bump_all(&mut d, &[x]).await.unwrap();
+    assert!(d.log_open(), "D's DONE CAS found R2's work: its blocks wait");
+    spread(&mut d, vec![x, y]).await.unwrap();
+    assert!(!d.log_open());
     let (v, p) = cluster.meta(x).await;
     assert_eq!(p.offset(), p0.offset(), "X is back in its first block");
     assert_ne!(p, p0, "under another pointer version");
@@ -138,5 +143,5 @@ async fn a_stale_pointer_cas_on_a_block_that_came_back_fails() {
     f1.resume();
     r1_task.await.unwrap().unwrap();
     assert_eq!(cluster.meta(x).await, (v, p), "R1's late CASes all failed");
-    assert_eq!(cluster.read_all(4, &[y, x]).await, vec![90, 111]);
+    assert_eq!(cluster.read_all(4, &[y, x]).await, vec![100, 100]);
 }

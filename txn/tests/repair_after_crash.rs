@@ -273,18 +273,18 @@ async fn repairs_cost_what_docs_txn_md_says() {
         assert_eq!(cost(d), expected, "roll forward, rf {rf}");
 
         // Log-less: READ slot (no matching log), CAS steal, READ the pointer
-        // on every replica + the lock, READ the data, WRITE the copy on every
-        // replica + CAS the backups' pointers, CAS the primary's pointer, CAS
-        // the release.
+        // on every replica + the lock, READ the data + the lock again, WRITE
+        // the copy on every replica + CAS the primary's pointer (the fence),
+        // CAS the backups' pointers (replicated only), CAS the release.
         let (cluster, objs) = crashed(rf as u16, 1, marks(1, rf, false).rt1).await;
         let lock = held_by_dead(&cluster, &objs).await;
         let d = repair_cost(&cluster, objs[0], lock).await;
         assert_eq!(
             cost(d),
             (
-                7,
-                1 + rf + 1 + 1,
-                SLOT + 8 * rf + 8 + 8,
+                if rf == 1 { 6 } else { 7 },
+                1 + rf + 1 + 1 + 1,
+                SLOT + 8 * rf + 8 + 8 + 8,
                 rf,
                 8 * rf,
                 1 + (rf - 1) + 1 + 1
