@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use fabric::{Client, GlobalAddr};
 
 use crate::error::TxError;
-use crate::heap::Heap;
+use crate::heap::{ChunkKind, Heap};
 use crate::obj::META_BYTES;
 use crate::word::OwnerId;
 
@@ -53,7 +53,10 @@ impl BlockAllocator {
     /// A fresh 16-byte meta.
     pub async fn meta(&mut self, client: &mut Client) -> Result<GlobalAddr, TxError> {
         if self.metas.next + META_BYTES > self.metas.end {
-            let c = self.heap.take_chunks(client, self.owner, 1).await?;
+            let c = self
+                .heap
+                .take_chunks(client, self.owner, 1, ChunkKind::Metas)
+                .await?;
             self.metas.next = self.heap.chunk_offset(c);
             self.metas.end = self.metas.next + self.heap.chunk_bytes();
         }
@@ -73,14 +76,17 @@ impl BlockAllocator {
             // Large blocks get chunks of their own.
             let c = self
                 .heap
-                .take_chunks(client, self.owner, bytes.div_ceil(chunk))
+                .take_chunks(client, self.owner, bytes.div_ceil(chunk), ChunkKind::Data)
                 .await?;
             return Ok(self.heap.chunk_offset(c));
         }
         if self.data.next + bytes > self.data.end {
             // The tail of the old chunk is lost to this owner; it stays
             // recorded as its chunk, so reclamation finds it.
-            let c = self.heap.take_chunks(client, self.owner, 1).await?;
+            let c = self
+                .heap
+                .take_chunks(client, self.owner, 1, ChunkKind::Data)
+                .await?;
             self.data.next = self.heap.chunk_offset(c);
             self.data.end = self.data.next + chunk;
         }

@@ -4,13 +4,15 @@
 //! [0, 4 KiB)          header: magic, layout version, owner slots, chunk size,
 //!                     chunk count, next free chunk (FAA), named roots
 //! log array           one LOG_SLOT_BYTES slot per owner id
-//! chunk owner table   one word per chunk: owner id + 1 of who took it, 0 = free
+//! chunk owner table   one ChunkTag per chunk: who took it and whether it holds metas
 //! chunks              the meta and data pools, handed to clients chunk by chunk
 //! ```
 //!
 //! Every replica of the region has the same layout. Clients take chunks with
-//! an FAA on the primary's next-chunk word and record themselves in the owner
-//! table on every replica, so a dead client's memory can be found.
+//! an FAA on every replica's next-chunk word (deciding on the primary's) and
+//! record themselves in the owner table on every replica, so a dead client's
+//! memory can be found, and a promoted backup can rebuild the words only a
+//! primary keeps (`Heap::restore_after_promotion`; `docs/txn.md` §8).
 
 use fabric::{Batch, Client, GlobalAddr, RegionId, Replica};
 
@@ -47,6 +49,77 @@ impl Default for HeapConfig {
             chunk_bytes: 64 * 1024,
         }
     }
+}
+
+/// What a chunk holds. Recorded with its owner so that a promotion can find
+/// every meta (their lock words are the primary's alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkKind {
+    /// Data blocks, B+tree nodes, lock tables: anything but metas.
+    Data,
+    /// 16-byte TXObj metas only.
+    Metas,
+}
+
+/// One word of the chunk owner table, the one definition of its layout:
+///
+/// ```text
+///  63      62                16 15                 0
+/// +-------+--------------------+--------------------+
+/// | metas |    0 (47 bits)     |   owner id + 1     |   taken
+/// +-------+--------------------+--------------------+
+/// 0 = free
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkTag(u64);
+
+impl ChunkTag {
+    const METAS: u64 = 1 << 63;
+    const OWNER_MASK: u64 = 0xFFFF;
+
+    /// A chunk taken by `owner` for `kind`.
+    pub fn taken(owner: OwnerId, kind: ChunkKind) -> Self {
+        let metas = if kind == ChunkKind::Metas { Self::METAS } else { 0 };
+        ChunkTag(metas | (u64::from(owner) + 1))
+    }
+
+    /// The word as stored.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+
+    /// A stored word.
+    pub fn from_raw(raw: u64) -> Self {
+        ChunkTag(raw)
+    }
+
+    /// Who took the chunk (`None`: free).
+    pub fn owner(self) -> Option<OwnerId> {
+        let plus_one = self.0 & Self::OWNER_MASK;
+        (plus_one != 0).then(|| (plus_one - 1) as OwnerId)
+    }
+
+    /// What it holds, if taken.
+    pub fn kind(self) -> Option<ChunkKind> {
+        self.owner().map(|_| {
+            if self.0 & Self::METAS != 0 {
+                ChunkKind::Metas
+            } else {
+                ChunkKind::Data
+            }
+        })
+    }
+}
+
+/// What [`Heap::restore_after_promotion`] rebuilt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// The next-chunk counter as it now stands.
+    pub next_chunk: u64,
+    /// Chunks the owner table records as taken.
+    pub chunks_taken: u64,
+    /// Lock words of metas in use raised to the promotion floor.
+    pub lock_words: u64,
 }
 
 /// A formatted heap in one region. Cheap to clone.
@@ -221,12 +294,23 @@ impl Heap {
         Ok(heap)
     }
 
-    /// Takes `count` consecutive chunks for `owner` and records the
-    /// ownership on every replica. Returns the first chunk's index.
-    pub async fn take_chunks(&self, client: &mut Client, owner: OwnerId, count: u64) -> Result<u64, TxError> {
+    /// Takes `count` consecutive chunks for `owner`, to hold `kind`, and
+    /// records the ownership on every replica. Returns the first chunk's
+    /// index. No chunk is used before its owner-table word is on every
+    /// replica, which is what lets a promotion rebuild the counter.
+    pub async fn take_chunks(
+        &self,
+        client: &mut Client,
+        owner: OwnerId,
+        count: u64,
+        kind: ChunkKind,
+    ) -> Result<u64, TxError> {
         let mut batch = Batch::new();
-        let h = batch.faa(self.word(W_NEXT_CHUNK), count);
+        // Every replica counts, so that a backup's counter is not as
+        // formatted; the primary's old value decides.
+        let h = batch.on(Replica::All).faa(self.word(W_NEXT_CHUNK), count);
         client.execute(&mut batch).await?;
+        batch.done(h).map_err(TxError::Verb)?;
         let first = batch.old_value(h).map_err(TxError::Verb)?;
         if first.saturating_add(count) > self.chunk_count {
             return Err(TxError::OutOfMemory {
@@ -234,7 +318,7 @@ impl Heap {
                 chunks: self.chunk_count,
             });
         }
-        let tag = (u64::from(owner) + 1).to_le_bytes();
+        let tag = ChunkTag::taken(owner, kind).raw().to_le_bytes();
         let table: Vec<u8> = (0..count).flat_map(|_| tag).collect();
         batch.clear();
         let h = batch.on(Replica::All).write(
@@ -249,7 +333,19 @@ impl Heap {
     /// The chunks recorded as taken by `owner` (a scan of the owner table on
     /// the primary; for reclaiming a dead client's memory).
     pub async fn chunks_of(&self, client: &mut Client, owner: OwnerId) -> Result<Vec<u64>, TxError> {
-        let mut found = Vec::new();
+        Ok(self
+            .owner_table_of(client)
+            .await?
+            .into_iter()
+            .enumerate()
+            .filter(|(_, t)| t.owner() == Some(owner))
+            .map(|(i, _)| i as u64)
+            .collect())
+    }
+
+    /// Every owner-table word, read from the primary.
+    pub async fn owner_table_of(&self, client: &mut Client) -> Result<Vec<ChunkTag>, TxError> {
+        let mut tags = Vec::with_capacity(self.chunk_count as usize);
         let per_read = (fabric::VERB_BYTES_MAX as u64 / 8).min(self.chunk_count.max(1));
         let mut batch = Batch::new();
         let mut first = 0;
@@ -262,13 +358,103 @@ impl Heap {
             );
             client.execute(&mut batch).await?;
             let bytes = batch.read_result(h).map_err(TxError::Verb)?;
-            for (i, w) in bytes.chunks_exact(8).enumerate() {
-                if u64::from_le_bytes(w.try_into().unwrap_or_default()) == u64::from(owner) + 1 {
-                    found.push(first + i as u64);
-                }
-            }
+            tags.extend(bytes.chunks_exact(8).map(|w| ChunkTag::from_raw(word_at(w))));
             first += n;
         }
-        Ok(found)
+        Ok(tags)
+    }
+
+    /// Rebuilds the words only a primary keeps, on a backup just promoted to
+    /// primary (`client`'s map names it primary) and before any client uses
+    /// the region:
+    ///
+    /// - the next-chunk counter, raised to one past the last chunk the
+    ///   owner table records (every chunk in use is recorded on every
+    ///   replica before it is used; a chunk counted but not recorded was
+    ///   never used, so handing it out again is safe);
+    /// - every lock word of a meta in use, set unlocked at `floor`
+    ///   ([`LockWord::promotion_floor`](crate::LockWord::promotion_floor)):
+    ///   locks of the lost primary vanish with it (its DOING logs are
+    ///   rolled forward from the replicated logs, its INIT ones aborted),
+    ///   and versions must not go backwards.
+    ///
+    /// Not for a region in use: it rewrites meta chunks whole.
+    pub async fn restore_after_promotion(
+        &self,
+        client: &mut Client,
+        floor: u64,
+    ) -> Result<Restored, TxError> {
+        if floor > crate::word::VERSION_MAX {
+            return Err(TxError::Heap(format!(
+                "promotion floor {floor} is not a 63-bit version"
+            )));
+        }
+        let tags = self.owner_table_of(client).await?;
+        let mut restored = Restored::default();
+        let last_taken = tags.iter().rposition(|t| t.owner().is_some());
+        restored.chunks_taken = tags.iter().filter(|t| t.owner().is_some()).count() as u64;
+        let mut batch = Batch::new();
+        let h = batch.read(self.word(W_NEXT_CHUNK), 8);
+        client.execute(&mut batch).await?;
+        let counter = word_at(batch.read_result(h).map_err(TxError::Verb)?);
+        let wanted = last_taken.map_or(0, |i| i as u64 + 1).max(counter);
+        if wanted != counter {
+            batch.clear();
+            let h = batch
+                .on(Replica::All)
+                .write(self.word(W_NEXT_CHUNK), &wanted.to_le_bytes());
+            client.execute(&mut batch).await?;
+            batch.done(h).map_err(TxError::Verb)?;
+        }
+        restored.next_chunk = wanted;
+        let unlocked = crate::word::LockWord::unlocked(floor).raw();
+        for (i, _) in tags
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
+        {
+            let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
+            batch.clear();
+            let h = batch.read(at, self.chunk_bytes as u32);
+            client.execute(&mut batch).await?;
+            let mut bytes = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
+            for meta in bytes.chunks_exact_mut(crate::obj::META_BYTES as usize) {
+                // A meta in use has a data pointer (no block lives at
+                // offset 0); an unused one stays zero.
+                if word_at(&meta[8..16]) != 0 {
+                    meta[..8].copy_from_slice(&unlocked.to_le_bytes());
+                    restored.lock_words += 1;
+                }
+            }
+            batch.clear();
+            let h = batch.write(at, &bytes);
+            client.execute(&mut batch).await?;
+            batch.done(h).map_err(TxError::Verb)?;
+        }
+        Ok(restored)
+    }
+}
+
+fn word_at(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_tag_encoding_is_bit_exact() {
+        assert_eq!(ChunkTag::from_raw(0).owner(), None);
+        assert_eq!(ChunkTag::from_raw(0).kind(), None);
+        let data = ChunkTag::taken(0, ChunkKind::Data);
+        assert_eq!(data.raw(), 1);
+        assert_eq!((data.owner(), data.kind()), (Some(0), Some(ChunkKind::Data)));
+        let metas = ChunkTag::taken(crate::word::OWNER_MAX, ChunkKind::Metas);
+        assert_eq!(metas.raw(), (1 << 63) | 0x8000);
+        assert_eq!(
+            (metas.owner(), metas.kind()),
+            (Some(crate::word::OWNER_MAX), Some(ChunkKind::Metas))
+        );
     }
 }

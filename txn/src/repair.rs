@@ -17,17 +17,25 @@
 //! If the checksum differs, the lock was taken without a log (a single-object
 //! commit, or a pre-lock before its transaction logged): the repairer steals
 //! the lock (a TryLock on the expired word, so the owner can neither re-lock
-//! nor release it), checks with each read of the pointers that the lock is
-//! still the word it stole (else a repairer suspecting it took over), copies
-//! the primary's current data to a fresh block,
-//! installs that block on every replica, and releases the lock at a version
-//! floor above any version the object had. The owner's own pointer CAS then
-//! fails, and its transaction did not happen.
+//! nor release it), reads every replica's pointer and the lock, then the
+//! primary's data and the lock again (still the stolen word: every pointer
+//! was read under it), writes a copy of the data to a fresh block on every
+//! replica, CASes the primary's pointer to it (the fence: the owner's own
+//! pointer CAS now fails), points every backup at it from the pointer read
+//! under the lock, and releases the lock at a version floor above any
+//! version the object had. A backup CAS that finds another pointer is
+//! retried from it only after a READ of the lock shows the lock still
+//! stolen, so a repairer stalled at any verb never moves a pointer that
+//! someone committed after it lost the lock.
 //!
 //! Wrap-around bound (§4.4): pointer versions are 16 bits, so a repair that
 //! takes long could install a pointer whose version wrapped back. A repair
 //! re-checks that the log is still its DOING before each step once it has
-//! run for [`REPAIR_STEP_TICKS_MAX`], and stops otherwise.
+//! run for [`REPAIR_STEP_TICKS_MAX`], and stops otherwise. What closes the
+//! window for a repairer stalled *between* a check and its CAS is the
+//! owner's side: the blocks a log names come back only once the log is DONE
+//! (`settle.rs`), so the (version, block) pair a stale CAS expects cannot
+//! come round while that log is still being finished.
 
 use fabric::{Batch, GlobalAddr, Replica};
 

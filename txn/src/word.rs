@@ -99,7 +99,24 @@ impl LockWord {
         debug_assert!(stolen.is_locked());
         stolen.lease_tick() << OWNER_BITS
     }
+
+    /// The version every lock word of a promoted primary restarts at: lock
+    /// words live on the primary only, so a backup's are as created, and
+    /// versions must never go backwards (a meta hint of any age validates a
+    /// block by its version, `docs/txn.md` §7a). Every version the lost
+    /// primary held came from commits counting up from a floor of a lease
+    /// that ended before `now_tick + PROMOTION_LEAD_TICKS` (leases, lead and
+    /// any clock that ran ahead by less than that), so this is above them
+    /// all, with the margin of [`LockWord::version_floor`].
+    pub fn promotion_floor(now_tick: u64) -> u64 {
+        (now_tick + PROMOTION_LEAD_TICKS).min(crate::lease::LEASE_TICK_MAX) << OWNER_BITS
+    }
 }
+
+/// How far past the promoting clock a lease of the lost primary may have
+/// ended: one hour of lease ticks, far beyond any lease (`op_time * n +
+/// drift`, milliseconds), lead (1 ms) or clock skew a cluster runs with.
+pub const PROMOTION_LEAD_TICKS: u64 = 3_600_000 * crate::lease::TICKS_PER_MS;
 
 impl std::fmt::Debug for LockWord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,6 +302,16 @@ mod tests {
         // The largest lease still gives a 63-bit version.
         let last = LockWord::locked(OWNER_MAX, LEASE_TICK_MAX);
         assert_eq!(LockWord::version_floor(last), VERSION_MAX - u64::from(OWNER_MAX));
+    }
+
+    #[test]
+    fn a_promotion_floor_is_above_every_floor_of_an_earlier_lease() {
+        let now = 16_168_550_400_000;
+        let floor = LockWord::promotion_floor(now);
+        assert_eq!(floor, (now + PROMOTION_LEAD_TICKS) << OWNER_BITS);
+        let late_lease = LockWord::locked(OWNER_MAX, now + PROMOTION_LEAD_TICKS - 1);
+        assert!(LockWord::version_floor(late_lease) + (1 << OWNER_BITS) <= floor);
+        assert!(LockWord::promotion_floor(crate::lease::LEASE_TICK_MAX) <= VERSION_MAX);
     }
 
     #[test]

@@ -37,7 +37,7 @@ async fn snapshot(cluster: &Cluster, objs: &[TxObj<u64>]) -> (Vec<(LockWord, Dat
 /// counted from the client's creation, after a first `spread` over `n`.
 fn second_marks(n: u64, rf: u64) -> (u64, u64) {
     let m = marks(n, rf, true);
-    let alloc = 1 + rf;
+    let alloc = rf + rf;
     (m.end + m.rt1 - alloc, m.end + m.rt3 - alloc)
 }
 

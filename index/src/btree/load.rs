@@ -152,7 +152,12 @@ impl BTree {
         let chunks = |bytes: u64| bytes.div_ceil(heap.chunk_bytes());
         let fabric = self.store.fabric();
         let first = heap
-            .take_chunks(fabric, owner, chunks(n as u64 * NODE_BYTES as u64))
+            .take_chunks(
+                fabric,
+                owner,
+                chunks(n as u64 * NODE_BYTES as u64),
+                txn::ChunkKind::Data,
+            )
             .await?;
         let data_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
         let data: Vec<GlobalAddr> = (0..n).map(|i| data_base.add((i * NODE_BYTES) as u64)).collect();
@@ -164,7 +169,12 @@ impl BTree {
         }
         let fabric = self.store.fabric();
         let first = heap
-            .take_chunks(fabric, owner, chunks(n as u64 * txn::META_BYTES))
+            .take_chunks(
+                fabric,
+                owner,
+                chunks(n as u64 * txn::META_BYTES),
+                txn::ChunkKind::Metas,
+            )
             .await?;
         let meta_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
         let refs: Vec<NodeRef> = (0..n)

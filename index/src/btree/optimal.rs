@@ -71,7 +71,9 @@ impl Optimal {
         owner: u16,
     ) -> Result<GlobalAddr, IndexError> {
         let chunks = (LOCK_WORDS * 8).div_ceil(heap.chunk_bytes());
-        let first = heap.take_chunks(fabric, owner, chunks).await?;
+        let first = heap
+            .take_chunks(fabric, owner, chunks, txn::ChunkKind::Data)
+            .await?;
         let base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
         // Fresh chunks may hold garbage from an earlier use of the region.
         let zeros = vec![0u8; (LOCK_WORDS * 8) as usize];
@@ -98,7 +100,10 @@ impl Optimal {
     /// A fresh 1 KiB node block.
     pub(crate) async fn alloc(&mut self) -> Result<NodeRef, IndexError> {
         if self.next + NODE_BYTES as u64 > self.end {
-            let c = self.heap.take_chunks(&mut self.fabric, self.owner, 1).await?;
+            let c = self
+                .heap
+                .take_chunks(&mut self.fabric, self.owner, 1, txn::ChunkKind::Data)
+                .await?;
             self.next = self.heap.chunk_offset(c);
             self.end = self.next + self.heap.chunk_bytes();
         }

@@ -258,8 +258,8 @@ pub fn is_crash(e: &txn::TxError) -> bool {
 pub struct Marks {
     /// Execution: READ meta + READ data per object.
     pub exec: u64,
-    /// After the first data block allocation (FAA + the owner-table WRITE on
-    /// every replica: the client's first chunk).
+    /// After the first data block allocation (the FAA and the owner-table
+    /// WRITE, each on every replica: the client's first chunk).
     pub alloc: u64,
     /// After RT1's first lock CAS (data and log written).
     pub first_lock: u64,
@@ -278,7 +278,7 @@ pub struct Marks {
 /// logged or not (Opt1).
 pub fn marks(n: u64, rf: u64, logged: bool) -> Marks {
     let exec = 2 * n;
-    let alloc = exec + 1 + rf;
+    let alloc = exec + rf + rf;
     let rt1 = alloc + n * rf + if logged { rf } else { 0 } + n;
     let first_lock = rt1 - n + 1;
     let rt3 = if logged { rt1 + rf } else { rt1 };
