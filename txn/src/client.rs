@@ -13,7 +13,7 @@ use crate::config::TxConfig;
 use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
 use crate::hint::HintCache;
-use crate::lease::LeaseSequence;
+use crate::lease::{LeaseSequence, Parity};
 use crate::obj::{RawObj, TxObj};
 use crate::settle::OpenLog;
 use crate::stats::TxStats;
@@ -217,7 +217,10 @@ impl TxClient {
     /// with `last + 1` ran an owner's leases hours ahead after a benchmark.
     pub(crate) async fn next_lock(&mut self, objects: usize) -> LockWord {
         let lease_ticks = self.config.lease_ticks(objects);
-        let (tick, waited) = self.lock_leases.take_by(&self.fabric, lease_ticks).await;
+        let (tick, waited) = self
+            .lock_leases
+            .take_by(&self.fabric, lease_ticks, Parity::Any)
+            .await;
         self.stats.lease_waits += u64::from(waited);
         LockWord::locked(self.owner, tick)
     }
@@ -228,9 +231,15 @@ impl TxClient {
     /// header word only: two commits of one owner within a millisecond used
     /// to write the same DOING word, so a repairer holding the first one's
     /// header could take over (and mark DONE) the second one's log.
-    pub(crate) async fn commit_lease(&mut self, objects: usize) -> u64 {
+    /// Even for the owner's own commit, odd for a take-over (`taker`), so
+    /// that no taker's word is one the owner writes later.
+    pub(crate) async fn commit_lease(&mut self, objects: usize, taker: bool) -> u64 {
         let lease_ticks = self.config.lease_ticks(objects);
-        let (tick, waited) = self.commit_leases.take_by(&self.fabric, lease_ticks).await;
+        let parity = if taker { Parity::Odd } else { Parity::Even };
+        let (tick, waited) = self
+            .commit_leases
+            .take_by(&self.fabric, lease_ticks, parity)
+            .await;
         self.stats.lease_waits += u64::from(waited);
         tick
     }
@@ -289,9 +298,12 @@ mod tests {
         let lease_ticks = c.config.lease_ticks(1);
         let start_tick = c.now_tick();
         let (mut last_lock, mut last_commit) = (0, 0);
-        for _ in 0..TAKES {
+        for i in 0..TAKES {
             let lock = c.next_lock(1).await;
-            let commit = c.commit_lease(1).await;
+            // An owner's own DOING words are even, a taker's odd.
+            let taker = i % 2 == 1;
+            let commit = c.commit_lease(1, taker).await;
+            assert_eq!(commit % 2 == 1, taker);
             let now_tick = c.now_tick();
             assert_eq!(lock.owner(), 7);
             assert!(

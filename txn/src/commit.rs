@@ -154,14 +154,19 @@ impl Tx<'_> {
         // RT3: the commit point of a logged transaction.
         if log.is_some() {
             let slot = self.c.heap.log_slot(self.c.owner)?;
-            let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n).await);
+            let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n, false).await);
             self.batch.clear();
             let h = self.batch.on(Replica::All).cas(
                 slot.add(HEADER_OFFSET),
-                LogHeader::new(LogState::Init, 0).raw(),
+                LogHeader::of(LogState::Init, lock).raw(),
                 doing.raw(),
             );
             self.c.fabric.execute(&mut self.batch).await?;
+            // Before anything of the log is installed on a backup, every
+            // backup's header says what the primary's decided.
+            self.c
+                .converge_if_split(&self.batch, h, slot.add(HEADER_OFFSET), lock)
+                .await?;
             let found = LogHeader::from_raw(self.batch.old_value(h).map_err(TxError::Verb)?);
             if found.map(LogHeader::state) != Some(LogState::Init) {
                 // Only the owner moves INIT forward to DOING, so a repairer
@@ -237,7 +242,7 @@ impl Tx<'_> {
 
     fn log(&self, lock: LockWord) -> Log {
         Log {
-            header: LogHeader::new(LogState::Init, 0),
+            header: LogHeader::of(LogState::Init, lock),
             checksum: lock,
             entries: self
                 .writes
@@ -437,19 +442,21 @@ impl Tx<'_> {
             let released = LockWord::unlocked(w.seen.version() + 1);
             releases.push(self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw()));
         }
-        let done = match doing {
-            Some(doing) => {
-                let slot = self.c.heap.log_slot(self.c.owner)?;
-                Some(self.batch.on(Replica::All).cas(
-                    slot.add(HEADER_OFFSET),
-                    doing.raw(),
-                    LogHeader::new(LogState::Done, 0).raw(),
-                ))
-            }
-            None => None,
-        };
+        let header_addr = self.c.heap.log_slot(self.c.owner)?.add(HEADER_OFFSET);
+        let done = doing.map(|doing| {
+            self.batch.on(Replica::All).cas(
+                header_addr,
+                doing.raw(),
+                LogHeader::of(LogState::Done, lock).raw(),
+            )
+        });
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
+        if let Some(done) = done {
+            self.c
+                .converge_if_split(&self.batch, done, header_addr, lock)
+                .await?;
+        }
         // Each release that won left the meta unlocked at `seen + 1` with
         // the new pointer: a hint. One that lost to a repairer (who stole
         // the expired lock after the pointer CAS) left another version.
@@ -573,15 +580,18 @@ impl Tx<'_> {
     /// written its log: log INIT -> ABORT (unless a repairer did), release
     /// every held lock back to the version seen, log -> DONE.
     async fn abort_holding(&mut self, lock: LockWord, logged: bool) -> Result<(), TxError> {
-        let slot = self.c.heap.log_slot(self.c.owner)?;
+        let header_addr = self.c.heap.log_slot(self.c.owner)?.add(HEADER_OFFSET);
         if logged {
             self.batch.clear();
-            self.batch.on(Replica::All).cas(
-                slot.add(HEADER_OFFSET),
-                LogHeader::new(LogState::Init, 0).raw(),
-                LogHeader::new(LogState::Abort, 0).raw(),
+            let h = self.batch.on(Replica::All).cas(
+                header_addr,
+                LogHeader::of(LogState::Init, lock).raw(),
+                LogHeader::of(LogState::Abort, lock).raw(),
             );
             self.c.fabric.execute(&mut self.batch).await?;
+            self.c
+                .converge_if_split(&self.batch, h, header_addr, lock)
+                .await?;
         }
         self.batch.clear();
         for w in &self.writes {
@@ -591,9 +601,9 @@ impl Tx<'_> {
         }
         let done = logged.then(|| {
             self.batch.on(Replica::All).cas(
-                slot.add(HEADER_OFFSET),
-                LogHeader::new(LogState::Abort, 0).raw(),
-                LogHeader::new(LogState::Done, 0).raw(),
+                header_addr,
+                LogHeader::of(LogState::Abort, lock).raw(),
+                LogHeader::of(LogState::Done, lock).raw(),
             )
         });
         if !self.batch.is_empty() {
@@ -602,7 +612,10 @@ impl Tx<'_> {
         // A repairer that aborted the log may be the one to mark it DONE;
         // until someone has, the slot stays open (`settle.rs`).
         if let Some(done) = done {
-            if self.batch.old_value(done) == Ok(LogHeader::new(LogState::Abort, 0).raw()) {
+            self.c
+                .converge_if_split(&self.batch, done, header_addr, lock)
+                .await?;
+            if self.batch.old_value(done) == Ok(LogHeader::of(LogState::Abort, lock).raw()) {
                 let parked = self.c.open_log.take().map(|o| o.parked).unwrap_or_default();
                 self.c.close_log(parked);
             }

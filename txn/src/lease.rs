@@ -100,6 +100,30 @@ pub fn ms_from_ticks(ticks: i64) -> f64 {
 /// call's: a short lease right after a long one (a 1-object commit after a
 /// 63-object one) may take the long one's end + 1, as any rule that keeps
 /// ends increasing must, without waiting for the difference.
+/// Which lease ends a sequence may take. DOING header words of an owner's
+/// own commits are even and those of repairers taking a commit over odd, so
+/// that a taker's word never equals one the owner writes in a later commit
+/// to the same slot (`docs/txn.md` §1, "Log header").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Parity {
+    /// Any tick (lock words).
+    Any,
+    /// Even ticks (an owner's DOING).
+    Even,
+    /// Odd ticks (a taker's DOING).
+    Odd,
+}
+
+impl Parity {
+    fn round_up(self, tick: u64) -> u64 {
+        match self {
+            Parity::Any => tick,
+            Parity::Even => tick + (tick & 1),
+            Parity::Odd => tick + (!tick & 1),
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LeaseSequence {
     /// The last lease end taken (0: none yet).
@@ -118,10 +142,16 @@ impl LeaseSequence {
     /// `max(now + lease, last + 1)`. `Err(tick)` if that runs more than
     /// [`LEAD_TICKS_MAX`] past the latest ideal end: the clock must reach
     /// `tick` first.
+    #[cfg(test)]
     pub fn take(&mut self, now_tick: u64, lease_ticks: u64) -> Result<u64, u64> {
+        self.take_with(now_tick, lease_ticks, Parity::Any)
+    }
+
+    /// [`LeaseSequence::take`], the end rounded up to `parity`.
+    pub fn take_with(&mut self, now_tick: u64, lease_ticks: u64, parity: Parity) -> Result<u64, u64> {
         let ideal_tick = now_tick + lease_ticks;
         let ideal_max_tick = self.ideal_max_tick.max(ideal_tick);
-        let tick = ideal_tick.max(self.last_tick + 1);
+        let tick = parity.round_up(ideal_tick.max(self.last_tick + 1));
         if tick > ideal_max_tick + LEAD_TICKS_MAX {
             // Only `now` moves `ideal_tick`; `ideal_max_tick` cannot be why.
             return Err(tick - lease_ticks - LEAD_TICKS_MAX);
@@ -140,11 +170,11 @@ impl LeaseSequence {
     /// waits take a wall clock stepped back by more than
     /// [`LEAD_TICKS_MAX`]: the owner waits until it is back past its last
     /// lease end. Returns the end and whether it waited.
-    pub async fn take_by(&mut self, fabric: &Client, lease_ticks: u64) -> (u64, bool) {
+    pub async fn take_by(&mut self, fabric: &Client, lease_ticks: u64, parity: Parity) -> (u64, bool) {
         let mut waited = false;
         loop {
             let now_tick = now_tick(fabric);
-            let ready_tick = match self.take(now_tick, lease_ticks) {
+            let ready_tick = match self.take_with(now_tick, lease_ticks, parity) {
                 Ok(tick) => return (tick, waited),
                 Err(ready_tick) => ready_tick,
             };
@@ -162,6 +192,20 @@ impl LeaseSequence {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parity_rounds_lease_ends_up_and_keeps_them_increasing() {
+        let mut s = LeaseSequence::default();
+        assert_eq!(s.take_with(1000, 101, Parity::Even), Ok(1102));
+        assert_eq!(
+            s.take_with(1000, 101, Parity::Even),
+            Ok(1104),
+            "last + 1, made even"
+        );
+        assert_eq!(s.take_with(1000, 101, Parity::Odd), Ok(1105));
+        assert_eq!(s.take_with(2000, 100, Parity::Odd), Ok(2101));
+        assert_eq!(s.take_with(2000, 100, Parity::Any), Ok(2102));
+    }
 
     #[test]
     fn ticks_count_from_the_epoch() {

@@ -25,6 +25,7 @@ mod alloc;
 mod client;
 mod commit;
 pub mod config;
+mod converge;
 mod error;
 pub mod heap;
 pub mod hint;

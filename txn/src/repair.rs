@@ -43,7 +43,7 @@ use crate::client::{le_word, TxClient};
 use crate::error::TxError;
 use crate::log::{Log, HEADER_OFFSET, LOG_SLOT_BYTES};
 use crate::obj::RawObj;
-use crate::word::{DataPtr, LockWord, LogHeader, LogState};
+use crate::word::{DataPtr, LockWord, LogHeader, LogState, OwnerId};
 
 /// A repair re-reads its log before a step once it has run this long
 /// (10 ms, in lease ticks like the clock it is compared with). Far below the
@@ -93,6 +93,27 @@ impl TxClient {
         Ok(RepairOutcome::Retry)
     }
 
+    /// Finishes the last log of `owner`, a client whose lease expired (what
+    /// recovery runs for each owner id of a dead client, and the crash-point
+    /// explorer for its crashed victims): aborts an INIT log, finishes an
+    /// ABORT one, rolls a DOING one forward once its commit lease expired
+    /// (`Busy` before), and brings every backup's header to the primary's.
+    pub async fn finish_owner_log(&mut self, owner: OwnerId) -> Result<RepairOutcome, TxError> {
+        let slot = self.heap.log_slot(owner)?;
+        for _ in 0..REPAIR_ROUNDS_MAX {
+            let Some(log) = self.read_log(slot).await? else {
+                return Ok(RepairOutcome::Repaired);
+            };
+            if log.header.state() == LogState::Empty {
+                return Ok(RepairOutcome::Repaired);
+            }
+            if let Some(outcome) = self.finish_log(&log, slot.add(HEADER_OFFSET), false).await? {
+                return Ok(outcome);
+            }
+        }
+        Ok(RepairOutcome::Retry)
+    }
+
     /// Reads and decodes the log slot at `slot` (`None`: nothing decodable).
     pub(crate) async fn read_log(&mut self, slot: GlobalAddr) -> Result<Option<Log>, TxError> {
         let mut batch = Batch::new();
@@ -115,12 +136,14 @@ impl TxClient {
         let mut batch = Batch::new();
         match log.header.state() {
             LogState::Init => {
-                batch.on(Replica::All).cas(
+                let h = batch.on(Replica::All).cas(
                     header_addr,
                     log.header.raw(),
-                    LogHeader::new(LogState::Abort, 0).raw(),
+                    LogHeader::of(LogState::Abort, log.checksum).raw(),
                 );
                 self.fabric.execute(&mut batch).await?;
+                self.converge_if_split(&batch, h, header_addr, log.checksum)
+                    .await?;
                 // Next round sees ABORT (ours, or the owner's own).
                 Ok(None)
             }
@@ -132,12 +155,14 @@ impl TxClient {
                         LockWord::unlocked(e.old_version).raw(),
                     );
                 }
-                batch.on(Replica::All).cas(
+                let h = batch.on(Replica::All).cas(
                     header_addr,
                     log.header.raw(),
-                    LogHeader::new(LogState::Done, 0).raw(),
+                    LogHeader::of(LogState::Done, log.checksum).raw(),
                 );
                 self.fabric.execute(&mut batch).await?;
+                self.converge_if_split(&batch, h, header_addr, log.checksum)
+                    .await?;
                 self.stats.repairs += 1;
                 Ok(Some(RepairOutcome::Repaired))
             }
@@ -145,7 +170,13 @@ impl TxClient {
                 Ok(Some(RepairOutcome::Busy))
             }
             LogState::Doing => self.roll_forward(log, header_addr).await.map(Some),
-            LogState::Done => Ok(Some(RepairOutcome::Repaired)),
+            LogState::Done => {
+                // What finishes a log also brings its backups along: a
+                // party that stopped after its DONE reached the primary
+                // may have left a backup behind.
+                self.converge_header(header_addr, log.checksum).await?;
+                Ok(Some(RepairOutcome::Repaired))
+            }
             LogState::Empty => Ok(Some(RepairOutcome::Retry)),
         }
     }
@@ -178,7 +209,7 @@ impl TxClient {
     async fn roll_forward(&mut self, log: &Log, header_addr: GlobalAddr) -> Result<RepairOutcome, TxError> {
         let found = log.checksum;
         let started_tick = self.now_tick();
-        let mine = LogHeader::new(LogState::Doing, self.commit_lease(log.entries.len()).await);
+        let mine = LogHeader::new(LogState::Doing, self.commit_lease(log.entries.len(), true).await);
         let mut batch = Batch::new();
         let h = batch
             .on(Replica::All)
@@ -187,6 +218,8 @@ impl TxClient {
         if batch.old_value(h).map_err(TxError::Verb)? != log.header.raw() {
             return Ok(RepairOutcome::Retry);
         }
+        // Every backup says DOING before any pointer of the log lands on it.
+        self.converge_if_split(&batch, h, header_addr, found).await?;
         let single_replica = log.entries.iter().all(|e| self.replicas(e.meta.region()) == 1)
             && self.replicas(self.heap.region()) == 1;
         // (entry, pointer CAS) of every install, checked once the releases
@@ -210,16 +243,17 @@ impl TxClient {
                 return Ok(RepairOutcome::Retry);
             }
             batch.clear();
-            let releases = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
+            let (releases, done) = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
             self.fabric.execute(&mut batch).await?;
             self.check_installs(&batch, log, &moved, &releases)?;
+            self.converge_if_split(&batch, done, header_addr, found).await?;
         } else {
             batch.clear();
             for (i, e) in log.entries.iter().enumerate() {
                 let h = batch.cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
                 installs.push((i, h));
             }
-            let releases = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
+            let (releases, _) = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
             self.fabric.execute(&mut batch).await?;
             let moved = pointers_moved(&batch, &installs, log)?;
             self.check_installs(&batch, log, &moved, &releases)?;
@@ -230,7 +264,7 @@ impl TxClient {
 
     /// The releases of a roll-forward (every logged lock from `found` to
     /// `old version + 1`) and its DONE, pushed on `batch`; returns the
-    /// releases' handles in entry order.
+    /// releases' handles in entry order and the DONE CAS's.
     fn push_roll_releases(
         &self,
         batch: &mut Batch,
@@ -238,16 +272,18 @@ impl TxClient {
         found: LockWord,
         header_addr: GlobalAddr,
         mine: LogHeader,
-    ) -> Vec<fabric::VerbHandle> {
+    ) -> (Vec<fabric::VerbHandle>, fabric::VerbHandle) {
         let releases = log
             .entries
             .iter()
             .map(|e| batch.cas(e.meta, found.raw(), LockWord::unlocked(e.old_version + 1).raw()))
             .collect();
-        batch
-            .on(Replica::All)
-            .cas(header_addr, mine.raw(), LogHeader::new(LogState::Done, 0).raw());
-        releases
+        let done = batch.on(Replica::All).cas(
+            header_addr,
+            mine.raw(),
+            LogHeader::of(LogState::Done, log.checksum).raw(),
+        );
+        (releases, done)
     }
 
     /// A pointer CAS of a roll-forward that found neither the logged old

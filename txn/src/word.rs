@@ -206,18 +206,39 @@ impl LogState {
     }
 }
 
-/// The log header word: `state: 16 | lease_tick: 48`. The lease is the
-/// commit lease of a DOING log (who commits it, until when), in lease ticks
-/// like a lock word's; it is zero otherwise.
+/// The log header word: `state: 16 | tick: 48`, in lease ticks like a lock
+/// word's. DOING: the commit lease end (who commits it, until when): even
+/// for the owner's own commit, odd for a repairer's take-over. INIT, ABORT,
+/// DONE: the lease end of the transaction's lock word (its checksum), which
+/// makes every header word of one owner's transactions unique, so that a
+/// CAS from a stale header never lands on a later transaction's log.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct LogHeader(u64);
 
 impl LogHeader {
-    /// A header in `state` with `lease_tick` (zero unless `Doing`).
+    /// A header in `state` with `lease_tick`.
     pub fn new(state: LogState, lease_tick: u64) -> Self {
         assert!(lease_tick <= LEASE_TICK_MAX);
-        debug_assert!(state == LogState::Doing || lease_tick == 0);
         LogHeader((state.code() << 48) | lease_tick)
+    }
+
+    /// The INIT, ABORT or DONE header of the transaction that locks with
+    /// `checksum`.
+    pub fn of(state: LogState, checksum: LockWord) -> Self {
+        debug_assert!(state != LogState::Doing && checksum.is_locked());
+        LogHeader::new(state, checksum.lease_tick())
+    }
+
+    /// How far along a log's life `state` is: INIT, then ABORT or DOING
+    /// (one of the two, decided on the primary), then DONE. A backup's
+    /// header is only ever brought forward to the primary's.
+    pub fn stage(self) -> u8 {
+        match self.state() {
+            LogState::Empty => 0,
+            LogState::Init => 1,
+            LogState::Abort | LogState::Doing => 2,
+            LogState::Done => 3,
+        }
     }
 
     /// From a word read from DM; `None` for an unknown state code.

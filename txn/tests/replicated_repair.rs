@@ -279,3 +279,95 @@ async fn a_logged_commit_whose_pointer_cas_fails_is_never_acknowledged() {
         }
     }
 }
+
+/// Asserts that `owner`'s log header is the same word on every replica.
+async fn headers_agree(cluster: &Cluster, owner: u16, what: &str) {
+    let headers = cluster.log_headers(owner).await;
+    assert!(
+        headers.iter().all(|h| *h == headers[0]),
+        "{what}: log headers differ across replicas: {headers:?}"
+    );
+}
+
+#[tokio::test]
+async fn log_headers_end_the_same_on_every_replica() {
+    // A header CAS goes to every replica; the primary decides. When the
+    // replicas end in different states (the owner stopped after its
+    // INIT -> DOING reached the primary only; or an owner's INIT -> DOING
+    // and a repairer's INIT -> ABORT each won on some replica), a promoted
+    // backup would read a decision the primary never made. Whoever's CAS
+    // finds them split brings the backups to the primary's header.
+    for rf in [2u16, 3] {
+        let m = marks(2, u64::from(rf), true);
+        // RT3's CAS on the primary only (its first verb).
+        let rt3_primary = m.rt1 + 1;
+        for crash in [true, false] {
+            let what = format!(
+                "rf {rf}, owner {} after its primary's INIT -> DOING",
+                if crash { "dies" } else { "pauses" }
+            );
+            let cluster = Cluster::new(rf).await;
+            let objs = cluster.accounts(&[100, 100]).await;
+            let plan = if crash {
+                common::crash_after(rt3_primary)
+            } else {
+                common::pause_after(rt3_primary)
+            };
+            let (mut o, fo) = cluster.faulty(1, plan);
+            let o_task = {
+                let objs = objs.clone();
+                tokio::spawn(async move { spread(&mut o, objs).await })
+            };
+            let o_task = paused_or_done(&fo, o_task).await;
+            assert_eq!(o_task.is_some(), !crash, "{what}");
+            let mut survivor = cluster.skewed(2);
+            bump_all(&mut survivor, &objs).await.unwrap();
+            if let Some(task) = o_task {
+                fo.resume();
+                task.await.unwrap().unwrap();
+            } else {
+                // What recovery does for a dead client's owner ids.
+                let mut recovery = cluster.skewed(3);
+                recovery.finish_owner_log(1).await.unwrap();
+            }
+            headers_agree(&cluster, 1, &what).await;
+            assert_eq!(cluster.log_state(1).await.0, LogState::Done, "{what}");
+            for &obj in &objs {
+                cluster.replicated_value(obj).await;
+            }
+            assert_eq!(cluster.read_all(9, &objs).await, vec![91, 111], "{what}");
+        }
+
+        // The race: R's INIT -> ABORT reaches the primary, and R stalls
+        // before it reaches the backups; O's INIT -> DOING then loses on
+        // the primary and wins on every backup.
+        let what = format!("rf {rf}, INIT -> DOING against INIT -> ABORT");
+        let cluster = Cluster::new(rf).await;
+        let objs = cluster.accounts(&[100, 100]).await;
+        let (mut o, fo) = cluster.faulty(1, common::pause_after(m.rt1));
+        let o_task = {
+            let objs = objs.clone();
+            tokio::spawn(async move {
+                spread(&mut o, objs).await?;
+                Ok::<_, TxError>(o.stats())
+            })
+        };
+        fo.paused().await;
+        let held = cluster.lock(objs[0]).await;
+        // R: READ the slot, CAS INIT -> ABORT on the primary; stop.
+        let (mut r, fr) = cluster.faulty(2, stalled(2, SKEW_MS));
+        let x = objs[0];
+        let r_task = tokio::spawn(async move { r.repair(x.raw(), held).await });
+        fr.paused().await;
+        fo.resume();
+        let stats = o_task.await.unwrap().unwrap();
+        assert_eq!(
+            stats.aborts, 1,
+            "{what}: O's log was aborted, its retry committed"
+        );
+        fr.resume();
+        r_task.await.unwrap().unwrap();
+        headers_agree(&cluster, 1, &what).await;
+        assert_eq!(cluster.read_all(9, &objs).await, vec![90, 110], "{what}");
+    }
+}
