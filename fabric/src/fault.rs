@@ -31,6 +31,12 @@ pub struct FaultPlan {
     /// descheduled past its lease, suspected dead, that then carries on.
     /// Pauses once.
     pub pause_after_verbs: Option<u64>,
+    /// Drop the client's connections right after its N-th verb: the batch
+    /// holding that verb runs up to and including it, the rest of it is
+    /// never sent, and the client sees `Disconnected` for that batch. It is
+    /// not crashed: its next batch connects again (tcp reconnects; other
+    /// transports have no connection to lose). Drops once.
+    pub drop_after_verbs: Option<u64>,
     /// Crash when protocol code reaches any of these named points.
     pub crash_points: Vec<String>,
     /// Hold one WRITE back while later verbs run.
@@ -64,6 +70,8 @@ struct State {
     verbs: u64,
     writes: u64,
     crashed: Option<String>,
+    /// The connection drop of the plan has happened.
+    dropped: bool,
     flying: Option<Flying>,
     paused: bool,
     /// Crash right after the next CAS (see [`Faulty::arm_crash_after_next_cas`]).
@@ -215,6 +223,7 @@ impl<T: Transport> Transport for Faulty<T> {
         let mut done = 0;
         let mut held_in_batch = false;
         let mut crash_after = None;
+        let mut drop_after = None;
         let mut result = Ok(());
         while done < ops.len() {
             let part = self.plan_part(epoch, &ops[done..], payload)?;
@@ -223,6 +232,10 @@ impl<T: Transport> Transport for Faulty<T> {
             result = self.run_part(epoch, &ops[done..end], payload, part, out).await;
             if let Some(n) = part.crash_after {
                 crash_after = Some(format!("after verb {n}"));
+                break;
+            }
+            if let Some(n) = part.drop_after {
+                drop_after = Some((ops[end.max(1) - 1].node, n));
                 break;
             }
             if result.is_err() {
@@ -266,6 +279,14 @@ impl<T: Transport> Transport for Faulty<T> {
             let mut s = self.state();
             return Err(self.crash(&mut s, reason));
         }
+        if let Some((node, n)) = drop_after {
+            self.inner.drop_connections();
+            tracing::debug!(verb = n, "fault injection dropped the client's connections");
+            return Err(FabricError::Disconnected {
+                node,
+                reason: format!("dropped by fault injection after verb {n}"),
+            });
+        }
         result?;
         if ops
             .iter()
@@ -307,6 +328,8 @@ struct Part {
     held_at: Option<usize>,
     /// The client crashes after this part: its verb count then.
     crash_after: Option<u64>,
+    /// The client's connections drop after this part: its verb count then.
+    drop_after: Option<u64>,
     /// The part ends at a CAS and a crash is armed for the next CAS that
     /// swaps: whether the client dies depends on that CAS's outcome.
     ends_at_armed_cas: bool,
@@ -326,8 +349,17 @@ impl<T: Transport> Faulty<T> {
             run: rest.len(),
             held_at: None,
             crash_after: None,
+            drop_after: None,
             ends_at_armed_cas: false,
         };
+        if let Some(n) = self.plan.drop_after_verbs.filter(|_| !s.dropped) {
+            let left = n.saturating_sub(s.verbs);
+            if left >= 1 && left <= rest.len() as u64 {
+                part.run = left as usize;
+                part.drop_after = Some(n);
+                s.dropped = true;
+            }
+        }
         if let Some(n) = self.plan.crash_after_verbs {
             let left = n.saturating_sub(s.verbs);
             if left <= rest.len() as u64 {

@@ -87,3 +87,95 @@ async fn dropping_the_transport_closes_its_connections() {
         .unwrap();
     assert!(rest.is_empty(), "the client sent {} unexpected bytes", rest.len());
 }
+
+/// A connection dropped in the middle of a batch that spans two nodes: the
+/// verbs before the drop ran, the rest never reached a node, the client sees
+/// `Disconnected` and is not crashed, and its next batch connects again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_fails_one_batch_and_the_next_reconnects() {
+    let c = Cluster::build(Kind::Tcp, 2).await;
+    let mut inspect = c.client();
+    let addr = big;
+    // WRITE on the primary (verb 1), WRITE on the backup (verb 2), then a
+    // CAS on the primary (verb 3): drop after verb 2.
+    let (t, faults) = c.transport.clone().with_faults(fabric::FaultPlan {
+        drop_after_verbs: Some(2),
+        ..fabric::FaultPlan::default()
+    });
+    let mut client = Client::new(c.map.clone(), t);
+    let mut b = fabric::Batch::new();
+    b.on(fabric::Replica::All).write(addr(64), &7u64.to_le_bytes());
+    let cas = b.cas(addr(128), 0, 9);
+    let e = client.execute(&mut b).await.unwrap_err();
+    assert!(matches!(e, FabricError::Disconnected { .. }), "{e}");
+    assert!(faults.crashed().is_none(), "a dropped connection is not a crash");
+    assert_eq!(
+        read_u64_on(&mut inspect, fabric::Replica::Primary, addr(64)).await,
+        7,
+        "the primary's WRITE ran"
+    );
+    assert_eq!(
+        read_u64_on(&mut inspect, fabric::Replica::Backup(0), addr(64)).await,
+        7,
+        "the backup's WRITE ran"
+    );
+    assert_eq!(
+        read_u64(&mut inspect, addr(128)).await,
+        0,
+        "the CAS after the drop never ran"
+    );
+
+    // The same batch again, on new connections.
+    client.execute(&mut b).await.unwrap();
+    assert!(b.cas_succeeded(cas).unwrap());
+    assert_eq!(read_u64(&mut inspect, addr(128)).await, 9);
+    let fabric::AnyTransport::Faulty(f) = client.transport() else {
+        unreachable!()
+    };
+    let fabric::BaseTransport::Tcp(tcp) = f.inner() else {
+        unreachable!()
+    };
+    assert_eq!(tcp.reconnects(), 2, "one reconnection per node");
+}
+
+/// A node that goes away fails batches after a bounded number of attempts,
+/// and is used again once it is back at the same address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_comes_back_is_reconnected() {
+    let node = std::sync::Arc::new(fabric::MemoryNode::anonymous(1, &REGIONS).unwrap());
+    let (listener, addr) = fabric::server::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(fabric::server::serve(listener, node.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let (t, map) = TcpTransport::discover(&[addr.to_string()]).await.unwrap();
+    let mut client = Client::new(map, t.into());
+    let at = big(0);
+    let mut b = fabric::Batch::new();
+    b.write(at, &5u64.to_le_bytes());
+    client.execute(&mut b).await.unwrap();
+
+    // The node stops serving: every connection closes.
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let e = client.execute(&mut b).await.unwrap_err();
+    assert!(matches!(e, FabricError::Disconnected { .. }), "{e}");
+    // Reconnecting fails while nobody listens, after a bounded number of
+    // attempts (the test's own bound only turns a hang into a failure).
+    let e = tokio::time::timeout(Duration::from_secs(60), client.execute(&mut b))
+        .await
+        .expect("reconnection attempts are bounded")
+        .unwrap_err();
+    assert!(matches!(e, FabricError::Disconnected { .. }), "{e}");
+
+    // Back at the same address: the next batch gets through.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let (_keep, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(fabric::server::serve(listener, node.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let mut b = fabric::Batch::new();
+    let h = b.read(at, 8);
+    client.execute(&mut b).await.unwrap();
+    assert_eq!(b.read_result(h).unwrap(), &5u64.to_le_bytes());
+}

@@ -139,6 +139,26 @@ impl TxClient {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
+            // A commit that stopped on a fabric error left its log (and
+            // maybe locks) behind: finish it before anything else, now that
+            // the fabric answers again.
+            if self.open_log.as_ref().is_some_and(|o| o.interrupted) {
+                match self.settle_log().await {
+                    Ok(()) => {}
+                    Err(TxError::Abort(reason)) => {
+                        self.stats.aborts += 1;
+                        if attempt >= self.config.attempts_max {
+                            return Err(TxError::TooManyAborts {
+                                attempts: attempt,
+                                last: reason,
+                            });
+                        }
+                        self.backoff(attempt, reason).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             let mut tx = self.begin();
             let result = match body(&mut tx).await {
                 Ok(value) => tx.commit().await.map(|()| value),
@@ -150,7 +170,14 @@ impl TxClient {
             let reason = match result {
                 Ok(value) => return Ok(value),
                 Err(TxError::Abort(reason)) => reason,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if matches!(e, TxError::Fabric(_)) {
+                        if let Some(open) = &mut self.open_log {
+                            open.interrupted = true;
+                        }
+                    }
+                    return Err(e);
+                }
             };
             // `TxStats::aborts` was documented but never counted.
             self.stats.aborts += 1;

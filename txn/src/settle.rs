@@ -37,6 +37,10 @@ pub(crate) struct OpenLog {
     /// Data blocks (offset, bytes) the transaction replaced, freed once the
     /// log is DONE.
     pub parked: Vec<(u64, u32)>,
+    /// The commit stopped on a fabric error (a lost connection, a stale
+    /// epoch) with this log unfinished: the owner settles it before its
+    /// next transaction of any kind, not only before its next log.
+    pub interrupted: bool,
 }
 
 impl TxClient {

@@ -49,6 +49,11 @@ pub trait Transport: Send + Sync {
     fn clock_skew_ms(&self) -> i64 {
         0
     }
+
+    /// Breaks this client's connections to memory nodes, as a network that
+    /// drops them would (fault injection). Transports without connections
+    /// (in-process, shared memory) have nothing to break.
+    fn drop_connections(&self) {}
 }
 
 /// A real transport, without fault injection.
@@ -74,6 +79,12 @@ impl Transport for BaseTransport {
             BaseTransport::Local(t) => t.execute(epoch, ops, payload, out).await,
             BaseTransport::Shm(t) => t.execute(epoch, ops, payload, out).await,
             BaseTransport::Tcp(t) => t.execute(epoch, ops, payload, out).await,
+        }
+    }
+
+    fn drop_connections(&self) {
+        if let BaseTransport::Tcp(t) = self {
+            t.drop_all();
         }
     }
 }

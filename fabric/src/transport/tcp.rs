@@ -4,6 +4,14 @@
 //! request id, a writer task coalesces queued frames into few socket writes,
 //! and a reader task hands each response to whoever waits for its id. Forks
 //! of a client share the connections, so K forks give K outstanding batches.
+//!
+//! A connection that breaks (the node restarted, the network dropped it,
+//! [`Transport::drop_connections`]) fails the batches waiting on it with
+//! `Disconnected`, and the next batch for that node connects again: up to
+//! [`RECONNECT_ATTEMPTS_MAX`] attempts with exponential backoff, checking
+//! that the endpoint is still the same node. A batch spanning nodes may have
+//! run on some of them when one connection broke; the layers above make
+//! every such step repairable (`docs/txn.md` §8).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,16 +31,36 @@ use crate::verb::{Completions, Op, Outcome};
 use crate::wire::{self, Response, FRAME_BYTES_MAX};
 
 const IO_BUFFER_BYTES: usize = 64 * 1024;
+/// Attempts at connecting again to a node whose connection broke, before the
+/// batch fails with `Disconnected`: with the backoff below, about 1.3 s of
+/// trying, longer than a memory node's restart on one host and short enough
+/// for a caller to decide what to do next.
+pub const RECONNECT_ATTEMPTS_MAX: u32 = 8;
+/// The first wait between reconnection attempts; it doubles up to
+/// [`RECONNECT_BACKOFF_MAX`].
+pub const RECONNECT_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(5);
+/// The longest wait between reconnection attempts.
+pub const RECONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(320);
 
 /// Connections to memory nodes over tcp.
 #[derive(Clone, Debug)]
 pub struct TcpTransport {
-    conns: Arc<[Arc<Connection>]>,
+    slots: Arc<[Slot]>,
+}
+
+/// One node's connection, replaced by a new one when it broke.
+#[derive(Debug)]
+struct Slot {
+    node: NodeId,
+    endpoint: String,
+    current: tokio::sync::Mutex<Arc<Connection>>,
 }
 
 #[derive(Debug)]
 struct Connection {
     node: NodeId,
+    /// 1 for the first connection to the node, +1 per reconnection.
+    generation: u64,
     frames: mpsc::UnboundedSender<Vec<u8>>,
     next_id: AtomicU64,
     pending: Mutex<Pending>,
@@ -51,16 +79,16 @@ impl TcpTransport {
     pub async fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
         let mut conns = Vec::new();
         for n in map.nodes() {
-            let (conn, d) = Connection::open(&n.endpoint, n.id).await?;
+            let (conn, d) = Connection::open(&n.endpoint, n.id, 1).await?;
             if d.node != n.id {
                 return Err(FabricError::Protocol {
                     node: n.id,
                     reason: format!("{} is memory node {}, the map says {}", n.endpoint, d.node, n.id),
                 });
             }
-            conns.push(conn);
+            conns.push(Slot::new(conn, n.endpoint.clone()));
         }
-        Ok(TcpTransport { conns: conns.into() })
+        Ok(TcpTransport { slots: conns.into() })
     }
 
     /// Connects to each address, asks each node what it holds, and builds
@@ -70,29 +98,109 @@ impl TcpTransport {
         let mut conns = Vec::new();
         let mut descriptors = Vec::new();
         for addr in addrs {
-            let (conn, d) = Connection::open(addr, 0).await?;
+            let (conn, d) = Connection::open(addr, 0, 1).await?;
             descriptors.push((d, addr.clone()));
-            conns.push(conn);
+            conns.push(Slot::new(conn, addr.clone()));
         }
         let epoch = descriptors.iter().map(|(d, _)| d.epoch).max().unwrap_or(1);
         let map = ClusterMap::from_descriptors(epoch, &descriptors).map_err(|e| FabricError::Protocol {
             node: 0,
             reason: e.to_string(),
         })?;
-        Ok((TcpTransport { conns: conns.into() }, map))
+        Ok((TcpTransport { slots: conns.into() }, map))
     }
 
-    fn conn(&self, node: NodeId) -> Result<&Arc<Connection>, FabricError> {
-        self.conns
+    /// The live connection to `node`, connecting again if it broke.
+    async fn conn(&self, node: NodeId) -> Result<Arc<Connection>, FabricError> {
+        let slot = self
+            .slots
             .iter()
-            .find(|c| c.node == node)
-            .ok_or(FabricError::UnknownNode { node })
+            .find(|s| s.node == node)
+            .ok_or(FabricError::UnknownNode { node })?;
+        slot.live().await
+    }
+
+    /// Breaks every connection now, as a network that drops them would:
+    /// batches waiting on them fail, and the next batch for each node
+    /// connects again.
+    pub fn drop_all(&self) {
+        for slot in self.slots.iter() {
+            // A slot being reconnected right now holds a fresh connection.
+            if let Ok(conn) = slot.current.try_lock() {
+                conn.fail("connection dropped".into());
+            }
+        }
+    }
+
+    /// Connections made again after one broke, over all nodes.
+    pub fn reconnects(&self) -> u64 {
+        self.slots.iter().map(Slot::reconnects).sum()
+    }
+}
+
+impl Slot {
+    fn new(conn: Arc<Connection>, endpoint: String) -> Self {
+        Slot {
+            node: conn.node,
+            endpoint,
+            current: tokio::sync::Mutex::new(conn),
+        }
+    }
+
+    fn reconnects(&self) -> u64 {
+        self.current
+            .try_lock()
+            .map_or(0, |c| c.generation.saturating_sub(1))
+    }
+
+    /// The current connection if it is not broken; otherwise a new one
+    /// (bounded attempts, exponential backoff). Concurrent callers wait for
+    /// one reconnection rather than each opening their own.
+    async fn live(&self) -> Result<Arc<Connection>, FabricError> {
+        let mut current = self.current.lock().await;
+        if current.pending().broken.is_none() {
+            return Ok(current.clone());
+        }
+        let generation = current.generation + 1;
+        let mut wait = RECONNECT_BACKOFF_MIN;
+        let mut last = None;
+        for attempt in 1..=RECONNECT_ATTEMPTS_MAX {
+            match Connection::open(&self.endpoint, self.node, generation).await {
+                Ok((conn, d)) if d.node == self.node => {
+                    tracing::info!(node = self.node, endpoint = %self.endpoint, attempt, "memory node reconnected");
+                    *current = conn.clone();
+                    return Ok(conn);
+                }
+                Ok((_, d)) => {
+                    return Err(FabricError::Protocol {
+                        node: self.node,
+                        reason: format!(
+                            "{} is memory node {} now, not {}",
+                            self.endpoint, d.node, self.node
+                        ),
+                    })
+                }
+                Err(e) => last = Some(e),
+            }
+            if attempt < RECONNECT_ATTEMPTS_MAX {
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(RECONNECT_BACKOFF_MAX);
+            }
+        }
+        Err(last.unwrap_or_else(|| FabricError::Disconnected {
+            node: self.node,
+            reason: "no attempt made".into(),
+        }))
     }
 }
 
 impl Connection {
     /// Connects, says hello, and starts the reader and writer tasks.
-    async fn open(addr: &str, node_hint: NodeId) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
+    async fn open(
+        addr: &str,
+        node_hint: NodeId,
+        generation: u64,
+    ) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
         let broken = |reason: String| FabricError::Disconnected {
             node: node_hint,
             reason,
@@ -127,6 +235,7 @@ impl Connection {
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Connection {
             node: descriptor.node,
+            generation,
             frames: tx,
             next_id: AtomicU64::new(1),
             pending: Mutex::new(Pending::default()),
@@ -299,7 +408,7 @@ impl Transport for TcpTransport {
             return Ok(());
         };
         if ops.iter().all(|op| op.node == first) {
-            let conn = self.conn(first)?;
+            let conn = self.conn(first).await?;
             let rx = conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ops.iter(), payload))?;
             let body = conn.receive(rx).await?;
             return conn.decode(&body, epoch, ops.len(), out);
@@ -313,7 +422,7 @@ impl Transport for TcpTransport {
         }
         let mut waits = Vec::with_capacity(nodes.len());
         for &node in &nodes {
-            let conn = self.conn(node)?;
+            let conn = self.conn(node).await?;
             let mine = ops.iter().filter(|op| op.node == node);
             let count = mine.clone().count();
             let rx =

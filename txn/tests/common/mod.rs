@@ -52,6 +52,28 @@ impl Cluster {
         Cluster { fabric, heap }
     }
 
+    /// A cluster of `replicas` memory nodes served over tcp on loopback,
+    /// in this runtime, until it ends.
+    pub async fn new_tcp(replicas: u16) -> Cluster {
+        let regions = [RegionSpec {
+            id: REGION,
+            size: REGION_BYTES,
+        }];
+        let mut addrs = Vec::new();
+        for id in 1..=replicas {
+            let node = Arc::new(fabric::MemoryNode::anonymous(id, &regions).unwrap());
+            let (listener, addr) = fabric::server::bind("127.0.0.1:0").await.unwrap();
+            tokio::spawn(fabric::server::serve(listener, node, std::future::pending()));
+            addrs.push(addr.to_string());
+        }
+        let (t, map) = fabric::TcpTransport::discover(&addrs).await.unwrap();
+        let mut fabric = Client::new(map, t.into());
+        let heap = Heap::format(&mut fabric, REGION, HeapConfig::default())
+            .await
+            .unwrap();
+        Cluster { fabric, heap }
+    }
+
     /// A transaction client as `owner`, without faults.
     pub fn client(&self, owner: OwnerId) -> TxClient {
         self.client_with(owner, TxConfig::default())
