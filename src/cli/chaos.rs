@@ -60,6 +60,29 @@ pub enum ModeArg {
     Pause,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KindArg {
+    /// The victim stopped after each of its verbs.
+    Owner,
+    /// The repairer stopped after each of its verbs; a third client commits.
+    Repairer,
+    /// Victim and repairer both paused, resumed in each order.
+    ResumeOrder,
+    /// The victim's tcp connections dropped after each of its verbs.
+    DroppedConnection,
+}
+
+impl KindArg {
+    fn kind(self) -> crash_points::rtx::Kind {
+        match self {
+            KindArg::Owner => crash_points::rtx::Kind::Owner,
+            KindArg::Repairer => crash_points::rtx::Kind::Repairer,
+            KindArg::ResumeOrder => crash_points::rtx::Kind::ResumeOrder,
+            KindArg::DroppedConnection => crash_points::rtx::Kind::DroppedConnection,
+        }
+    }
+}
+
 /// Arguments of `kintsugi chaos crash-points`.
 #[derive(clap::Args, Debug)]
 pub struct CrashPointsArgs {
@@ -69,9 +92,16 @@ pub struct CrashPointsArgs {
     /// Write-set sizes to explore (rtx).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 3, 8])]
     objects: Vec<usize>,
-    /// Replication factors to explore.
-    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 2])]
+    /// Replication factors to explore (rtx).
+    #[arg(long, value_delimiter = ',', default_values_t = [1u16, 2, 3])]
     replicas: Vec<u16>,
+    /// Kinds of scenario to explore (rtx): the victim stopped at each verb
+    /// (owner); the repairer stopped at each of its verbs while a third
+    /// client commits (repairer); victim and repairer both paused, resumed
+    /// in each order (resume-order); the victim's tcp connections dropped at
+    /// each verb (dropped-connection).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [KindArg::Owner, KindArg::Repairer, KindArg::ResumeOrder, KindArg::DroppedConnection])]
+    kinds: Vec<KindArg>,
     /// Stop modes to explore.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ModeArg::Crash, ModeArg::Pause])]
     modes: Vec<ModeArg>,
@@ -128,6 +158,7 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
                 objects: args.objects,
                 replicas: args.replicas,
                 modes,
+                kinds: args.kinds.iter().map(|k| k.kind()).collect(),
             };
             (runtime.block_on(crash_points::rtx::explore(&options))?, true)
         }
@@ -161,17 +192,35 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
 fn table(r: &Report) -> String {
     let mut s = format!("target {}\n", r.target);
     s += &format!(
-        "{:<22} {:>7} {:>13} {:>15}\n",
-        "scenario", "verbs", "crash points", "violating runs"
+        "{:<19} {:<22} {:>7} {:>13} {:>15}\n",
+        "kind", "scenario", "verbs", "runs", "violating runs"
     );
     for sc in &r.scenarios {
         s += &format!(
-            "{:<22} {:>7} {:>13} {:>15}\n",
-            sc.scenario, sc.verbs, sc.crash_points, sc.violating_runs
+            "{:<19} {:<22} {:>7} {:>13} {:>15}\n",
+            sc.kind, sc.scenario, sc.verbs, sc.crash_points, sc.violating_runs
+        );
+    }
+    s += &format!(
+        "{:<19} {:>9} {:>10} {:>15}\n",
+        "by kind", "scenarios", "runs", "violating runs"
+    );
+    for k in &r.kinds {
+        s += &format!(
+            "{:<19} {:>9} {:>10} {:>15}\n",
+            k.kind, k.scenarios, k.runs, k.violating_runs
         );
     }
     for v in &r.details {
-        s += &format!("VIOLATION {} {:?} k={}: {}\n", v.scenario, v.mode, v.k, v.what);
+        let stops = if v.stops.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", v.stops)
+        };
+        s += &format!(
+            "VIOLATION {} {} {:?} k={}{stops}: {}\n",
+            v.kind, v.scenario, v.mode, v.k, v.what
+        );
     }
     if r.details.len() as u64 != r.violations {
         s += &format!(

@@ -95,6 +95,11 @@ impl BlockAllocator {
         Ok(at)
     }
 
+    /// Offsets of the data blocks waiting for reuse (for checkers).
+    pub fn free_offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.free.values().flatten().copied()
+    }
+
     /// Returns a data block of `len` bytes for reuse. The caller guarantees
     /// no committed pointer refers to it any more.
     pub fn free(&mut self, offset: u64, len: u32) {

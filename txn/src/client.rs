@@ -39,6 +39,10 @@ pub struct TxClient {
     pub(crate) hints: Arc<HintCache>,
     /// This owner's last log while it is not known to be DONE (`settle.rs`).
     pub(crate) open_log: Option<OpenLog>,
+    /// The lock word of this owner's last commit, if that commit stopped on
+    /// a fabric error: a lock left with it is repaired at once when this
+    /// owner meets it again, since nothing of that commit still runs.
+    abandoned_lock: Option<LockWord>,
 }
 
 impl TxClient {
@@ -57,6 +61,7 @@ impl TxClient {
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
             open_log: None,
+            abandoned_lock: None,
         })
     }
 
@@ -175,6 +180,8 @@ impl TxClient {
                         if let Some(open) = &mut self.open_log {
                             open.interrupted = true;
                         }
+                        let last = self.lock_leases.last_tick();
+                        self.abandoned_lock = (last > 0).then(|| LockWord::locked(self.owner, last));
                     }
                     return Err(e);
                 }
@@ -198,9 +205,11 @@ impl TxClient {
         }
         let min = self.config.backoff_min.as_nanos() as u64;
         let max = self.config.backoff_max.as_nanos() as u64;
-        let ceiling = min.saturating_mul(1 << attempt.min(20)).min(max).max(1);
+        let ceiling = min.saturating_mul(1 << attempt.min(20)).min(max);
         let wait = Duration::from_nanos(self.rng.gen_range(0..=ceiling));
-        if attempt <= 2 || tokio::runtime::Handle::try_current().is_err() {
+        // A zero wait (a configuration without backoff) only yields: a
+        // timer rounds any sleep up to its tick (1 ms in tokio).
+        if attempt <= 2 || wait.is_zero() || tokio::runtime::Handle::try_current().is_err() {
             tokio::task::yield_now().await;
         } else {
             tokio::time::sleep(wait).await;
@@ -269,6 +278,20 @@ impl TxClient {
             .await;
         self.stats.lease_waits += u64::from(waited);
         tick
+    }
+
+    /// True if a lock found held as `lock` may be repaired by this client
+    /// now: its lease expired by this client's clock, or it is the lock of
+    /// this owner's own commit that stopped on a fabric error (which a lease
+    /// of this owner's own would otherwise make it wait out). Never another
+    /// live lock of this owner's: that is a pre-lock of the running
+    /// transaction.
+    pub(crate) fn may_repair(&self, lock: LockWord) -> bool {
+        debug_assert!(lock.is_locked());
+        if lock.owner() == self.owner {
+            return Some(lock) == self.abandoned_lock;
+        }
+        lock.is_expired(self.now_tick())
     }
 
     /// Replicas of `region`.

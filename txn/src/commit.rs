@@ -155,6 +155,11 @@ impl Tx<'_> {
         if log.is_some() {
             let slot = self.c.heap.log_slot(self.c.owner)?;
             let doing = LogHeader::new(LogState::Doing, self.c.commit_lease(n, false).await);
+            // Known as this owner's own before it can land: a commit cut
+            // off inside this round trip settles its log at once.
+            if let Some(open) = &mut self.c.open_log {
+                open.doing = Some(doing);
+            }
             self.batch.clear();
             let h = self.batch.on(Replica::All).cas(
                 slot.add(HEADER_OFFSET),
@@ -174,9 +179,6 @@ impl Tx<'_> {
                 tracing::debug!(owner = self.c.owner, ?found, "log aborted by a repairer");
                 self.abort_holding(lock, true).await?;
                 return Err(TxError::Abort(AbortReason::LogAborted));
-            }
-            if let Some(open) = &mut self.c.open_log {
-                open.doing = Some(doing);
             }
             // A crash here leaves every lock held and the log DOING: the
             // transaction is committed and a repairer must finish it.

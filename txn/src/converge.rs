@@ -23,7 +23,7 @@ use fabric::{Batch, GlobalAddr, Replica, VerbHandle};
 
 use crate::client::{le_word, TxClient};
 use crate::error::TxError;
-use crate::word::{LockWord, LogHeader};
+use crate::word::{LockWord, LogHeader, LogState};
 
 /// Rounds of reading and CASing backups in one convergence: each round
 /// moves a backup at least one stage forward unless someone else moved it,
@@ -91,6 +91,44 @@ impl TxClient {
             if let Some(e) = batch.first_error() {
                 return Err(TxError::Verb(e));
             }
+        }
+        Ok(())
+    }
+
+    /// Makes the whole log slot at `slot` on every backup the primary's,
+    /// once the log there is finished (DONE, or never written): a log WRITE
+    /// that reached some replicas only (its owner stopped inside RT1) leaves
+    /// a backup with another log, which header convergence leaves alone.
+    /// Only the slot's owner, or recovery for a dead owner, may call this:
+    /// nobody else writes a log slot, and the log being finished, no
+    /// repairer acts on it (its header words are unique, so a stale CAS
+    /// fails on the copy as on the original).
+    pub(crate) async fn sync_slot(&mut self, slot: GlobalAddr) -> Result<(), TxError> {
+        let mut batch = Batch::new();
+        let h = batch
+            .on(Replica::All)
+            .read(slot, crate::log::LOG_SLOT_BYTES as u32);
+        self.fabric.execute(&mut batch).await?;
+        let primary = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
+        let finished = LogHeader::from_raw(le_word(&primary, 0))
+            .is_some_and(|hd| matches!(hd.state(), LogState::Done | LogState::Empty));
+        if !finished {
+            return Ok(());
+        }
+        let stale: Vec<usize> = (1..batch.completions(h).len())
+            .filter(|&i| batch.read_result_of(h, i).is_ok_and(|b| b != primary.as_slice()))
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        batch.clear();
+        let writes: Vec<VerbHandle> = stale
+            .iter()
+            .map(|&i| batch.on(Replica::Backup(i as u8 - 1)).write(slot, &primary))
+            .collect();
+        self.fabric.execute(&mut batch).await?;
+        for h in writes {
+            batch.done(h).map_err(TxError::Verb)?;
         }
         Ok(())
     }

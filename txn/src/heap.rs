@@ -163,6 +163,20 @@ impl Heap {
         (self.owner_table() + self.chunk_count * 8).next_multiple_of(HEADER_BYTES)
     }
 
+    /// Where the chunk owner table lives, and its length in bytes (one
+    /// [`ChunkTag`] per chunk): for checkers that compare replicas.
+    pub fn owner_table_range(&self) -> (GlobalAddr, u64) {
+        (
+            GlobalAddr::new(self.region, self.owner_table()),
+            self.chunk_count * 8,
+        )
+    }
+
+    /// The next-chunk counter's address.
+    pub fn next_chunk_addr(&self) -> GlobalAddr {
+        self.word(W_NEXT_CHUNK)
+    }
+
     /// Where `owner`'s log slot lives.
     pub fn log_slot(&self, owner: OwnerId) -> Result<GlobalAddr, TxError> {
         if u64::from(owner) >= self.owner_slots {
@@ -312,6 +326,27 @@ impl Heap {
         client.execute(&mut batch).await?;
         batch.done(h).map_err(TxError::Verb)?;
         let first = batch.old_value(h).map_err(TxError::Verb)?;
+        // A taker stopped between the replicas' FAAs left a backup's
+        // counter behind the primary's: raise it to the primary's count (a
+        // CAS from what this FAA left there, so a later FAA wins over it).
+        // Never lower one: a counter ahead skips chunks, which is harmless,
+        // and this taker's view of the primary may be old by now (it may
+        // itself have been stopped between its FAAs).
+        let off: Vec<(usize, u64)> = (1..batch.completions(h).len())
+            .filter_map(|i| batch.old_value_of(h, i).ok().map(|old| (i, old)))
+            .filter(|&(_, old)| old < first)
+            .collect();
+        if !off.is_empty() {
+            batch.clear();
+            for &(i, old) in &off {
+                batch.on(Replica::Backup(i as u8 - 1)).cas(
+                    self.word(W_NEXT_CHUNK),
+                    old.wrapping_add(count),
+                    first.wrapping_add(count),
+                );
+            }
+            client.execute(&mut batch).await?;
+        }
         if first.saturating_add(count) > self.chunk_count {
             return Err(TxError::OutOfMemory {
                 region: self.region,

@@ -101,13 +101,17 @@ impl TxClient {
     pub async fn finish_owner_log(&mut self, owner: OwnerId) -> Result<RepairOutcome, TxError> {
         let slot = self.heap.log_slot(owner)?;
         for _ in 0..REPAIR_ROUNDS_MAX {
-            let Some(log) = self.read_log(slot).await? else {
-                return Ok(RepairOutcome::Repaired);
+            let log = match self.read_log(slot).await? {
+                Some(log) if log.header.state() != LogState::Empty => log,
+                _ => {
+                    self.sync_slot(slot).await?;
+                    return Ok(RepairOutcome::Repaired);
+                }
             };
-            if log.header.state() == LogState::Empty {
-                return Ok(RepairOutcome::Repaired);
-            }
             if let Some(outcome) = self.finish_log(&log, slot.add(HEADER_OFFSET), false).await? {
+                if outcome == RepairOutcome::Repaired {
+                    self.sync_slot(slot).await?;
+                }
                 return Ok(outcome);
             }
         }

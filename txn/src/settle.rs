@@ -49,6 +49,12 @@ impl TxClient {
         self.open_log.is_some()
     }
 
+    /// Offsets of the data blocks this client would reuse next (for
+    /// checkers: none may be named by a log that is not DONE).
+    pub fn free_blocks(&self) -> Vec<u64> {
+        self.alloc.free_offsets().collect()
+    }
+
     /// Makes sure this owner's last log is DONE before its slot is written
     /// again, finishing it if nobody else is, then frees the blocks parked
     /// for it. Aborts with [`AbortReason::LogInUse`] while a repairer with a
@@ -64,6 +70,7 @@ impl TxClient {
                 // DONE; or the log WRITE never landed, so nothing of it
                 // was visible.
                 _ => {
+                    self.sync_slot(slot).await?;
                     self.close_log(open.parked);
                     return Ok(());
                 }

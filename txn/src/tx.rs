@@ -362,7 +362,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok(());
             }
-            if !lock.is_expired(self.c.now_tick()) {
+            if !self.c.may_repair(lock) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -425,7 +425,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok((lock, dptr));
             }
-            if !lock.is_expired(self.c.now_tick()) {
+            if !self.c.may_repair(lock) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -441,7 +441,7 @@ impl<'c> Tx<'c> {
         if !found.is_locked() {
             return TxError::Abort(AbortReason::Changed);
         }
-        if found.owner() == self.c.owner || !found.is_expired(self.c.now_tick()) {
+        if !self.c.may_repair(found) {
             return TxError::Abort(AbortReason::Locked);
         }
         self.c.stats.expired_seen += 1;

@@ -159,25 +159,49 @@ pub(crate) async fn write_region(
 /// One thing a checker found wrong.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Violation {
+    /// The kind of scenario (`owner`, `repairer`, ...).
+    pub kind: String,
     /// The scenario, e.g. `rf=2 objects=3`.
     pub scenario: String,
-    /// Crash or pause.
+    /// How the victim was stopped.
     pub mode: Mode,
     /// The victim's verb position.
     pub k: u64,
+    /// Where every party was stopped and in which order they went on, when
+    /// more than the victim was (empty otherwise).
+    pub stops: String,
     /// What was wrong.
     pub what: String,
 }
 
+/// The kind of the scenarios every index target explores: the victim
+/// (the owner of the operation) stopped at each of its verbs.
+pub const KIND_OWNER: &str = "owner";
+
 /// The exploration of one scenario.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ScenarioReport {
+    /// The kind of scenario (`owner`, `repairer`, ...).
+    pub kind: String,
     /// The scenario, e.g. `rf=2 objects=3`.
     pub scenario: String,
     /// Verbs of the victim's operation when nothing goes wrong.
     pub verbs: u64,
     /// Runs made (positions × modes).
     pub crash_points: u64,
+    /// Runs with at least one violation.
+    pub violating_runs: u64,
+}
+
+/// The runs of one kind of scenario, summed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KindReport {
+    /// The kind.
+    pub kind: String,
+    /// Scenarios of that kind.
+    pub scenarios: u64,
+    /// Runs made.
+    pub runs: u64,
     /// Runs with at least one violation.
     pub violating_runs: u64,
 }
@@ -191,6 +215,8 @@ pub struct Report {
     pub crash_points: u64,
     /// Violations found in all.
     pub violations: u64,
+    /// Per kind of scenario, in the order first explored.
+    pub kinds: Vec<KindReport>,
     /// Per scenario.
     pub scenarios: Vec<ScenarioReport>,
     /// Every violation (the first few hundred).
@@ -205,6 +231,20 @@ impl Report {
     pub fn add(&mut self, scenario: ScenarioReport, violations: Vec<Violation>) {
         self.crash_points += scenario.crash_points;
         self.violations += violations.len() as u64;
+        let at = match self.kinds.iter().position(|k| k.kind == scenario.kind) {
+            Some(at) => at,
+            None => {
+                self.kinds.push(KindReport {
+                    kind: scenario.kind.clone(),
+                    ..KindReport::default()
+                });
+                self.kinds.len() - 1
+            }
+        };
+        let kind = &mut self.kinds[at];
+        kind.scenarios += 1;
+        kind.runs += scenario.crash_points;
+        kind.violating_runs += scenario.violating_runs;
         let room = DETAILS_MAX.saturating_sub(self.details.len());
         self.details.extend(violations.into_iter().take(room));
         self.scenarios.push(scenario);
@@ -248,9 +288,11 @@ impl Report {
                     violating_runs += 1;
                 }
                 violations.extend(found.into_iter().map(|what| Violation {
+                    kind: KIND_OWNER.to_string(),
                     scenario: scenario.to_string(),
                     mode,
                     k,
+                    stops: String::new(),
                     what,
                 }));
             }
@@ -258,6 +300,7 @@ impl Report {
         tracing::info!(%scenario, verbs, runs, violations = violations.len(), "explored");
         self.add(
             ScenarioReport {
+                kind: KIND_OWNER.to_string(),
                 scenario: scenario.to_string(),
                 verbs,
                 crash_points: runs,
