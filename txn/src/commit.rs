@@ -402,19 +402,18 @@ impl Tx<'_> {
                 let replicas = self.c.replicas(w.obj.meta.region());
                 let new = w.new.expect("allocated").raw();
                 if logged {
-                    installs.push((
-                        i,
-                        self.batch
-                            .on(Replica::All)
-                            .cas(w.obj.dptr_addr(), w.old.raw(), new),
-                    ));
+                    let h = self
+                        .batch
+                        .on(Replica::All)
+                        .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                    installs.push((i, 0, h));
                 } else {
                     for b in 0..replicas.saturating_sub(1) {
                         let h =
                             self.batch
                                 .on(Replica::Backup(b as u8))
                                 .cas(w.obj.dptr_addr(), w.old.raw(), new);
-                        installs.push((i, h));
+                        installs.push((i, b + 1, h));
                     }
                 }
             }
@@ -436,7 +435,7 @@ impl Tx<'_> {
                 let new = w.new.expect("allocated").raw();
                 let h = self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new);
                 primary_cas.push(h);
-                installs.push((i, h));
+                installs.push((i, 0, h));
             }
         }
         let mut releases = Vec::with_capacity(self.writes.len());
@@ -507,17 +506,18 @@ impl Tx<'_> {
         Ok(Installed::Done)
     }
 
-    /// The pointer CASes among `installs` (write index, handle) that found
-    /// neither the old nor the new pointer: (write, replica, pointer found).
-    fn moved(&self, installs: &[(usize, VerbHandle)]) -> Result<Vec<(usize, usize, u64)>, TxError> {
+    /// The pointer CASes among `installs` (write index, the replica the
+    /// CAS's first completion is from, handle) that found neither the old
+    /// nor the new pointer: (write, replica, pointer found).
+    fn moved(&self, installs: &[(usize, usize, VerbHandle)]) -> Result<Vec<(usize, usize, u64)>, TxError> {
         let mut moved = Vec::new();
-        for &(i, h) in installs {
+        for &(i, first, h) in installs {
             let w = &self.writes[i];
             let new = w.new.expect("allocated").raw();
-            for replica in 0..self.batch.completions(h).len() {
-                let now = self.batch.old_value_of(h, replica).map_err(TxError::Verb)?;
+            for at in 0..self.batch.completions(h).len() {
+                let now = self.batch.old_value_of(h, at).map_err(TxError::Verb)?;
                 if now != w.old.raw() && now != new {
-                    moved.push((i, replica, now));
+                    moved.push((i, first + at, now));
                 }
             }
         }
