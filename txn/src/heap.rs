@@ -22,7 +22,7 @@ use crate::word::OwnerId;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"KTXHEAP1");
 const LAYOUT_VERSION: u64 = 1;
-const HEADER_BYTES: u64 = 4096;
+pub(crate) const HEADER_BYTES: u64 = 4096;
 const W_MAGIC: u64 = 0;
 const W_VERSION: u64 = 1;
 const W_OWNER_SLOTS: u64 = 2;
@@ -144,6 +144,11 @@ impl Heap {
     /// Bytes per chunk.
     pub fn chunk_bytes(&self) -> u64 {
         self.chunk_bytes
+    }
+
+    /// Log slots in the heap (owner ids 0 to this, exclusive, can log).
+    pub fn owner_slots(&self) -> u16 {
+        self.owner_slots as u16
     }
 
     /// Chunks in the heap.

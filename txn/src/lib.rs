@@ -34,6 +34,7 @@ pub mod log;
 mod obj;
 pub mod owner;
 mod repair;
+pub mod replicas;
 mod settle;
 mod stats;
 mod tx;

@@ -3,7 +3,7 @@
 use fabric::{Client, GlobalAddr};
 use txn::log::{Log, LOG_SLOT_BYTES};
 use txn::word::LogState;
-use txn::{ChunkTag, DataPtr, LockWord, OwnerId, TxClient};
+use txn::{DataPtr, LockWord, OwnerId, TxClient};
 
 use super::run::{read_all, Cell, Record, World, OLD, OWNER_SLOTS, REGION};
 
@@ -161,31 +161,16 @@ pub(super) fn history(records: &[Record], last: u64) -> Vec<String> {
 }
 
 /// At the end, after recovery and a checker: no lock held, every log
-/// finished, and the replicas the same word for word on data pointers,
-/// data, log slots and the chunk owner table; every replica's chunk
-/// counter is past every chunk taken. Lock words live on the primary only
-/// (a promotion rebuilds them). A chunk may be recorded on some replicas
-/// only if its taker was `interrupted` in the middle of taking it (it never
-/// used it).
+/// finished, every object's data sound on the primary, and the replicas
+/// the same word for word wherever they must agree
+/// ([`txn::Heap::compare_replicas`]: data pointers, data, log slots, the
+/// chunk owner table, the header; a chunk may be recorded on some replicas
+/// only if its taker was `interrupted` in the middle of taking it).
 pub(super) async fn replicas_agree(w: &World, interrupted: &[OwnerId]) -> Result<Vec<String>, String> {
     let mut found = Vec::new();
-    for (i, (lock, ptrs, cells)) in objects(w).await?.into_iter().enumerate() {
+    for (i, (lock, _, cells)) in objects(w).await?.into_iter().enumerate() {
         if lock.is_locked() {
             found.push(format!("object {i} is still locked: {lock:?}"));
-        }
-        for r in 1..ptrs.len() {
-            if ptrs[r] != ptrs[0] {
-                found.push(format!(
-                    "object {i}: replica {r} points at {:?}, the primary at {:?}",
-                    ptrs[r], ptrs[0]
-                ));
-            }
-            if cells[r] != cells[0] {
-                found.push(format!(
-                    "object {i}: replica {r} holds {:?}, the primary {:?}",
-                    cells[r], cells[0]
-                ));
-            }
         }
         if !cells[0].is_sound(i) {
             found.push(format!("object {i} holds unsound data {:?}", cells[0]));
@@ -194,62 +179,25 @@ pub(super) async fn replicas_agree(w: &World, interrupted: &[OwnerId]) -> Result
     let mut fabric = inspector(w);
     for owner in 0..OWNER_SLOTS {
         let slot = w.heap.log_slot(owner).map_err(|e| e.to_string())?;
-        let copies = read_all(&mut fabric, slot, LOG_SLOT_BYTES as u32).await?;
-        if let Some(log) = Log::decode(&copies[0]) {
+        let bytes = read_all(&mut fabric, slot, LOG_SLOT_BYTES as u32).await?;
+        if let Some(log) = Log::decode(&bytes[0]) {
             if !matches!(log.header.state(), LogState::Done | LogState::Empty) {
                 found.push(format!("owner {owner}'s log is left {:?}", log.header));
             }
         }
-        for (r, copy) in copies.iter().enumerate().skip(1) {
-            if let Some(at) = (0..copies[0].len() / 8).find(|&j| word(copy, j * 8) != word(&copies[0], j * 8))
-            {
-                found.push(format!(
-                    "owner {owner}'s log slot differs on replica {r} at word {at}: {:#x}, the primary {:#x}",
-                    word(copy, at * 8),
-                    word(&copies[0], at * 8)
-                ));
-            }
-        }
     }
-    let (table, bytes) = w.heap.owner_table_range();
-    let tables = read_all(&mut fabric, table, bytes as u32).await?;
-    let counters = read_all(&mut fabric, w.heap.next_chunk_addr(), 8).await?;
-    let mut last_taken = None;
-    for c in 0..(bytes / 8) as usize {
-        let tags: Vec<ChunkTag> = tables
-            .iter()
-            .map(|t| ChunkTag::from_raw(word(t, c * 8)))
-            .collect();
-        if tags.iter().any(|t| t.owner().is_some()) {
-            last_taken = Some(c as u64);
-        }
-        if tags.iter().all(|t| *t == tags[0]) {
-            continue;
-        }
-        // Free on some replicas, one and the same tag on the others, of an
-        // interrupted taker: a chunk taken half way and never used.
-        let taken: Vec<ChunkTag> = tags.iter().copied().filter(|t| t.owner().is_some()).collect();
-        let half_taken = taken.iter().all(|t| *t == taken[0])
-            && taken
-                .first()
-                .and_then(|t| t.owner())
-                .is_some_and(|o| interrupted.contains(&o));
-        if !half_taken {
-            found.push(format!(
-                "chunk {c} is recorded differently on the replicas: {tags:?}"
-            ));
-        }
-    }
-    if let Some(last) = last_taken {
-        for (r, c) in counters.iter().enumerate() {
-            if word(c, 0) <= last {
-                found.push(format!(
-                    "replica {r}'s chunk counter {} would hand out chunk {last}, which is taken (counters {:?})",
-                    word(c, 0),
-                    counters.iter().map(|c| word(c, 0)).collect::<Vec<_>>()
-                ));
-            }
-        }
+    let cell = std::mem::size_of::<Cell>() as u32;
+    let report = w
+        .heap
+        .compare_replicas(&mut fabric, &|_| Some(cell), &|o| interrupted.contains(&o))
+        .await
+        .map_err(|e| e.to_string())?;
+    found.extend(report.listed.iter().map(|d| format!("replicas differ: {d}")));
+    if report.differences > report.listed.len() as u64 {
+        found.push(format!(
+            "... {} more replica differences",
+            report.differences - report.listed.len() as u64
+        ));
     }
     Ok(found)
 }
