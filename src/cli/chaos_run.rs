@@ -173,6 +173,22 @@ fn variant_report(s: &mut String, v: &VariantOutcome) {
     for v in c.structure.iter().chain(&h.violations).take(5) {
         let _ = writeln!(s, "    {v}");
     }
+    let r = &c.replicas;
+    if r.replicas > 1 {
+        let _ = writeln!(
+            s,
+            "  replicas: {} backup(s) against the primary, {} words and {} objects compared, {} difference(s)",
+            r.replicas - 1,
+            r.words_compared,
+            r.objects,
+            r.differences
+        );
+        for d in r.listed.iter().take(5) {
+            let _ = writeln!(s, "    {d}");
+        }
+    } else {
+        let _ = writeln!(s, "  replicas: one, nothing to compare");
+    }
     if let Some(cp) = &v.control_plane {
         control_report(s, cp);
     }

@@ -21,7 +21,8 @@ use crate::word::OwnerId;
 
 /// Differences listed in full; the count stays exact.
 pub const DIFFERENCES_LISTED_MAX: usize = 100;
-/// Objects whose data is read in one round trip.
+/// Objects whose data is read in one round trip, at most (fewer when their
+/// bytes on every replica would pass `fabric::BATCH_BYTES_MAX`).
 const OBJECTS_PER_BATCH: usize = 64;
 
 /// One word that differs between the primary and a backup where they must
@@ -219,7 +220,25 @@ impl Heap {
                 }
             }
         }
-        for group in objects.chunks(OBJECTS_PER_BATCH) {
+        let mut groups: Vec<&[(GlobalAddr, u64, u32)]> = Vec::new();
+        let mut start = 0;
+        let mut bytes = 0u64;
+        for (i, &(meta, _, len)) in objects.iter().enumerate() {
+            let need = u64::from(len) * replicas as u64;
+            if need > fabric::BATCH_BYTES_MAX || len > VERB_BYTES_MAX {
+                return Err(TxError::BadObject(format!(
+                    "the object at {meta:?} is {len} bytes: too large to compare in one batch"
+                )));
+            }
+            if i - start == OBJECTS_PER_BATCH || bytes + need > fabric::BATCH_BYTES_MAX {
+                groups.push(&objects[start..i]);
+                start = i;
+                bytes = 0;
+            }
+            bytes += need;
+        }
+        groups.push(&objects[start..]);
+        for group in groups.into_iter().filter(|g| !g.is_empty()) {
             let mut batch = Batch::new();
             let handles: Vec<_> = group
                 .iter()

@@ -1,15 +1,17 @@
 //! The check after a run, by a fresh client: repair what dead clients left
-//! (rtx: as the recovery module would), the index's structural checker (it
-//! reports any lock still held), and every acknowledged write against the
-//! index's contents (`history::check`).
+//! (rtx: as the recovery module would: their locks, then their logs), the
+//! index's structural checker (it reports any lock still held), every
+//! acknowledged write against the index's contents (`history::check`), and
+//! every backup against the primary, word for word where they must agree
+//! (`txn::Heap::compare_replicas`), so that a backup left behind shows.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::BufRead;
 
 use serde::Serialize;
 
-use super::client::{history_path, open};
-use super::{RunError, RunSpec};
+use super::client::{connect, history_path, open};
+use super::{RunError, RunSpec, REGION};
 use crate::driver::IndexClient;
 use crate::history::{check, Expectation, HistoryCheck, Write};
 use crate::workload::KeyMap;
@@ -30,12 +32,29 @@ pub struct CheckOutcome {
     pub locks_held: u64,
     /// Acknowledged writes against the index's contents.
     pub history: HistoryCheck,
+    /// Every backup against the primary.
+    pub replicas: ReplicaCheck,
+}
+
+/// Every backup of the index's region against its primary.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplicaCheck {
+    /// Replicas of the region (1: nothing to compare).
+    pub replicas: usize,
+    /// Words compared, over all backups.
+    pub words_compared: u64,
+    /// Objects (rtx metas) whose pointer, and data, were compared.
+    pub objects: u64,
+    /// Words that differ where the replicas must agree.
+    pub differences: u64,
+    /// The first of them.
+    pub listed: Vec<String>,
 }
 
 impl CheckOutcome {
     /// Nothing wrong.
     pub fn is_ok(&self) -> bool {
-        self.structure_violations == 0 && self.history.is_ok()
+        self.structure_violations == 0 && self.history.is_ok() && self.replicas.differences == 0
     }
 }
 
@@ -62,8 +81,13 @@ pub fn read_history(spec: &RunSpec) -> Result<Vec<Write>, RunError> {
 }
 
 /// Checks the index of `spec` as `owner`; `dead` are the global thread
-/// indices of clients that did not finish.
-pub async fn check_index(spec: &RunSpec, owner: u16, dead: &HashSet<u32>) -> Result<CheckOutcome, RunError> {
+/// indices of clients that did not finish, `dead_owners` their owner ids.
+pub async fn check_index(
+    spec: &RunSpec,
+    owner: u16,
+    dead: &HashSet<u32>,
+    dead_owners: &[u16],
+) -> Result<CheckOutcome, RunError> {
     let e = &spec.experiment;
     let mut index = open(spec, owner).await?;
     let err = |what: &str, x: index::IndexError| RunError::Index(format!("{what}: {x}"));
@@ -71,6 +95,7 @@ pub async fn check_index(spec: &RunSpec, owner: u16, dead: &HashSet<u32>) -> Res
         .repair_expired_locks()
         .await
         .map_err(|x| err("cannot repair", x))?;
+    let replicas = check_replicas(spec, owner, &index, dead_owners).await?;
     let (violations, locks_held, present): (Vec<String>, u64, BTreeMap<u64, u64>) = match &mut index {
         IndexClient::BTree(t) => {
             let r = t.check().await.map_err(|x| err("cannot check", x))?;
@@ -100,5 +125,53 @@ pub async fn check_index(spec: &RunSpec, owner: u16, dead: &HashSet<u32>) -> Res
         locks_held,
         structure: violations.into_iter().take(VIOLATIONS_LISTED_MAX).collect(),
         history,
+        replicas,
+    })
+}
+
+/// Finishes the logs of the dead (rtx), then compares every backup with the
+/// primary: B+tree nodes and hash subtables are the objects whose data is
+/// compared.
+async fn check_replicas(
+    spec: &RunSpec,
+    owner: u16,
+    index: &IndexClient,
+    dead_owners: &[u16],
+) -> Result<ReplicaCheck, RunError> {
+    let mut fabric = connect(&spec.endpoint).await?;
+    let heap = txn::Heap::open(&mut fabric, REGION)
+        .await
+        .map_err(|x| RunError::Index(format!("cannot open the heap: {x}")))?;
+    if spec.variant == index::Variant::Rtx {
+        let mut recovery = txn::TxClient::new(fabric.fork(), heap, owner, txn::TxConfig::default())
+            .map_err(|x| RunError::Index(x.to_string()))?;
+        for &dead in dead_owners {
+            recovery
+                .finish_owner_log(dead)
+                .await
+                .map_err(|x| RunError::Index(format!("cannot finish the log of owner {dead}: {x}")))?;
+        }
+    }
+    let object_bytes = match index {
+        IndexClient::BTree(_) => index::btree::node::NODE_BYTES as u32,
+        IndexClient::Hash(t) => u32::try_from(t.subtable_bytes()).unwrap_or(u32::MAX),
+    };
+    let report = heap
+        .compare_replicas(&mut fabric, &|_| Some(object_bytes), &|o| {
+            dead_owners.contains(&o)
+        })
+        .await
+        .map_err(|x| RunError::Index(format!("cannot compare the replicas: {x}")))?;
+    Ok(ReplicaCheck {
+        replicas: report.replicas,
+        words_compared: report.words_compared,
+        objects: report.objects,
+        differences: report.differences,
+        listed: report
+            .listed
+            .iter()
+            .take(VIOLATIONS_LISTED_MAX)
+            .map(ToString::to_string)
+            .collect(),
     })
 }

@@ -202,7 +202,26 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         }
         None => None,
     };
-    let check = rt.block_on(check_index(&spec, checker, &dead))?;
+    // The owner ids of the dead: leased from the control plane, or laid out
+    // from the first client's (`client.rs`).
+    let dead_owners: Vec<u16> = match &leases {
+        Some(clients) => clients
+            .iter()
+            .filter(|c| dead_names.contains(&c.name))
+            .flat_map(|c| c.owners.first..c.owners.first + c.owners.count)
+            .collect(),
+        None => {
+            let per = u16::try_from(threads).unwrap_or(u16::MAX);
+            dead_clients
+                .iter()
+                .flat_map(|&c| {
+                    let first = spec.first_client_owner + (c as u16) * per;
+                    first..first + per
+                })
+                .collect()
+        }
+    };
+    let check = rt.block_on(check_index(&spec, checker, &dead, &dead_owners))?;
     // The checker acted under its owner id throughout, or the run fails.
     if let Some(k) = keeper {
         k.stop()?;

@@ -315,6 +315,11 @@ impl HashTable {
         self.info
     }
 
+    /// Bytes of one subtable (the data of an rtx subtable's meta).
+    pub fn subtable_bytes(&self) -> u64 {
+        self.geometry.subtable_bytes()
+    }
+
     /// The variant.
     pub fn variant(&self) -> Variant {
         self.info.variant
