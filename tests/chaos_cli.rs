@@ -90,5 +90,5 @@ fn hash_crash_points_fail_only_where_tolerance_is_promised() {
         "optimal",
     ]);
     assert_eq!(code, 0, "optimal's violations are reported, not failed on");
-    assert!(stdout.contains("VIOLATION insert that splits"), "{stdout}");
+    assert!(stdout.contains("VIOLATION owner insert that splits"), "{stdout}");
 }
