@@ -147,30 +147,18 @@ impl TxClient {
             // A commit that stopped on a fabric error left its log (and
             // maybe locks) behind: finish it before anything else, now that
             // the fabric answers again.
-            if self.open_log.as_ref().is_some_and(|o| o.interrupted) {
-                match self.settle_log().await {
-                    Ok(()) => {}
-                    Err(TxError::Abort(reason)) => {
-                        self.stats.aborts += 1;
-                        if attempt >= self.config.attempts_max {
-                            return Err(TxError::TooManyAborts {
-                                attempts: attempt,
-                                last: reason,
-                            });
-                        }
-                        self.backoff(attempt, reason).await;
-                        continue;
+            let result = match self.settle_if_interrupted().await {
+                Err(e) => Err(e),
+                Ok(()) => {
+                    let mut tx = self.begin();
+                    match body(&mut tx).await {
+                        Ok(value) => tx.commit().await.map(|()| value),
+                        Err(e) => match tx.rollback().await {
+                            Ok(()) => Err(e),
+                            Err(rollback) => Err(rollback),
+                        },
                     }
-                    Err(e) => return Err(e),
                 }
-            }
-            let mut tx = self.begin();
-            let result = match body(&mut tx).await {
-                Ok(value) => tx.commit().await.map(|()| value),
-                Err(e) => match tx.rollback().await {
-                    Ok(()) => Err(e),
-                    Err(rollback) => Err(rollback),
-                },
             };
             let reason = match result {
                 Ok(value) => return Ok(value),

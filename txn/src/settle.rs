@@ -85,6 +85,15 @@ impl TxClient {
         Err(TxError::Abort(AbortReason::LogInUse))
     }
 
+    /// Settles this owner's log if its last commit stopped on a fabric error
+    /// (nothing to do otherwise).
+    pub(crate) async fn settle_if_interrupted(&mut self) -> Result<(), TxError> {
+        if self.open_log.as_ref().is_some_and(|o| o.interrupted) {
+            self.settle_log().await?;
+        }
+        Ok(())
+    }
+
     /// The log is DONE: its parked blocks can come back.
     pub(crate) fn close_log(&mut self, parked: Vec<(u64, u32)>) {
         for (offset, len) in parked {

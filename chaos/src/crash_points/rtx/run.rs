@@ -226,6 +226,21 @@ impl World {
     }
 }
 
+/// The generation each object holds, read in `tx` (a torn or misplaced
+/// cell as `u64::MAX`: validation tells whether the read counts).
+async fn read_generations(tx: &mut txn::Tx<'_>, objs: &[TxObj<Cell>]) -> Result<Vec<u64>, TxError> {
+    let mut read = Vec::with_capacity(objs.len());
+    for (i, &o) in objs.iter().enumerate() {
+        let cell = tx.read(o).await?;
+        read.push(if cell.is_sound(i) {
+            cell.generation
+        } else {
+            u64::MAX
+        });
+    }
+    Ok(read)
+}
+
 /// Reads every object and rewrites it with `generation`. The reads of each
 /// attempt are left in `seen` (a mix, or a torn cell as `u64::MAX`), so
 /// that what a stopped party's commit read is known even if it never
@@ -238,15 +253,7 @@ async fn rewrite_all(
 ) -> (TxClient, Result<(), TxError>) {
     let result = c
         .run(async move |tx| {
-            let mut read = Vec::with_capacity(objs.len());
-            for (i, &o) in objs.iter().enumerate() {
-                let cell = tx.read(o).await?;
-                read.push(if cell.is_sound(i) {
-                    cell.generation
-                } else {
-                    u64::MAX
-                });
-            }
+            let read = read_generations(tx, &objs).await?;
             *seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(read);
             for (i, &o) in objs.iter().enumerate() {
                 tx.write(o, &Cell::new(generation, i)).await?;
@@ -510,20 +517,7 @@ impl Run {
         }
         let mut checker = self.world.overseer(CHECKER)?;
         let objs = self.world.objs.clone();
-        let final_read = checker
-            .run(async |tx| {
-                let mut read = Vec::with_capacity(objs.len());
-                for (i, &o) in objs.iter().enumerate() {
-                    let cell = tx.read(o).await?;
-                    read.push(if cell.is_sound(i) {
-                        cell.generation
-                    } else {
-                        u64::MAX
-                    });
-                }
-                Ok(read)
-            })
-            .await;
+        let final_read = checker.run(async |tx| read_generations(tx, &objs).await).await;
         let final_read = match final_read {
             Ok(read) => read,
             Err(e) => {
