@@ -211,8 +211,7 @@ impl Tx<'_> {
                 }
             }
             Installed::LogDone => {
-                let parked = self.c.open_log.take().map(|o| o.parked).unwrap_or_default();
-                self.c.close_log(parked);
+                self.c.close_log();
                 for (offset, len) in replaced {
                     self.c.alloc.free(offset, len);
                 }
@@ -419,7 +418,7 @@ impl Tx<'_> {
             }
             self.c.fabric.execute(&mut self.batch).await?;
             self.check_done()?;
-            let moved = self.moved(&installs)?;
+            let moved = pointers_moved(&self.batch, &installs, |i| self.old_new(i))?;
             if !moved.is_empty() {
                 self.install_refused(lock, logged, &moved).await?;
             }
@@ -470,18 +469,18 @@ impl Tx<'_> {
                 self.c.hints.put(w.obj.meta, hint);
             }
         }
-        if let Some(done) = done {
+        if let (Some(done), Some(doing)) = (done, doing) {
             // One replica: the pointer CASes ran just before the releases,
             // in order on the one node; a release that still found the lock
             // proves its object's pointer moved under it.
-            for (i, replica, now) in self.moved(&installs)? {
+            for (i, replica, now) in pointers_moved(&self.batch, &installs, |i| self.old_new(i))? {
                 if self.batch.old_value(releases[i]) == Ok(lock.raw()) {
                     return Err(self.pointer_moved_under_lock(i, replica, now));
                 }
             }
             // The header is still ours only if nobody took the log over.
             return Ok(
-                if self.batch.old_value(done).map_err(TxError::Verb)? == doing.map_or(0, LogHeader::raw) {
+                if self.batch.old_value(done).map_err(TxError::Verb)? == doing.raw() {
                     Installed::LogDone
                 } else {
                     Installed::TakenOver
@@ -504,24 +503,6 @@ impl Tx<'_> {
             }
         }
         Ok(Installed::Done)
-    }
-
-    /// The pointer CASes among `installs` (write index, the replica the
-    /// CAS's first completion is from, handle) that found neither the old
-    /// nor the new pointer: (write, replica, pointer found).
-    fn moved(&self, installs: &[(usize, usize, VerbHandle)]) -> Result<Vec<(usize, usize, u64)>, TxError> {
-        let mut moved = Vec::new();
-        for &(i, first, h) in installs {
-            let w = &self.writes[i];
-            let new = w.new.expect("allocated").raw();
-            for at in 0..self.batch.completions(h).len() {
-                let now = self.batch.old_value_of(h, at).map_err(TxError::Verb)?;
-                if now != w.old.raw() && now != new {
-                    moved.push((i, first + at, now));
-                }
-            }
-        }
-        Ok(moved)
     }
 
     /// Some pointer CASes of the backups' round trip found another pointer.
@@ -558,6 +539,12 @@ impl Tx<'_> {
             tracing::debug!(owner = self.c.owner, "single-object commit fenced by a repairer");
             Err(TxError::Abort(AbortReason::Repaired))
         }
+    }
+
+    /// The pointer write `i` replaces and the one it installs.
+    fn old_new(&self, i: usize) -> (DataPtr, DataPtr) {
+        let w = &self.writes[i];
+        (w.old, w.new.expect("allocated"))
     }
 
     fn pointer_moved_under_lock(&mut self, i: usize, replica: usize, now: u64) -> TxError {
@@ -618,8 +605,7 @@ impl Tx<'_> {
                 .converge_if_split(&self.batch, done, header_addr, lock)
                 .await?;
             if self.batch.old_value(done) == Ok(LogHeader::of(LogState::Abort, lock).raw()) {
-                let parked = self.c.open_log.take().map(|o| o.parked).unwrap_or_default();
-                self.c.close_log(parked);
+                self.c.close_log();
             }
         }
         for w in &mut self.writes {
@@ -652,4 +638,26 @@ enum Installed {
     LogDone,
     /// Logged, and a repairer took the log over: park them until its DONE.
     TakenOver,
+}
+
+/// The pointer CASes among `installs` that found neither the pointer they
+/// replace nor the one they install: `(index, replica, pointer found)`.
+/// Each install is `(index, replica of its first completion, handle)` of a
+/// CAS on one or every replica, and `old_new(index)` its two pointers.
+pub(crate) fn pointers_moved(
+    batch: &fabric::Batch,
+    installs: &[(usize, usize, VerbHandle)],
+    old_new: impl Fn(usize) -> (DataPtr, DataPtr),
+) -> Result<Vec<(usize, usize, u64)>, TxError> {
+    let mut moved = Vec::new();
+    for &(i, first, h) in installs {
+        let (old, new) = old_new(i);
+        for at in 0..batch.completions(h).len() {
+            let now = batch.old_value_of(h, at).map_err(TxError::Verb)?;
+            if now != old.raw() && now != new.raw() {
+                moved.push((i, first + at, now));
+            }
+        }
+    }
+    Ok(moved)
 }

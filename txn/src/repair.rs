@@ -40,6 +40,7 @@
 use fabric::{Batch, GlobalAddr, Replica};
 
 use crate::client::{le_word, TxClient};
+use crate::commit::pointers_moved;
 use crate::error::TxError;
 use crate::log::{Log, HEADER_OFFSET, LOG_SLOT_BYTES};
 use crate::obj::RawObj;
@@ -226,42 +227,42 @@ impl TxClient {
         self.converge_if_split(&batch, h, header_addr, found).await?;
         let single_replica = log.entries.iter().all(|e| self.replicas(e.meta.region()) == 1)
             && self.replicas(self.heap.region()) == 1;
-        // (entry, pointer CAS) of every install, checked once the releases
-        // tell whether each lock was still held.
-        let mut installs = Vec::with_capacity(log.entries.len());
         if !self.still_mine(header_addr, mine, started_tick).await? {
             return Ok(RepairOutcome::Retry);
         }
-        if !single_replica {
-            batch.clear();
-            for (i, e) in log.entries.iter().enumerate() {
+        // The pointers on every replica (at one replica, the primary's, in
+        // the batch of the releases: in order on its node); checked once the
+        // releases tell whether each lock was still held.
+        batch.clear();
+        let installs: Vec<_> = log
+            .entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
                 let h =
                     batch
                         .on(Replica::All)
                         .cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
-                installs.push((i, h));
-            }
+                (i, 0, h)
+            })
+            .collect();
+        let old_new = |i: usize| (log.entries[i].old, log.entries[i].new);
+        let mut moved = Vec::new();
+        if !single_replica {
             self.fabric.execute(&mut batch).await?;
-            let moved = pointers_moved(&batch, &installs, log)?;
+            moved = pointers_moved(&batch, &installs, old_new)?;
             if !self.still_mine(header_addr, mine, started_tick).await? {
                 return Ok(RepairOutcome::Retry);
             }
             batch.clear();
-            let (releases, done) = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
-            self.fabric.execute(&mut batch).await?;
-            self.check_installs(&batch, log, &moved, &releases)?;
-            self.converge_if_split(&batch, done, header_addr, found).await?;
-        } else {
-            batch.clear();
-            for (i, e) in log.entries.iter().enumerate() {
-                let h = batch.cas(e.meta.add(crate::obj::DPTR_OFFSET), e.old.raw(), e.new.raw());
-                installs.push((i, h));
-            }
-            let (releases, _) = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
-            self.fabric.execute(&mut batch).await?;
-            let moved = pointers_moved(&batch, &installs, log)?;
-            self.check_installs(&batch, log, &moved, &releases)?;
         }
+        let (releases, done) = self.push_roll_releases(&mut batch, log, found, header_addr, mine);
+        self.fabric.execute(&mut batch).await?;
+        if single_replica {
+            moved = pointers_moved(&batch, &installs, old_new)?;
+        }
+        self.check_installs(&batch, log, &moved, &releases)?;
+        self.converge_if_split(&batch, done, header_addr, found).await?;
         self.stats.repairs += 1;
         Ok(RepairOutcome::Repaired)
     }
@@ -513,25 +514,4 @@ impl TxClient {
             obj.meta
         )))
     }
-}
-
-/// The pointer CASes among `installs` (entry index, handle of a CAS from the
-/// entry's old to its new pointer, on one or every replica) that found
-/// neither: `(entry, replica, pointer found)`.
-pub(crate) fn pointers_moved(
-    batch: &Batch,
-    installs: &[(usize, fabric::VerbHandle)],
-    log: &Log,
-) -> Result<Vec<(usize, usize, u64)>, TxError> {
-    let mut moved = Vec::new();
-    for &(i, h) in installs {
-        let e = &log.entries[i];
-        for replica in 0..batch.completions(h).len() {
-            let now = batch.old_value_of(h, replica).map_err(TxError::Verb)?;
-            if now != e.old.raw() && now != e.new.raw() {
-                moved.push((i, replica, now));
-            }
-        }
-    }
-    Ok(moved)
 }

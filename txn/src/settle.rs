@@ -60,7 +60,7 @@ impl TxClient {
     /// for it. Aborts with [`AbortReason::LogInUse`] while a repairer with a
     /// live lease is finishing it.
     pub(crate) async fn settle_log(&mut self) -> Result<(), TxError> {
-        let Some(open) = self.open_log.clone() else {
+        let Some(doing) = self.open_log.as_ref().map(|o| o.doing) else {
             return Ok(());
         };
         let slot = self.heap.log_slot(self.owner)?;
@@ -71,11 +71,11 @@ impl TxClient {
                 // was visible.
                 _ => {
                     self.sync_slot(slot).await?;
-                    self.close_log(open.parked);
+                    self.close_log();
                     return Ok(());
                 }
             };
-            let own = open.doing == Some(log.header);
+            let own = doing == Some(log.header);
             match self.finish_log(&log, slot.add(HEADER_OFFSET), own).await? {
                 Some(RepairOutcome::Busy) => return Err(TxError::Abort(AbortReason::LogInUse)),
                 // Read it again: DONE closes it.
@@ -94,11 +94,10 @@ impl TxClient {
         Ok(())
     }
 
-    /// The log is DONE: its parked blocks can come back.
-    pub(crate) fn close_log(&mut self, parked: Vec<(u64, u32)>) {
-        for (offset, len) in parked {
+    /// The log is DONE: it is closed, and its parked blocks can come back.
+    pub(crate) fn close_log(&mut self) {
+        for (offset, len) in self.open_log.take().map(|o| o.parked).unwrap_or_default() {
             self.alloc.free(offset, len);
         }
-        self.open_log = None;
     }
 }
