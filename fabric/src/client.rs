@@ -25,7 +25,48 @@ pub struct Client {
     spare: Box<Batch>,
 }
 
+/// Why [`Client::read_range`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The batch did not execute.
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    /// A memory node refused one of the READs.
+    #[error("memory node refused a READ: {0}")]
+    Verb(crate::verb::VerbError),
+}
+
 impl Client {
+    /// Reads `len` bytes at `at` from `replica` (`All`: every replica of the
+    /// region, primary first; otherwise one), in READs of at most
+    /// [`VERB_BYTES_MAX`](crate::VERB_BYTES_MAX) bytes, one round trip
+    /// each: for checkers and tools that take a region or a table whole.
+    pub async fn read_range(
+        &mut self,
+        at: GlobalAddr,
+        len: u64,
+        replica: Replica,
+    ) -> Result<Vec<Vec<u8>>, ReadError> {
+        let copies = match replica {
+            Replica::All => self.map.region(at.region()).map_or(1, |r| r.replicas.len()),
+            _ => 1,
+        };
+        let mut out = vec![Vec::with_capacity(len as usize); copies];
+        let mut batch = Batch::new();
+        let mut done = 0;
+        while done < len {
+            let piece = (len - done).min(u64::from(crate::VERB_BYTES_MAX));
+            batch.clear();
+            let h = batch.on(replica).read(at.add(done), piece as u32);
+            self.execute(&mut batch).await?;
+            for (r, copy) in out.iter_mut().enumerate() {
+                copy.extend_from_slice(batch.read_result_of(h, r).map_err(ReadError::Verb)?);
+            }
+            done += piece;
+        }
+        Ok(out)
+    }
+
     /// A client that routes with `map` over `transport`.
     pub fn new(map: ClusterMap, transport: AnyTransport) -> Self {
         Client {

@@ -40,7 +40,7 @@ pub use addr::{
     AccessKey, Epoch, GlobalAddr, NodeId, RegionId, Replica, ATOMIC_BYTES, OFFSET_BITS, OFFSET_MAX,
 };
 pub use batch::{Batch, On, VerbHandle};
-pub use client::Client;
+pub use client::{Client, ReadError};
 pub use error::{FabricError, NodeError};
 pub use fault::{FaultPlan, Faulty, FlyWrite};
 pub use map::{ClusterMap, MapError, NodeInfo, RegionInfo, ReplicaLoc, REPLICAS_MAX};

@@ -84,6 +84,15 @@ pub enum TxError {
     },
 }
 
+impl From<fabric::ReadError> for TxError {
+    fn from(e: fabric::ReadError) -> Self {
+        match e {
+            fabric::ReadError::Fabric(e) => TxError::Fabric(e),
+            fabric::ReadError::Verb(e) => TxError::Verb(e),
+        }
+    }
+}
+
 impl TxError {
     /// True when retrying the transaction may succeed.
     pub fn is_abort(&self) -> bool {

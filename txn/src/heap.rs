@@ -385,23 +385,12 @@ impl Heap {
 
     /// Every owner-table word, read from the primary.
     pub async fn owner_table_of(&self, client: &mut Client) -> Result<Vec<ChunkTag>, TxError> {
-        let mut tags = Vec::with_capacity(self.chunk_count as usize);
-        let per_read = (fabric::VERB_BYTES_MAX as u64 / 8).min(self.chunk_count.max(1));
-        let mut batch = Batch::new();
-        let mut first = 0;
-        while first < self.chunk_count {
-            let n = per_read.min(self.chunk_count - first);
-            batch.clear();
-            let h = batch.read(
-                GlobalAddr::new(self.region, self.owner_table() + first * 8),
-                (n * 8) as u32,
-            );
-            client.execute(&mut batch).await?;
-            let bytes = batch.read_result(h).map_err(TxError::Verb)?;
-            tags.extend(bytes.chunks_exact(8).map(|w| ChunkTag::from_raw(word_at(w))));
-            first += n;
-        }
-        Ok(tags)
+        let (table, bytes) = self.owner_table_range();
+        let table = client.read_range(table, bytes, Replica::Primary).await?;
+        Ok(table[0]
+            .chunks_exact(8)
+            .map(|w| ChunkTag::from_raw(word_at(w)))
+            .collect())
     }
 
     /// Rebuilds the words only a primary keeps, on a backup just promoted to

@@ -100,29 +100,6 @@ fn word(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().unwrap_or_default())
 }
 
-/// `len` bytes at `at` on every replica, primary first.
-async fn read_everywhere(
-    client: &mut Client,
-    at: GlobalAddr,
-    len: u64,
-    replicas: usize,
-) -> Result<Vec<Vec<u8>>, TxError> {
-    let mut copies = vec![Vec::with_capacity(len as usize); replicas];
-    let mut batch = Batch::new();
-    let mut done = 0;
-    while done < len {
-        let piece = (len - done).min(u64::from(VERB_BYTES_MAX));
-        batch.clear();
-        let h = batch.on(Replica::All).read(at.add(done), piece as u32);
-        client.execute(&mut batch).await?;
-        for (r, copy) in copies.iter_mut().enumerate() {
-            copy.extend_from_slice(batch.read_result_of(h, r).map_err(TxError::Verb)?);
-        }
-        done += piece;
-    }
-    Ok(copies)
-}
-
 impl Heap {
     /// Compares every backup of the heap with its primary (module docs).
     /// `object_bytes(meta)` is the length of the object `meta` names, if the
@@ -146,13 +123,15 @@ impl Heap {
         }
         let header = GlobalAddr::new(self.region(), 0);
         let counter = self.next_chunk_addr().offset();
-        let copies = read_everywhere(client, header, crate::heap::HEADER_BYTES, replicas).await?;
+        let copies = client
+            .read_range(header, crate::heap::HEADER_BYTES, Replica::All)
+            .await?;
         report.compare(header, &copies, &|o| {
             (o != counter).then(|| "heap header".to_string())
         });
 
         let (table, table_bytes) = self.owner_table_range();
-        let tables = read_everywhere(client, table, table_bytes, replicas).await?;
+        let tables = client.read_range(table, table_bytes, Replica::All).await?;
         let tag = |r: usize, c: usize| ChunkTag::from_raw(word(&tables[r][c * 8..]));
         let mut last_taken = None;
         for c in 0..self.chunk_count() as usize {
@@ -194,7 +173,7 @@ impl Heap {
 
         let logs = self.log_slot(0)?;
         let log_bytes = u64::from(self.owner_slots()) * crate::log::LOG_SLOT_BYTES;
-        let copies = read_everywhere(client, logs, log_bytes, replicas).await?;
+        let copies = client.read_range(logs, log_bytes, Replica::All).await?;
         report.compare(logs, &copies, &|o| {
             Some(format!("log slot of owner {}", o / crate::log::LOG_SLOT_BYTES))
         });
@@ -202,7 +181,7 @@ impl Heap {
         let mut objects = Vec::new();
         for c in (0..self.chunk_count() as usize).filter(|&c| tag(0, c).kind() == Some(ChunkKind::Metas)) {
             let at = GlobalAddr::new(self.region(), self.chunk_offset(c as u64));
-            let copies = read_everywhere(client, at, self.chunk_bytes(), replicas).await?;
+            let copies = client.read_range(at, self.chunk_bytes(), Replica::All).await?;
             for (m, meta) in copies[0].chunks_exact(META_BYTES as usize).enumerate() {
                 let dptr = word(&meta[8..]);
                 if dptr == 0 {

@@ -93,18 +93,15 @@ pub(crate) async fn read_region(
     region: u16,
     bytes: u64,
 ) -> Result<Vec<u8>, String> {
-    let mut image = Vec::with_capacity(bytes as usize);
-    let piece = u64::from(fabric::VERB_BYTES_MAX);
-    let mut batch = fabric::Batch::new();
-    let mut at = 0;
-    while at < bytes {
-        batch.clear();
-        let h = batch.read(fabric::GlobalAddr::new(region, at), piece.min(bytes - at) as u32);
-        fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
-        image.extend_from_slice(batch.read_result(h).map_err(|e| e.to_string())?);
-        at += piece;
-    }
-    Ok(image)
+    let mut copies = fabric
+        .read_range(
+            fabric::GlobalAddr::new(region, 0),
+            bytes,
+            fabric::Replica::Primary,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(copies.remove(0))
 }
 
 /// A one-node in-process cluster of one region: what every index target

@@ -5,9 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
-use fabric::{
-    AnyTransport, BaseTransport, Batch, Client, ClusterMap, FabricError, FaultPlan, Faulty, Replica,
-};
+use fabric::{AnyTransport, BaseTransport, Client, ClusterMap, FabricError, FaultPlan, Faulty, Replica};
 use txn::{Heap, HeapConfig, OwnerId, TxClient, TxConfig, TxError, TxObj};
 
 use super::check;
@@ -428,10 +426,7 @@ impl Run {
                     self.finish(h).await?;
                 }
                 Stopped::Dropped(party, client) => {
-                    let faults = match client.fabric_ref().transport() {
-                        AnyTransport::Faulty(f) => f.clone(),
-                        AnyTransport::Base(_) => return Err("a dropped party without faults".into()),
-                    };
+                    let faults = faults_of(&client)?;
                     let h = self.spawn(party, VICTIM_AGAIN, *client, faults);
                     self.finish(h).await?;
                 }
@@ -439,10 +434,7 @@ impl Run {
         }
         if self.paused.is_empty() {
             for (party, client, generation) in std::mem::take(&mut self.blocked) {
-                let faults = match client.fabric_ref().transport() {
-                    AnyTransport::Faulty(f) => f.clone(),
-                    AnyTransport::Base(_) => return Err("a blocked party without faults".into()),
-                };
+                let faults = faults_of(&client)?;
                 let h = self.spawn(party, generation, client, faults);
                 self.finish(h).await?;
             }
@@ -537,22 +529,22 @@ impl Run {
     }
 }
 
+/// The fault handle of a party's client (every party runs with one).
+fn faults_of(client: &TxClient) -> Result<Arc<Faulty<BaseTransport>>, String> {
+    match client.fabric_ref().transport() {
+        AnyTransport::Faulty(f) => Ok(f.clone()),
+        AnyTransport::Base(_) => Err("a party's client runs without fault injection".into()),
+    }
+}
+
 /// Reads `len` bytes at `addr` on every replica.
 pub(super) async fn read_all(
     fabric: &mut Client,
     addr: fabric::GlobalAddr,
     len: u32,
 ) -> Result<Vec<Vec<u8>>, String> {
-    let replicas = fabric.map().region(addr.region()).map_or(1, |r| r.replicas.len());
-    let mut batch = Batch::new();
-    let h = batch.on(Replica::All).read(addr, len);
-    fabric.execute(&mut batch).await.map_err(|e| e.to_string())?;
-    (0..replicas)
-        .map(|i| {
-            batch
-                .read_result_of(h, i)
-                .map(<[u8]>::to_vec)
-                .map_err(|e| e.to_string())
-        })
-        .collect()
+    fabric
+        .read_range(addr, u64::from(len), Replica::All)
+        .await
+        .map_err(|e| e.to_string())
 }
