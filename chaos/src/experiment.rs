@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 use control_plane::state::{LEASE_MS_MAX, OWNER_ID_END};
 
-use crate::workload::{Distribution, Workload, MAX_RECORDS};
+use workload::{Distribution, Workload, MAX_RECORDS};
 
 /// Most memory node processes: the region's primary and two backups, the
 /// replication the rTX paper evaluates (f = 2). Every replica is a full

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::workload::{write_version, KeyMap};
+use workload::{write_version, KeyMap};
 
 /// Ops of a dead thread's stream after its last acknowledged write among
 /// which an unacknowledged value is looked for: far more than one bucket's

@@ -5,8 +5,6 @@
 //! - [`crash_points`]: systematic exploration: one run per verb position at
 //!   which a client crashes (or pauses past its lease), each followed by a
 //!   healthy client and a checker.
-//! - [`driver`]: the client loop that runs a YCSB op stream on an index.
-//! - [`workload`]: seeded, reproducible YCSB A–E op streams (8-byte keys).
 //! - [`experiment`]: experiments as TOML files: cluster, index, workload,
 //!   fault schedule.
 //! - [`run`]: `kintsugi chaos run`: starts a memory node and client
@@ -19,10 +17,8 @@
 #![warn(missing_docs)]
 
 pub mod crash_points;
-pub mod driver;
 pub mod experiment;
 pub mod history;
 pub mod plot;
 pub mod run;
 pub mod timeline;
-pub mod workload;

@@ -12,9 +12,9 @@ use serde::Serialize;
 
 use super::client::{connect, history_path, open};
 use super::{RunError, RunSpec, REGION};
-use crate::driver::IndexClient;
 use crate::history::{check, Expectation, HistoryCheck, Write};
-use crate::workload::KeyMap;
+use workload::driver::IndexClient;
+use workload::KeyMap;
 
 /// Structural violations listed in full.
 const VIOLATIONS_LISTED_MAX: usize = 20;

@@ -39,10 +39,10 @@ use txn::{Heap, TxConfig};
 
 use super::control::{self, LeaseKeeper, Validity};
 use super::{unix_ns, Endpoint, RunError, RunSpec, REGION};
-use crate::driver::{DriveError, IndexClient};
 use crate::experiment::IndexKind;
 use crate::history::{Write, WriteKind};
-use crate::workload::{Keyspace, Op, WorkloadSpec};
+use workload::driver::{DriveError, IndexClient};
+use workload::{Keyspace, Op, WorkloadSpec};
 
 /// Runs client `client` of `spec` (the body of `kintsugi chaos client`);
 /// `token` is the control plane's bearer token, if the run has one.

@@ -27,7 +27,7 @@ use super::{
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind};
 use crate::timeline::effect;
-use crate::workload::load_entries;
+use workload::load_entries;
 
 /// Chunk of the heap each client allocates from at a time.
 const CHUNK_BYTES: u64 = 64 * 1024;

@@ -20,13 +20,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use chaos::workload::KeyMap;
 use fabric::{BaseTransport, Client, FaultPlan, Faulty};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{attempts_waiting, HashLoadReport, HashStats, HashTable, TableInfo, CRASH_SPLIT_MIDWAY};
 use index::{IndexError, Variant};
 use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, TxConfig};
+use workload::KeyMap;
 
 use super::common::load_bar;
 use super::format::thousands;

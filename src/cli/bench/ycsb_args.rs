@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use chaos::workload::{Distribution, Workload};
 use index::btree::Variant;
+use workload::{Distribution, Workload};
 
 use super::common::dedup;
 use super::memory::MemoryTransport;

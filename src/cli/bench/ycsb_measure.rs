@@ -13,11 +13,11 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use chaos::driver::{drive, ClientResult, IndexClient};
-use chaos::workload::{Distribution, Keyspace, OpGenerator, Workload, WorkloadSpec};
 use index::btree::{BTree, LeafHintTable};
 use index::hash::HashTable;
 use txn::{HintCache, TxConfig};
+use workload::driver::{drive, ClientResult, IndexClient};
+use workload::{Distribution, Keyspace, OpGenerator, Workload, WorkloadSpec};
 
 use super::memory::Memory;
 use super::threads::{on_threads, runtime};

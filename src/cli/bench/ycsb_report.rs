@@ -3,10 +3,10 @@
 //! index's `optimal` in the same round (over several rounds: the median and
 //! the range).
 
-use chaos::driver::ClientResult;
-use chaos::workload::{Distribution, Workload};
 use index::btree::Variant;
 use serde::Serialize;
+use workload::driver::ClientResult;
+use workload::{Distribution, Workload};
 
 use super::common::median;
 use super::format::{micros, thousands};

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use chaos::workload::load_entries;
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
 use txn::{Heap, HeapConfig};
+use workload::load_entries;
 
 use super::common::load_bar;
 use super::memory::{Memory, REGION};

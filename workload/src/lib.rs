@@ -21,6 +21,8 @@
 //!   computed once per run.
 //! - [`generator`]: the shared [`Keyspace`] of a run and the per-thread
 //!   [`OpGenerator`] producing [`Op`]s.
+//! - [`driver`]: the client loop that runs an op stream on an index, shared
+//!   by `bench ycsb` and chaos experiments.
 //!
 //! **Keys.** Loaded records are indices `0..records`; inserts take
 //! `records`, `records + 1`, ... from a shared atomic counter, so no two
@@ -54,7 +56,7 @@
 //! they are stable for a given `rand` version (pinned by `Cargo.lock`).
 //!
 //! ```
-//! use chaos::workload::{Distribution, Keyspace, Op, Workload, WorkloadSpec};
+//! use workload::{Distribution, Keyspace, Op, Workload, WorkloadSpec};
 //!
 //! let spec = WorkloadSpec { workload: Workload::A, distribution: Distribution::Zipf, records: 10_000, seed: 7 };
 //! let keyspace = Keyspace::new(spec)?;
@@ -70,9 +72,13 @@
 //!     }
 //! }
 //! # assert_eq!(loaded.len(), 10_000);
-//! # Ok::<(), chaos::workload::SpecError>(())
+//! # Ok::<(), workload::SpecError>(())
 //! ```
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod driver;
 pub mod generator;
 pub mod keys;
 mod perm;

@@ -13,7 +13,7 @@ use index::btree::BTree;
 use index::hash::HashTable;
 use index::IndexError;
 
-use crate::workload::{Op, OpGenerator};
+use crate::{Op, OpGenerator};
 
 /// Latency of one op in every this many is recorded: reading the clock for
 /// every op would cost as much as a local-memory op itself.
