@@ -1,0 +1,363 @@
+//! Control-plane members as processes: `kintsugi control` children with a
+//! fresh secret and token, formed into a cluster, killed and restarted on
+//! their old address. What `chaos run` (one member) and `bench control`
+//! (three, with failover) both start.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use control_plane::api::{ClientError, ControlClient, Status};
+use control_plane::config::{SECRET_ENV, TOKEN_ENV};
+use control_plane::raft::MemberId;
+use rand::distributions::{Alphanumeric, DistString};
+
+use crate::launch::{Launch, LaunchError, Process, StopBy, START_TIMEOUT};
+
+/// How long forming the cluster may take (an election, then each member
+/// added and caught up).
+pub const FORM_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest wait for one API call of the set-up.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between polls of a member's status.
+pub const POLL: Duration = Duration::from_millis(10);
+/// Tries at restarting a member on its old port: another process may hold
+/// the port for a moment after the kill (an outgoing connection that drew
+/// it as its ephemeral port).
+const RESTART_TRIES: u32 = 10;
+/// Pause between restart tries.
+const RESTART_PAUSE: Duration = Duration::from_millis(200);
+/// Length of the generated secret and token.
+const CREDENTIAL_CHARS: usize = 32;
+
+/// Why the control plane could not be started, formed or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// A member process failed.
+    #[error(transparent)]
+    Launch(#[from] LaunchError),
+    /// A file system step of the set-up.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was tried.
+        what: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// Why not.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A member refused or failed a call.
+    #[error("{what}: {source}")]
+    Api {
+        /// The call.
+        what: String,
+        /// Its error.
+        #[source]
+        source: ClientError,
+    },
+    /// A member did not answer in time, or a condition never held.
+    #[error("{what}: no answer within {within:?}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+        /// The bound.
+        within: Duration,
+    },
+    /// A member asked to restart was never killed.
+    #[error("member {id} is still running")]
+    StillRunning {
+        /// The member.
+        id: MemberId,
+    },
+    /// A member restarted elsewhere than asked.
+    #[error("member {id} restarted on {got} instead of {want}")]
+    Moved {
+        /// The member.
+        id: MemberId,
+        /// Where it serves now.
+        got: String,
+        /// Where it served.
+        want: String,
+    },
+}
+
+/// Where a member's stderr goes.
+#[derive(Clone, Debug)]
+pub enum MemberLogs {
+    /// `DIR/control-plane-<id>.log` (a run keeps its children's logs).
+    Files(PathBuf),
+    /// Our stderr, prefixed `member <id>: ` (a bench shows them live).
+    Forward,
+}
+
+/// One `kintsugi control` child.
+#[derive(Debug)]
+pub struct Member {
+    /// Its id.
+    pub id: MemberId,
+    /// `host:port` it serves Raft and the API on (what it printed).
+    pub addr: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// `None` once killed.
+    process: Option<Process>,
+}
+
+impl Member {
+    /// True until killed.
+    pub fn alive(&self) -> bool {
+        self.process.is_some()
+    }
+}
+
+/// Members, their shared secret and token. Every member is killed when
+/// this drops (before its directory is removed, if it is a temporary one).
+#[derive(Debug)]
+pub struct ControlPlane {
+    /// By index: member `i` has id `i + 1`.
+    pub members: Vec<Member>,
+    /// The bearer token every member accepts (fresh: nothing outside the
+    /// run can talk to its members).
+    pub token: String,
+    secret: String,
+    exe: PathBuf,
+    logs: MemberLogs,
+    dir: PathBuf,
+    /// Declared last: removed after the members are gone.
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl ControlPlane {
+    /// Starts `n` members of `exe` on free loopback ports, their data in
+    /// `dir` (a fresh temporary directory if `None`; a left-over data
+    /// directory of an earlier run is removed, since a member that finds a
+    /// formed cluster refuses to form a new one). They are not a cluster
+    /// yet: [`ControlPlane::form`].
+    pub fn start(exe: &Path, n: usize, dir: Option<&Path>, logs: MemberLogs) -> Result<Self, ControlError> {
+        let (dir, temp) = match dir {
+            Some(d) => (d.to_owned(), None),
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("kintsugi-control-")
+                    .tempdir()
+                    .map_err(|source| ControlError::Io {
+                        what: "cannot create a temporary directory in",
+                        path: std::env::temp_dir(),
+                        source,
+                    })?;
+                (t.path().to_owned(), Some(t))
+            }
+        };
+        let mut rng = rand::thread_rng();
+        let mut plane = ControlPlane {
+            members: Vec::with_capacity(n),
+            token: Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS),
+            secret: Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS),
+            exe: exe.to_owned(),
+            logs,
+            dir,
+            _temp: temp,
+        };
+        for i in 0..n {
+            let id = i as MemberId + 1;
+            let data_dir = plane.dir.join(format!("control-plane-{id}"));
+            if data_dir.exists() {
+                std::fs::remove_dir_all(&data_dir).map_err(|source| ControlError::Io {
+                    what: "cannot remove the left-over",
+                    path: data_dir.clone(),
+                    source,
+                })?;
+            }
+            let member = plane.spawn(id, "127.0.0.1:0", data_dir)?;
+            plane.members.push(member);
+        }
+        Ok(plane)
+    }
+
+    /// Where the members keep their data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The address of member `i` (an index into `members`).
+    pub fn addr(&self, i: usize) -> &str {
+        &self.members[i].addr
+    }
+
+    /// A client of member `i`.
+    pub fn client(&self, i: usize) -> Result<ControlClient, ControlError> {
+        let m = &self.members[i];
+        ControlClient::new(&m.addr, Some(self.token.clone())).map_err(|source| ControlError::Api {
+            what: format!("cannot make a client of member {} at {}", m.id, m.addr),
+            source,
+        })
+    }
+
+    /// One client per member, by index.
+    pub fn clients(&self) -> Result<Vec<ControlClient>, ControlError> {
+        (0..self.members.len()).map(|i| self.client(i)).collect()
+    }
+
+    /// Starts one member and waits for its `listening ADDR`.
+    fn spawn(&self, id: MemberId, listen: &str, data_dir: PathBuf) -> Result<Member, ControlError> {
+        let launch = Launch::new(&self.exe, format!("control-plane member {id}"))
+            .args([
+                "control",
+                "--id",
+                &id.to_string(),
+                "--listen",
+                listen,
+                "--data-dir",
+            ])
+            .arg(&data_dir)
+            .env(SECRET_ENV, &self.secret)
+            .env(TOKEN_ENV, &self.token)
+            // Members narrate elections at info, and openraft warns of every
+            // append to a member killed on purpose.
+            .quiet()
+            // A member is crashed on purpose, never shut down.
+            .stop_by(StopBy::Kill);
+        let launch = match &self.logs {
+            MemberLogs::Files(dir) => launch.log_to(dir.join(format!("control-plane-{id}.log"))),
+            MemberLogs::Forward => launch.forward_stderr(format!("member {id}: ")),
+        };
+        let mut process = launch.spawn()?;
+        let addr = process.await_listening(START_TIMEOUT)?;
+        Ok(Member {
+            id,
+            addr,
+            data_dir,
+            process: Some(process),
+        })
+    }
+
+    /// SIGKILLs member `i` (a crash) and returns when it was sent.
+    pub fn kill(&mut self, i: usize) -> Result<Instant, ControlError> {
+        let m = &mut self.members[i];
+        let mut p = m.process.take().ok_or_else(|| LaunchError::NotRunning {
+            name: format!("control-plane member {}", m.id),
+        })?;
+        Ok(p.kill()?)
+    }
+
+    /// Restarts member `i`, killed before, on its old address and data
+    /// directory, so the membership the others hold stays valid.
+    pub async fn restart(&mut self, i: usize) -> Result<(), ControlError> {
+        let (id, addr, data_dir) = {
+            let m = &self.members[i];
+            if m.alive() {
+                return Err(ControlError::StillRunning { id: m.id });
+            }
+            (m.id, m.addr.clone(), m.data_dir.clone())
+        };
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.spawn(id, &addr, data_dir.clone()) {
+                Ok(m) if m.addr == addr => {
+                    self.members[i] = m;
+                    return Ok(());
+                }
+                Ok(m) => {
+                    return Err(ControlError::Moved {
+                        id,
+                        got: m.addr.clone(),
+                        want: addr,
+                    })
+                }
+                Err(e) if tries >= RESTART_TRIES => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, member = id, "restart on the old port: retrying");
+                    tokio::time::sleep(RESTART_PAUSE).await;
+                }
+            }
+        }
+    }
+
+    /// Forms the cluster: `init` on member 1 alone, waits until it leads,
+    /// then adds every other member as a voter through it (each call waits
+    /// for the member to catch up).
+    pub async fn form(&self) -> Result<(), ControlError> {
+        let first = self.client(0)?;
+        call("init on member 1", first.init(Vec::new())).await?;
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        // A member of one elects itself at once, but not synchronously with init.
+        loop {
+            if call("status of member 1", first.status()).await?.role == "leader" {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(ControlError::Timeout {
+                    what: "member 1 to lead after init".into(),
+                    within: FORM_TIMEOUT,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        for m in &self.members[1..] {
+            let what = format!("adding member {} ({})", m.id, m.addr);
+            loop {
+                match call(&what, first.add_member(m.id, &m.addr, true)).await {
+                    Ok(_) => break,
+                    Err(e) if Instant::now() < deadline => {
+                        tracing::debug!(error = %e, member = m.id, "add_member: retrying");
+                        tokio::time::sleep(POLL * 5).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Which live member leads, by its own status; with two claimants (an
+    /// old leader that has not heard of the new term yet), the higher term.
+    pub async fn leader(
+        &self,
+        clients: &[ControlClient],
+        within: Duration,
+    ) -> Result<(usize, Status), ControlError> {
+        let deadline = Instant::now() + within;
+        loop {
+            let mut best: Option<(usize, Status)> = None;
+            for (i, c) in clients.iter().enumerate() {
+                if !self.members[i].alive() {
+                    continue;
+                }
+                let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await else {
+                    continue;
+                };
+                if s.role == "leader" && best.as_ref().is_none_or(|(_, b)| s.term > b.term) {
+                    best = Some((i, s));
+                }
+            }
+            if let Some(found) = best {
+                return Ok(found);
+            }
+            if Instant::now() >= deadline {
+                return Err(ControlError::Timeout {
+                    what: "a member to claim the lead".into(),
+                    within,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// One API call, bounded by [`CALL_TIMEOUT`].
+pub async fn call<T>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, ClientError>>,
+) -> Result<T, ControlError> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(r) => r.map_err(|source| ControlError::Api {
+            what: what.to_owned(),
+            source,
+        }),
+        Err(_) => Err(ControlError::Timeout {
+            what: what.to_owned(),
+            within: CALL_TIMEOUT,
+        }),
+    }
+}
