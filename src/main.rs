@@ -8,7 +8,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
     cli::init_tracing(args.verbose);
-    if let Err(e) = cli::stop_with_parent() {
+    if let Err(e) = harness::launch::stop_with_parent() {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::FAILURE;
     }

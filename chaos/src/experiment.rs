@@ -109,7 +109,7 @@ pub struct ClusterSpec {
     #[serde(default = "one")]
     pub memory_nodes: u32,
     /// How clients reach it.
-    #[serde(default)]
+    #[serde(default = "default_transport")]
     pub transport: TransportKind,
     /// Client processes.
     pub clients: u32,
@@ -144,22 +144,18 @@ fn default_client_lease() -> Duration {
 impl ClusterSpec {
     /// The transport's name.
     pub fn transport_name(&self) -> &'static str {
-        match self.transport {
-            TransportKind::Shm => "shm",
-            TransportKind::Tcp => "tcp",
-        }
+        self.transport.name()
     }
 }
 
-/// How clients reach the memory node.
-#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum TransportKind {
-    /// The node's memory image mapped by every client (the CXL model).
-    #[default]
-    Shm,
-    /// Verbs over loopback TCP.
-    Tcp,
+/// How clients reach the memory nodes: the one transport enum; a run's
+/// clients are processes, so `local` is refused by [`Experiment::validate`].
+pub use harness::TransportKind;
+/// Transports a run's client processes can use.
+const RUN_TRANSPORTS: &[TransportKind] = &[TransportKind::Shm, TransportKind::Tcp];
+
+fn default_transport() -> TransportKind {
+    TransportKind::Shm
 }
 
 /// Which index, in which variants (each runs on a fresh memory node).
@@ -324,6 +320,12 @@ impl Experiment {
                 "cluster.memory_nodes",
                 format!("1 to {MEMORY_NODES_MAX} (a primary and up to 2 backups)"),
             ));
+        }
+        if let Err(e) = c
+            .transport
+            .require("a chaos run's client processes", RUN_TRANSPORTS)
+        {
+            return Err(invalid("cluster.transport", e.to_string()));
         }
         let lease_ms = c.client_lease.as_millis();
         if !(u128::from(CLIENT_LEASE_MS_MIN)..=u128::from(LEASE_MS_MAX)).contains(&lease_ms) {

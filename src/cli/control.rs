@@ -107,7 +107,11 @@ pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("starting member {} in {}", args.id, args.data_dir.display()))?;
         // Launchers read this line to learn the port (with --listen ...:0).
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "listening {}", member.local_addr())?;
+        writeln!(
+            stdout,
+            "{}",
+            harness::ServerLine::Listening(member.local_addr().to_string())
+        )?;
         stdout.flush()?;
         drop(stdout);
         shutdown_signal().await?;

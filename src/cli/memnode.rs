@@ -97,7 +97,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             "memory node serving"
         );
         let mut stdout = std::io::stdout().lock();
-        writeln!(stdout, "listening {addr}")?;
+        writeln!(stdout, "{}", harness::ServerLine::Listening(addr.to_string()))?;
         stdout.flush()?;
         drop(stdout);
         let lease = if args.control.is_empty() {

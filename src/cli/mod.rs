@@ -95,28 +95,6 @@ pub fn init_tracing(verbose: u8) {
 }
 
 /// Runs the parsed command.
-/// Set by a launcher (`chaos run`) to its pid: this process is then sent
-/// SIGTERM when the launcher dies, even by `kill -9`, and stops as on
-/// Ctrl-C (a memory node removes its shm image), instead of living on.
-pub const STOP_WITH_PARENT_ENV: &str = ::chaos::run::cluster::STOP_WITH_PARENT_ENV;
-
-/// Honours [`STOP_WITH_PARENT_ENV`].
-pub fn stop_with_parent() -> anyhow::Result<()> {
-    let Some(parent) = std::env::var_os(STOP_WITH_PARENT_ENV) else {
-        return Ok(());
-    };
-    let parent: i32 = parent
-        .to_str()
-        .and_then(|p| p.parse().ok())
-        .ok_or_else(|| anyhow::anyhow!("{STOP_WITH_PARENT_ENV} is not a pid: {parent:?}"))?;
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
-    // The launcher may have died before the line above took effect.
-    if nix::unistd::getppid().as_raw() != parent {
-        anyhow::bail!("the launcher (pid {parent}) is gone");
-    }
-    Ok(())
-}
-
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args),

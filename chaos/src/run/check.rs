@@ -90,20 +90,22 @@ pub async fn check_index(
 ) -> Result<CheckOutcome, RunError> {
     let e = &spec.experiment;
     let mut index = open(spec, owner).await?;
-    let err = |what: &str, x: index::IndexError| RunError::Index(format!("{what}: {x}"));
     let repaired = index
         .repair_expired_locks()
         .await
-        .map_err(|x| err("cannot repair", x))?;
+        .map_err(RunError::index("cannot repair"))?;
     let replicas = check_replicas(spec, owner, &index, dead_owners).await?;
     let (violations, locks_held, present): (Vec<String>, u64, BTreeMap<u64, u64>) = match &mut index {
         IndexClient::BTree(t) => {
-            let r = t.check().await.map_err(|x| err("cannot check", x))?;
+            let r = t.check().await.map_err(RunError::index("cannot check"))?;
             (r.violations, r.locks_held, r.entries.into_iter().collect())
         }
         IndexClient::Hash(t) => {
-            let r = t.check().await.map_err(|x| err("cannot check", x))?;
-            let entries = t.entries().await.map_err(|x| err("cannot list the table", x))?;
+            let r = t.check().await.map_err(RunError::index("cannot check"))?;
+            let entries = t
+                .entries()
+                .await
+                .map_err(RunError::index("cannot list the table"))?;
             (r.violations, r.locks_held, entries)
         }
     };
@@ -141,15 +143,15 @@ async fn check_replicas(
     let mut fabric = connect(&spec.endpoint).await?;
     let heap = txn::Heap::open(&mut fabric, REGION)
         .await
-        .map_err(|x| RunError::Index(format!("cannot open the heap: {x}")))?;
+        .map_err(RunError::index("cannot open the heap"))?;
     if spec.variant == index::Variant::Rtx {
         let mut recovery = txn::TxClient::new(fabric.fork(), heap, owner, txn::TxConfig::default())
-            .map_err(|x| RunError::Index(x.to_string()))?;
+            .map_err(RunError::index(format!("cannot act as owner {owner}")))?;
         for &dead in dead_owners {
             recovery
                 .finish_owner_log(dead)
                 .await
-                .map_err(|x| RunError::Index(format!("cannot finish the log of owner {dead}: {x}")))?;
+                .map_err(RunError::index(format!("cannot finish the log of owner {dead}")))?;
         }
     }
     let object_bytes = match index {
@@ -161,7 +163,7 @@ async fn check_replicas(
             dead_owners.contains(&o)
         })
         .await
-        .map_err(|x| RunError::Index(format!("cannot compare the replicas: {x}")))?;
+        .map_err(RunError::index("cannot compare the replicas"))?;
     Ok(ReplicaCheck {
         replicas: report.replicas,
         words_compared: report.words_compared,

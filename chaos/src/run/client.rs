@@ -28,10 +28,13 @@
 use std::io::{BufRead, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use fabric::{BaseTransport, Client, FaultPlan, Faulty, ShmTransport, TcpTransport};
+use harness::{ClientLine, RunnerLine};
 use index::btree::BTree;
 use index::hash::HashTable;
 use index::IndexError;
@@ -44,98 +47,165 @@ use crate::history::{Write, WriteKind};
 use workload::driver::{DriveError, IndexClient};
 use workload::{Keyspace, Op, WorkloadSpec};
 
+/// A thread's fault injector, shared with the stdin listener that arms it.
+type Faults = Arc<Mutex<Vec<Arc<Faulty<BaseTransport>>>>>;
+/// The common start, once the runner says `go`.
+type Go = Arc<(Mutex<Option<u64>>, std::sync::Condvar)>;
+/// The process's stdout, shared by its threads: one line at a time.
+type Stdout = Arc<Mutex<std::io::Stdout>>;
+
 /// Runs client `client` of `spec` (the body of `kintsugi chaos client`);
 /// `token` is the control plane's bearer token, if the run has one.
 pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), RunError> {
     let spec = RunSpec::read(spec_path)?;
-    let threads = spec.experiment.cluster.threads_per_client;
     if client >= spec.experiment.cluster.clients {
         return Err(RunError::Client(format!(
             "client {client} is not one of the run's {}",
             spec.experiment.cluster.clients
         )));
     }
-    let stdout = Arc::new(Mutex::new(std::io::stdout()));
-    let threads_u16 = u16::try_from(threads).map_err(|e| RunError::Client(e.to_string()))?;
-    let (first_owner, keeper) = match &spec.control {
-        None => (spec.first_client_owner + (client as u16) * threads_u16, None),
-        Some(endpoint) => {
-            let token = token.ok_or_else(|| {
-                RunError::Client(format!(
-                    "the run has a control plane at {endpoint}, but no bearer token was given"
-                ))
-            })?;
-            // Expired by the control plane: its owner ids may go to another
-            // client, so this one stops at once.
-            let out = stdout.clone();
-            let (owners, keeper) = control::lease(
-                endpoint,
-                &token,
-                &control::client_name(client),
-                threads_u16,
-                spec.experiment.cluster.client_lease,
-                move |why| {
-                    let _ = say(&out, &format!("error control-plane lease lost: {why}"));
-                    std::process::exit(1);
-                },
-            )?;
-            (owners.first, Some(keeper))
-        }
-    };
+    let stdout: Stdout = Arc::new(Mutex::new(std::io::stdout()));
+    let (first_owner, keeper) = take_owner_ids(&spec, client, token, &stdout)?;
     let validity = keeper.as_ref().map(LeaseKeeper::validity);
-    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
-    let go: Arc<(Mutex<Option<u64>>, std::sync::Condvar)> = Arc::default();
+    let go: Go = Arc::default();
+    let faults: Faults = Arc::default();
+    let (handles, opened) = start_threads(&spec, client, first_owner, validity, &go, &faults, &stdout);
+    await_opened(&opened, spec.experiment.cluster.threads_per_client)?;
+    say(&stdout, &ClientLine::Ready)?;
+    let t0_ns = read_go()?;
+    {
+        let (lock, cv) = &*go;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(t0_ns);
+        cv.notify_all();
+    }
+    listen_for_faults(faults);
+    let (ops, repairs) = join_threads(handles, &stdout)?;
+    say(&stdout, &ClientLine::Done { ops, repairs })
+}
+
+/// The client's owner ids: leased from the control plane (kept on a
+/// thread; lost, the client stops at once, since its ids may go to
+/// another), or laid out after the loader's without one.
+fn take_owner_ids(
+    spec: &RunSpec,
+    client: u32,
+    token: Option<String>,
+    stdout: &Stdout,
+) -> Result<(u16, Option<LeaseKeeper>), RunError> {
+    let threads = u16::try_from(spec.experiment.cluster.threads_per_client)
+        .map_err(|_| RunError::Client("more threads per client than owner ids".into()))?;
+    let Some(endpoint) = &spec.control else {
+        return Ok((spec.first_client_owner + (client as u16) * threads, None));
+    };
+    let token = token.ok_or_else(|| {
+        RunError::Client(format!(
+            "the run has a control plane at {endpoint}, but no bearer token was given"
+        ))
+    })?;
+    let out = stdout.clone();
+    let (owners, keeper) = control::lease(
+        endpoint,
+        &token,
+        &control::client_name(client),
+        threads,
+        spec.experiment.cluster.client_lease,
+        move |why| {
+            let _ = say(
+                &out,
+                &ClientLine::Error(format!("control-plane lease lost: {why}")),
+            );
+            std::process::exit(1);
+        },
+    )?;
+    Ok((owners.first, Some(keeper)))
+}
+
+/// Starts one thread per index client: each opens the index (and says so
+/// on `opened`), waits for the common start, then runs until the duration
+/// is over. A victim's threads get a fault injector each.
+fn start_threads(
+    spec: &RunSpec,
+    client: u32,
+    first_owner: u16,
+    validity: Option<Validity>,
+    go: &Go,
+    faults: &Faults,
+    stdout: &Stdout,
+) -> (
+    Vec<JoinHandle<Result<(u64, u64), RunError>>>,
+    Receiver<Option<String>>,
+) {
+    let threads = spec.experiment.cluster.threads_per_client;
     // Killed or paused: either right after a CAS, so with a lock just taken.
     let victim = spec.experiment.faults.iter().any(|f| f.client == client);
-    let faults: Arc<Mutex<Vec<Arc<Faulty<BaseTransport>>>>> = Arc::default();
-    let mut handles = Vec::new();
-    for t in 0..threads {
-        let (spec, stdout, opened, go) = (spec.clone(), stdout.clone(), opened_tx.clone(), go.clone());
-        let validity = validity.clone();
-        let faults = faults.clone();
-        let global = client * threads + t;
-        handles.push(std::thread::spawn(move || -> Result<(u64, u64), RunError> {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| RunError::Client(format!("cannot start a runtime: {e}")))?;
-            let mut fault = None;
-            let opened_client = rt.block_on(async {
-                let mut fabric = connect(&spec.endpoint).await?;
-                if victim {
-                    let (t, handle) = fabric.transport().clone().with_faults(FaultPlan::default());
-                    fabric = Client::new(fabric.map().clone(), t);
-                    faults
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(handle.clone());
-                    fault = Some(handle);
-                }
-                open_on(fabric, &spec, first_owner + t as u16).await
-            });
-            let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
-            let mut index = opened_client?;
-            let t0_ns = {
-                let (lock, cv) = &*go;
-                let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
-                while g.is_none() {
-                    g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
-                }
-                g.unwrap_or(0)
-            };
-            let me = Thread {
-                client,
-                global,
-                fault: fault.as_deref(),
-                lease: validity.as_ref(),
-            };
-            let ops = rt.block_on(run_thread(&spec, me, &mut index, t0_ns, &stdout))?;
-            Ok((ops, index.tx_stats().repairs))
-        }));
+    let (opened_tx, opened_rx) = std::sync::mpsc::channel();
+    let handles = (0..threads)
+        .map(|t| {
+            let (spec, stdout, opened, go) = (spec.clone(), stdout.clone(), opened_tx.clone(), go.clone());
+            let (validity, faults) = (validity.clone(), faults.clone());
+            let global = client * threads + t;
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|source| RunError::Io {
+                        what: "cannot start a runtime".into(),
+                        source,
+                    })?;
+                let opened_client = rt.block_on(open_thread(&spec, first_owner + t as u16, victim, &faults));
+                let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
+                let (mut index, fault) = opened_client?;
+                let t0_ns = wait_for_go(&go);
+                let me = Thread {
+                    client,
+                    global,
+                    fault: fault.as_deref(),
+                    lease: validity.as_ref(),
+                };
+                let ops = rt.block_on(run_thread(&spec, me, &mut index, t0_ns, &stdout))?;
+                Ok((ops, index.tx_stats().repairs))
+            })
+        })
+        .collect();
+    (handles, opened_rx)
+}
+/// Opens the index for one thread, behind a fault injector (kept in
+/// `faults` for the stdin listener) if the client is a victim.
+async fn open_thread(
+    spec: &RunSpec,
+    owner: u16,
+    victim: bool,
+    faults: &Faults,
+) -> Result<(IndexClient, Option<Arc<Faulty<BaseTransport>>>), RunError> {
+    let mut fabric = connect(&spec.endpoint).await?;
+    let mut fault = None;
+    if victim {
+        let (t, handle) = fabric.transport().clone().with_faults(FaultPlan::default());
+        fabric = Client::new(fabric.map().clone(), t);
+        faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(handle.clone());
+        fault = Some(handle);
     }
-    drop(opened_tx);
+    Ok((open_on(fabric, spec, owner).await?, fault))
+}
+
+/// Blocks until the runner's `go` has been read; returns the start.
+fn wait_for_go(go: &Go) -> u64 {
+    let (lock, cv) = &**go;
+    let mut g = lock.lock().unwrap_or_else(|p| p.into_inner());
+    while g.is_none() {
+        g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+    }
+    g.unwrap_or(0)
+}
+
+/// Waits until every thread opened the index; the first failure is the
+/// client's.
+fn await_opened(opened: &Receiver<Option<String>>, threads: u32) -> Result<(), RunError> {
     for _ in 0..threads {
-        match opened_rx.recv() {
+        match opened.recv() {
             Ok(None) => {}
             Ok(Some(e)) => return Err(RunError::Client(format!("cannot open the index: {e}"))),
             Err(_) => {
@@ -145,31 +215,40 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
             }
         }
     }
-    say(&stdout, "ready")?;
+    Ok(())
+}
+
+/// Reads the runner's `go UNIX_NS` from stdin.
+fn read_go() -> Result<u64, RunError> {
     let mut line = String::new();
     std::io::stdin()
         .lock()
         .read_line(&mut line)
-        .map_err(|e| RunError::Client(format!("cannot read stdin: {e}")))?;
-    let t0_ns = line
-        .trim()
-        .strip_prefix("go ")
-        .and_then(|t| t.parse::<u64>().ok())
-        .ok_or_else(|| {
-            RunError::Client(format!("expected `go <unix ns>` on stdin, got {:?}", line.trim()))
+        .map_err(|source| RunError::Io {
+            what: "cannot read stdin".into(),
+            source,
         })?;
-    {
-        let (lock, cv) = &*go;
-        *lock.lock().unwrap_or_else(|p| p.into_inner()) = Some(t0_ns);
-        cv.notify_all();
+    match line.parse::<RunnerLine>() {
+        Ok(RunnerLine::Go { t0_ns }) => Ok(t0_ns),
+        Ok(other) => Err(RunError::Client(format!(
+            "expected `go UNIX_NS` on stdin first, got `{other}`"
+        ))),
+        Err(source) => Err(RunError::Line {
+            from: "the runner, on stdin".into(),
+            source,
+        }),
     }
+}
+
+/// Arms the faults the runner asks for, on a thread reading stdin.
+fn listen_for_faults(faults: Faults) {
     std::thread::spawn(move || {
         for line in std::io::stdin().lock().lines() {
             let Ok(line) = line else { break };
             let faults = faults.lock().unwrap_or_else(|p| p.into_inner());
-            match line.trim() {
-                "die" => faults.iter().for_each(|f| f.arm_crash_after_next_cas()),
-                "pause" => {
+            match line.parse::<RunnerLine>() {
+                Ok(RunnerLine::Die) => faults.iter().for_each(|f| f.arm_crash_after_next_cas()),
+                Ok(RunnerLine::Pause) => {
                     // The first thread to take a lock stops the process (all
                     // of it, as SIGSTOP from outside would); the runner
                     // sends SIGCONT. Only once: the others' hooks then pass.
@@ -183,10 +262,20 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
                         });
                     }
                 }
-                _ => {}
+                Ok(RunnerLine::Go { .. }) | Err(_) => {
+                    tracing::warn!(line = %line.trim(), "ignored: not a fault line");
+                }
             }
         }
     });
+}
+
+/// Joins the threads; the first that failed says why on stdout
+/// (`blocked` or `error`) and fails the client.
+fn join_threads(
+    handles: Vec<JoinHandle<Result<(u64, u64), RunError>>>,
+    stdout: &Stdout,
+) -> Result<(u64, u64), RunError> {
     let (mut ops, mut repairs) = (0, 0);
     for h in handles {
         match h.join() {
@@ -195,39 +284,41 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
                 repairs += r;
             }
             Ok(Err(e)) => {
-                let word = if matches!(e, RunError::Blocked(_)) {
-                    "blocked"
-                } else {
-                    "error"
+                let line = match &e {
+                    RunError::Blocked(_) => ClientLine::Blocked(e.to_string()),
+                    _ => ClientLine::Error(e.to_string()),
                 };
-                let _ = say(&stdout, &format!("{word} {e}"));
+                let _ = say(stdout, &line);
                 return Err(e);
             }
             Err(_) => return Err(RunError::Client("a client thread panicked".into())),
         }
     }
-    say(&stdout, &format!("done {ops} {repairs}"))
+    Ok((ops, repairs))
 }
 
-fn say(stdout: &Mutex<std::io::Stdout>, line: &str) -> Result<(), RunError> {
+fn say(stdout: &Mutex<std::io::Stdout>, line: &ClientLine) -> Result<(), RunError> {
     let mut out = stdout.lock().unwrap_or_else(|p| p.into_inner());
     writeln!(out, "{line}")
         .and_then(|_| out.flush())
-        .map_err(|e| RunError::Client(format!("cannot write to the runner: {e}")))
+        .map_err(|source| RunError::Io {
+            what: "cannot write to the runner".into(),
+            source,
+        })
 }
 
 /// A fabric client of the run's memory nodes (the first is the primary).
 pub(super) async fn connect(endpoint: &Endpoint) -> Result<Client, RunError> {
-    let fabric = |e: String| RunError::Client(format!("cannot reach the memory nodes: {e}"));
     match endpoint {
         Endpoint::Shm(paths) => {
-            let (t, map) = ShmTransport::attach(paths).map_err(|e| fabric(e.to_string()))?;
+            let (t, map) =
+                ShmTransport::attach(paths).map_err(RunError::index("cannot map the memory images"))?;
             Ok(Client::new(map, t.into()))
         }
         Endpoint::Tcp(addrs) => {
             let (t, map) = TcpTransport::discover(addrs)
                 .await
-                .map_err(|e| fabric(e.to_string()))?;
+                .map_err(RunError::index("cannot reach the memory nodes"))?;
             Ok(Client::new(map, t.into()))
         }
     }
@@ -242,9 +333,9 @@ pub(super) async fn open(spec: &RunSpec, owner: u16) -> Result<IndexClient, RunE
 async fn open_on(mut fabric: Client, spec: &RunSpec, owner: u16) -> Result<IndexClient, RunError> {
     let heap = Heap::open(&mut fabric, REGION)
         .await
-        .map_err(|e| RunError::Client(format!("cannot open the heap: {e}")))?;
+        .map_err(RunError::index("cannot open the heap"))?;
     let config = TxConfig::default();
-    let index = |e: IndexError| RunError::Client(format!("cannot open the index: {e}"));
+    let index = RunError::index("cannot open the index");
     Ok(match spec.experiment.index.kind {
         IndexKind::Btree => IndexClient::BTree(Box::new(
             BTree::open_with(fabric, heap, owner, config)
@@ -308,10 +399,9 @@ async fn run_thread(
     .map_err(|e| RunError::Client(e.to_string()))?;
     let mut generator = keyspace.generator(global as usize);
     let path = history_path(&spec.out_dir, client, global);
-    let file = std::fs::File::create(&path)
-        .map_err(|e| RunError::Client(format!("cannot create {}: {e}", path.display())))?;
+    let file = std::fs::File::create(&path).map_err(|e| RunError::io(&path, e))?;
     let mut history = BufWriter::new(file);
-    let io = |e: std::io::Error| RunError::Client(format!("cannot write {}: {e}", path.display()));
+    let io = |e: std::io::Error| RunError::io(&path, e);
 
     // The common start, on this process's monotonic clock.
     let behind = Duration::from_nanos(unix_ns().saturating_sub(t0_ns));
@@ -328,7 +418,13 @@ async fn run_thread(
         if b != bucket {
             if in_bucket > 0 {
                 history.flush().map_err(io)?;
-                say(stdout, &format!("b {bucket} {in_bucket}"))?;
+                say(
+                    stdout,
+                    &ClientLine::Bucket {
+                        bucket,
+                        ops: in_bucket,
+                    },
+                )?;
             }
             bucket = b;
             in_bucket = 0;
@@ -379,7 +475,13 @@ async fn run_thread(
     }
     history.flush().map_err(io)?;
     if in_bucket > 0 {
-        say(stdout, &format!("b {bucket} {in_bucket}"))?;
+        say(
+            stdout,
+            &ClientLine::Bucket {
+                bucket,
+                ops: in_bucket,
+            },
+        )?;
     }
     Ok(total)
 }

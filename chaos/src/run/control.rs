@@ -24,10 +24,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use control_plane::api::{keep_lease_with, ClientError, ControlClient, Leaseholder, MemberInfo};
+use control_plane::api::{keep_lease_with, ClientError, ControlClient, Leaseholder};
 use control_plane::state::{
     Client, ClientId, ClientState, Command, MemNodeId, MemNodeState, Outcome, OwnerBlock, OWNER_ID_END,
 };
+pub use harness::control::CALL_TIMEOUT;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
@@ -37,9 +38,6 @@ use super::RunError;
 /// memory nodes to register and renew once: well under a second on an
 /// idle machine, seconds on a loaded one.
 pub const FORM_TIMEOUT: Duration = Duration::from_secs(30);
-/// Longest wait for one answer of the member: a commit on one member takes
-/// milliseconds; a debug build on a loaded machine, far less than this.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between polls of the member while waiting for a decision.
 pub const POLL: Duration = Duration::from_millis(10);
 /// How long the checker waits for the control plane to expire a dead
@@ -47,43 +45,25 @@ pub const POLL: Duration = Duration::from_millis(10);
 /// expiry later than this is a failure of the control plane.
 pub const EXPIRY_SLACK: Duration = Duration::from_secs(10);
 
+/// A refusal or failure of the control plane that is a message only (the
+/// answers themselves were fine).
 fn control(what: impl std::fmt::Display, e: impl std::fmt::Display) -> RunError {
     RunError::Control(format!("{what}: {e}"))
 }
 
 /// One call to the member, bounded by [`CALL_TIMEOUT`].
 async fn call<T>(what: &str, f: impl Future<Output = Result<T, ClientError>>) -> Result<T, RunError> {
-    match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(r) => r.map_err(|e| control(what, e)),
-        Err(_) => Err(control(what, format!("no answer within {CALL_TIMEOUT:?}"))),
-    }
+    Ok(harness::control::call(what, f).await?)
 }
 
 /// A client of the member at `endpoint`.
 pub fn api(endpoint: &str, token: &str) -> Result<ControlClient, RunError> {
-    ControlClient::new(endpoint, Some(token.to_owned())).map_err(|e| control(endpoint, e))
-}
-
-/// Forms a one-member cluster of the member at `addr` (`host:port`) that
-/// `api` reaches, and waits until it leads.
-pub async fn form(api: &ControlClient, addr: &str) -> Result<(), RunError> {
-    let me = vec![MemberInfo {
-        id: 1,
-        addr: addr.to_owned(),
-        voter: true,
-    }];
-    call("cannot form the one-member cluster", api.init(me)).await?;
-    let deadline = Instant::now() + FORM_TIMEOUT;
-    loop {
-        let s = call("status", api.status()).await?;
-        if s.leader == Some(s.member) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(control("status", format!("no leader within {FORM_TIMEOUT:?}")));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    ControlClient::new(endpoint, Some(token.to_owned())).map_err(|source| {
+        RunError::from(harness::control::ControlError::Api {
+            what: format!("cannot make a client of {endpoint}"),
+            source,
+        })
+    })
 }
 
 /// Waits until `n` memory nodes are registered and active (they renewed).
@@ -156,7 +136,10 @@ pub fn lease(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| control("cannot start a runtime", e))?;
+        .map_err(|source| RunError::Io {
+            what: "cannot start a runtime".into(),
+            source,
+        })?;
     let api = self::api(endpoint, token)?;
     let sent = Instant::now();
     let me = rt.block_on(register(&api, name, owner_ids, lease))?;
@@ -247,7 +230,10 @@ impl LeaseKeeper {
                 }
                 lost
             })
-            .map_err(|e| control("cannot start the lease thread", e))?;
+            .map_err(|source| RunError::Io {
+                what: "cannot start the lease thread".into(),
+                source,
+            })?;
         Ok(LeaseKeeper {
             stop: Some(tx),
             thread: Some(thread),

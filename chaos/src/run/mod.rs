@@ -36,7 +36,6 @@ mod variant;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fabric::RegionId;
 use index::Variant;
 use serde::{Deserialize, Serialize};
 
@@ -45,11 +44,11 @@ use crate::timeline::FaultEffect;
 
 pub use variant::run_variant;
 
-/// The region every run's heap lives in.
-pub const REGION: RegionId = 1;
 /// Owner id of the loader without a control plane; clients follow; the
 /// checker is the last.
-pub const LOADER: u16 = 1;
+pub use harness::layout::LOADER;
+/// The region every run's heap lives in.
+pub use harness::layout::REGION;
 /// How long the clients get after the duration to finish their last op:
 /// an op takes microseconds, so one still running after this is blocked.
 pub const GRACE: Duration = Duration::from_secs(2);
@@ -93,7 +92,12 @@ impl RunSpec {
     /// Reads a spec the runner wrote.
     pub fn read(path: &Path) -> Result<RunSpec, RunError> {
         let text = std::fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;
-        serde_json::from_str(&text).map_err(|e| RunError::Client(format!("{}: {e}", path.display())))
+        serde_json::from_str(&text).map_err(RunError::json(path.display().to_string()))
+    }
+
+    /// Where the runner writes it: `run-spec.json` in the variant's directory.
+    pub fn path(&self) -> PathBuf {
+        self.out_dir.join("run-spec.json")
     }
 }
 
@@ -112,20 +116,52 @@ pub enum RunError {
         /// Why it failed.
         source: std::io::Error,
     },
-    /// A process did not behave.
+    /// A child process could not be started, got no ready, or could not
+    /// be signalled.
+    #[error(transparent)]
+    Launch(#[from] harness::LaunchError),
+    /// The run's control plane could not be started, formed or reached.
+    #[error("control plane: {0}")]
+    ControlPlane(#[from] harness::control::ControlError),
+    /// A process said something that is none of the lines it may say.
+    #[error("{from}: {source}")]
+    Line {
+        /// Who said it.
+        from: String,
+        /// The line.
+        #[source]
+        source: harness::LineError,
+    },
+    /// A JSON file or line could not be written or read.
+    #[error("{what}: {source}")]
+    Json {
+        /// Which.
+        what: String,
+        /// Why not.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The loader, a client or the checker failed at the fabric, the heap
+    /// or the index.
+    #[error("{what}: {source}")]
+    Index {
+        /// What was being done.
+        what: String,
+        /// The failure.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A process did not behave (the message is all there is).
     #[error("{0}")]
     Process(String),
-    /// Inside a client process.
+    /// Inside a client process (the message is all there is).
     #[error("{0}")]
     Client(String),
     /// A client's operation gave up on a lock nobody released (optimal:
     /// its holder is presumably dead).
     #[error("{0}")]
     Blocked(String),
-    /// The loader or the checker failed.
-    #[error("{0}")]
-    Index(String),
-    /// The control plane refused or did not answer.
+    /// The control plane refused or did not answer as a run needs.
     #[error("control plane: {0}")]
     Control(String),
     /// The plot could not be drawn.
@@ -152,6 +188,24 @@ impl RunError {
             what: path.display().to_string(),
             source,
         }
+    }
+
+    /// Wraps a failure of the fabric, heap or index with what was tried.
+    fn index<E>(what: impl Into<String>) -> impl FnOnce(E) -> RunError
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let what = what.into();
+        move |e| RunError::Index {
+            what,
+            source: Box::new(e),
+        }
+    }
+
+    /// Wraps a JSON failure with the file or line it was about.
+    fn json(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> RunError {
+        let what = what.into();
+        move |source| RunError::Json { what, source }
     }
 }
 

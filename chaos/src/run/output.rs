@@ -31,7 +31,7 @@ pub fn write_all(summary: &Summary, out: &Path) -> Result<(), RunError> {
     write_png(summary, &out.join("timeline.png"))?;
     write_history(summary, out, &out.join("history.jsonl"))?;
     let path = out.join("summary.json");
-    let json = serde_json::to_string_pretty(summary).map_err(|e| RunError::Process(e.to_string()))?;
+    let json = serde_json::to_string_pretty(summary).map_err(RunError::json("summary.json"))?;
     std::fs::write(&path, json).map_err(|e| RunError::io(&path, e))
 }
 
@@ -105,9 +105,9 @@ fn write_history(summary: &Summary, out: &Path, path: &Path) -> Result<(), RunEr
         let spec_path = out.join(v.variant.to_string()).join("run-spec.json");
         let spec = RunSpec::read(&spec_path)?;
         for write in read_history(&spec)? {
-            let mut line = serde_json::to_value(write).map_err(|e| RunError::Process(e.to_string()))?;
+            let mut line = serde_json::to_value(write).map_err(RunError::json("a history line"))?;
             line["variant"] = serde_json::Value::String(v.variant.to_string());
-            serde_json::to_writer(&mut w, &line).map_err(|e| RunError::Process(e.to_string()))?;
+            serde_json::to_writer(&mut w, &line).map_err(RunError::json("a history line"))?;
             writeln!(w).map_err(io)?;
         }
     }

@@ -1,40 +1,58 @@
-//! One variant's run: control plane and memory nodes ([`super::cluster`]),
-//! load, clients, faults, gathering, check, leases settled.
+//! One variant's run, in phases: start the cluster (control plane and
+//! memory nodes, [`super::cluster`]) and load the index; run the clients
+//! (start, ready, go, faults, gather); settle (reap, wait for the control
+//! plane to expire the dead); judge (check, forget the dead, outcome).
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write as _};
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::ChildStdin;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
-use control_plane::api::ControlClient;
 use control_plane::config::TOKEN_ENV;
-use control_plane::state::OWNER_ID_END;
+use control_plane::state::{Client as Lease, OWNER_ID_END};
+use harness::launch::{Launch, StopBy};
+use harness::{ClientLine, LineError, RunnerLine, TransportKind};
 use index::btree::BTree;
 use index::hash::{HashConfig, HashTable};
 use index::Variant;
-use nix::sys::signal::{kill, Signal};
+use nix::sys::signal::Signal;
+use tokio::runtime::Runtime;
 use txn::{Heap, HeapConfig};
 
-use super::check::check_index;
+use super::check::{check_index, CheckOutcome};
 use super::client::connect;
-use super::cluster::{pid, start_member, start_memnodes, Member, Procs, STOP_WITH_PARENT_ENV};
-use super::control::{self, LeaseKeeper};
+use super::cluster::{start_control, start_memnodes, Procs};
+use super::control::{self, ControlOutcome, LeaseKeeper};
 use super::{
     unix_ms, unix_ns, ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US,
     GRACE, LOADER, READY_TIMEOUT, REGION,
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind};
 use crate::timeline::effect;
+use harness::layout::CHUNK_BYTES;
 use workload::load_entries;
 
-/// Chunk of the heap each client allocates from at a time.
-const CHUNK_BYTES: u64 = 64 * 1024;
-/// Ops per thread-second the region is sized for: above what one thread
-/// does on shm. Memory is committed only where touched.
-const OPS_PER_THREAD_SECOND_MAX: u64 = 1_000_000;
-/// Largest region a run asks for (address space; see above).
+/// Ops one client thread can complete per second, an upper bound by
+/// transport: on shm above what one thread does (about 1 M of the
+/// cheapest ops); over loopback tcp every op takes at least one round trip
+/// of more than 10 µs.
+fn ops_per_thread_second_max(t: TransportKind) -> u64 {
+    match t {
+        TransportKind::Local | TransportKind::Shm => 1_000_000,
+        TransportKind::Tcp => 100_000,
+    }
+}
+/// Bytes one write can leave behind in the region at most: a new 1 KiB
+/// B+tree node or KV block with its meta, and slack for its log.
+const BYTES_PER_WRITE_MAX: u64 = 1100;
+/// Bytes per loaded key: its entry, its share of nodes or buckets.
+const BYTES_PER_KEY: u64 = 256;
+/// Fixed part of a region: heap header, log slots, owner table, slack.
+const REGION_BASE_BYTES: u64 = 512 << 20;
+/// Largest region a run asks for: address space, reserved and not
+/// committed (memory nodes map it MAP_NORESERVE; shm images are sparse).
 const REGION_BYTES_MAX: u64 = 64 << 30;
 /// B+tree fill of the bulk load: room for inserts without splitting every leaf at once.
 const LOAD_FILL: f64 = 0.7;
@@ -44,105 +62,152 @@ const DIE_WAIT: Duration = Duration::from_millis(100);
 /// How often the live progress line is redrawn.
 const PROGRESS_EVERY: Duration = Duration::from_millis(250);
 
-/// What a client's stdout said.
+/// What a client's stdout said, or that it closed.
 enum Event {
-    Ready,
-    Bucket(u64, u64),
-    Done(u64),
-    Blocked,
-    Error(String),
+    Line(ClientLine),
+    Malformed(LineError),
     Closed,
 }
 
-fn region_bytes(e: &Experiment) -> u64 {
+/// Ops the run's clients can complete at most, over the duration and one
+/// second more.
+fn ops_max(e: &Experiment) -> u64 {
     let threads = u64::from(e.cluster.clients * e.cluster.threads_per_client);
-    let ops = threads * (e.duration.as_secs() + 1) * OPS_PER_THREAD_SECOND_MAX;
-    let bytes = (512 << 20) + e.workload.keys * 256 + ops * 1100;
+    threads * (e.duration.as_secs() + 1) * ops_per_thread_second_max(e.cluster.transport)
+}
+
+/// The region a run needs: what the load takes plus what the workload can
+/// write (reads write nothing), bounded by [`REGION_BYTES_MAX`].
+fn region_bytes(e: &Experiment) -> u64 {
+    let mix = e.workload().map_or(100, |w| {
+        let m = w.workload.mix();
+        u64::from(m.update + m.insert)
+    });
+    let writes = ops_max(e) * mix / 100;
+    let bytes = REGION_BASE_BYTES + e.workload.keys * BYTES_PER_KEY + writes * BYTES_PER_WRITE_MAX;
     bytes.min(REGION_BYTES_MAX).next_multiple_of(1 << 20)
+}
+
+/// Progress lines of one variant's run.
+struct Say<'a> {
+    e: &'a Experiment,
+    variant: Variant,
+    progress: bool,
+}
+
+impl Say<'_> {
+    fn say(&self, s: impl std::fmt::Display) {
+        if self.progress {
+            eprintln!("chaos run: {}: {}: {s}", self.e.name, self.variant);
+        }
+    }
 }
 
 /// Runs `variant` of `e` on fresh processes.
 pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<VariantOutcome, RunError> {
     let dir = o.out.join(variant.to_string());
     std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
-    let say = |s: String| {
-        if o.progress {
-            eprintln!("chaos run: {}: {variant}: {s}", e.name);
-        }
+    let say = Say {
+        e,
+        variant,
+        progress: o.progress,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|err| RunError::Index(format!("cannot start a runtime: {err}")))?;
+        .map_err(|source| RunError::Io {
+            what: "cannot start a runtime".into(),
+            source,
+        })?;
     let mut procs = Procs::default();
-    let member = if e.cluster.control_plane {
-        let m = start_member(o, &dir, &mut procs)?;
-        let api = control::api(&m.addr, &m.token)?;
-        rt.block_on(control::form(&api, &m.addr))?;
-        say(format!("control plane up at {}", m.addr));
-        Some((m, api))
+    let spec = start_cluster(e, variant, o, &dir, &rt, &mut procs, &say)?;
+    let state = run_clients(e, o, &spec, &mut procs, &say)?;
+    let dead = Dead::of(e, &state);
+    let (check, control_plane) = judge(e, &spec, &rt, &procs, &state, &dead, &say)?;
+    drop(procs);
+    Ok(outcome(e, variant, state, check, control_plane, &say))
+}
+
+/// Phase 1: the control plane (if any) and the memory nodes up, the index
+/// loaded; writes the spec the client processes read.
+fn start_cluster(
+    e: &Experiment,
+    variant: Variant,
+    o: &Options,
+    dir: &Path,
+    rt: &Runtime,
+    procs: &mut Procs,
+    say: &Say<'_>,
+) -> Result<RunSpec, RunError> {
+    let control = if e.cluster.control_plane {
+        let addr = rt.block_on(start_control(o, dir, procs))?;
+        say.say(format_args!("control plane up at {addr}"));
+        Some(addr)
     } else {
         None
     };
-    let endpoint = start_memnodes(
-        e,
-        variant,
-        region_bytes(e),
-        o,
-        &dir,
-        member.as_ref().map(|(m, _)| m),
-        &mut procs,
-    )?;
-    if let Some((_, api)) = &member {
+    let endpoint = start_memnodes(e, variant, region_bytes(e), o, dir, procs)?;
+    if let Some(api) = procs.api() {
         rt.block_on(control::wait_memnodes(api, e.cluster.memory_nodes as usize))?;
     }
-    say(format!(
+    say.say(format_args!(
         "{} memory node(s) up ({endpoint:?}); loading {} keys ...",
         e.cluster.memory_nodes, e.workload.keys
     ));
-    let (loader, keeper) = lease(member.as_ref(), "loader", e, LOADER)?;
+    let (loader, keeper) = lease(procs, "loader", e, LOADER)?;
     rt.block_on(load(e, variant, &endpoint, loader))?;
     if let Some(k) = keeper {
         k.stop()?;
     }
-
     let spec = RunSpec {
         experiment: e.clone(),
         variant,
-        endpoint: endpoint.clone(),
-        out_dir: dir.clone(),
+        endpoint,
+        out_dir: dir.to_owned(),
         bucket_us: BUCKET_US,
         first_client_owner: LOADER + 1,
-        control: member.as_ref().map(|(m, _)| m.addr.clone()),
+        control,
     };
-    let spec_path = dir.join("run-spec.json");
-    let json = serde_json::to_string_pretty(&spec).map_err(|err| RunError::Process(err.to_string()))?;
-    std::fs::write(&spec_path, json).map_err(|err| RunError::io(&spec_path, err))?;
+    let json = serde_json::to_string_pretty(&spec).map_err(RunError::json("run-spec.json"))?;
+    let path = spec.path();
+    std::fs::write(&path, json).map_err(|err| RunError::io(&path, err))?;
+    Ok(spec)
+}
 
+/// Phase 2: the client processes started and made ready, one common
+/// start, the faults applied while their lines are gathered, and every
+/// client reaped after the duration and [`GRACE`] (one still in an op then
+/// is blocked behind a lock nobody will release: killed).
+fn run_clients(
+    e: &Experiment,
+    o: &Options,
+    spec: &RunSpec,
+    procs: &mut Procs,
+    say: &Say<'_>,
+) -> Result<Gather, RunError> {
     let (tx, rx) = channel();
     let mut stdins = Vec::new();
     for c in 0..e.cluster.clients {
-        let token = member.as_ref().map(|(m, _)| m.token.as_str());
-        let (child, stdin) = start_client(o, &spec_path, &dir, c, token, tx.clone())?;
-        procs.clients.push(child);
-        stdins.push(stdin);
+        stdins.push(start_client(o, spec, c, procs, tx.clone())?);
     }
     drop(tx);
     wait_ready(&rx, e.cluster.clients)?;
-    say(format!(
+    say.say(format_args!(
         "{} client process(es) ready; running for {:?}",
         e.cluster.clients, e.duration
     ));
-
     let t0_ns = unix_ns();
     let t0 = Instant::now();
     for (c, stdin) in stdins.iter_mut().enumerate() {
-        writeln!(stdin, "go {t0_ns}")
+        writeln!(stdin, "{}", RunnerLine::Go { t0_ns })
             .and_then(|_| stdin.flush())
-            .map_err(|err| RunError::Process(format!("cannot start client {c}: {err}")))?;
+            .map_err(|source| RunError::Io {
+                what: format!("cannot start client {c}"),
+                source,
+            })?;
     }
     let mut state = Gather::new(e);
-    schedule(e, &procs, &mut stdins, t0, &rx, &mut state, o.progress)?;
+    schedule(e, procs, &mut stdins, t0, &rx, &mut state, o.progress)?;
     let deadline = t0 + e.duration + GRACE;
     while state.running() && Instant::now() < deadline {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
@@ -150,17 +215,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             Err(_) => break,
         }
     }
-    // Reaped here, so that nothing signals their (reusable) pids again.
-    for (c, mut child) in procs.clients.drain(..).enumerate() {
-        if state.fates[c].is_none() {
-            // Still in an op: blocked behind a lock nobody will release.
-            let _ = kill(pid(&child), Signal::SIGCONT);
-            let _ = child.kill();
-            state.fates[c] = Some(Fate::Blocked);
-            state.died_ms[c] = Some(unix_ms());
-        }
-        let _ = child.wait();
-    }
+    reap(procs, &mut state);
     // Lines the clients wrote before they ended.
     while let Ok((c, ev)) = rx.try_recv() {
         state.take(c, ev);
@@ -168,72 +223,112 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     if o.progress {
         eprintln!();
     }
-    // Every client has a fate by now: it ended, or it was found blocked.
-    let fates: Vec<Fate> = state.fates.iter().flatten().cloned().collect();
-    say(format!(
-        "clients ended: {fates:?}; checking with a fresh client ..."
+    say.say(format_args!(
+        "clients ended: {:?}; checking with a fresh client ...",
+        state.fates.iter().flatten().collect::<Vec<_>>()
     ));
+    Ok(state)
+}
 
-    let threads = e.cluster.threads_per_client;
-    let dead_clients: Vec<u32> = (0..e.cluster.clients)
-        .filter(|&c| fates[c as usize] != Fate::Finished)
-        .collect();
-    let dead: HashSet<u32> = dead_clients
-        .iter()
-        .flat_map(|&c| (0..threads).map(move |t| c * threads + t))
-        .collect();
-    let dead_names: Vec<String> = dead_clients.iter().map(|&c| control::client_name(c)).collect();
-    // Without a control plane: the loader is 1, client threads follow, the
-    // checker is the last of `owner_ids()`.
-    let last_owner = u16::try_from(e.owner_ids()).map_err(|x| RunError::Index(x.to_string()))?;
-    let (checker, keeper) = lease(member.as_ref(), "checker", e, last_owner)?;
-    let leases = match &member {
-        Some((_, api)) => {
-            say(format!(
+/// Reaps every client, so that nothing signals their (reusable) pids
+/// again; one without a fate is still in an op: blocked, killed.
+fn reap(procs: &mut Procs, state: &mut Gather) {
+    for (c, mut client) in procs.clients.drain(..).enumerate() {
+        if state.fates[c].is_none() {
+            let _ = client.signal(Signal::SIGCONT);
+            let _ = client.kill();
+            state.fates[c] = Some(Fate::Blocked);
+            state.died_ms[c] = Some(unix_ms());
+        }
+        let _ = client.wait();
+    }
+}
+
+/// The clients that did not finish, their threads and their names.
+struct Dead {
+    clients: Vec<u32>,
+    threads: HashSet<u32>,
+    names: Vec<String>,
+}
+
+impl Dead {
+    fn of(e: &Experiment, state: &Gather) -> Dead {
+        let per = e.cluster.threads_per_client;
+        let clients: Vec<u32> = (0..e.cluster.clients)
+            .filter(|&c| state.fates[c as usize] != Some(Fate::Finished))
+            .collect();
+        Dead {
+            threads: clients
+                .iter()
+                .flat_map(|&c| (0..per).map(move |t| c * per + t))
+                .collect(),
+            names: clients.iter().map(|&c| control::client_name(c)).collect(),
+            clients,
+        }
+    }
+
+    /// Their owner ids: leased from the control plane, or laid out from
+    /// the first client's (`client.rs`).
+    fn owners(&self, e: &Experiment, spec: &RunSpec, leases: Option<&[Lease]>) -> Vec<u16> {
+        match leases {
+            Some(clients) => clients
+                .iter()
+                .filter(|c| self.names.contains(&c.name))
+                .flat_map(|c| c.owners.first..c.owners.first + c.owners.count)
+                .collect(),
+            None => {
+                let per = u16::try_from(e.cluster.threads_per_client).unwrap_or(u16::MAX);
+                self.clients
+                    .iter()
+                    .flat_map(|&c| {
+                        let first = spec.first_client_owner + (c as u16) * per;
+                        first..first + per
+                    })
+                    .collect()
+            }
+        }
+    }
+}
+
+/// Phases 3 and 4: with a control plane, wait until it has expired the
+/// dead; check with a fresh client (which repairs what the dead left, as
+/// recovery does); then, if nothing was wrong, have the control plane
+/// forget the dead, so their owner ids may go to others (not otherwise: a
+/// lock optimal cannot repair would seem to be a new holder's).
+fn judge(
+    e: &Experiment,
+    spec: &RunSpec,
+    rt: &Runtime,
+    procs: &Procs,
+    state: &Gather,
+    dead: &Dead,
+    say: &Say<'_>,
+) -> Result<(CheckOutcome, Option<ControlOutcome>), RunError> {
+    // Without a control plane the checker is the last of `owner_ids()`.
+    let last_owner = u16::try_from(e.owner_ids())
+        .map_err(|_| RunError::Process(format!("{} owner ids are too many", e.owner_ids())))?;
+    let (checker, keeper) = lease(procs, "checker", e, last_owner)?;
+    let leases = match procs.api() {
+        Some(api) => {
+            say.say(format_args!(
                 "waiting for the control plane to expire {} dead client(s) ...",
-                dead_names.len()
+                dead.names.len()
             ));
-            Some(rt.block_on(control::wait_expired(
-                api,
-                &dead_names,
-                e.cluster.client_lease,
-                Instant::now(),
-            ))?)
+            let expired = control::wait_expired(api, &dead.names, e.cluster.client_lease, Instant::now());
+            Some(rt.block_on(expired)?)
         }
         None => None,
     };
-    // The owner ids of the dead: leased from the control plane, or laid out
-    // from the first client's (`client.rs`).
-    let dead_owners: Vec<u16> = match &leases {
-        Some(clients) => clients
-            .iter()
-            .filter(|c| dead_names.contains(&c.name))
-            .flat_map(|c| c.owners.first..c.owners.first + c.owners.count)
-            .collect(),
-        None => {
-            let per = u16::try_from(threads).unwrap_or(u16::MAX);
-            dead_clients
-                .iter()
-                .flat_map(|&c| {
-                    let first = spec.first_client_owner + (c as u16) * per;
-                    first..first + per
-                })
-                .collect()
-        }
-    };
-    let check = rt.block_on(check_index(&spec, checker, &dead, &dead_owners))?;
+    let dead_owners = dead.owners(e, spec, leases.as_deref());
+    let check = rt.block_on(check_index(spec, checker, &dead.threads, &dead_owners))?;
     // The checker acted under its owner id throughout, or the run fails.
     if let Some(k) = keeper {
         k.stop()?;
     }
-    let control_plane = match (&member, leases) {
-        (Some((_, api)), Some(leases)) => {
-            // The checker repaired what the dead left (as recovery does), so
-            // their owner ids may go to others now; unless the check found
-            // anything wrong (optimal cannot be repaired: a new holder of the
-            // owner id would seem to own the dead one's locks).
+    let control_plane = match (procs.api(), leases) {
+        (Some(api), Some(leases)) => {
             let forgotten = if check.is_ok() {
-                rt.block_on(control::forget_dead(api, &leases, &dead_names))?
+                rt.block_on(control::forget_dead(api, &leases, &dead.names))?
             } else {
                 Vec::new()
             };
@@ -241,12 +336,56 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         }
         _ => None,
     };
-    drop(procs);
+    Ok((check, control_plane))
+}
 
-    let expect_violations = e.index.expect_violations.contains(&variant);
+/// Phase 5: the timeline's fault effects, the clients' fates, the verdict.
+fn outcome(
+    e: &Experiment,
+    variant: Variant,
+    state: Gather,
+    check: CheckOutcome,
+    control_plane: Option<ControlOutcome>,
+    say: &Say<'_>,
+) -> VariantOutcome {
     let timeline = state.timeline;
-    let buckets = (e.duration.as_micros() / u128::from(BUCKET_US)) as usize;
     let ops: u64 = timeline.iter().sum();
+    let faults = fault_effects(e, &timeline);
+    let clients = (0..e.cluster.clients as usize)
+        .map(|c| ClientOutcome {
+            client: c as u32,
+            ops: state.ops[c],
+            repairs: state.repairs[c],
+            fate: state.fates[c].clone().unwrap_or(Fate::Blocked),
+            paused: e
+                .faults
+                .iter()
+                .any(|f| f.client == c as u32 && f.kind == FaultKind::PauseClient),
+        })
+        .collect::<Vec<_>>();
+    let clients_ok = clients
+        .iter()
+        .zip(&state.killed)
+        .all(|(c, &killed)| c.fate == if killed { Fate::Killed } else { Fate::Finished });
+    let passed = clients_ok && check.is_ok();
+    say.say(if passed { "checks passed" } else { "checks FAILED" });
+    VariantOutcome {
+        variant,
+        ops,
+        ops_per_sec: ops as f64 / e.duration.as_secs_f64(),
+        timeline,
+        faults,
+        clients,
+        check,
+        control_plane,
+        expect_violations: e.index.expect_violations.contains(&variant),
+        passed,
+    }
+}
+
+/// What each fault did to throughput, against the share of clients left.
+fn fault_effects(e: &Experiment, timeline: &[u64]) -> Vec<crate::timeline::FaultEffect> {
+    let buckets = (e.duration.as_micros() / u128::from(BUCKET_US)) as usize;
     let mut live = f64::from(e.cluster.clients);
     let mut faults = Vec::new();
     for (i, f) in e.faults.iter().enumerate() {
@@ -260,7 +399,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             live -= 1.0;
         }
         faults.push(effect(
-            &timeline,
+            timeline,
             BUCKET_US as f64 / 1000.0,
             (&f.kind.to_string(), f.client),
             at,
@@ -268,47 +407,17 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
             live / share_before,
         ));
     }
-    let clients = (0..e.cluster.clients as usize)
-        .map(|c| ClientOutcome {
-            client: c as u32,
-            ops: state.ops[c],
-            repairs: state.repairs[c],
-            fate: fates[c].clone(),
-            paused: e
-                .faults
-                .iter()
-                .any(|f| f.client == c as u32 && f.kind == FaultKind::PauseClient),
-        })
-        .collect::<Vec<_>>();
-    let clients_ok = clients
-        .iter()
-        .zip(&state.killed)
-        .all(|(c, &killed)| c.fate == if killed { Fate::Killed } else { Fate::Finished });
-    let passed = clients_ok && check.is_ok();
-    say(if passed { "checks passed" } else { "checks FAILED" }.to_owned());
-    Ok(VariantOutcome {
-        variant,
-        ops,
-        ops_per_sec: ops as f64 / e.duration.as_secs_f64(),
-        timeline,
-        faults,
-        clients,
-        check,
-        control_plane,
-        expect_violations,
-        passed,
-    })
+    faults
 }
 
 /// Formats the heap, creates the index and bulk-loads it (owner [`LOADER`]).
 async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16) -> Result<(), RunError> {
-    let err = |what: &str, x: String| RunError::Index(format!("{what}: {x}"));
     let mut fabric = connect(endpoint).await?;
     // With a control plane, owner ids are whatever it hands out below its end.
     let owner_slots = if e.cluster.control_plane {
         OWNER_ID_END
     } else {
-        u16::try_from(e.owner_ids() + 1).map_err(|x| err("owner ids", x.to_string()))?
+        u16::try_from(e.owner_ids() + 1).map_err(RunError::index("owner ids"))?
     };
     let heap = Heap::format(
         &mut fabric,
@@ -319,36 +428,27 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16)
         },
     )
     .await
-    .map_err(|x| err("cannot format the heap", x.to_string()))?;
+    .map_err(RunError::index("cannot format the heap"))?;
     let w = e.workload()?;
     let entries = load_entries(w.keys, e.seed);
     match e.index.kind {
         IndexKind::Btree => {
             let mut t = BTree::create(fabric, heap, variant, owner)
                 .await
-                .map_err(|x| err("cannot create the tree", x.to_string()))?;
+                .map_err(RunError::index("cannot create the tree"))?;
             t.bulk_load(&entries, LOAD_FILL, |_| {})
                 .await
-                .map_err(|x| err("cannot load the tree", x.to_string()))?;
+                .map_err(RunError::index("cannot load the tree"))?;
         }
         IndexKind::Hash => {
-            let threads = u64::from(e.cluster.clients * e.cluster.threads_per_client);
-            let inserts = if w.workload.inserts() {
-                threads
-                    * (e.duration.as_secs() + 1)
-                    * OPS_PER_THREAD_SECOND_MAX
-                    * u64::from(w.workload.mix().insert)
-                    / 100
-            } else {
-                0
-            };
+            let inserts = ops_max(e) * u64::from(w.workload.mix().insert) / 100;
             let config = HashConfig::for_keys(w.keys + inserts);
             let mut t = HashTable::create(fabric, heap, variant, owner, config)
                 .await
-                .map_err(|x| err("cannot create the table", x.to_string()))?;
+                .map_err(RunError::index("cannot create the table"))?;
             t.bulk_load(&entries, |_| {})
                 .await
-                .map_err(|x| err("cannot load the table", x.to_string()))?;
+                .map_err(RunError::index("cannot load the table"))?;
         }
     }
     Ok(())
@@ -357,63 +457,50 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16)
 /// With a control plane: registers `name` for one owner id and keeps its
 /// lease (losing it shows when the keeper stops). Without: owner id `fixed`.
 fn lease(
-    member: Option<&(Member, ControlClient)>,
+    procs: &Procs,
     name: &str,
     e: &Experiment,
     fixed: u16,
 ) -> Result<(u16, Option<LeaseKeeper>), RunError> {
-    let Some((m, _)) = member else {
+    let Some((addr, token)) = procs.member() else {
         return Ok((fixed, None));
     };
-    let (owners, keeper) = control::lease(&m.addr, &m.token, name, 1, e.cluster.client_lease, |_| {})?;
+    let (owners, keeper) = control::lease(addr, token, name, 1, e.cluster.client_lease, |_| {})?;
     Ok((owners.first, Some(keeper)))
 }
 
+/// Starts client process `c` (its log is the run's record of what it
+/// did: not quieted), and a thread that turns its stdout lines into
+/// events on `tx`. Returns its stdin.
 fn start_client(
     o: &Options,
-    spec: &Path,
-    dir: &Path,
+    spec: &RunSpec,
     c: u32,
-    token: Option<&str>,
+    procs: &mut Procs,
     tx: Sender<(usize, Event)>,
-) -> Result<(Child, ChildStdin), RunError> {
-    let log_path = dir.join(format!("client-{c}.log"));
-    let log = std::fs::File::create(&log_path).map_err(|err| RunError::io(&log_path, err))?;
-    // Its log is the run's record of what it did: not quieted.
-    let mut cmd = Command::new(&o.exe);
-    cmd.env(STOP_WITH_PARENT_ENV, std::process::id().to_string());
-    cmd.args(["chaos", "client", "--spec"])
-        .arg(spec)
-        .arg("--client")
-        .arg(c.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(log);
-    if let Some(t) = token {
-        cmd.env(TOKEN_ENV, t);
+) -> Result<ChildStdin, RunError> {
+    let mut launch = Launch::new(&o.exe, format!("client {c}"))
+        .args(["chaos", "client", "--spec"])
+        .arg(spec.path())
+        .args(["--client", &c.to_string()])
+        .log_to(spec.out_dir.join(format!("client-{c}.log")))
+        .stdin_piped()
+        .stop_by(StopBy::Kill);
+    if let Some((_, token)) = procs.member() {
+        launch = launch.env(TOKEN_ENV, token);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|err| RunError::Process(format!("cannot start client {c}: {err}")))?;
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
+    let mut client = launch.spawn()?;
+    let (Some(stdin), Some(stdout)) = (client.take_stdin(), client.take_stdout()) else {
         return Err(RunError::Process(format!("client {c} has no pipes")));
     };
+    procs.clients.push(client);
     let c = c as usize;
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            let mut words = line.split_whitespace();
-            let ev = match (words.next(), words.next(), words.next()) {
-                (Some("ready"), _, _) => Event::Ready,
-                (Some("b"), Some(b), Some(n)) => match (b.parse(), n.parse()) {
-                    (Ok(b), Ok(n)) => Event::Bucket(b, n),
-                    _ => Event::Error(format!("bad line {line:?}")),
-                },
-                (Some("done"), _, r) => Event::Done(r.and_then(|r| r.parse().ok()).unwrap_or(0)),
-                (Some("error"), _, _) => Event::Error(line["error".len()..].trim().to_owned()),
-                (Some("blocked"), _, _) => Event::Blocked,
-                _ => Event::Error(format!("bad line {line:?}")),
+            let ev = match line.parse::<ClientLine>() {
+                Ok(l) => Event::Line(l),
+                Err(e) => Event::Malformed(e),
             };
             if tx.send((c, ev)).is_err() {
                 return;
@@ -421,16 +508,25 @@ fn start_client(
         }
         let _ = tx.send((c, Event::Closed));
     });
-    Ok((child, stdin))
+    Ok(stdin)
 }
 
+/// Waits until every client said `ready`.
 fn wait_ready(rx: &Receiver<(usize, Event)>, clients: u32) -> Result<(), RunError> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let mut ready = 0;
     while ready < clients {
         match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok((_, Event::Ready)) => ready += 1,
-            Ok((c, Event::Error(e))) => return Err(RunError::Process(format!("client {c}: {e}"))),
+            Ok((_, Event::Line(ClientLine::Ready))) => ready += 1,
+            Ok((c, Event::Line(ClientLine::Error(e)))) => {
+                return Err(RunError::Process(format!("client {c}: {e}")))
+            }
+            Ok((c, Event::Malformed(source))) => {
+                return Err(RunError::Line {
+                    from: format!("client {c}"),
+                    source,
+                })
+            }
             Ok((c, Event::Closed)) => {
                 return Err(RunError::Process(format!(
                     "client {c} exited before it was ready (see client-{c}.log)"
@@ -474,18 +570,22 @@ impl Gather {
 
     fn take(&mut self, c: usize, ev: Event) {
         match ev {
-            Event::Bucket(b, n) => {
-                if let Some(slot) = usize::try_from(b).ok().and_then(|b| self.timeline.get_mut(b)) {
-                    *slot += n;
+            Event::Line(ClientLine::Bucket { bucket, ops }) => {
+                if let Some(slot) = usize::try_from(bucket)
+                    .ok()
+                    .and_then(|b| self.timeline.get_mut(b))
+                {
+                    *slot += ops;
                 }
-                self.ops[c] += n;
+                self.ops[c] += ops;
             }
-            Event::Done(r) => {
+            Event::Line(ClientLine::Done { repairs, .. }) => {
                 self.fates[c] = Some(Fate::Finished);
-                self.repairs[c] = r;
+                self.repairs[c] = repairs;
             }
-            Event::Error(e) => self.fates[c] = Some(Fate::Failed(e)),
-            Event::Blocked => self.fates[c] = Some(Fate::Blocked),
+            Event::Line(ClientLine::Error(e)) => self.fates[c] = Some(Fate::Failed(e)),
+            Event::Malformed(e) => self.fates[c] = Some(Fate::Failed(e.to_string())),
+            Event::Line(ClientLine::Blocked(_)) => self.fates[c] = Some(Fate::Blocked),
             Event::Closed if self.fates[c].is_none() => {
                 self.died_ms[c] = Some(unix_ms());
                 self.fates[c] = Some(if self.killed[c] {
@@ -494,7 +594,7 @@ impl Gather {
                     Fate::Failed("exited without `done`".into())
                 });
             }
-            Event::Ready | Event::Closed => {}
+            Event::Line(ClientLine::Ready) | Event::Closed => {}
         }
     }
 
@@ -518,7 +618,7 @@ fn schedule(
     // (`die`: SIGKILL itself; `pause`: SIGSTOP itself); the signal after it
     // comes anyway, for a client that takes no lock in time.
     enum Action {
-        Tell(&'static str),
+        Tell(RunnerLine),
         Signal(Signal),
     }
     let mut actions: Vec<(Duration, usize, Action)> = Vec::new();
@@ -526,11 +626,11 @@ fn schedule(
         let c = f.client as usize;
         match (f.kind, f.pause) {
             (FaultKind::KillClient, _) => {
-                actions.push((f.at, c, Action::Tell("die")));
+                actions.push((f.at, c, Action::Tell(RunnerLine::Die)));
                 actions.push((f.at + DIE_WAIT, c, Action::Signal(Signal::SIGKILL)));
             }
             (FaultKind::PauseClient, Some(p)) => {
-                actions.push((f.at, c, Action::Tell("pause")));
+                actions.push((f.at, c, Action::Tell(RunnerLine::Pause)));
                 // Before the SIGCONT, however short the pause.
                 let fallback = DIE_WAIT.min(p / 2);
                 actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
@@ -547,14 +647,13 @@ fn schedule(
         while next < actions.len() && actions[next].0 <= now {
             let (_, c, ref action) = actions[next];
             match *action {
-                Action::Tell(word) => {
-                    if word == "die" {
-                        state.killed[c] = true;
-                    }
+                Action::Tell(line) => {
+                    let dies = line == RunnerLine::Die;
+                    state.killed[c] |= dies;
                     // A client that already died of its own cannot hear it.
-                    let _ = writeln!(stdins[c], "{word}").and_then(|_| stdins[c].flush());
+                    let _ = writeln!(stdins[c], "{line}").and_then(|_| stdins[c].flush());
                     if progress {
-                        let what = if word == "die" { "dies" } else { "pauses" };
+                        let what = if dies { "dies" } else { "pauses" };
                         eprintln!(
                             "\rchaos run: {:>7.3} s: client {c} {what} after its next CAS that swaps",
                             now.as_secs_f64()
@@ -564,9 +663,7 @@ fn schedule(
                 Action::Signal(sig) => {
                     // The process may be gone already (it died at its CAS);
                     // an unreaped one still takes the signal.
-                    kill(pid(&procs.clients[c]), sig).map_err(|err| {
-                        RunError::Process(format!("cannot send {sig} to client {c}: {err}"))
-                    })?;
+                    procs.clients[c].signal(sig)?;
                     if progress && sig == Signal::SIGCONT {
                         eprintln!("\rchaos run: {:>7.3} s: client {c} resumed", now.as_secs_f64());
                     }

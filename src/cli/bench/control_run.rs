@@ -20,8 +20,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinHandle;
 
 use super::control_args::{ControlBenchArgs, ControlPlan};
-use super::control_cluster::{call, wait_until, Cluster, CALL_TIMEOUT, POLL};
 use super::control_report::ControlReport;
+use super::poll::{call, wait_until, CALL_TIMEOUT, POLL};
+use harness::control::{ControlPlane, MemberLogs};
 
 /// Bytes each fake memory node offers: room for a region per writer, and
 /// never the reason a command is refused.
@@ -126,7 +127,8 @@ pub fn run(args: ControlBenchArgs) -> anyhow::Result<ExitCode> {
 
 async fn bench(plan: &ControlPlan) -> anyhow::Result<ControlResults> {
     eprintln!("control bench: starting {} member process(es)", plan.members);
-    let mut cluster = Cluster::start(plan.members).await?;
+    let exe = std::env::current_exe().context("cannot find this executable to start members from")?;
+    let mut cluster = ControlPlane::start(&exe, plan.members, None, MemberLogs::Forward)?;
     cluster.form().await.context("forming the cluster")?;
     let clients = cluster.clients()?;
     let (leader, _) = cluster.leader(&clients, CALL_TIMEOUT).await?;
@@ -134,7 +136,7 @@ async fn bench(plan: &ControlPlan) -> anyhow::Result<ControlResults> {
         "control bench: cluster of {} formed, member {} leads; data in {}",
         plan.members,
         cluster.members[leader].id,
-        cluster.path().display()
+        cluster.dir().display()
     );
 
     let (nodes, renewer) = memnodes(&clients, &clients[leader]).await?;
@@ -452,7 +454,7 @@ fn tenths(acks: &[Instant], start: Instant) -> Option<(f64, f64)> {
 /// replication).
 async fn watch_phase(
     plan: &ControlPlan,
-    cluster: &Cluster,
+    cluster: &ControlPlane,
     leader: usize,
     watched: usize,
     mut region: RegionTrack,
@@ -568,11 +570,15 @@ async fn watch_phase(
 /// Kills the leader, writes to the survivors until a write commits, then
 /// restarts the killed member and waits until it has caught up and the
 /// cluster has settled (so the next round starts from a quiet cluster).
-async fn failover(cluster: &mut Cluster, clients: &[ControlClient], round: u32) -> anyhow::Result<Failover> {
+async fn failover(
+    cluster: &mut ControlPlane,
+    clients: &[ControlClient],
+    round: u32,
+) -> anyhow::Result<Failover> {
     let (leader, before) = cluster.leader(clients, CALL_TIMEOUT).await?;
     let killed = cluster.members[leader].id;
     let survivors: Vec<usize> = (0..clients.len()).filter(|&i| i != leader).collect();
-    let killed_at = cluster.members[leader].kill()?;
+    let killed_at = cluster.kill(leader)?;
 
     let mut tries = 0u32;
     let mut last_error: String;
@@ -636,7 +642,7 @@ async fn failover(cluster: &mut Cluster, clients: &[ControlClient], round: u32) 
 /// no leader in time starts an election). Returns when it had caught up,
 /// and the term agreed.
 async fn settle(
-    cluster: &Cluster,
+    cluster: &ControlPlane,
     clients: &[ControlClient],
     rejoining: usize,
 ) -> anyhow::Result<(Instant, u64)> {
