@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -30,7 +30,7 @@ const POLL: Duration = Duration::from_millis(50);
 struct Member {
     id: u64,
     addr: String,
-    child: Child,
+    process: harness::Process,
     _data: TempDir,
 }
 
@@ -39,7 +39,7 @@ impl Member {
         let data = tempfile::tempdir().expect("temp data dir");
         let id_text = id.to_string();
         let dir = data.path().to_str().expect("temp dir path is UTF-8");
-        let (child, addr) = support::spawn_listening(
+        let (process, addr) = support::spawn_listening(
             &[
                 "control",
                 "--id",
@@ -54,22 +54,14 @@ impl Member {
         Member {
             id,
             addr,
-            child,
+            process,
             _data: data,
         }
     }
 
     /// SIGKILL, as a crash, and wait.
     fn crash(mut self) {
-        self.child.kill().expect("kill -9");
-        self.child.wait().expect("wait");
-    }
-}
-
-impl Drop for Member {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill().expect("kill -9");
     }
 }
 

@@ -1,39 +1,41 @@
-//! Helpers for tests that run the real `kintsugi` binary as separate processes.
+//! Helpers for tests that run the real `kintsugi` binary as separate
+//! processes, started by the one launcher ([`harness::Launch`]).
 
 #![allow(dead_code)] // each test file uses a different subset
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use harness::launch::START_TIMEOUT;
+use harness::{Launch, Process, StopBy};
+
+/// The binary under test.
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kintsugi"))
+}
 
 /// Starts `kintsugi ARGS...` with `env` added (and `RUST_LOG=warn`), and
-/// waits for its first stdout line, `listening ADDR`; returns the child and
-/// ADDR. Servers (`memnode`, `control`) print that line once they serve.
-pub fn spawn_listening(args: &[&str], env: &[(&str, &str)]) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
+/// waits for its `listening ADDR`; returns the process (SIGKILLed when
+/// dropped) and ADDR. Servers (`memnode`, `control`) print that line once
+/// they serve.
+pub fn spawn_listening(args: &[&str], env: &[(&str, &str)]) -> (Process, String) {
+    let mut launch = Launch::new(exe(), format!("kintsugi {}", args.first().unwrap_or(&"")))
         .args(args)
-        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn kintsugi {args:?}: {e}"));
-    let stdout = child.stdout.take().expect("stdout piped");
-    let mut line = String::new();
-    BufReader::new(stdout)
-        .read_line(&mut line)
-        .expect("read listening line");
-    let addr = line
-        .trim()
-        .strip_prefix("listening ")
-        .unwrap_or_else(|| panic!("kintsugi {args:?} printed {line:?} instead of its address"))
-        .to_string();
-    (child, addr)
+        .stop_by(StopBy::Kill);
+    for (k, v) in env {
+        launch = launch.env(k, v);
+    }
+    let mut p = launch.spawn().unwrap_or_else(|e| panic!("{e}"));
+    let addr = p
+        .await_listening(START_TIMEOUT)
+        .unwrap_or_else(|e| panic!("kintsugi {args:?}: {e}"));
+    (p, addr)
 }
 
 /// A `kintsugi memnode` child process, killed (SIGKILL) when dropped.
 pub struct MemnodeProcess {
-    pub child: Child,
+    pub process: Process,
     pub addr: String,
 }
 
@@ -43,12 +45,12 @@ impl MemnodeProcess {
     pub fn start(args: &[&str]) -> MemnodeProcess {
         let mut all = vec!["memnode", "--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let (child, addr) = spawn_listening(&all, &[]);
-        MemnodeProcess { child, addr }
+        let (process, addr) = spawn_listening(&all, &[]);
+        MemnodeProcess { process, addr }
     }
 
     pub fn pid(&self) -> i32 {
-        self.child.id() as i32
+        self.process.pid().expect("running").as_raw()
     }
 
     /// Resident memory of the process in KiB.
@@ -63,29 +65,17 @@ impl MemnodeProcess {
 
     /// True while the process has not exited.
     pub fn alive(&mut self) -> bool {
-        self.child.try_wait().expect("try_wait").is_none()
+        self.process.alive()
     }
 
     /// Sends SIGTERM and waits; returns the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        signal(self.pid(), nix::sys::signal::Signal::SIGTERM);
-        let status = self.child.wait().expect("wait");
-        std::mem::forget(self);
-        status
+        self.process.terminate().expect("SIGTERM and wait")
     }
 
     /// SIGKILL, as a crash, and wait.
     pub fn crash(mut self) {
-        self.child.kill().expect("kill -9");
-        self.child.wait().expect("wait");
-        std::mem::forget(self);
-    }
-}
-
-impl Drop for MemnodeProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill().expect("kill -9");
     }
 }
 
@@ -95,7 +85,7 @@ pub fn signal(pid: i32, sig: nix::sys::signal::Signal) {
 
 /// Runs `kintsugi ARGS...` to completion and returns (exit code, stdout, stderr).
 pub fn kintsugi(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
+    let out = Command::new(exe())
         .args(args)
         .env("RUST_LOG", "warn")
         .output()

@@ -51,6 +51,8 @@ use workload::{Keyspace, Op, WorkloadSpec};
 type Faults = Arc<Mutex<Vec<Arc<Faulty<BaseTransport>>>>>;
 /// The common start, once the runner says `go`.
 type Go = Arc<(Mutex<Option<u64>>, std::sync::Condvar)>;
+/// A client thread: its ops and repairs, or why it stopped.
+type ThreadHandle = JoinHandle<Result<(u64, u64), RunError>>;
 /// The process's stdout, shared by its threads: one line at a time.
 type Stdout = Arc<Mutex<std::io::Stdout>>;
 
@@ -131,10 +133,7 @@ fn start_threads(
     go: &Go,
     faults: &Faults,
     stdout: &Stdout,
-) -> (
-    Vec<JoinHandle<Result<(u64, u64), RunError>>>,
-    Receiver<Option<String>>,
-) {
+) -> (Vec<ThreadHandle>, Receiver<Option<String>>) {
     let threads = spec.experiment.cluster.threads_per_client;
     // Killed or paused: either right after a CAS, so with a lock just taken.
     let victim = spec.experiment.faults.iter().any(|f| f.client == client);
@@ -272,10 +271,7 @@ fn listen_for_faults(faults: Faults) {
 
 /// Joins the threads; the first that failed says why on stdout
 /// (`blocked` or `error`) and fails the client.
-fn join_threads(
-    handles: Vec<JoinHandle<Result<(u64, u64), RunError>>>,
-    stdout: &Stdout,
-) -> Result<(u64, u64), RunError> {
+fn join_threads(handles: Vec<ThreadHandle>, stdout: &Stdout) -> Result<(u64, u64), RunError> {
     let (mut ops, mut repairs) = (0, 0);
     for h in handles {
         match h.join() {

@@ -17,7 +17,7 @@ use crate::experiment::Experiment;
 
 /// The child processes of a run (none at first). On drop: clients are
 /// killed (the run ended early), memory nodes stopped, the control-plane
-/// member killed, the memory images removed.
+/// member killed, the memory images and the member's data removed.
 #[derive(Default)]
 pub struct Procs {
     /// The client processes still to be reaped.
@@ -31,7 +31,13 @@ pub struct Procs {
 impl Drop for Procs {
     fn drop(&mut self) {
         stop_all(self.clients.iter_mut().chain(self.memnodes.iter_mut()));
-        self.control = None;
+        if let Some((plane, _)) = self.control.take() {
+            let dirs: Vec<PathBuf> = plane.members.iter().map(|m| m.data_dir.clone()).collect();
+            drop(plane);
+            for d in dirs {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
         for p in &self.shm {
             let _ = std::fs::remove_file(p);
         }

@@ -698,3 +698,34 @@ fn schedule(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn experiment(transport: &str, ycsb: &str) -> Experiment {
+        let text = format!(
+            "name = \"t\"\nduration = \"8s\"\n[cluster]\nmemory_nodes = 3\ntransport = \"{transport}\"\n\
+             clients = 6\nthreads_per_client = 2\n[index]\nkind = \"btree\"\nvariants = [\"rtx\"]\n\
+             [workload]\nycsb = \"{ycsb}\"\nkeys = 200000\ndistribution = \"uniform\"\n"
+        );
+        toml::from_str(&text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_region_is_sized_by_what_the_workload_can_write() {
+        // 6 clients x 2 threads x 8 s over tcp: each of three nodes asked
+        // for 64 GiB before, which a 24 GiB machine refused.
+        let a_tcp = region_bytes(&experiment("tcp", "a"));
+        assert!(a_tcp <= 8 << 30, "{a_tcp}");
+        // Reads write nothing: the load and the fixed part only.
+        let c = region_bytes(&experiment("shm", "c"));
+        assert_eq!(
+            c,
+            (REGION_BASE_BYTES + 200_000 * BYTES_PER_KEY).next_multiple_of(1 << 20)
+        );
+        // Fast transports can write more, up to the bound.
+        let a_shm = region_bytes(&experiment("shm", "a"));
+        assert!(a_shm > a_tcp && a_shm <= REGION_BYTES_MAX);
+    }
+}

@@ -1,26 +1,19 @@
-//! The memory a bench runs on: fresh memory nodes (in-process, or shm images
-//! in a temporary directory), an rTX heap formatted in their one region, the
+//! The memory a bench runs on: fresh memory nodes ([`harness::Memory`],
+//! in-process or shm images), an rTX heap formatted in their one region, the
 //! objects the transactions update, and a transaction client per owner id.
 //!
 //! Owner id [`LOADER`] creates the objects and, at the end, reads them back
 //! for the check; the clients under test are [`FIRST_WORKER`] onwards.
 
-use std::path::{Path, PathBuf};
-
 use anyhow::{bail, Context};
-use fabric::{Client, FaultPlan, LocalTransport, MemoryNode, RegionId, RegionSpec, ShmTransport, OFFSET_MAX};
+use fabric::{Client, FaultPlan, OFFSET_MAX};
+use harness::layout::{CHUNK_BYTES, REGION};
+use harness::{Memory, MemorySpec};
 use txn::{Heap, HeapConfig, OwnerId, RawObj, TxClient, TxConfig};
 
-use super::common::{Common, TransportArg};
+use super::common::Common;
 
-/// The region the heap is formatted in.
-const REGION: RegionId = 1;
-/// The owner id that loads and checks the objects.
-pub const LOADER: OwnerId = 1;
-/// The owner id of the first client under test.
-pub const FIRST_WORKER: OwnerId = 2;
-/// Heap chunk size (the txn default).
-const CHUNK_BYTES: u64 = 64 * 1024;
+pub use harness::layout::{FIRST_WORKER, LOADER};
 /// Room for blocks that repairs and fenced commits leave behind, for
 /// chunk tails, and for slack. Memory is only committed where it is touched,
 /// so this costs address space, not RAM.
@@ -51,8 +44,7 @@ pub struct Cluster {
     pub heap: Heap,
     /// Where the memory is, for the report.
     pub origin: String,
-    _nodes: Vec<MemoryNode>,
-    _dir: Option<tempfile::TempDir>,
+    _memory: Memory,
 }
 
 /// How large the region must be for `objects` objects and `clients` clients.
@@ -79,39 +71,13 @@ impl Cluster {
     /// Memory nodes holding one region of `region_bytes`, and a heap in it
     /// with a log slot for the loader and each of `clients`.
     pub async fn new(common: &Common, region_bytes: u64, clients: usize) -> anyhow::Result<Cluster> {
-        let spec = [RegionSpec {
-            id: REGION,
-            size: region_bytes,
-        }];
-        let replicas = common.replicas;
-        let (mut fabric, nodes, dir, origin) = match common.transport {
-            TransportArg::Local => {
-                let (t, map) = LocalTransport::cluster(replicas, &spec)
-                    .context("cannot create the in-process memory nodes")?;
-                let origin = format!("{replicas} in-process memory node(s), {region_bytes}-byte region");
-                (Client::new(map, t.into()), Vec::new(), None, origin)
-            }
-            TransportArg::Shm => {
-                let dir = shm_tempdir()?;
-                let paths: Vec<PathBuf> = (1..=replicas)
-                    .map(|i| dir.path().join(format!("node{i}.img")))
-                    .collect();
-                let nodes = paths
-                    .iter()
-                    .zip(1..=replicas)
-                    .map(|(p, id)| {
-                        MemoryNode::create_shm(p, id, &spec)
-                            .with_context(|| format!("cannot create the memory image {}", p.display()))
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                let (t, map) = ShmTransport::attach(&paths).context("cannot attach the memory images")?;
-                let origin = format!(
-                    "{replicas} fresh image(s) in {}, {region_bytes}-byte region",
-                    dir.path().display()
-                );
-                (Client::new(map, t.into()), nodes, Some(dir), origin)
-            }
-        };
+        let memory = Memory::start(&MemorySpec {
+            replicas: common.replicas,
+            ..MemorySpec::single(common.transport, region_bytes)
+        })?;
+        let mut fabric = memory
+            .inline_client()?
+            .with_context(|| format!("bench txn cannot run on {}", common.transport))?;
         let owner_slots = u16::try_from(clients + usize::from(FIRST_WORKER))
             .ok()
             .filter(|&s| s <= txn::word::OWNER_MAX)
@@ -126,9 +92,8 @@ impl Cluster {
         Ok(Cluster {
             fabric,
             heap,
-            origin,
-            _nodes: nodes,
-            _dir: dir,
+            origin: memory.origin().to_owned(),
+            _memory: memory,
         })
     }
 
@@ -171,21 +136,6 @@ impl Cluster {
     }
 }
 
-/// A temporary directory on tmpfs when the host has one: an shm image
-/// belongs in memory, not on a disk that writes it back.
-pub fn shm_tempdir() -> anyhow::Result<tempfile::TempDir> {
-    let dev_shm = Path::new("/dev/shm");
-    let parent: PathBuf = if dev_shm.is_dir() {
-        dev_shm.to_owned()
-    } else {
-        std::env::temp_dir()
-    };
-    tempfile::Builder::new()
-        .prefix("kintsugi-bench-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("cannot create a temporary directory in {}", parent.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,7 +143,7 @@ mod tests {
     #[test]
     fn every_object_size_can_be_created() {
         let common = Common {
-            transport: TransportArg::Local,
+            transport: harness::TransportKind::Local,
             replicas: 2,
             object_bytes: 64,
             seed: 1,

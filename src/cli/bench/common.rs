@@ -3,6 +3,7 @@
 
 use anyhow::bail;
 use fabric::REPLICAS_MAX;
+use harness::TransportKind;
 
 use super::cluster::OBJECT_BYTES;
 use crate::cli::units::parse_bytes;
@@ -15,8 +16,8 @@ pub const THREADS_MAX: usize = 1024;
 pub struct CommonArgs {
     /// Where the memory lives: local (in-process memory nodes) or shm (memory images under /dev/shm,
     /// mapped by this process: the CXL model). Both execute verbs on the calling thread.
-    #[arg(long, value_enum, default_value_t = TransportArg::Local)]
-    pub transport: TransportArg,
+    #[arg(long, value_enum, default_value_t = TransportKind::Local)]
+    pub transport: TransportKind,
     /// Replicas of the region (1 = primary only). With more, every commit also CASes each backup, in a
     /// round trip before the primary's.
     #[arg(long, value_name = "R", default_value_t = 1)]
@@ -34,28 +35,14 @@ pub struct CommonArgs {
     pub json: bool,
 }
 
-/// `--transport`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportArg {
-    /// In-process memory nodes.
-    Local,
-    /// Memory images in a temporary directory under /dev/shm.
-    Shm,
-}
-
-impl TransportArg {
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportArg::Local => "local",
-            TransportArg::Shm => "shm",
-        }
-    }
-}
+/// Transports `bench txn` and `bench lease` run on: their clients fork
+/// one fabric client whose verbs run on the calling thread.
+const INLINE_TRANSPORTS: &[TransportKind] = &[TransportKind::Local, TransportKind::Shm];
 
 /// The validated common flags.
 #[derive(Clone, Copy, Debug)]
 pub struct Common {
-    pub transport: TransportArg,
+    pub transport: TransportKind,
     pub replicas: u16,
     pub object_bytes: u32,
     pub seed: u64,
@@ -83,7 +70,9 @@ impl CommonArgs {
             ),
         };
         Ok(Common {
-            transport: self.transport,
+            transport: self
+                .transport
+                .require("bench txn and bench lease", INLINE_TRANSPORTS)?,
             replicas: self.replicas as u16,
             object_bytes,
             seed: self.seed,

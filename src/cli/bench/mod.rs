@@ -23,8 +23,6 @@
 //! - [`probe`]: how far ahead of the clock a client's leases have run;
 //! - [`txn_run`] / [`txn_report`], [`lease_run`] / [`lease_report`]: the two
 //!   commands and their tables and JSON objects;
-//! - [`memory`]: the memory node `bench ycsb` and `bench rehash` run
-//!   against (in process, shm image, or loopback tcp server);
 //! - [`format`]: number formatting for the tables.
 
 mod check;
@@ -37,7 +35,6 @@ pub(super) mod format;
 mod lease_args;
 mod lease_report;
 mod lease_run;
-mod memory;
 mod poll;
 mod probe;
 mod rehash_args;

@@ -10,9 +10,9 @@ use index::hash::{load_depth, HashConfig, LOAD_FILL, SPLIT_ENTRIES_PER_ROUND_TRI
 use index::Variant;
 
 use super::common::{cores, dedup};
-use super::memory::MemoryTransport;
 use super::ycsb_args::ROUNDS_MAX;
 use crate::cli::units::parse_duration;
+use harness::TransportKind;
 
 /// How full the table is when the grow starts.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,7 +104,7 @@ pub struct RehashArgs {
     threads: Option<usize>,
     /// Where the memory is.
     #[arg(long, value_enum, default_value = "shm")]
-    transport: MemoryTransport,
+    transport: TransportKind,
     /// Bucket groups per subtable (1..=1024; 512 = 96 KiB and 10,752 slots per subtable).
     #[arg(long, value_name = "G", default_value_t = 512)]
     groups: u32,
@@ -151,7 +151,7 @@ pub struct Plan {
     pub threads: usize,
     /// Clients of the fill (never 0).
     pub fill_threads: usize,
-    pub transport: MemoryTransport,
+    pub transport: TransportKind,
     pub config: HashConfig,
     pub fill: FillArg,
     pub phase: Duration,

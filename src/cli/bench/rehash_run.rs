@@ -30,18 +30,17 @@ use workload::KeyMap;
 
 use super::common::load_bar;
 use super::format::thousands;
-use super::memory::{Memory, REGION};
 use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, DIR_HEADROOM};
 use super::rehash_report::{self, Row};
 use super::threads::{on_threads, runtime};
+use harness::layout::REGION;
+use harness::{Memory, MemorySpec};
 
-/// The owner id that creates, loads and checks the table.
-const LOADER: u16 = 1;
-/// The owner id that grows it.
-const GROWER: u16 = 2;
+use harness::layout::{CHUNK_BYTES, FIRST_WORKER, LOADER};
+/// The owner id that grows the table.
+const GROWER: u16 = FIRST_WORKER;
 /// The first fill client; the inserters follow the fill clients.
-const FIRST_FILLER: u16 = 3;
-const CHUNK_BYTES: u64 = 64 * 1024;
+const FIRST_FILLER: u16 = FIRST_WORKER + 1;
 /// Inserts between two updates of the fill's progress bar.
 const PROGRESS_EVERY: u64 = 1024;
 
@@ -95,7 +94,10 @@ pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
 /// One variant: memory, load, fill, the timed grow, the check.
 fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
     let limit = key_limit(plan);
-    let memory = Memory::new(plan.transport, region_bytes(plan, limit), true)?;
+    let memory = Memory::start(&MemorySpec {
+        populate: true,
+        ..MemorySpec::single(plan.transport, region_bytes(plan, limit))
+    })?;
     let rt = runtime()?;
     let (mut loader, load) = rt.block_on(load(&memory, variant, plan))?;
     if load.depth + DIR_HEADROOM > plan.config.dir_depth {

@@ -7,8 +7,8 @@ use index::btree::Variant;
 use workload::{Distribution, Workload};
 
 use super::common::dedup;
-use super::memory::MemoryTransport;
 use crate::cli::units::parse_duration;
+use harness::TransportKind;
 
 /// Indexes `bench ycsb` knows.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub struct YcsbArgs {
     warmup: Duration,
     /// Where the memory is.
     #[arg(long, value_enum, default_value = "shm")]
-    transport: MemoryTransport,
+    transport: TransportKind,
     /// Seed of the key set and the op streams.
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -131,7 +131,7 @@ pub struct Plan {
     pub coroutines: usize,
     pub duration: Duration,
     pub warmup: Duration,
-    pub transport: MemoryTransport,
+    pub transport: TransportKind,
     pub seed: u64,
     pub rounds: usize,
     pub slice: Option<Duration>,

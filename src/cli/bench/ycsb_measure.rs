@@ -19,10 +19,11 @@ use txn::{HintCache, TxConfig};
 use workload::driver::{drive, ClientResult, IndexClient};
 use workload::{Distribution, Keyspace, OpGenerator, Workload, WorkloadSpec};
 
-use super::memory::Memory;
 use super::threads::{on_threads, runtime};
 use super::ycsb_args::Plan;
-use super::ycsb_run::{hinted_objects, Loaded, FIRST_CLIENT};
+use super::ycsb_run::{hinted_objects, Loaded};
+use harness::layout::FIRST_WORKER as FIRST_CLIENT;
+use harness::Memory;
 
 /// One variant's loaded index, ready for clients.
 pub struct Subject<'a> {

@@ -13,16 +13,14 @@ use txn::{Heap, HeapConfig};
 use workload::load_entries;
 
 use super::common::load_bar;
-use super::memory::{Memory, REGION};
 use super::threads::runtime;
 use super::ycsb_args::{IndexArg, Plan, YcsbArgs};
 use super::ycsb_measure::{measure, Subject};
 use super::ycsb_report::{self, Row};
+use harness::layout::REGION;
+use harness::{Memory, MemorySpec};
 
-/// The owner id that loads the index; clients are 2 onwards.
-const LOADER: u16 = 1;
-pub(super) const FIRST_CLIENT: u16 = 2;
-const CHUNK_BYTES: u64 = 64 * 1024;
+use harness::layout::{CHUNK_BYTES, FIRST_WORKER as FIRST_CLIENT, LOADER};
 /// Inserts one second of one client may add, for sizing the region: far
 /// above what any transport here reaches with 5% inserts.
 const INSERTS_PER_CLIENT_SECOND: u64 = 200_000;
@@ -138,7 +136,8 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             for group in groups {
                 let mut loaded = Vec::with_capacity(group.len());
                 for &variant in &group {
-                    let memory = Memory::new(plan.transport, region_bytes(&plan, index), false)?;
+                    let memory =
+                        Memory::start(&MemorySpec::single(plan.transport, region_bytes(&plan, index)))?;
                     let l = load(&memory, index, variant, &plan)?;
                     loaded.push((memory, l));
                 }

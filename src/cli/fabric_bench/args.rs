@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use fabric::{RegionId, ATOMIC_BYTES, BATCH_BYTES_MAX, VERBS_PER_BATCH_MAX, VERB_BYTES_MAX};
+use harness::TransportKind;
 
 use super::workload::Workload;
 use crate::cli::units::{parse_bytes, parse_duration};
@@ -45,8 +46,8 @@ Examples:
 pub struct BenchArgs {
     /// How verbs reach memory: local (in-process memory node), shm (a mapped memory image, the CXL
     /// model) or tcp (a memory-node server).
-    #[arg(long, value_enum, default_value_t = TransportArg::Local)]
-    pub transport: TransportArg,
+    #[arg(long, value_enum, default_value_t = TransportKind::Local)]
+    pub transport: TransportKind,
     /// tcp only: the running memory node to measure (`kintsugi memnode --listen ADDR`). Without it a
     /// memory node server is started in this process on 127.0.0.1 for the run.
     #[arg(long, value_name = "ADDR")]
@@ -80,27 +81,6 @@ pub struct BenchArgs {
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `--transport`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TransportArg {
-    /// In-process memory node; verbs run on the calling thread.
-    Local,
-    /// A memory image mapped by this process (the CXL model).
-    Shm,
-    /// A memory-node server over tcp.
-    Tcp,
-}
-
-impl TransportArg {
-    pub fn name(self) -> &'static str {
-        match self {
-            TransportArg::Local => "local",
-            TransportArg::Shm => "shm",
-            TransportArg::Tcp => "tcp",
-        }
-    }
 }
 
 /// `--op`.
@@ -145,7 +125,7 @@ pub enum Target {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    pub transport: TransportArg,
+    pub transport: TransportKind,
     pub target: Target,
     /// Region to use on an existing node; `None` means its first region.
     pub region: Option<RegionId>,
@@ -175,13 +155,13 @@ impl BenchArgs {
             duration,
             json,
         } = self;
-        if addr.is_some() && transport != TransportArg::Tcp {
+        if addr.is_some() && transport != TransportKind::Tcp {
             bail!(
                 "--addr names a tcp memory node; it needs --transport tcp (got --transport {})",
                 transport.name()
             );
         }
-        if shm.is_some() && transport != TransportArg::Shm {
+        if shm.is_some() && transport != TransportKind::Shm {
             bail!(
                 "--shm names a memory image to map; it needs --transport shm (got --transport {})",
                 transport.name()
@@ -218,9 +198,9 @@ impl BenchArgs {
             bail!("--duration must be longer than zero");
         }
         let (target, depth) = match transport {
-            TransportArg::Local => (Target::Local, 1),
-            TransportArg::Shm => (Target::Shm(shm), 1),
-            TransportArg::Tcp => (Target::Tcp(addr), outstanding),
+            TransportKind::Local => (Target::Local, 1),
+            TransportKind::Shm => (Target::Shm(shm), 1),
+            TransportKind::Tcp => (Target::Tcp(addr), outstanding),
         };
         let size = u32::try_from(size)?;
         Ok(Plan {
@@ -246,8 +226,8 @@ impl Plan {
     /// Round trips between two timed ones (see the module docs of `measure`).
     pub fn sample_every(&self) -> u64 {
         match self.transport {
-            TransportArg::Local | TransportArg::Shm => super::measure::SAMPLE_EVERY_INLINE,
-            TransportArg::Tcp => super::measure::SAMPLE_EVERY_TCP,
+            TransportKind::Local | TransportKind::Shm => super::measure::SAMPLE_EVERY_INLINE,
+            TransportKind::Tcp => super::measure::SAMPLE_EVERY_TCP,
         }
     }
 }

@@ -21,7 +21,7 @@ mod workload;
 use std::process::ExitCode;
 
 pub use args::BenchArgs;
-use args::TransportArg;
+use harness::TransportKind;
 use measure::Phase;
 use target::Fabric;
 
@@ -48,7 +48,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
 
     eprintln!("fabric bench: phase 2/2: baseline, {baseline_kind}, {duration} ...");
     let (runs, frames) = match (plan.transport, &prepared.memory) {
-        (TransportArg::Local | TransportArg::Shm, Some(memory)) => (baseline_mem::run(&plan, memory)?, None),
+        (TransportKind::Local | TransportKind::Shm, Some(memory)) => {
+            (baseline_mem::run(&plan, memory)?, None)
+        }
         _ => {
             let frames = work.frame_sizes();
             let server =

@@ -5,8 +5,9 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::args::{Plan, TransportArg};
+use super::args::Plan;
 use super::measure::Phase;
+use harness::TransportKind;
 
 /// Throughput a transport must reach, as a fraction of its baseline.
 const TARGET_RATIO: f64 = 0.5;
@@ -215,12 +216,12 @@ fn micros(us: f64) -> String {
 
 /// Describes the baseline of a transport before it has run.
 pub fn baseline_kind(
-    transport: TransportArg,
+    transport: TransportKind,
     memory: Option<&super::baseline_mem::Memory>,
     plan: &Plan,
 ) -> String {
     match (transport, memory) {
-        (TransportArg::Tcp, _) | (_, None) => format!(
+        (TransportKind::Tcp, _) | (_, None) => format!(
             "bare tokio TCP echo on loopback, same frame sizes, {} connection(s), {} frame(s) in flight each",
             plan.threads, plan.depth
         ),
