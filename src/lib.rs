@@ -1,12 +1,28 @@
 //! Kintsugi: crash-tolerant indexes on disaggregated memory.
 //!
-//! This crate is the facade: it re-exports the layers so that a service can
-//! depend on `kintsugi` alone, and it hosts the `kintsugi` binary. Each layer
-//! lives in its own crate (see `ARCHITECTURE.md`):
+//! This crate is the facade: it re-exports every layer, so that a service
+//! can depend on `kintsugi` alone, and it hosts the `kintsugi` binary. Each
+//! layer lives in its own crate (see `ARCHITECTURE.md`):
 //!
 //! - [`fabric`]: global addresses, one-sided verbs, batches, memory nodes,
 //!   transports (local, shm, tcp), fault injection, per-client counters.
 //! - [`txn`]: repairable transactions (rTX) over the fabric.
+//! - [`index`]: the Sherman-like B+tree and RACE hashing, each `optimal`
+//!   or `rtx`.
+//! - [`control_plane`]: the Raft-replicated record of memory nodes,
+//!   regions, clients, leases and owner ids, its API and its client.
+//! - [`workload`]: seeded YCSB op streams and the client loop that runs
+//!   them on an index.
+//! - [`harness`]: the process launcher, the lines processes exchange, the
+//!   memory set-up and transport enum every tool shares.
+//! - [`chaos`]: crash-point exploration and `chaos run` experiments.
 
+#![forbid(unsafe_code)]
+
+pub use chaos;
+pub use control_plane;
 pub use fabric;
+pub use harness;
+pub use index;
 pub use txn;
+pub use workload;

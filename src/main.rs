@@ -1,6 +1,8 @@
 //! The `kintsugi` binary: one entry point for memory nodes, the control
 //! plane, benchmarks, chaos experiments and the demo.
 
+#![forbid(unsafe_code)]
+
 mod cli;
 
 use clap::Parser;

@@ -15,6 +15,7 @@
 //!   the PNG.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod crash_points;
 pub mod experiment;

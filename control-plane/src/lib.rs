@@ -14,6 +14,7 @@
 //! - [`config`]: a member's settings (TOML).
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod api;
 pub mod config;

@@ -45,7 +45,7 @@ pub use error::{FabricError, NodeError};
 pub use fault::{FaultPlan, Faulty, FlyWrite};
 pub use map::{ClusterMap, MapError, NodeInfo, RegionInfo, ReplicaLoc, REPLICAS_MAX};
 pub use memnode::{validate as validate_regions, MemoryNode, NodeDescriptor, RegionDescriptor, RegionSpec};
-pub use memory::prefetch_local;
+pub use memory::{prefetch_local, RawCell, RawRegion};
 pub use stats::Stats;
 pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};
 pub use verb::{

@@ -301,6 +301,146 @@ pub fn prefetch_local<T>(items: &[T]) {
     unsafe { prefetch_lines(items.as_ptr().cast(), 0, std::mem::size_of_val(items), false) };
 }
 
+/// Raw access to a mapped region, for benchmarks' baselines: what a verb
+/// does to memory (a copy, an atomic), without the verb. Unlike
+/// [`SharedMemory`], a cell's bytes are copied with `copy_nonoverlapping`,
+/// as plain code would: the baseline is plain code on the same memory.
+pub struct RawRegion {
+    map: MmapRaw,
+    /// Where the region starts in the mapping, and its size.
+    base: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for RawRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawRegion").field("len", &self.len).finish()
+    }
+}
+
+impl RawRegion {
+    /// Fresh anonymous memory of `len` bytes (what an in-process memory
+    /// node is made of).
+    pub fn anonymous(len: usize) -> io::Result<RawRegion> {
+        let map = MmapOptions::new().len(len).no_reserve_swap().map_anon()?;
+        Ok(RawRegion {
+            map: MmapRaw::from(map),
+            base: 0,
+            len,
+        })
+    }
+
+    /// Region `region` of the memory image at `path`, mapped again.
+    pub fn image_region(path: &Path, region: crate::RegionId) -> Result<RawRegion, crate::NodeError> {
+        use crate::NodeError;
+        use std::io::Read;
+        let io = |context: &'static str| {
+            move |source| NodeError::Io {
+                context,
+                path: path.to_owned(),
+                source,
+            }
+        };
+        let bad = |what: String| NodeError::Regions(format!("{}: {what}", path.display()));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io("cannot open memory image"))?;
+        let file_bytes = file.metadata().map_err(io("cannot stat"))?.len();
+        let mut page = vec![0u8; crate::image::PAGE_BYTES as usize];
+        file.read_exact(&mut page)
+            .map_err(io("cannot read the header of"))?;
+        let header = crate::image::Header::decode(&page, file_bytes).map_err(|source| NodeError::Header {
+            path: path.to_owned(),
+            source,
+        })?;
+        let entry = header
+            .regions
+            .iter()
+            .find(|r| r.id == region)
+            .ok_or_else(|| bad(format!("holds no region {region}")))?;
+        let map = MmapOptions::new().map_raw(&file).map_err(io("cannot map"))?;
+        // The header was checked against the file size; check against the mapping too.
+        let end = entry.image_offset.checked_add(entry.size);
+        if end.is_none_or(|end| end > map.len() as u64) {
+            return Err(bad(format!("region {region} lies past the end of the file")));
+        }
+        let base = usize::try_from(entry.image_offset).map_err(|_| bad("offset too large".into()))?;
+        let len = usize::try_from(entry.size).map_err(|_| bad("region too large".into()))?;
+        Ok(RawRegion { map, base, len })
+    }
+
+    /// The region's size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `len` bytes at `offset` of the region, or `None` if they are
+    /// not all inside it.
+    pub fn cell(&self, offset: u64, len: usize) -> Option<RawCell<'_>> {
+        let offset = usize::try_from(offset).ok()?;
+        if offset.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: `base + offset + len` is inside the mapping: the region
+        // lies inside it (checked when mapped) and the cell inside the
+        // region (checked above).
+        let ptr = unsafe { self.map.as_mut_ptr().add(self.base + offset) };
+        Some(RawCell {
+            ptr,
+            len,
+            _region: std::marker::PhantomData,
+        })
+    }
+}
+
+/// Bytes of a [`RawRegion`], valid while it is. Its user keeps other
+/// threads of the process off its bytes (each baseline thread has its own
+/// cells); other processes may touch them, as they may any DM.
+#[derive(Debug)]
+pub struct RawCell<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _region: std::marker::PhantomData<&'a RawRegion>,
+}
+
+impl RawCell<'_> {
+    /// Copies the cell into `dst` (its length must be the cell's).
+    #[inline(always)]
+    pub fn copy_to(&self, dst: &mut [u8]) {
+        assert_eq!(dst.len(), self.len, "a copy takes the whole cell");
+        // SAFETY: `ptr` points at `len` bytes inside the live mapping
+        // (checked by `RawRegion::cell`; the borrow keeps the region
+        // alive); the destination is a distinct, exclusively borrowed slice.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr, dst.as_mut_ptr(), self.len) };
+    }
+
+    /// Copies `src` (of the cell's length) into the cell.
+    #[inline(always)]
+    pub fn copy_from(&self, src: &[u8]) {
+        assert_eq!(src.len(), self.len, "a copy fills the whole cell");
+        // SAFETY: as for `copy_to`, with the roles swapped.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, self.len) };
+    }
+
+    /// The cell as an atomic word, if it is 8 bytes, 8-aligned.
+    pub fn word(&self) -> Option<&AtomicU64> {
+        if self.len != WORD || (self.ptr as usize) % WORD != 0 {
+            return None;
+        }
+        // SAFETY: 8 bytes, 8-aligned (checked above), inside the live
+        // mapping; the mapping is only ever accessed atomically or by
+        // copies the user keeps off this word.
+        Some(unsafe { AtomicU64::from_ptr(self.ptr.cast::<u64>()) })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +451,20 @@ mod tests {
         prefetch_local(&v);
         prefetch_local::<u64>(&[]);
         assert!(v.iter().copied().eq(0..1000));
+    }
+
+    #[test]
+    fn raw_cells_are_bounded_copies_and_aligned_words() {
+        let r = RawRegion::anonymous(4096).unwrap();
+        assert!(r.cell(4090, 8).is_none() && r.cell(u64::MAX, 1).is_none());
+        let c = r.cell(8, 8).unwrap();
+        c.copy_from(&7u64.to_le_bytes());
+        assert_eq!(c.word().unwrap().fetch_add(1, Ordering::SeqCst), 7);
+        let mut out = [0; 8];
+        c.copy_to(&mut out);
+        assert_eq!(u64::from_le_bytes(out), 8);
+        assert!(r.cell(4, 8).unwrap().word().is_none(), "misaligned");
+        assert!(r.cell(8, 16).unwrap().word().is_none(), "not a word");
     }
 
     #[test]

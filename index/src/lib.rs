@@ -6,6 +6,7 @@
 //! - [`hash`]: RACE hashing, `optimal` or `rtx`.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod btree;
 mod error;

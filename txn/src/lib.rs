@@ -20,6 +20,7 @@
 //! - [`TxClient`] runs transactions as one owner id; [`Tx`] is one attempt.
 
 #![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod alloc;
 mod client;
