@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use super::common::{check_threads, check_write_set, Common, CommonArgs};
+use super::common::{check_threads, check_write_set, CommonArgs};
 use crate::cli::units::parse_duration;
+use bench::txn_plan::LeasePlan;
 
 /// Arguments of `kintsugi bench lease`.
 #[derive(clap::Args, Debug)]
@@ -107,19 +108,6 @@ fn split_list(s: &str) -> Result<Vec<&str>, String> {
         return Err(format!("'{s}' is not a comma-separated list (an item is empty)"));
     }
     Ok(items)
-}
-
-/// A validated `bench lease` run.
-#[derive(Clone, Debug)]
-pub struct LeasePlan {
-    pub drifts: Vec<Duration>,
-    pub locks: Vec<usize>,
-    pub threads: usize,
-    pub duration: Duration,
-    pub objects: usize,
-    pub clock_skew_ms: i64,
-    pub op_time: Duration,
-    pub common: Common,
 }
 
 impl LeaseArgs {

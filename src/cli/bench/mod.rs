@@ -1,56 +1,26 @@
-//! `kintsugi bench ...`: benchmarks of the layers above the fabric.
+//! `kintsugi bench ...`: the flags of each benchmark (`*_args.rs`, each
+//! validated into the plan [`bench`] runs) and the printing of its report
+//! as a table or JSON. The benchmarks themselves are the `bench` crate.
 //!
-//! - `bench txn`: rTX throughput, latency and cost per commit (round trips,
-//!   verbs, bytes) for read-modify-write transactions on random objects;
-//! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing, per
-//!   variant (`ycsb_args`, `ycsb_run`, `ycsb_measure`, `ycsb_report`);
-//! - `bench rehash`: growing a full RACE hash table per variant, and the
-//!   throughput of clients inserting meanwhile (`rehash_args`,
-//!   `rehash_run`, `rehash_report`);
-//! - `bench lease`: the paper's Figure 18, how often live clients meet each
-//!   other's locks with an expired lease, with and without lease regulation.
+//! - `bench txn`: rTX throughput, latency and cost per commit;
+//! - `bench lease`: the paper's Figure 18, expired leases of live clients;
+//! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing;
+//! - `bench rehash`: growing a full RACE hash table, inserts meanwhile;
+//! - `bench control`: the control plane's commits, watches and failovers.
 //!
-//! Modules, one idea each:
-//!
-//! - [`common`]: flags both commands share and their validation, and
-//!   helpers every bench uses (cores, seeds, load bars, `median`);
-//! - [`txn_args`] / [`lease_args`]: each command's flags, validated into a plan;
-//! - [`cluster`]: the memory (fresh in-process nodes or shm images), the heap
-//!   and the objects, and a transaction client per owner id;
-//! - [`worker`]: one client's loop of transactions and what it counted;
-//! - [`threads`]: client threads that start their clocks together;
-//! - [`check`]: the end-of-run invariant (every committed increment is there);
-//! - [`probe`]: how far ahead of the clock a client's leases have run;
-//! - [`txn_run`] / [`txn_report`], [`lease_run`] / [`lease_report`]: the two
-//!   commands and their tables and JSON objects;
-//! - [`format`]: number formatting for the tables.
+//! [`common`] holds the flags `txn` and `lease` share.
 
-mod check;
-pub(super) mod cluster;
 mod common;
 mod control_args;
-mod control_report;
-mod control_run;
-pub(super) mod format;
 mod lease_args;
-mod lease_report;
-mod lease_run;
-mod poll;
-mod probe;
 mod rehash_args;
-mod rehash_report;
-mod rehash_run;
-pub(super) mod threads;
 mod txn_args;
-mod txn_report;
-mod txn_run;
-mod worker;
 mod ycsb_args;
-mod ycsb_measure;
-mod ycsb_report;
-mod ycsb_run;
 
 use std::process::ExitCode;
+
+use anyhow::Context;
+use bench::rehash_plan::JsonTo;
 
 pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
@@ -81,10 +51,57 @@ pub enum BenchCommand {
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
     match command {
-        BenchCommand::Txn(args) => txn_run::run(args),
-        BenchCommand::Lease(args) => lease_run::run(args),
-        BenchCommand::Ycsb(args) => ycsb_run::run(args),
-        BenchCommand::Control(args) => control_run::run(args),
-        BenchCommand::Rehash(args) => rehash_run::run(args),
+        BenchCommand::Txn(args) => {
+            let plan = args.validate()?;
+            let report = bench::txn_run::run(&plan)?;
+            super::print_report(plan.common.json, || report.json(), || report.table())?;
+            fail_on(report.failure())
+        }
+        BenchCommand::Lease(args) => {
+            let plan = args.validate()?;
+            let report = bench::lease_run::run(&plan)?;
+            super::print_report(plan.common.json, || report.json(), || report.table())?;
+            fail_on(report.failure())
+        }
+        BenchCommand::Ycsb(args) => {
+            let plan = args.validate()?;
+            let report = bench::ycsb_run::run(&plan)?;
+            print!("{}", report.table());
+            if let Some(path) = &plan.json {
+                write_json(path, &report.json()?, "bench ycsb")?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Control(args) => {
+            let plan = args.validate()?;
+            let report = bench::control_run::run(&plan)?;
+            super::print_report(plan.json, || report.json(), || report.table())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Rehash(args) => {
+            let plan = args.validate()?;
+            let report = bench::rehash_run::run(&plan)?;
+            let to_stdout = plan.json == Some(JsonTo::Stdout);
+            super::print_report(to_stdout, || report.json(), || report.table())?;
+            if let Some(JsonTo::File(path)) = &plan.json {
+                write_json(path, &report.json(), "bench rehash")?;
+            }
+            fail_on(report.failure())
+        }
     }
+}
+
+/// Exits non-zero, after the report, when a run's end check failed.
+fn fail_on(failure: Option<String>) -> anyhow::Result<ExitCode> {
+    match failure {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Writes a report's JSON to `path` and says so on stderr.
+fn write_json(path: &std::path::Path, json: &str, what: &str) -> anyhow::Result<()> {
+    std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("{what}: wrote {}", path.display());
+    Ok(())
 }

@@ -4,8 +4,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use super::common::{check_threads, check_write_set, Common, CommonArgs};
+use super::common::{check_threads, check_write_set, CommonArgs};
 use crate::cli::units::parse_duration;
+use bench::txn_plan::TxnPlan;
 
 /// Arguments of `kintsugi bench txn`.
 #[derive(clap::Args, Debug)]
@@ -49,16 +50,6 @@ pub struct TxnArgs {
     pub duration: Duration,
     #[command(flatten)]
     pub common: CommonArgs,
-}
-
-/// A validated `bench txn` run.
-#[derive(Clone, Copy, Debug)]
-pub struct TxnPlan {
-    pub objects: usize,
-    pub write_set: usize,
-    pub threads: usize,
-    pub duration: Duration,
-    pub common: Common,
 }
 
 impl TxnArgs {

@@ -7,8 +7,9 @@ use anyhow::bail;
 use fabric::{RegionId, ATOMIC_BYTES, BATCH_BYTES_MAX, VERBS_PER_BATCH_MAX, VERB_BYTES_MAX};
 use harness::TransportKind;
 
-use super::workload::Workload;
 use crate::cli::units::{parse_bytes, parse_duration};
+use bench::fabric::plan::{OpArg, Plan, Target};
+use bench::fabric::workload::Workload;
 
 /// Most client threads a run may start (the tcp memory node serves at most
 /// `fabric::server::CONNECTIONS_MAX` connections, one per thread).
@@ -80,62 +81,6 @@ pub struct BenchArgs {
     pub duration: Duration,
     /// Print one JSON object on stdout instead of the table.
     #[arg(long)]
-    pub json: bool,
-}
-
-/// `--op`.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpArg {
-    /// READ --size bytes per verb.
-    Read,
-    /// WRITE --size bytes per verb.
-    Write,
-    /// 8-byte compare-and-swap (always succeeds: each word is touched by one client only).
-    Cas,
-    /// 8-byte fetch-and-add.
-    Faa,
-}
-
-impl OpArg {
-    pub fn name(self) -> &'static str {
-        match self {
-            OpArg::Read => "read",
-            OpArg::Write => "write",
-            OpArg::Cas => "cas",
-            OpArg::Faa => "faa",
-        }
-    }
-
-    pub fn is_atomic(self) -> bool {
-        matches!(self, OpArg::Cas | OpArg::Faa)
-    }
-}
-
-/// Where the memory under test comes from.
-#[derive(Clone, Debug)]
-pub enum Target {
-    /// A fresh in-process memory node.
-    Local,
-    /// A fresh image in a temporary directory, or the image at this path.
-    Shm(Option<PathBuf>),
-    /// An in-process server, or the memory node at this address.
-    Tcp(Option<String>),
-}
-
-/// A validated run.
-#[derive(Clone, Debug)]
-pub struct Plan {
-    pub transport: TransportKind,
-    pub target: Target,
-    /// Region to use on an existing node; `None` means its first region.
-    pub region: Option<RegionId>,
-    pub work: Workload,
-    pub threads: usize,
-    /// Asked for on the command line.
-    pub outstanding: usize,
-    /// In force: 1 for transports that complete inline.
-    pub depth: usize,
-    pub duration: Duration,
     pub json: bool,
 }
 
@@ -214,20 +159,5 @@ impl BenchArgs {
             duration,
             json,
         })
-    }
-}
-
-impl Plan {
-    /// Clients that run at once: one per thread, times the depth on tcp.
-    pub fn slots(&self) -> usize {
-        self.threads * self.depth
-    }
-
-    /// Round trips between two timed ones (see the module docs of `measure`).
-    pub fn sample_every(&self) -> u64 {
-        match self.transport {
-            TransportKind::Local | TransportKind::Shm => super::measure::SAMPLE_EVERY_INLINE,
-            TransportKind::Tcp => super::measure::SAMPLE_EVERY_TCP,
-        }
     }
 }

@@ -29,7 +29,7 @@ pub async fn lease_lead_ticks(
     client: &mut TxClient,
     obj: RawObj,
     write_set: usize,
-) -> anyhow::Result<Option<i64>> {
+) -> crate::Result<Option<i64>> {
     for _ in 0..ATTEMPTS_MAX {
         let mut tx = client.begin();
         let locked = tx.lock_now(obj).await;

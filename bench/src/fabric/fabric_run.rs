@@ -9,12 +9,12 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use crate::error::Context;
 use fabric::{Batch, Client, GlobalAddr, RegionId, Stats, TcpTransport, VerbHandle};
 use tokio::task::JoinSet;
 
-use super::args::{OpArg, Plan};
 use super::measure::{self, on_threads, Run, WARMUP_ROUND_TRIPS};
+use super::plan::{OpArg, Plan};
 use super::workload::Workload;
 
 /// One client's loop state: a reused batch and the values its CASes expect.
@@ -50,7 +50,7 @@ impl FabricWorker {
     }
 
     /// Builds and executes one batch and checks what CAS returned.
-    async fn round_trip(&mut self) -> anyhow::Result<()> {
+    async fn round_trip(&mut self) -> crate::Result<()> {
         let stride = self.work.stride();
         self.batch.clear();
         self.handles.clear();
@@ -84,7 +84,7 @@ impl FabricWorker {
     }
 
     /// Untimed round trips; fails with the node's reason if a verb is refused.
-    pub async fn warm_up(&mut self) -> anyhow::Result<()> {
+    pub async fn warm_up(&mut self) -> crate::Result<()> {
         for _ in 0..WARMUP_ROUND_TRIPS {
             self.round_trip().await?;
         }
@@ -99,7 +99,7 @@ impl FabricWorker {
     }
 
     /// Round trips until `deadline`, every `every`-th one timed (see `measure`).
-    pub async fn run(mut self, start: Instant, deadline: Instant, every: u64) -> anyhow::Result<Run> {
+    pub async fn run(mut self, start: Instant, deadline: Instant, every: u64) -> crate::Result<Run> {
         let mut latency = measure::histogram()?;
         let mut done = 0u64;
         let elapsed = loop {
@@ -117,7 +117,7 @@ impl FabricWorker {
         };
         let stats = self.client.stats() - self.warm;
         if stats.verb_errors > 0 {
-            bail!(
+            crate::bail!(
                 "{} verbs completed with an error during the run",
                 stats.verb_errors
             );
@@ -132,7 +132,7 @@ impl FabricWorker {
     }
 }
 
-fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+fn current_thread_runtime() -> crate::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -140,14 +140,14 @@ fn current_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 /// local and shm: `client` is forked once per thread; thread `t` uses slot `t`.
-pub fn run_inline(plan: &Plan, client: &Client, region: RegionId) -> anyhow::Result<Vec<Run>> {
+pub fn run_inline(plan: &Plan, client: &Client, region: RegionId) -> crate::Result<Vec<Run>> {
     let every = plan.sample_every();
     on_threads("fabric", plan.threads, |t, gate| {
         let setup = (|| {
             let rt = current_thread_runtime()?;
             let mut worker = FabricWorker::new(client.fork(), plan.work, region, t);
             rt.block_on(worker.warm_up())?;
-            anyhow::Ok((rt, worker))
+            Ok::<_, crate::BenchError>((rt, worker))
         })();
         gate.wait();
         let (rt, worker) = setup?;
@@ -162,7 +162,7 @@ pub fn run_inline(plan: &Plan, client: &Client, region: RegionId) -> anyhow::Res
 
 /// tcp: each thread connects to `addr` and runs `plan.depth` tasks; task `k`
 /// of thread `t` uses slot `t * depth + k`.
-pub fn run_tcp(plan: &Plan, addr: &str, region: RegionId) -> anyhow::Result<Vec<Run>> {
+pub fn run_tcp(plan: &Plan, addr: &str, region: RegionId) -> crate::Result<Vec<Run>> {
     let every = plan.sample_every();
     on_threads("fabric", plan.threads, |t, gate| {
         let setup = (|| {
@@ -181,9 +181,9 @@ pub fn run_tcp(plan: &Plan, addr: &str, region: RegionId) -> anyhow::Result<Vec<
                 while let Some(w) = warming.join_next().await {
                     workers.push(w.context("a warm-up task failed")??);
                 }
-                anyhow::Ok(workers)
+                Ok::<_, crate::BenchError>(workers)
             })?;
-            anyhow::Ok((rt, workers))
+            Ok::<_, crate::BenchError>((rt, workers))
         })();
         gate.wait();
         let (rt, workers) = setup?;

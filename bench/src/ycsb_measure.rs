@@ -12,16 +12,16 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use crate::error::Context;
 use index::btree::{BTree, LeafHintTable};
 use index::hash::HashTable;
 use txn::{HintCache, TxConfig};
 use workload::driver::{drive, ClientResult, IndexClient};
 use workload::{Distribution, Keyspace, OpGenerator, Workload, WorkloadSpec};
 
-use super::threads::{on_threads, runtime};
-use super::ycsb_args::Plan;
-use super::ycsb_run::{hinted_objects, Loaded};
+use crate::threads::{on_threads, runtime};
+use crate::ycsb_plan::Plan;
+use crate::ycsb_run::{hinted_objects, Loaded};
 use harness::layout::FIRST_WORKER as FIRST_CLIENT;
 use harness::Memory;
 
@@ -47,7 +47,7 @@ pub fn measure(
     workload: Workload,
     dist: Distribution,
     plan: &Plan,
-) -> anyhow::Result<Vec<ClientResult>> {
+) -> crate::Result<Vec<ClientResult>> {
     let spec = WorkloadSpec {
         workload,
         distribution: dist,
@@ -73,7 +73,7 @@ pub fn measure(
     // deadlines count from it, so all run the same variant at once.
     let start = OnceLock::new();
     let per_thread = on_threads("ycsb", plan.threads, |t, gate| {
-        let setup = (|| -> anyhow::Result<_> {
+        let setup = (|| -> crate::Result<_> {
             let rt = runtime()?;
             let mut clients = Vec::with_capacity(subjects.len());
             for (s, hints) in subjects.iter().zip(&hints) {
@@ -96,7 +96,7 @@ pub fn measure(
                     drive(client, generator, Instant::now() + plan.warmup).await?;
                 }
             }
-            anyhow::Ok(())
+            Ok::<_, crate::BenchError>(())
         });
         gate.wait();
         warmup?;
@@ -143,7 +143,7 @@ async fn attach(
     keyspace: &Arc<Keyspace>,
     t: usize,
     plan: &Plan,
-) -> anyhow::Result<Clients> {
+) -> crate::Result<Clients> {
     let fabric = s.memory.client().await?;
     let mut clients = Vec::with_capacity(plan.coroutines);
     for c in 0..plan.coroutines {
@@ -169,7 +169,7 @@ async fn attach(
 }
 
 /// Runs a thread's clients of one subject together until `deadline`.
-async fn run_slice(clients: &mut Clients, deadline: Instant) -> anyhow::Result<ClientResult> {
+async fn run_slice(clients: &mut Clients, deadline: Instant) -> crate::Result<ClientResult> {
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (mut client, mut generator)) in std::mem::take(clients).into_iter().enumerate() {
         tasks.spawn(async move {

@@ -2,21 +2,21 @@
 //! bulk-loaded index (B+tree or RACE hash table), then every (distribution,
 //! workload) for a fixed time on `threads × coroutines` clients.
 
-use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use crate::error::Context;
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
 use txn::{Heap, HeapConfig};
 use workload::load_entries;
 
-use super::common::load_bar;
-use super::threads::runtime;
-use super::ycsb_args::{IndexArg, Plan, YcsbArgs};
-use super::ycsb_measure::{measure, Subject};
-use super::ycsb_report::{self, Row};
+use crate::common::load_bar;
+use crate::threads::runtime;
+use crate::ycsb_measure::{measure, Subject};
+use crate::ycsb_plan::{IndexArg, Plan};
+use crate::ycsb_report::Row;
+use crate::ycsb_report::YcsbReport;
 use harness::layout::REGION;
 use harness::{Memory, MemorySpec};
 
@@ -33,7 +33,7 @@ const HASH_OPS_PER_THREAD_SECOND: u64 = 4_000_000;
 /// Objects whose hints a tree of `keys` needs: one per node, and a node
 /// of a fresh load holds more than 20 keys. 16 bytes each, taken a page at
 /// a time as first written: about 6 MiB for 10M keys.
-pub(super) fn hinted_objects(keys: u64) -> u64 {
+pub fn hinted_objects(keys: u64) -> u64 {
     const NODE_KEYS_MIN: u64 = 20;
     keys / NODE_KEYS_MIN
 }
@@ -110,13 +110,14 @@ fn hash_config(plan: &Plan) -> HashConfig {
 
 /// A loaded index: what its clients attach to.
 #[derive(Clone, Copy)]
-pub(super) enum Loaded {
+pub enum Loaded {
     BTree(Heap, TreeInfo),
     Hash(Heap, TableInfo),
 }
 
-pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.validate()?;
+/// Runs every index, variant, workload and distribution of `plan` for its
+/// rounds, progress on stderr.
+pub fn run(plan: &Plan) -> crate::Result<YcsbReport> {
     let mut rows: Vec<Row> = Vec::new();
     for round in 1..=plan.rounds {
         let prefix = if plan.rounds > 1 {
@@ -137,8 +138,8 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                 let mut loaded = Vec::with_capacity(group.len());
                 for &variant in &group {
                     let memory =
-                        Memory::start(&MemorySpec::single(plan.transport, region_bytes(&plan, index)))?;
-                    let l = load(&memory, index, variant, &plan)?;
+                        Memory::start(&MemorySpec::single(plan.transport, region_bytes(plan, index)))?;
+                    let l = load(&memory, index, variant, plan)?;
                     loaded.push((memory, l));
                 }
                 let subjects: Vec<Subject> = loaded
@@ -157,27 +158,23 @@ pub fn run(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                             names.join(" and "),
                             humantime::format_duration(plan.duration)
                         );
-                        let results = measure(&subjects, workload, dist, &plan)?;
+                        let results = measure(&subjects, workload, dist, plan)?;
                         for (&variant, result) in group.iter().zip(&results) {
-                            rows.push(Row::new(index, variant, workload, dist, round, &plan, result));
+                            rows.push(Row::new(index, variant, workload, dist, round, plan, result));
                         }
                     }
                 }
             }
         }
     }
-    print!("{}", ycsb_report::table(&rows, plan.rounds > 1));
-    print!("{}", ycsb_report::ratios(&rows));
-    if let Some(path) = &plan.json {
-        let json = serde_json::to_string_pretty(&rows)?;
-        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("bench ycsb: wrote {}", path.display());
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(YcsbReport {
+        rows,
+        rounds: plan.rounds,
+    })
 }
 
 /// Formats the heap, creates the index and bulk-loads it, with a progress bar.
-fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyhow::Result<Loaded> {
+fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> crate::Result<Loaded> {
     let rt = runtime()?;
     rt.block_on(async {
         let mut fabric = memory.client().await?;
@@ -224,7 +221,7 @@ fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> anyh
             keys as f64 / secs / 1e6,
         );
         if keys != plan.keys {
-            bail!("loaded {keys} keys of {}", plan.keys);
+            crate::bail!("loaded {keys} keys of {}", plan.keys);
         }
         Ok(loaded)
     })

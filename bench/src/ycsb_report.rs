@@ -8,9 +8,9 @@ use serde::Serialize;
 use workload::driver::ClientResult;
 use workload::{Distribution, Workload};
 
-use super::common::median;
-use super::format::{micros, thousands};
-use super::ycsb_args::{IndexArg, Plan};
+use crate::common::median;
+use crate::format::{micros, thousands};
+use crate::ycsb_plan::{IndexArg, Plan};
 
 /// One measured combination (also the JSON array element).
 #[derive(Clone, Debug, Serialize)]
@@ -72,6 +72,27 @@ impl Row {
             repairs: r.tx.repairs,
             misses: r.misses,
         }
+    }
+}
+
+/// Every row of a run, in the order they ran.
+#[derive(Clone, Debug)]
+pub struct YcsbReport {
+    /// One per index, variant, workload, distribution and round.
+    pub rows: Vec<Row>,
+    /// Rounds the run had (the table shows medians when more than one).
+    pub rounds: usize,
+}
+
+impl YcsbReport {
+    /// The rows as a JSON array.
+    pub fn json(&self) -> crate::Result<String> {
+        Ok(serde_json::to_string_pretty(&self.rows)?)
+    }
+
+    /// The table, then the ratios to optimal.
+    pub fn table(&self) -> String {
+        format!("{}{}", table(&self.rows, self.rounds > 1), ratios(&self.rows))
     }
 }
 

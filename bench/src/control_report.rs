@@ -8,18 +8,18 @@ use control_plane::config::Timing;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use super::common::cores;
-use super::control_args::ControlPlan;
-use super::control_run::{ControlResults, Failover};
-use super::format::{duration, micros, thousands};
+use crate::common::cores;
+use crate::control_plan::ControlPlan;
+use crate::control_run::{ControlResults, Failover};
+use crate::format::{duration, micros, thousands};
 
 /// The target for a failover: a write commits again within this
 /// long of the leader's death, with default timings.
 pub const TARGET_FAILOVER_MS: u64 = 1000;
 
-pub struct ControlReport<'a> {
-    pub plan: &'a ControlPlan,
-    pub results: &'a ControlResults,
+pub struct ControlReport {
+    pub plan: ControlPlan,
+    pub results: ControlResults,
 }
 
 /// A percentile of a microsecond histogram (0 when empty).
@@ -47,7 +47,7 @@ fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((*v.first()?, v[(v.len() - 1) / 2], *v.last()?))
 }
 
-impl ControlReport<'_> {
+impl ControlReport {
     fn commits_per_sec(&self) -> f64 {
         self.plan.ops as f64 / self.results.commit.elapsed.as_secs_f64().max(1e-9)
     }
@@ -65,7 +65,7 @@ impl ControlReport<'_> {
 
     pub fn json(&self) -> Value {
         let p = self.plan;
-        let r = self.results;
+        let r = &self.results;
         let c = &r.commit;
         let w = &r.watch;
         let fo = failover_ms(&r.failovers);
@@ -125,7 +125,7 @@ impl ControlReport<'_> {
 
     pub fn table(&self) -> String {
         let p = self.plan;
-        let r = self.results;
+        let r = &self.results;
         let c = &r.commit;
         let w = &r.watch;
         let t = Timing::default();

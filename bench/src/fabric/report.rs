@@ -1,20 +1,21 @@
 //! The results: an aligned table for people, one JSON object for tools.
 
-use crate::cli::bench::format::thousands;
+use crate::format::thousands;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use super::args::Plan;
 use super::measure::Phase;
+use super::plan::Plan;
 use harness::TransportKind;
 
 /// Throughput a transport must reach, as a fraction of its baseline.
 const TARGET_RATIO: f64 = 0.5;
 
 /// Both phases of a run and what they ran on.
-pub struct Report<'a> {
-    pub plan: &'a Plan,
+pub struct Report {
+    /// What ran.
+    pub plan: Plan,
     /// The memory under test.
     pub target: String,
     /// What the baseline did.
@@ -25,14 +26,14 @@ pub struct Report<'a> {
     pub frames: Option<(usize, usize)>,
 }
 
-impl Report<'_> {
+impl Report {
     /// fabric verbs/s ÷ baseline verbs/s.
     pub fn ratio(&self) -> f64 {
         self.fabric.verbs_per_sec() / self.baseline.verbs_per_sec().max(f64::MIN_POSITIVE)
     }
 
     fn notes(&self) -> Vec<String> {
-        let plan = self.plan;
+        let plan = &self.plan;
         let mut notes = Vec::new();
         if plan.depth != plan.outstanding {
             notes.push(format!(
@@ -42,7 +43,7 @@ impl Report<'_> {
                 plan.transport.name()
             ));
         }
-        if let super::args::Target::Tcp(Some(addr)) = &plan.target {
+        if let super::plan::Target::Tcp(Some(addr)) = &plan.target {
             notes.push(format!(
                 "the echo baseline runs on loopback in this process, not at {addr}: \
                  the ratio is only meaningful for a memory node on this host"
@@ -59,7 +60,7 @@ impl Report<'_> {
     }
 
     pub fn json(&self) -> Value {
-        let plan = self.plan;
+        let plan = &self.plan;
         let f = &self.fabric;
         let b = &self.baseline;
         let mut v = json!({
@@ -108,7 +109,7 @@ impl Report<'_> {
     }
 
     pub fn table(&self) -> String {
-        let plan = self.plan;
+        let plan = &self.plan;
         let (f, b) = (&self.fabric, &self.baseline);
         let mut s = String::new();
         let threads = if plan.threads == 1 { "thread" } else { "threads" };

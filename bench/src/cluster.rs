@@ -5,13 +5,13 @@
 //! Owner id [`LOADER`] creates the objects and, at the end, reads them back
 //! for the check; the clients under test are [`FIRST_WORKER`] onwards.
 
-use anyhow::{bail, Context};
+use crate::error::Context;
 use fabric::{Client, FaultPlan, OFFSET_MAX};
 use harness::layout::{CHUNK_BYTES, REGION};
 use harness::{Memory, MemorySpec};
 use txn::{Heap, HeapConfig, OwnerId, RawObj, TxClient, TxConfig};
 
-use super::common::Common;
+use crate::common::Common;
 
 pub use harness::layout::{FIRST_WORKER, LOADER};
 /// Room for blocks that repairs and fenced commits leave behind, for
@@ -27,10 +27,10 @@ macro_rules! object_sizes {
         pub const OBJECT_BYTES: &[u32] = &[$($n),*];
 
         /// Creates a zeroed object of `bytes` bytes, one of [`OBJECT_BYTES`].
-        async fn create_sized(c: &mut TxClient, bytes: u32) -> anyhow::Result<RawObj> {
+        async fn create_sized(c: &mut TxClient, bytes: u32) -> crate::Result<RawObj> {
             match bytes {
                 $($n => Ok(c.create(&[0u8; $n]).await?.raw()),)*
-                _ => bail!("objects of {bytes} bytes are not supported"),
+                _ => crate::bail!("objects of {bytes} bytes are not supported"),
             }
         }
     };
@@ -53,7 +53,7 @@ pub fn region_bytes(
     object_bytes: u32,
     clients: usize,
     write_set: usize,
-) -> anyhow::Result<u64> {
+) -> crate::Result<u64> {
     let block = u64::from(object_bytes).next_multiple_of(8);
     let fixed = 8192 + (clients as u64 + 2) * txn::log::LOG_SLOT_BYTES;
     // Metas and data of every object, twice (blocks freed by one client are
@@ -70,7 +70,7 @@ pub fn region_bytes(
 impl Cluster {
     /// Memory nodes holding one region of `region_bytes`, and a heap in it
     /// with a log slot for the loader and each of `clients`.
-    pub async fn new(common: &Common, region_bytes: u64, clients: usize) -> anyhow::Result<Cluster> {
+    pub async fn new(common: &Common, region_bytes: u64, clients: usize) -> crate::Result<Cluster> {
         let memory = Memory::start(&MemorySpec {
             replicas: common.replicas,
             ..MemorySpec::single(common.transport, region_bytes)
@@ -105,7 +105,7 @@ impl Cluster {
         owner: OwnerId,
         config: TxConfig,
         clock_skew_ms: Option<i64>,
-    ) -> anyhow::Result<TxClient> {
+    ) -> crate::Result<TxClient> {
         let fabric = match clock_skew_ms {
             None => self.fabric.fork(),
             Some(skew) => {
@@ -123,7 +123,7 @@ impl Cluster {
 
     /// Creates `objects` zeroed objects of `bytes` bytes as [`LOADER`] (one
     /// round trip each), and returns them with the loader's client.
-    pub async fn load(&self, objects: usize, bytes: u32) -> anyhow::Result<(TxClient, Vec<RawObj>)> {
+    pub async fn load(&self, objects: usize, bytes: u32) -> crate::Result<(TxClient, Vec<RawObj>)> {
         let mut loader = self.client(LOADER, TxConfig::default(), None)?;
         let mut made = Vec::with_capacity(objects);
         for i in 0..objects {

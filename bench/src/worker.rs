@@ -14,14 +14,14 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use crate::error::Context;
 use fabric::Stats;
 use hdrhistogram::Histogram;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use txn::{RawObj, TxClient, TxError, TxStats};
 
-use super::probe;
+use crate::probe;
 
 /// Transactions between two timed ones in `bench txn`.
 pub const SAMPLE_EVERY: u64 = 16;
@@ -66,7 +66,7 @@ impl ClientRun {
     }
 
     /// Every client's run added up; the elapsed time is the longest one's.
-    pub fn merge(runs: Vec<ClientRun>) -> anyhow::Result<ClientRun> {
+    pub fn merge(runs: Vec<ClientRun>) -> crate::Result<ClientRun> {
         let mut all = ClientRun {
             txns: 0,
             commits: 0,
@@ -119,7 +119,7 @@ impl ClientRun {
 }
 
 /// Latencies in nanoseconds, 1 ns to 1 min, 3 significant digits.
-pub fn histogram() -> anyhow::Result<Histogram<u64>> {
+pub fn histogram() -> crate::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).context("cannot create a latency histogram")
 }
 
@@ -153,7 +153,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Runs one transaction to its end.
-    async fn one(&mut self) -> anyhow::Result<Outcome> {
+    async fn one(&mut self) -> crate::Result<Outcome> {
         self.picked.clear();
         let n = self.objects.len();
         for i in rand::seq::index::sample(&mut self.rng, n, self.write_set) {
@@ -191,7 +191,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Untimed transactions, to fault pages in and fill the allocator.
-    pub async fn warm_up(&mut self, txns: u64) -> anyhow::Result<()> {
+    pub async fn warm_up(&mut self, txns: u64) -> crate::Result<()> {
         for _ in 0..txns {
             self.one().await?;
         }
@@ -199,7 +199,7 @@ impl<'a> Worker<'a> {
     }
 
     /// Transactions until `deadline`, every `every`-th one timed.
-    pub async fn run(mut self, start: Instant, deadline: Instant, every: u64) -> anyhow::Result<ClientRun> {
+    pub async fn run(mut self, start: Instant, deadline: Instant, every: u64) -> crate::Result<ClientRun> {
         let tx_before = self.client.stats();
         let fabric_before = self.client.fabric().stats();
         let mut run = ClientRun::merge(Vec::new())?;

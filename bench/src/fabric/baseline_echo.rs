@@ -16,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use crate::error::Context;
 use fabric::wire::FRAME_BYTES_MAX;
 use hdrhistogram::Histogram;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
@@ -25,8 +25,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 
-use super::args::Plan;
 use super::measure::{self, on_threads, Run, WARMUP_ROUND_TRIPS};
+use super::plan::Plan;
 
 /// Socket buffer per direction, as the fabric's client and server use.
 const IO_BUFFER_BYTES: usize = 64 * 1024;
@@ -44,7 +44,7 @@ pub struct EchoServer {
 impl EchoServer {
     /// Starts a server on 127.0.0.1 answering every frame with
     /// `response_bytes` (length prefix included), on `runtime`.
-    pub fn start(runtime: Runtime, response_bytes: usize) -> anyhow::Result<Self> {
+    pub fn start(runtime: Runtime, response_bytes: usize) -> crate::Result<Self> {
         let listener = runtime
             .block_on(TcpListener::bind("127.0.0.1:0"))
             .context("cannot listen on 127.0.0.1")?;
@@ -129,7 +129,7 @@ struct Stop {
 }
 
 impl EchoClient {
-    async fn connect(addr: SocketAddr, request_bytes: usize) -> anyhow::Result<Self> {
+    async fn connect(addr: SocketAddr, request_bytes: usize) -> crate::Result<Self> {
         let stream = TcpStream::connect(addr)
             .await
             .with_context(|| format!("cannot connect to the echo server at {addr}"))?;
@@ -154,7 +154,7 @@ impl EchoClient {
         start: Instant,
         every: u64,
         latency: &mut Histogram<u64>,
-    ) -> anyhow::Result<(u64, Duration)> {
+    ) -> crate::Result<(u64, Duration)> {
         let window = Semaphore::new(depth);
         // Both halves run in this one task (join!, not spawn), so plain
         // cells suffice. The writer checks `stopped` and counts `sent` with no
@@ -187,7 +187,7 @@ impl EchoClient {
                 }
             }
             writer.flush().await?;
-            anyhow::Ok(())
+            Ok::<_, crate::BenchError>(())
         };
         let read_side = async {
             let mut received = 0u64;
@@ -198,7 +198,7 @@ impl EchoClient {
                     .await
                     .context("echo server closed the connection")? as usize;
                 if !(STAMP..=FRAME_BYTES_MAX).contains(&len) {
-                    anyhow::bail!("echo server sent a frame of {len} bytes");
+                    crate::bail!("echo server sent a frame of {len} bytes");
                 }
                 body.resize(len, 0);
                 reader.read_exact(body).await?;
@@ -219,7 +219,7 @@ impl EchoClient {
                     stopped.set(true);
                 }
             }
-            anyhow::Ok((received, last - start))
+            Ok::<_, crate::BenchError>((received, last - start))
         };
         let (w, r) = tokio::join!(write_side, read_side);
         w?;
@@ -228,7 +228,7 @@ impl EchoClient {
 }
 
 /// Runs the echo baseline against `server` with the plan's threads and depth.
-pub fn run(plan: &Plan, server: &EchoServer, frames: (usize, usize)) -> anyhow::Result<Vec<Run>> {
+pub fn run(plan: &Plan, server: &EchoServer, frames: (usize, usize)) -> crate::Result<Vec<Run>> {
     let every = plan.sample_every();
     let addr = server.addr();
     on_threads("baseline", plan.threads, |_, gate| {
@@ -251,9 +251,9 @@ pub fn run(plan: &Plan, server: &EchoServer, frames: (usize, usize)) -> anyhow::
                     &mut measure::histogram()?,
                 )
                 .await?;
-                anyhow::Ok(c)
+                Ok::<_, crate::BenchError>(c)
             })?;
-            anyhow::Ok((rt, client))
+            Ok::<_, crate::BenchError>((rt, client))
         })();
         gate.wait();
         let (rt, mut client) = setup?;

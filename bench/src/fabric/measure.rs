@@ -11,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use crate::error::Context;
 use fabric::Stats;
 use hdrhistogram::Histogram;
 
@@ -24,7 +24,7 @@ pub const SAMPLE_EVERY_TCP: u64 = 1;
 pub const WARMUP_ROUND_TRIPS: u64 = 256;
 
 /// Latencies in nanoseconds, 1 ns to 1 min, 3 significant digits.
-pub fn histogram() -> anyhow::Result<Histogram<u64>> {
+pub fn histogram() -> crate::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).context("cannot create a latency histogram")
 }
 
@@ -90,7 +90,7 @@ impl Phase {
         runs: Vec<Run>,
         verbs_per_round_trip: u64,
         bytes_per_round_trip: u64,
-    ) -> anyhow::Result<Self> {
+    ) -> crate::Result<Self> {
         let mut phase = Phase {
             round_trips: 0,
             verbs_per_round_trip,
@@ -137,16 +137,16 @@ impl Phase {
     }
 }
 
-pub use crate::cli::bench::threads::StartGate;
+pub use crate::threads::StartGate;
 
 /// Runs `threads` OS threads named `{name}-{i}` (to tell phases apart in a
 /// profile), each calling `body(i, gate)`, and collects their runs. `body`
 /// must call `gate.wait()` exactly once, after its setup and even when that
 /// failed, and start its clock after it.
-pub fn on_threads<F>(name: &str, threads: usize, body: F) -> anyhow::Result<Vec<Run>>
+pub fn on_threads<F>(name: &str, threads: usize, body: F) -> crate::Result<Vec<Run>>
 where
-    F: Fn(usize, &StartGate) -> anyhow::Result<Vec<Run>> + Sync,
+    F: Fn(usize, &StartGate) -> crate::Result<Vec<Run>> + Sync,
 {
-    let per_thread = crate::cli::bench::threads::on_threads(name, threads, body)?;
+    let per_thread = crate::threads::on_threads(name, threads, body)?;
     Ok(per_thread.into_iter().flatten().collect())
 }

@@ -4,12 +4,11 @@
 //! cluster takes to commit again after its leader is killed.
 
 use std::io::IsTerminal;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use crate::error::Context;
 use control_plane::api::ControlClient;
 use control_plane::config::Timing;
 use control_plane::raft::MemberId;
@@ -19,9 +18,9 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio::task::JoinHandle;
 
-use super::control_args::{ControlBenchArgs, ControlPlan};
-use super::control_report::ControlReport;
-use super::poll::{call, wait_until, CALL_TIMEOUT, POLL};
+use crate::control_plan::ControlPlan;
+use crate::control_report::ControlReport;
+use crate::poll::{call, wait_until, CALL_TIMEOUT, POLL};
 use harness::control::{ControlPlane, MemberLogs};
 
 /// Bytes each fake memory node offers: room for a region per writer, and
@@ -110,22 +109,17 @@ pub struct ControlResults {
     pub failovers: Vec<Failover>,
 }
 
-pub fn run(args: ControlBenchArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.validate()?;
+/// Runs `plan`: member processes started, measured, stopped.
+pub fn run(plan: &ControlPlan) -> crate::Result<ControlReport> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("cannot start an async runtime")?;
-    let results = rt.block_on(bench(&plan))?;
-    let report = ControlReport {
-        plan: &plan,
-        results: &results,
-    };
-    crate::cli::print_report(plan.json, || report.json(), || report.table())?;
-    Ok(ExitCode::SUCCESS)
+    let results = rt.block_on(bench(plan))?;
+    Ok(ControlReport { plan: *plan, results })
 }
 
-async fn bench(plan: &ControlPlan) -> anyhow::Result<ControlResults> {
+async fn bench(plan: &ControlPlan) -> crate::Result<ControlResults> {
     eprintln!("control bench: starting {} member process(es)", plan.members);
     let exe = std::env::current_exe().context("cannot find this executable to start members from")?;
     let mut cluster = ControlPlane::start(&exe, plan.members, None, MemberLogs::Forward)?;
@@ -199,7 +193,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Latencies in whole microseconds (0 included), up to 1 min, 3 significant digits.
-fn histogram() -> anyhow::Result<Histogram<u64>> {
+fn histogram() -> crate::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, 60_000_000, 3).context("cannot create a latency histogram")
 }
 
@@ -224,7 +218,7 @@ impl Drop for AbortOnDrop {
 async fn memnodes(
     clients: &[ControlClient],
     leader: &ControlClient,
-) -> anyhow::Result<([MemNodeId; 2], AbortOnDrop)> {
+) -> crate::Result<([MemNodeId; 2], AbortOnDrop)> {
     let mut ids = [0; 2];
     for (i, id) in ids.iter_mut().enumerate() {
         let command = Command::RegisterMemNode {
@@ -236,7 +230,7 @@ async fn memnodes(
             .context("registering a memory node")?
         {
             Outcome::MemNode(n) => n.id,
-            other => bail!("registering a memory node answered {other:?}"),
+            other => crate::bail!("registering a memory node answered {other:?}"),
         };
     }
     let lease_ms = call(leader.renew_memnode(ids[0]))
@@ -286,14 +280,14 @@ struct RegionTrack {
 impl RegionTrack {
     /// Promotes the backup (the primary becomes the backup) and checks the
     /// answer says so. Returns the epoch the change created.
-    async fn promote(&mut self, client: &ControlClient) -> anyhow::Result<Epoch> {
+    async fn promote(&mut self, client: &ControlClient) -> crate::Result<Epoch> {
         let command = Command::PromoteBackup {
             region: self.id,
             node: self.backup,
         };
         let outcome = match tokio::time::timeout(COMMAND_TIMEOUT, client.command(&command)).await {
             Ok(r) => r.with_context(|| format!("{command:?} at {}", client.endpoint()))?,
-            Err(_) => bail!(
+            Err(_) => crate::bail!(
                 "{command:?} at {}: no answer within {COMMAND_TIMEOUT:?}",
                 client.endpoint()
             ),
@@ -305,12 +299,14 @@ impl RegionTrack {
                 std::mem::swap(&mut self.primary, &mut self.backup);
                 Ok(r.epoch)
             }
-            other => bail!("{command:?} answered {other:?}, not the region with the backup as primary"),
+            other => {
+                crate::bail!("{command:?} answered {other:?}, not the region with the backup as primary")
+            }
         }
     }
 }
 
-async fn create_region(leader: &ControlClient, nodes: [MemNodeId; 2]) -> anyhow::Result<RegionTrack> {
+async fn create_region(leader: &ControlClient, nodes: [MemNodeId; 2]) -> crate::Result<RegionTrack> {
     let command = Command::CreateRegion {
         size_bytes: REGION_BYTES,
         replicas: 2,
@@ -325,13 +321,13 @@ async fn create_region(leader: &ControlClient, nodes: [MemNodeId; 2]) -> anyhow:
                 primary: p.node,
                 backup: b.node,
             }),
-            _ => bail!(
+            _ => crate::bail!(
                 "region {} was placed on {:?}, not on the two bench nodes",
                 r.id,
                 r.replicas
             ),
         },
-        other => bail!("creating a region answered {other:?}"),
+        other => crate::bail!("creating a region answered {other:?}"),
     }
 }
 
@@ -359,7 +355,7 @@ async fn commit_phase(
     leader_addr: &str,
     token: &str,
     regions: Vec<RegionTrack>,
-) -> anyhow::Result<CommitPhase> {
+) -> crate::Result<CommitPhase> {
     let bar = progress(plan, plan.ops, "committing");
     let next = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicBool::new(false));
@@ -390,7 +386,7 @@ async fn commit_phase(
                 acks.push(acked);
                 bar.inc(1);
             }
-            anyhow::Ok((latency, acks))
+            Ok::<_, crate::BenchError>((latency, acks))
         }));
     }
     gate.wait().await;
@@ -401,7 +397,7 @@ async fn commit_phase(
     for w in writers {
         match w
             .await
-            .map_err(|e| anyhow!("a writer task failed: {e}"))
+            .map_err(|e| crate::msg!("a writer task failed: {e}"))
             .and_then(|r| r)
         {
             Ok((l, a)) => {
@@ -418,7 +414,9 @@ async fn commit_phase(
         return Err(e.context("the commit phase failed"));
     }
     acks.sort_unstable();
-    let last = *acks.last().ok_or_else(|| anyhow!("no command was committed"))?;
+    let last = *acks
+        .last()
+        .ok_or_else(|| crate::msg!("no command was committed"))?;
     let elapsed = last.saturating_duration_since(start);
     let overall = acks.len() as f64 / elapsed.as_secs_f64().max(1e-9);
     let (first_tenth_per_sec, last_tenth_per_sec) = tenths(&acks, start).unwrap_or((overall, overall));
@@ -458,7 +456,7 @@ async fn watch_phase(
     leader: usize,
     watched: usize,
     mut region: RegionTrack,
-) -> anyhow::Result<WatchPhase> {
+) -> crate::Result<WatchPhase> {
     let writer = cluster.client(leader)?;
     let reader = cluster.client(watched)?;
     let watcher = cluster.client(watched)?;
@@ -483,14 +481,14 @@ async fn watch_phase(
     let r = now
         .iter()
         .find(|r| r.id == region.id)
-        .ok_or_else(|| anyhow!("region {} has disappeared", region.id))?;
+        .ok_or_else(|| crate::msg!("region {} has disappeared", region.id))?;
     region.primary = r.primary();
     region.backup = r
         .replicas
         .iter()
         .map(|l| l.node)
         .find(|&n| n != region.primary)
-        .ok_or_else(|| anyhow!("region {} has lost its backup", region.id))?;
+        .ok_or_else(|| crate::msg!("region {} has lost its backup", region.id))?;
 
     let start_epoch = call(watcher.map(None, None))
         .await
@@ -503,7 +501,7 @@ async fn watch_phase(
         let mut seen: Vec<(Epoch, Instant)> = Vec::new();
         loop {
             tokio::select! {
-                _ = &mut stop_rx => return anyhow::Ok(seen),
+                _ = &mut stop_rx => return Ok::<_, crate::BenchError>(seen),
                 map = watcher.map(Some(last), Some(WATCH_WAIT)) => {
                     let at = Instant::now();
                     let map = map.with_context(|| format!("watching the map of member {member}"))?;
@@ -520,15 +518,17 @@ async fn watch_phase(
 
     let bar = progress(plan, plan.watch_ops(), "watching");
     let mut acks: Vec<(Epoch, Instant)> = Vec::with_capacity(plan.watch_ops() as usize);
-    let written: anyhow::Result<()> = async {
+    let written: crate::Result<()> = async {
         for _ in 0..plan.watch_ops() {
             let epoch = region.promote(&writer).await?;
             acks.push((epoch, Instant::now()));
             match tokio::time::timeout(WATCH_TIMEOUT, seen_rx.wait_for(|&e| e >= epoch)).await {
                 Ok(Ok(_)) => {}
-                Ok(Err(_)) => bail!("the watcher stopped before it saw epoch {epoch}"),
+                Ok(Err(_)) => crate::bail!("the watcher stopped before it saw epoch {epoch}"),
                 Err(_) => {
-                    bail!("member {member} did not show epoch {epoch} within {WATCH_TIMEOUT:?} of its commit")
+                    crate::bail!(
+                        "member {member} did not show epoch {epoch} within {WATCH_TIMEOUT:?} of its commit"
+                    )
                 }
             }
             bar.inc(1);
@@ -542,7 +542,7 @@ async fn watch_phase(
         Ok(Ok(seen)) => seen,
         // The watcher's own error explains a writer's wait that timed out.
         Ok(Err(e)) => return Err(e),
-        Err(e) => bail!("the watcher task failed: {e}"),
+        Err(e) => crate::bail!("the watcher task failed: {e}"),
     };
     written?;
 
@@ -552,7 +552,7 @@ async fn watch_phase(
         let (_, at) = seen
             .iter()
             .find(|(e, _)| *e == epoch)
-            .ok_or_else(|| anyhow!("the watcher has no record of epoch {epoch}"))?;
+            .ok_or_else(|| crate::msg!("the watcher has no record of epoch {epoch}"))?;
         if *at < acked {
             seen_before_ack += 1;
         }
@@ -574,7 +574,7 @@ async fn failover(
     cluster: &mut ControlPlane,
     clients: &[ControlClient],
     round: u32,
-) -> anyhow::Result<Failover> {
+) -> crate::Result<Failover> {
     let (leader, before) = cluster.leader(clients, CALL_TIMEOUT).await?;
     let killed = cluster.members[leader].id;
     let survivors: Vec<usize> = (0..clients.len()).filter(|&i| i != leader).collect();
@@ -594,7 +594,7 @@ async fn failover(
         let sent = Instant::now();
         match tokio::time::timeout(FAILOVER_TRY_TIMEOUT, clients[i].command(&command)).await {
             Ok(Ok(Outcome::MemNode(_))) => break i,
-            Ok(Ok(other)) => bail!("{command:?} answered {other:?}"),
+            Ok(Ok(other)) => crate::bail!("{command:?} answered {other:?}"),
             Ok(Err(e)) => last_error = format!("member {}: {e}", cluster.members[i].id),
             Err(_) => {
                 last_error = format!(
@@ -604,7 +604,7 @@ async fn failover(
             }
         }
         if killed_at.elapsed() > FAILOVER_GIVE_UP {
-            bail!(
+            crate::bail!(
                 "no write committed within {FAILOVER_GIVE_UP:?} of killing leader {killed} \
                  ({tries} tried; the last: {last_error})"
             );
@@ -645,7 +645,7 @@ async fn settle(
     cluster: &ControlPlane,
     clients: &[ControlClient],
     rejoining: usize,
-) -> anyhow::Result<(Instant, u64)> {
+) -> crate::Result<(Instant, u64)> {
     let deadline = Instant::now() + REJOIN_TIMEOUT;
     let (_, leading) = cluster.leader(clients, CALL_TIMEOUT).await?;
     let target = leading.last_applied.unwrap_or(0);
@@ -672,7 +672,7 @@ async fn settle(
             }
         }
         if Instant::now() >= deadline {
-            bail!("the members did not agree on one leader and term within {REJOIN_TIMEOUT:?} of member {id}'s restart");
+            crate::bail!("the members did not agree on one leader and term within {REJOIN_TIMEOUT:?} of member {id}'s restart");
         }
     }
 }

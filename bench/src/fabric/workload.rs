@@ -11,7 +11,7 @@
 use fabric::wire;
 use fabric::{Completions, Op, OpKind, Outcome, PayloadRange, ATOMIC_BYTES};
 
-use super::args::OpArg;
+use super::plan::OpArg;
 
 const CACHE_LINE: u64 = 64;
 const PAGE: u64 = 4096;

@@ -8,10 +8,10 @@ use index::hash::{HashCheckReport, HashLoadReport};
 use index::Variant;
 use serde::Serialize;
 
-use super::common::median;
-use super::format::{micros, thousands};
-use super::rehash_args::Plan;
-use super::rehash_run::{Grow, Inserts};
+use crate::common::median;
+use crate::format::{micros, thousands};
+use crate::rehash_plan::Plan;
+use crate::rehash_run::{Grow, Inserts};
 
 /// How the table was before the grow.
 pub struct Loaded {
@@ -253,6 +253,37 @@ fn longest_zero_run(v: &[u64]) -> usize {
 
 fn mib(bytes: u64) -> String {
     format!("{:.1}", bytes as f64 / (1u64 << 20) as f64)
+}
+
+/// Every row of a run, in the order they ran.
+#[derive(Clone, Debug)]
+pub struct RehashReport {
+    /// One per variant and round.
+    pub rows: Vec<Row>,
+}
+
+impl RehashReport {
+    /// The rows as a JSON array.
+    pub fn json(&self) -> String {
+        serde_json::to_string_pretty(&self.rows).unwrap_or_else(|e| format!("\"cannot encode: {e}\""))
+    }
+
+    /// The table.
+    pub fn table(&self) -> String {
+        table(&self.rows)
+    }
+
+    /// Why the run failed its end-of-run checks, if it did (a check that
+    /// may fail, optimal's after a killed grower, does not count).
+    pub fn failure(&self) -> Option<String> {
+        let failed: Vec<String> = self
+            .rows
+            .iter()
+            .filter(|r| !r.check_ok && !r.check_may_fail())
+            .map(|r| format!("{}: {}", r.variant, r.check_problem()))
+            .collect();
+        (!failed.is_empty()).then(|| format!("the end-of-run check failed: {}", failed.join("; ")))
+    }
 }
 
 /// The results table, the notes, and optimal's grow time over rtx's.

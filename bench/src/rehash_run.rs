@@ -14,12 +14,11 @@
 //! `txn::CRASH_AT_COMMIT_POINT`, rtx): from there it issues no verb, as a
 //! killed process would, and its locks stay behind.
 
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
+use crate::error::Context;
 use fabric::{BaseTransport, Client, FaultPlan, Faulty};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{attempts_waiting, HashLoadReport, HashStats, HashTable, TableInfo, CRASH_SPLIT_MIDWAY};
@@ -28,11 +27,12 @@ use indicatif::{ProgressBar, ProgressStyle};
 use txn::{Heap, HeapConfig, TxConfig};
 use workload::KeyMap;
 
-use super::common::load_bar;
-use super::format::thousands;
-use super::rehash_args::{FillArg, JsonTo, Plan, RehashArgs, DIR_HEADROOM};
-use super::rehash_report::{self, Row};
-use super::threads::{on_threads, runtime};
+use crate::common::load_bar;
+use crate::format::thousands;
+use crate::rehash_plan::{FillArg, Plan, DIR_HEADROOM};
+use crate::rehash_report::RehashReport;
+use crate::rehash_report::{self, Row};
+use crate::threads::{on_threads, runtime};
 use harness::layout::REGION;
 use harness::{Memory, MemorySpec};
 
@@ -49,8 +49,9 @@ const BEFORE: u8 = 0;
 const DURING: u8 = 1;
 const AFTER: u8 = 2;
 
-pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.validate()?;
+/// Runs every variant of `plan` for its rounds, progress on stderr; the
+/// report says whether the end-of-run checks passed ([`RehashReport::failure`]).
+pub fn run(plan: &Plan) -> crate::Result<RehashReport> {
     let mut rows = Vec::with_capacity(plan.variants.len() * plan.rounds);
     for round in 1..=plan.rounds {
         // Even rounds reverse the order, so that a drift of the machine's
@@ -63,36 +64,17 @@ pub fn run(args: RehashArgs) -> anyhow::Result<ExitCode> {
             if plan.rounds > 1 {
                 eprintln!("bench rehash: round {round} of {}: {variant}", plan.rounds);
             }
-            let mut row = run_variant(variant, &plan)
+            let mut row = run_variant(variant, plan)
                 .with_context(|| format!("bench rehash: variant {variant}, round {round}"))?;
             row.round = round;
             rows.push(row);
         }
     }
-    let json_stdout = plan.json == Some(JsonTo::Stdout);
-    crate::cli::print_report(
-        json_stdout,
-        || serde_json::to_string_pretty(&rows).unwrap_or_else(|e| format!("\"cannot encode: {e}\"")),
-        || rehash_report::table(&rows),
-    )?;
-    if let Some(JsonTo::File(path)) = &plan.json {
-        let json = serde_json::to_string_pretty(&rows)?;
-        std::fs::write(path, json).with_context(|| format!("cannot write {}", path.display()))?;
-        eprintln!("bench rehash: wrote {}", path.display());
-    }
-    let failed: Vec<String> = rows
-        .iter()
-        .filter(|r| !r.check_ok && !r.check_may_fail())
-        .map(|r| format!("{}: {}", r.variant, r.check_problem()))
-        .collect();
-    if !failed.is_empty() {
-        bail!("the end-of-run check failed: {}", failed.join("; "));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(RehashReport { rows })
 }
 
 /// One variant: memory, load, fill, the timed grow, the check.
-fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
+fn run_variant(variant: Variant, plan: &Plan) -> crate::Result<Row> {
     let limit = key_limit(plan);
     let memory = Memory::start(&MemorySpec {
         populate: true,
@@ -101,7 +83,7 @@ fn run_variant(variant: Variant, plan: &Plan) -> anyhow::Result<Row> {
     let rt = runtime()?;
     let (mut loader, load) = rt.block_on(load(&memory, variant, plan))?;
     if load.depth + DIR_HEADROOM > plan.config.dir_depth {
-        bail!(
+        crate::bail!(
             "the bulk load built subtables of depth {}, which leaves no room for a split and the grow under \
              directory depth {}: give a deeper --dir-depth",
             load.depth,
@@ -212,7 +194,7 @@ fn region_bytes(plan: &Plan, limit: u64) -> u64 {
 
 /// Formats the heap, creates the table and bulk-loads `plan.keys` keys,
 /// with a progress bar. Returns the loader's client of the table.
-async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<(HashTable, HashLoadReport)> {
+async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> crate::Result<(HashTable, HashLoadReport)> {
     let mut fabric = memory.client().await?;
     let owner_slots = u16::try_from(plan.clients() + 1)
         .ok()
@@ -252,7 +234,7 @@ async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> anyhow::Result<
         report.bytes_per_key,
     );
     if report.keys != plan.keys {
-        bail!("loaded {} keys of {}", report.keys, plan.keys);
+        crate::bail!("loaded {} keys of {}", report.keys, plan.keys);
     }
     Ok((table, report))
 }
@@ -276,7 +258,7 @@ fn fill(
     keys: KeyMap,
     next: &AtomicU64,
     limit: u64,
-) -> anyhow::Result<Fill> {
+) -> crate::Result<Fill> {
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{prefix} {spinner} {pos} keys inserted ({per_sec})")
@@ -292,7 +274,7 @@ fn fill(
             let rt = runtime()?;
             let owner = FIRST_FILLER + t as u16;
             let table = rt.block_on(attach(memory, heap, owner, info, plan))?;
-            anyhow::Ok((rt, table))
+            Ok::<_, crate::BenchError>((rt, table))
         })();
         gate.wait();
         let (rt, mut table) = setup?;
@@ -318,7 +300,7 @@ fn fill(
                 }
             }
             out.splits = table.stats().splits;
-            anyhow::Ok(out)
+            Ok::<_, crate::BenchError>(out)
         })
     })?;
     bar.finish_and_clear();
@@ -456,7 +438,7 @@ fn grow_while_inserting(
     keys: KeyMap,
     next: &AtomicU64,
     limit: u64,
-) -> anyhow::Result<Timed> {
+) -> crate::Result<Timed> {
     let shared = Shared {
         phase: AtomicU8::new(BEFORE),
         stop: AtomicBool::new(false),
@@ -480,7 +462,7 @@ fn grow_while_inserting(
         let setup = (|| {
             let rt = runtime()?;
             let (table, faults) = rt.block_on(attach_faulty(memory, heap, owner, info, plan, kill))?;
-            anyhow::Ok((rt, table, faults))
+            Ok::<_, crate::BenchError>((rt, table, faults))
         })();
         gate.wait();
         let t0 = *shared.t0.get_or_init(Instant::now);
@@ -497,7 +479,9 @@ fn grow_while_inserting(
             let killed = faults.as_ref().and_then(|f| f.crashed());
             let splits = match (grown, &killed) {
                 (_, Some(_)) => table.stats().splits,
-                (Ok(_), None) if kill => bail!("the grower grew the table without reaching its kill point"),
+                (Ok(_), None) if kill => {
+                    crate::bail!("the grower grew the table without reaching its kill point")
+                }
                 (Ok(splits), None) => splits,
                 (Err(e), None) => return Err(e).context("the grow failed"),
             };
@@ -557,7 +541,7 @@ fn grow_while_inserting(
                 out.timeline[b] += 1;
                 out.per_phase[usize::from(shared.phase.load(Ordering::Relaxed))] += 1;
             }
-            anyhow::Ok(())
+            Ok::<_, crate::BenchError>(())
         })?;
         let stats = table.stats();
         out.splits = stats.splits;
@@ -584,7 +568,7 @@ async fn attach(
     owner: u16,
     info: TableInfo,
     plan: &Plan,
-) -> anyhow::Result<HashTable> {
+) -> crate::Result<HashTable> {
     Ok(attach_faulty(memory, heap, owner, info, plan, false).await?.0)
 }
 
@@ -597,7 +581,7 @@ async fn attach_faulty(
     info: TableInfo,
     plan: &Plan,
     kill: bool,
-) -> anyhow::Result<(HashTable, Option<Arc<Faulty<BaseTransport>>>)> {
+) -> crate::Result<(HashTable, Option<Arc<Faulty<BaseTransport>>>)> {
     let mut fabric = memory.client().await?;
     let mut faults = None;
     if kill {

@@ -1,22 +1,20 @@
 //! `kintsugi bench lease`: one fresh cluster and one run of live clients per
 //! cell (locks x drift x regulation), then the Figure 18 tables.
 
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use txn::TxConfig;
 
-use super::check::{self, Check};
-use super::cluster::{self, Cluster, FIRST_WORKER};
-use super::common::seed_for;
-use super::format::{duration, percent, tick_millis};
-use super::lease_args::{LeaseArgs, LeasePlan};
-use super::lease_report::LeaseReport;
-use super::threads::{on_threads, runtime};
-use super::worker::{ClientRun, Worker};
+use crate::check::{self, Check};
+use crate::cluster::{self, Cluster, FIRST_WORKER};
+use crate::common::seed_for;
+use crate::format::{duration, percent, tick_millis};
+use crate::lease_report::LeaseReport;
+use crate::threads::{on_threads, runtime};
+use crate::txn_plan::LeasePlan;
+use crate::worker::{ClientRun, Worker};
 
 /// Untimed transactions per client before a cell's clock starts.
 const WARMUP_TXNS: u64 = 4;
@@ -60,9 +58,10 @@ fn clock_skews(plan: &LeasePlan) -> Vec<i64> {
         .collect()
 }
 
-pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.validate()?;
-    let skews = clock_skews(&plan);
+/// Runs `plan`, progress on stderr; the report says whether every cell's
+/// check passed ([`LeaseReport::failure`]).
+pub fn run(plan: &LeasePlan) -> crate::Result<LeaseReport> {
+    let skews = clock_skews(plan);
     let total = plan.locks.len() * plan.drifts.len() * 2;
     eprintln!(
         "lease bench: {total} cells of {} each, {} client threads, {} objects, clock skews (ms) {skews:?}",
@@ -74,7 +73,7 @@ pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
     for &locks in &plan.locks {
         for &drift in &plan.drifts {
             for regulated in [true, false] {
-                let lease_ticks = config(&plan, drift, regulated).lease_ticks(locks);
+                let lease_ticks = config(plan, drift, regulated).lease_ticks(locks);
                 eprint!(
                     "lease bench: cell {}/{total}: {locks} lock(s), drift {}, {} regulation (lease {}) ... ",
                     cells.len() + 1,
@@ -82,7 +81,7 @@ pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
                     if regulated { "with" } else { "without" },
                     tick_millis(lease_ticks as i64),
                 );
-                let (run, check) = run_cell(&plan, locks, config(&plan, drift, regulated), &skews)?;
+                let (run, check) = run_cell(plan, locks, config(plan, drift, regulated), &skews)?;
                 let cell = Cell {
                     locks,
                     drift,
@@ -102,22 +101,11 @@ pub fn run(args: LeaseArgs) -> anyhow::Result<ExitCode> {
         }
     }
 
-    let report = LeaseReport {
-        plan: &plan,
-        skews: &skews,
-        cells: &cells,
-    };
-    crate::cli::print_report(plan.common.json, || report.json(), || report.table())?;
-    if let Some(bad) = cells.iter().find(|c| !c.check.ok()) {
-        bail!(
-            "the end-of-cell check failed ({} locks, drift {}, {} regulation): {}",
-            bad.locks,
-            duration(bad.drift),
-            if bad.regulated { "with" } else { "without" },
-            bad.check.describe(plan.objects)
-        );
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(LeaseReport {
+        plan: plan.clone(),
+        skews,
+        cells,
+    })
 }
 
 /// A fresh cluster, `plan.threads` live clients writing `locks` objects per
@@ -127,7 +115,7 @@ fn run_cell(
     locks: usize,
     config: TxConfig,
     skews: &[i64],
-) -> anyhow::Result<(ClientRun, Check)> {
+) -> crate::Result<(ClientRun, Check)> {
     let common = plan.common;
     let rt = runtime()?;
     let region = cluster::region_bytes(plan.objects, common.object_bytes, plan.threads, locks)?;
@@ -142,7 +130,7 @@ fn run_cell(
             let seed = seed_for(common.seed, CHOICE_STREAMS + t as u64);
             let mut worker = Worker::new(client, &objects, locks, seed);
             rt.block_on(worker.warm_up(WARMUP_TXNS))?;
-            anyhow::Ok((rt, worker))
+            Ok::<_, crate::BenchError>((rt, worker))
         })();
         gate.wait();
         let (rt, worker) = setup?;

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::check::Check;
-use super::common::cores;
-use super::format::{duration, micros, thousands, tick_millis};
-use super::txn_args::TxnPlan;
-use super::worker::{ClientRun, SAMPLE_EVERY};
+use crate::check::Check;
+use crate::common::cores;
+use crate::format::{duration, micros, thousands, tick_millis};
+use crate::txn_plan::TxnPlan;
+use crate::worker::{ClientRun, SAMPLE_EVERY};
 
 /// Explains a lease that ran ahead of the clock (see `probe`); `waits` is
 /// how often clients waited for their clocks to take one.
@@ -26,8 +26,8 @@ pub fn lead_note(lead_ticks: i64, waits: u64) -> String {
     )
 }
 
-pub struct TxnReport<'a> {
-    pub plan: &'a TxnPlan,
+pub struct TxnReport {
+    pub plan: TxnPlan,
     /// The memory the run used.
     pub origin: String,
     pub load_time: Duration,
@@ -35,7 +35,17 @@ pub struct TxnReport<'a> {
     pub check: Check,
 }
 
-impl TxnReport<'_> {
+impl TxnReport {
+    /// Why the run failed its end-of-run check, if it did.
+    pub fn failure(&self) -> Option<String> {
+        (!self.check.ok()).then(|| {
+            format!(
+                "the end-of-run check failed: {}",
+                self.check.describe(self.plan.objects)
+            )
+        })
+    }
+
     fn notes(&self) -> Vec<String> {
         let t = &self.total;
         let mut notes = Vec::new();

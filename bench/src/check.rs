@@ -5,11 +5,11 @@
 //! were left held: reading an object locked by a client that has finished
 //! means meeting an expired lock (or waiting for one to expire).
 
-use anyhow::Context;
+use crate::error::Context;
 use serde::Serialize;
 use txn::{RawObj, TxClient};
 
-use super::worker::counter;
+use crate::worker::counter;
 
 /// Objects read per (read-only) transaction of the check.
 const OBJECTS_PER_READ: usize = 32;
@@ -56,7 +56,7 @@ impl Check {
 
 /// Reads every object as `checker` (no client may be running) and compares
 /// the counters with `expected`.
-pub async fn counters(checker: &mut TxClient, objects: &[RawObj], expected: u64) -> anyhow::Result<Check> {
+pub async fn counters(checker: &mut TxClient, objects: &[RawObj], expected: u64) -> crate::Result<Check> {
     let expired_before = checker.stats().expired_seen;
     let mut found = 0u64;
     for chunk in objects.chunks(OBJECTS_PER_READ) {

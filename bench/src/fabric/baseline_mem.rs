@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use crate::error::Context;
 use fabric::{RawCell, RawRegion, RegionId};
 
-use super::args::{OpArg, Plan};
 use super::measure::{self, on_threads, Run, WARMUP_ROUND_TRIPS};
+use super::plan::{OpArg, Plan};
 use super::workload::Workload;
 
 /// Which memory the baseline runs on.
@@ -43,7 +43,7 @@ impl Memory {
 }
 
 /// The region the baseline works in.
-fn open(memory: &Memory) -> anyhow::Result<RawRegion> {
+fn open(memory: &Memory) -> crate::Result<RawRegion> {
     match memory {
         Memory::Anonymous(bytes) => {
             let len = usize::try_from(*bytes)?;
@@ -66,7 +66,7 @@ struct MemWorker<'a> {
 }
 
 impl<'a> MemWorker<'a> {
-    fn new(region: &'a RawRegion, work: Workload, slot: usize) -> anyhow::Result<Self> {
+    fn new(region: &'a RawRegion, work: Workload, slot: usize) -> crate::Result<Self> {
         let size = work.size as usize;
         let cells = (0..work.batch)
             .map(|i| {
@@ -78,11 +78,11 @@ impl<'a> MemWorker<'a> {
                     )
                 })?;
                 if matches!(work.op, OpArg::Cas | OpArg::Faa) && cell.word().is_none() {
-                    bail!("baseline cell {offset} is not an aligned 8-byte word");
+                    crate::bail!("baseline cell {offset} is not an aligned 8-byte word");
                 }
                 Ok(cell)
             })
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .collect::<crate::Result<Vec<_>>>()?;
         let buf = match work.op {
             OpArg::Read => vec![0; work.batch * size],
             _ => vec![slot as u8; size],
@@ -140,7 +140,7 @@ impl<'a> MemWorker<'a> {
 }
 
 /// Runs the baseline on `memory` with the plan's threads and slots.
-pub fn run(plan: &Plan, memory: &Memory) -> anyhow::Result<Vec<Run>> {
+pub fn run(plan: &Plan, memory: &Memory) -> crate::Result<Vec<Run>> {
     let region = open(memory)?;
     let every = plan.sample_every();
     on_threads("baseline", plan.threads, |t, gate| {
@@ -150,7 +150,7 @@ pub fn run(plan: &Plan, memory: &Memory) -> anyhow::Result<Vec<Run>> {
                 w.round_trip();
             }
             w.cas_failures = 0;
-            anyhow::Ok(w)
+            Ok::<_, crate::BenchError>(w)
         })();
         gate.wait();
         let mut w = setup?;

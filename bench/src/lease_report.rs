@@ -8,25 +8,37 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use txn::lease::ms_from_ticks;
 
-use super::common::cores;
-use super::format::{duration, percent, thousands, tick_millis};
-use super::lease_args::LeasePlan;
-use super::lease_run::Cell;
-use super::txn_report::lead_note;
+use crate::common::cores;
+use crate::format::{duration, percent, thousands, tick_millis};
+use crate::lease_run::Cell;
+use crate::txn_plan::LeasePlan;
+use crate::txn_report::lead_note;
 
-pub struct LeaseReport<'a> {
-    pub plan: &'a LeasePlan,
+pub struct LeaseReport {
+    pub plan: LeasePlan,
     /// Each client's clock skew in ms.
-    pub skews: &'a [i64],
+    pub skews: Vec<i64>,
     /// In the order run: locks, then drift, then with before without.
-    pub cells: &'a [Cell],
+    pub cells: Vec<Cell>,
 }
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-impl LeaseReport<'_> {
+impl LeaseReport {
+    /// Why the run failed a cell's end-of-cell check, if it did.
+    pub fn failure(&self) -> Option<String> {
+        let bad = self.cells.iter().find(|c| !c.check.ok())?;
+        Some(format!(
+            "the end-of-cell check failed ({} locks, drift {}, {} regulation): {}",
+            bad.locks,
+            humantime::format_duration(bad.drift),
+            if bad.regulated { "with" } else { "without" },
+            bad.check.describe(self.plan.objects)
+        ))
+    }
+
     fn cell(&self, locks: usize, drift: Duration, regulated: bool) -> Option<&Cell> {
         self.cells
             .iter()
@@ -54,7 +66,7 @@ impl LeaseReport<'_> {
 
     /// Rows of locks, columns of drifts: the false-expiry rates.
     fn matrix(&self, regulated: bool) -> Vec<Vec<f64>> {
-        let p = self.plan;
+        let p = &self.plan;
         p.locks
             .iter()
             .map(|&n| {
@@ -67,7 +79,7 @@ impl LeaseReport<'_> {
     }
 
     pub fn json(&self) -> Value {
-        let p = self.plan;
+        let p = &self.plan;
         let cells: Vec<Value> = self
             .cells
             .iter()
@@ -129,7 +141,7 @@ impl LeaseReport<'_> {
     }
 
     fn write_matrix(&self, s: &mut String, regulated: bool) {
-        let p = self.plan;
+        let p = &self.plan;
         let _ = write!(s, "{:<8}", "locks");
         for &d in &p.drifts {
             let _ = write!(s, "{:>12}", format!("drift {}", duration(d)));
@@ -145,7 +157,7 @@ impl LeaseReport<'_> {
     }
 
     pub fn table(&self) -> String {
-        let p = self.plan;
+        let p = &self.plan;
         let mut s = String::new();
         let _ = writeln!(
             s,
@@ -193,7 +205,7 @@ impl LeaseReport<'_> {
             "lead",
             "waits"
         );
-        for c in self.cells {
+        for c in &self.cells {
             let r = &c.run;
             let _ = writeln!(
                 s,

@@ -1,22 +1,21 @@
 //! `kintsugi bench txn`: load, run the clients, check, report.
 
-use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::bail;
 use txn::TxConfig;
 
-use super::check;
-use super::cluster::{self, Cluster, FIRST_WORKER};
-use super::common::seed_for;
-use super::format::{duration, thousands};
-use super::threads::{on_threads, runtime};
-use super::txn_args::TxnArgs;
-use super::txn_report::TxnReport;
-use super::worker::{ClientRun, Worker, SAMPLE_EVERY, WARMUP_TXNS};
+use crate::check;
+use crate::cluster::{self, Cluster, FIRST_WORKER};
+use crate::common::seed_for;
+use crate::format::{duration, thousands};
+use crate::threads::{on_threads, runtime};
+use crate::txn_plan::TxnPlan;
+use crate::txn_report::TxnReport;
+use crate::worker::{ClientRun, Worker, SAMPLE_EVERY, WARMUP_TXNS};
 
-pub fn run(args: TxnArgs) -> anyhow::Result<ExitCode> {
-    let plan = args.validate()?;
+/// Runs `plan`, progress on stderr; the report says whether the end-of-run
+/// check passed ([`TxnReport::failure`]).
+pub fn run(plan: &TxnPlan) -> crate::Result<TxnReport> {
     let common = plan.common;
     let rt = runtime()?;
     let region = cluster::region_bytes(plan.objects, common.object_bytes, plan.threads, plan.write_set)?;
@@ -45,7 +44,7 @@ pub fn run(args: TxnArgs) -> anyhow::Result<ExitCode> {
             let client = cluster.client(FIRST_WORKER + t as u16, TxConfig::default(), None)?;
             let mut worker = Worker::new(client, &objects, plan.write_set, seed_for(common.seed, t as u64));
             rt.block_on(worker.warm_up(WARMUP_TXNS))?;
-            anyhow::Ok((rt, worker))
+            Ok::<_, crate::BenchError>((rt, worker))
         })();
         gate.wait();
         let (rt, worker) = setup?;
@@ -58,16 +57,11 @@ pub fn run(args: TxnArgs) -> anyhow::Result<ExitCode> {
     let expected = total.committed_total * plan.write_set as u64;
     let check = rt.block_on(check::counters(&mut checker, &objects, expected))?;
 
-    let report = TxnReport {
-        plan: &plan,
+    Ok(TxnReport {
+        plan: *plan,
         origin: cluster.origin.clone(),
         load_time,
         total,
         check,
-    };
-    crate::cli::print_report(common.json, || report.json(), || report.table())?;
-    if !check.ok() {
-        bail!("the end-of-run check failed: {}", check.describe(plan.objects));
-    }
-    Ok(ExitCode::SUCCESS)
+    })
 }

@@ -8,7 +8,7 @@
 
 use std::sync::{Condvar, Mutex};
 
-use anyhow::{anyhow, Context};
+use crate::error::Context;
 
 /// A start line that, unlike `std::sync::Barrier`, can be opened early so
 /// that a thread that failed to spawn does not leave the others waiting.
@@ -48,9 +48,9 @@ impl StartGate {
 /// and returns their results in thread order, or the first error. `body` must
 /// call `gate.wait()` exactly once, after its setup (even a failed one), and
 /// start its clock after it.
-pub fn on_threads<F, R>(name: &str, threads: usize, body: F) -> anyhow::Result<Vec<R>>
+pub fn on_threads<F, R>(name: &str, threads: usize, body: F) -> crate::Result<Vec<R>>
 where
-    F: Fn(usize, &StartGate) -> anyhow::Result<R> + Sync,
+    F: Fn(usize, &StartGate) -> crate::Result<R> + Sync,
     R: Send,
 {
     let gate = StartGate::new(threads);
@@ -71,7 +71,7 @@ where
         let mut results = Vec::with_capacity(threads);
         let mut first_error = None;
         for h in handles {
-            match h.and_then(|h| h.join().map_err(|_| anyhow!("a bench thread panicked"))?) {
+            match h.and_then(|h| h.join().map_err(|_| crate::msg!("a bench thread panicked"))?) {
                 Ok(r) => results.push(r),
                 Err(e) => {
                     first_error.get_or_insert(e);
@@ -86,7 +86,7 @@ where
 }
 
 /// A runtime for one client thread.
-pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn runtime() -> crate::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

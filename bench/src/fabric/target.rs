@@ -2,12 +2,12 @@
 //! (`--shm PATH`, `--addr ADDR`), set up by [`harness::Memory`], and what the
 //! memory baseline runs on.
 
-use anyhow::Context;
+use crate::error::Context;
 use fabric::{Client, RegionId};
 use harness::{Memory, MemorySpec, TransportKind};
 
-use super::args::{Plan, Target};
 use super::baseline_mem::Memory as Baseline;
+use super::plan::{Plan, Target};
 
 /// How phase 1 reaches memory.
 pub enum Fabric {
@@ -29,7 +29,7 @@ pub struct Prepared {
 }
 
 /// Builds the target the plan asks for.
-pub fn prepare(plan: &Plan) -> anyhow::Result<Prepared> {
+pub fn prepare(plan: &Plan) -> crate::Result<Prepared> {
     let needed = plan.work.region_bytes(plan.slots());
     let why = "threads x outstanding x batch x cell; use fewer threads or a larger region";
     let (memory, region, origin) = match &plan.target {
@@ -65,7 +65,7 @@ pub fn prepare(plan: &Plan) -> anyhow::Result<Prepared> {
     let fabric = match (memory.inline_client()?, memory.tcp_addrs()) {
         (Some(client), _) => Fabric::Inline(client),
         (None, Some(addrs)) => Fabric::Tcp(addrs[0].clone()),
-        (None, None) => anyhow::bail!("{} has neither a mapping nor an address", memory.origin()),
+        (None, None) => crate::bail!("{} has neither a mapping nor an address", memory.origin()),
     };
     Ok(Prepared {
         fabric,
@@ -78,6 +78,6 @@ pub fn prepare(plan: &Plan) -> anyhow::Result<Prepared> {
 
 /// Worker threads for a server run in this process: one per client
 /// thread, at most one per core.
-pub fn server_runtime(threads: usize, name: &str) -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn server_runtime(threads: usize, name: &str) -> crate::Result<tokio::runtime::Runtime> {
     harness::memory::server_runtime(threads, name).context("cannot start the echo server")
 }
