@@ -4,11 +4,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
-use control_plane::api::{keep_lease, ClientError, ControlClient, Leaseholder, RENEW_RETRY};
-use control_plane::state::{Command, Outcome};
+use control_plane::api::{keep_registered, ControlClient};
 use fabric::{MemoryNode, NodeId, RegionSpec};
 
 use super::units::parse_region;
@@ -124,58 +122,6 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(node = node.id(), "memory node stopped");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Longest wait for one registration attempt at one member.
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Registers this node with the control plane (or finds its record by
-/// endpoint, after a restart) and renews its lease while it serves. A node
-/// the control plane refuses (declared dead, removed) stops renewing and
-/// says so; it keeps serving, since clients with an older map are fenced by
-/// the epoch, not by this process.
-async fn keep_registered(members: Vec<ControlClient>, endpoint: String, capacity_bytes: u64) {
-    let register = Command::RegisterMemNode {
-        endpoint: endpoint.clone(),
-        capacity_bytes,
-    };
-    let mut tries = 0usize;
-    let id = loop {
-        let client = &members[tries % members.len()];
-        tries += 1;
-        // A member that accepts and never answers must not hold us forever.
-        let answer = tokio::time::timeout(REGISTER_TIMEOUT, client.command(&register)).await;
-        let Ok(answer) = answer else {
-            tracing::warn!(
-                endpoint = client.endpoint(),
-                "no answer to registration; trying the next member"
-            );
-            continue;
-        };
-        match answer {
-            Ok(Outcome::MemNode(n)) => break n.id,
-            // Registered before this restart: the record is found by endpoint.
-            Err(ClientError::Refused { status, .. }) if status.as_u16() == 409 => {
-                match tokio::time::timeout(REGISTER_TIMEOUT, client.memnodes()).await {
-                    Err(_) => tracing::warn!(endpoint = client.endpoint(), "no answer to the node list"),
-                    Ok(Ok(nodes)) => match nodes.into_iter().find(|n| n.endpoint == endpoint) {
-                        Some(n) => break n.id,
-                        None => {
-                            tracing::warn!(%endpoint, "registration refused, and no record has this endpoint")
-                        }
-                    },
-                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot list memory nodes"),
-                }
-            }
-            Ok(other) => tracing::warn!(?other, "unexpected answer to registration"),
-            Err(e) => tracing::warn!(error = %e, "cannot register with the control plane; retrying"),
-        }
-        tokio::time::sleep(RENEW_RETRY * 10).await;
-    };
-    tracing::info!(memnode = id, %endpoint, "registered with the control plane");
-    if let Err(e) = keep_lease(&members, Leaseholder::MemNode(id), std::future::pending()).await {
-        tracing::error!(error = %e, "lease lost: no longer renewing");
-    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
