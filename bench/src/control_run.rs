@@ -278,6 +278,24 @@ struct RegionTrack {
 }
 
 impl RegionTrack {
+    /// Reads where the region's primary and backup are now: the primary
+    /// may have moved since the last answer was read.
+    async fn refresh(&mut self, client: &ControlClient) -> crate::Result<()> {
+        let now = call(client.regions()).await.context("reading the regions")?;
+        let r = now
+            .iter()
+            .find(|r| r.id == self.id)
+            .ok_or_else(|| crate::msg!("region {} has disappeared", self.id))?;
+        self.primary = r.primary();
+        self.backup = r
+            .replicas
+            .iter()
+            .map(|l| l.node)
+            .find(|&n| n != self.primary)
+            .ok_or_else(|| crate::msg!("region {} has lost its backup", self.id))?;
+        Ok(())
+    }
+
     /// Promotes the backup (the primary becomes the backup) and checks the
     /// answer says so. Returns the epoch the change created.
     async fn promote(&mut self, client: &ControlClient) -> crate::Result<Epoch> {
@@ -461,81 +479,17 @@ async fn watch_phase(
     let reader = cluster.client(watched)?;
     let watcher = cluster.client(watched)?;
     let member = cluster.members[watched].id;
-
-    let member_role = call(reader.status())
-        .await
-        .context("status of the watched member")?
-        .role;
-    let mut status_rtt = histogram()?;
-    for _ in 0..STATUS_SAMPLES {
-        let sent = Instant::now();
-        call(reader.status())
-            .await
-            .with_context(|| format!("status of member {member}"))?;
-        record(&mut status_rtt, sent.elapsed());
-    }
-
-    // The region's primary may have moved since the commit phase's last
-    // answer was read; ask.
-    let now = call(writer.regions()).await.context("reading the regions")?;
-    let r = now
-        .iter()
-        .find(|r| r.id == region.id)
-        .ok_or_else(|| crate::msg!("region {} has disappeared", region.id))?;
-    region.primary = r.primary();
-    region.backup = r
-        .replicas
-        .iter()
-        .map(|l| l.node)
-        .find(|&n| n != region.primary)
-        .ok_or_else(|| crate::msg!("region {} has lost its backup", region.id))?;
-
+    let (member_role, status_rtt) = status_round_trips(&reader, member).await?;
+    region.refresh(&writer).await?;
     let start_epoch = call(watcher.map(None, None))
         .await
         .with_context(|| format!("the map of member {member}"))?
         .epoch();
-    let (seen_tx, mut seen_rx) = tokio::sync::watch::channel(start_epoch);
-    let (stop_tx, mut stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let watching = tokio::spawn(async move {
-        let mut last = start_epoch;
-        let mut seen: Vec<(Epoch, Instant)> = Vec::new();
-        loop {
-            tokio::select! {
-                _ = &mut stop_rx => return Ok::<_, crate::BenchError>(seen),
-                map = watcher.map(Some(last), Some(WATCH_WAIT)) => {
-                    let at = Instant::now();
-                    let map = map.with_context(|| format!("watching the map of member {member}"))?;
-                    if map.epoch() > last {
-                        // Epochs the long-poll skipped were visible by now too.
-                        seen.extend((last + 1..=map.epoch()).map(|e| (e, at)));
-                        last = map.epoch();
-                        let _ = seen_tx.send(last);
-                    }
-                }
-            }
-        }
-    });
-
+    let (seen_tx, seen_rx) = tokio::sync::watch::channel(start_epoch);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let watching = tokio::spawn(watch_epochs(watcher, member, start_epoch, seen_tx, stop_rx));
     let bar = progress(plan, plan.watch_ops(), "watching");
-    let mut acks: Vec<(Epoch, Instant)> = Vec::with_capacity(plan.watch_ops() as usize);
-    let written: crate::Result<()> = async {
-        for _ in 0..plan.watch_ops() {
-            let epoch = region.promote(&writer).await?;
-            acks.push((epoch, Instant::now()));
-            match tokio::time::timeout(WATCH_TIMEOUT, seen_rx.wait_for(|&e| e >= epoch)).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(_)) => crate::bail!("the watcher stopped before it saw epoch {epoch}"),
-                Err(_) => {
-                    crate::bail!(
-                        "member {member} did not show epoch {epoch} within {WATCH_TIMEOUT:?} of its commit"
-                    )
-                }
-            }
-            bar.inc(1);
-        }
-        Ok(())
-    }
-    .await;
+    let written = promote_and_wait(plan, &writer, &mut region, seen_rx, member, &bar).await;
     bar.finish_and_clear();
     let _ = stop_tx.send(());
     let seen = match watching.await {
@@ -544,8 +498,7 @@ async fn watch_phase(
         Ok(Err(e)) => return Err(e),
         Err(e) => crate::bail!("the watcher task failed: {e}"),
     };
-    written?;
-
+    let acks = written?;
     let mut gap = histogram()?;
     let mut seen_before_ack = 0;
     for (epoch, acked) in acks {
@@ -565,6 +518,83 @@ async fn watch_phase(
         seen_before_ack,
         status_rtt,
     })
+}
+
+/// The watched member's role, and the round trips of its status calls.
+async fn status_round_trips(
+    reader: &ControlClient,
+    member: MemberId,
+) -> crate::Result<(String, Histogram<u64>)> {
+    let role = call(reader.status())
+        .await
+        .context("status of the watched member")?
+        .role;
+    let mut status_rtt = histogram()?;
+    for _ in 0..STATUS_SAMPLES {
+        let sent = Instant::now();
+        call(reader.status())
+            .await
+            .with_context(|| format!("status of member {member}"))?;
+        record(&mut status_rtt, sent.elapsed());
+    }
+    Ok((role, status_rtt))
+}
+
+/// Long-polls member `member`'s map until stopped; every epoch it shows,
+/// with when it showed (epochs a poll skipped were visible by then too),
+/// the latest also sent on `seen_tx`.
+async fn watch_epochs(
+    watcher: ControlClient,
+    member: MemberId,
+    start_epoch: Epoch,
+    seen_tx: tokio::sync::watch::Sender<Epoch>,
+    mut stop_rx: tokio::sync::oneshot::Receiver<()>,
+) -> crate::Result<Vec<(Epoch, Instant)>> {
+    let mut last = start_epoch;
+    let mut seen: Vec<(Epoch, Instant)> = Vec::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop_rx => return Ok(seen),
+            map = watcher.map(Some(last), Some(WATCH_WAIT)) => {
+                let at = Instant::now();
+                let map = map.with_context(|| format!("watching the map of member {member}"))?;
+                if map.epoch() > last {
+                    seen.extend((last + 1..=map.epoch()).map(|e| (e, at)));
+                    last = map.epoch();
+                    let _ = seen_tx.send(last);
+                }
+            }
+        }
+    }
+}
+
+/// The watch phase's writes: each a promotion committed through the
+/// leader, then a wait until the watcher has seen its epoch. Returns each
+/// epoch with the instant its commit was acknowledged.
+async fn promote_and_wait(
+    plan: &ControlPlan,
+    writer: &ControlClient,
+    region: &mut RegionTrack,
+    mut seen_rx: tokio::sync::watch::Receiver<Epoch>,
+    member: MemberId,
+    bar: &ProgressBar,
+) -> crate::Result<Vec<(Epoch, Instant)>> {
+    let mut acks = Vec::with_capacity(plan.watch_ops() as usize);
+    for _ in 0..plan.watch_ops() {
+        let epoch = region.promote(writer).await?;
+        acks.push((epoch, Instant::now()));
+        match tokio::time::timeout(WATCH_TIMEOUT, seen_rx.wait_for(|&e| e >= epoch)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(_)) => crate::bail!("the watcher stopped before it saw epoch {epoch}"),
+            Err(_) => {
+                crate::bail!(
+                    "member {member} did not show epoch {epoch} within {WATCH_TIMEOUT:?} of its commit"
+                )
+            }
+        }
+        bar.inc(1);
+    }
+    Ok(acks)
 }
 
 /// Kills the leader, writes to the survivors until a write commits, then

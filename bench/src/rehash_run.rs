@@ -444,7 +444,6 @@ fn grow_while_inserting(
         stop: AtomicBool::new(false),
         t0: OnceLock::new(),
     };
-    let bucket_ns = plan.bucket.as_nanos().max(1);
     // Without inserters there is nothing to watch before and after.
     let phase = if plan.threads == 0 {
         Duration::ZERO
@@ -467,87 +466,28 @@ fn grow_while_inserting(
         gate.wait();
         let t0 = *shared.t0.get_or_init(Instant::now);
         if t == 0 {
+            // However the grower ends, the inserters stop.
             let _stop = StopOnDrop(&shared.stop);
-            let (rt, mut table, faults) = setup?;
-            std::thread::sleep(phase);
-            let fabric_before = table.fabric().stats();
-            let start = t0.elapsed();
-            shared.phase.store(DURING, Ordering::Relaxed);
-            let grown = rt.block_on(table.grow());
-            let end = t0.elapsed();
-            shared.phase.store(AFTER, Ordering::Relaxed);
-            let killed = faults.as_ref().and_then(|f| f.crashed());
-            let splits = match (grown, &killed) {
-                (_, Some(_)) => table.stats().splits,
-                (Ok(_), None) if kill => {
-                    crate::bail!("the grower grew the table without reaching its kill point")
-                }
-                (Ok(splits), None) => splits,
-                (Err(e), None) => return Err(e).context("the grow failed"),
+            let (rt, table, faults) = setup?;
+            let grower = Grower {
+                shared: &shared,
+                t0,
+                phase,
+                kill,
             };
-            let fabric = table.fabric().stats() - fabric_before;
-            std::thread::sleep(phase);
-            let stop = t0.elapsed();
-            shared.stop.store(true, Ordering::Relaxed);
-            let tx = table.tx_stats().unwrap_or_default();
-            return Ok(Role::Grower(Grow {
-                start,
-                end,
-                stop,
-                splits,
-                fabric,
-                stats: table.stats(),
-                aborts: tx.aborts,
-                repairs: tx.repairs,
-                killed,
-            }));
+            return grower.run(&rt, table, faults).map(Role::Grower);
         }
-        let (rt, mut table, _) = setup?;
-        if plan.kill_grower {
-            // Give up on a subtable the dead grower left locked (optimal)
-            // within the phase after the kill, so the run ends.
-            table.set_attempts_max(attempts_waiting(plan.phase));
-        }
-        let mut out = Inserts::default();
-        rt.block_on(async {
-            while !shared.stop.load(Ordering::Relaxed) {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= limit {
-                    out.limit_reached = true;
-                    break;
-                }
-                let key = keys.key(i);
-                let inserted = match table.insert(key, keys.load_value(key)).await {
-                    Err(IndexError::Blocked(sub)) if plan.kill_grower => {
-                        tracing::info!(
-                            owner,
-                            sub = format_args!("{sub:#x}"),
-                            "inserter gave up on a locked subtable"
-                        );
-                        out.blocked += 1;
-                        break;
-                    }
-                    r => r.with_context(|| format!("inserter {owner}: insert of key {key:#x}"))?,
-                };
-                if inserted {
-                    out.inserted += 1;
-                } else {
-                    out.duplicates += 1;
-                }
-                let b = (t0.elapsed().as_nanos() / bucket_ns) as usize;
-                if out.timeline.len() <= b {
-                    out.timeline.resize(b + 1, 0);
-                }
-                out.timeline[b] += 1;
-                out.per_phase[usize::from(shared.phase.load(Ordering::Relaxed))] += 1;
-            }
-            Ok::<_, crate::BenchError>(())
-        })?;
-        let stats = table.stats();
-        out.splits = stats.splits;
-        out.settled = stats.settled;
-        out.repairs = table.tx_stats().map_or(0, |t| t.repairs);
-        Ok(Role::Inserter(out))
+        let (rt, table, _) = setup?;
+        let inserter = Inserter {
+            shared: &shared,
+            t0,
+            plan,
+            owner,
+            keys,
+            next,
+            limit,
+        };
+        inserter.run(&rt, table).map(Role::Inserter)
     })?;
     let mut grow = None;
     let mut inserts = Inserts::default();
@@ -559,6 +499,123 @@ fn grow_while_inserting(
     }
     let grow = grow.context("the grower returned nothing")?;
     Ok(Timed { grow, inserts })
+}
+
+/// The grower's part: a quiet phase, the grow, another quiet phase.
+struct Grower<'a> {
+    shared: &'a Shared,
+    t0: Instant,
+    phase: Duration,
+    /// Killed midway through its first split.
+    kill: bool,
+}
+
+impl Grower<'_> {
+    fn run(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        mut table: HashTable,
+        faults: Option<Arc<Faulty<BaseTransport>>>,
+    ) -> crate::Result<Grow> {
+        std::thread::sleep(self.phase);
+        let fabric_before = table.fabric().stats();
+        let start = self.t0.elapsed();
+        self.shared.phase.store(DURING, Ordering::Relaxed);
+        let grown = rt.block_on(table.grow());
+        let end = self.t0.elapsed();
+        self.shared.phase.store(AFTER, Ordering::Relaxed);
+        let killed = faults.as_ref().and_then(|f| f.crashed());
+        let splits = match (grown, &killed) {
+            (_, Some(_)) => table.stats().splits,
+            (Ok(_), None) if self.kill => {
+                crate::bail!("the grower grew the table without reaching its kill point")
+            }
+            (Ok(splits), None) => splits,
+            (Err(e), None) => return Err(e).context("the grow failed"),
+        };
+        let fabric = table.fabric().stats() - fabric_before;
+        std::thread::sleep(self.phase);
+        let stop = self.t0.elapsed();
+        self.shared.stop.store(true, Ordering::Relaxed);
+        let tx = table.tx_stats().unwrap_or_default();
+        Ok(Grow {
+            start,
+            end,
+            stop,
+            splits,
+            fabric,
+            stats: table.stats(),
+            aborts: tx.aborts,
+            repairs: tx.repairs,
+            killed,
+        })
+    }
+}
+
+/// An inserter's part: fresh keys until the grower says stop.
+struct Inserter<'a> {
+    shared: &'a Shared,
+    t0: Instant,
+    plan: &'a Plan,
+    owner: u16,
+    keys: KeyMap,
+    /// The next key index, shared by every inserter.
+    next: &'a AtomicU64,
+    /// Key indices end here (the run's key limit).
+    limit: u64,
+}
+
+impl Inserter<'_> {
+    fn run(&self, rt: &tokio::runtime::Runtime, mut table: HashTable) -> crate::Result<Inserts> {
+        if self.plan.kill_grower {
+            // Give up on a subtable the dead grower left locked (optimal)
+            // within the phase after the kill, so the run ends.
+            table.set_attempts_max(attempts_waiting(self.plan.phase));
+        }
+        let mut out = Inserts::default();
+        rt.block_on(self.insert_until_stopped(&mut table, &mut out))?;
+        let stats = table.stats();
+        out.splits = stats.splits;
+        out.settled = stats.settled;
+        out.repairs = table.tx_stats().map_or(0, |t| t.repairs);
+        Ok(out)
+    }
+
+    async fn insert_until_stopped(&self, table: &mut HashTable, out: &mut Inserts) -> crate::Result<()> {
+        let bucket_ns = self.plan.bucket.as_nanos().max(1);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let i = self.next.fetch_add(1, Ordering::Relaxed);
+            if i >= self.limit {
+                out.limit_reached = true;
+                break;
+            }
+            let key = self.keys.key(i);
+            let inserted = match table.insert(key, self.keys.load_value(key)).await {
+                Err(IndexError::Blocked(sub)) if self.plan.kill_grower => {
+                    tracing::info!(
+                        owner = self.owner,
+                        sub = format_args!("{sub:#x}"),
+                        "inserter gave up on a locked subtable"
+                    );
+                    out.blocked += 1;
+                    break;
+                }
+                r => r.with_context(|| format!("inserter {}: insert of key {key:#x}", self.owner))?,
+            };
+            if inserted {
+                out.inserted += 1;
+            } else {
+                out.duplicates += 1;
+            }
+            let b = (self.t0.elapsed().as_nanos() / bucket_ns) as usize;
+            if out.timeline.len() <= b {
+                out.timeline.resize(b + 1, 0);
+            }
+            out.timeline[b] += 1;
+            out.per_phase[usize::from(self.shared.phase.load(Ordering::Relaxed))] += 1;
+        }
+        Ok(())
+    }
 }
 
 /// A client of the table as `owner`, on the calling thread's runtime.

@@ -367,81 +367,35 @@ async fn run_thread(
     t0_ns: u64,
     stdout: &Mutex<std::io::Stdout>,
 ) -> Result<u64, RunError> {
-    let Thread {
-        client,
-        global,
-        fault,
-        lease,
-    } = me;
     // No op starts, and none is acknowledged, once the control-plane lease
     // may have lapsed (it cannot be renewed, say): the owner id may be
     // someone else's by then.
+    let holds = || me.lease.is_none_or(Validity::holds);
     let lapsed =
         || RunError::Client("control-plane lease lapsed: this client's owner ids may be another's".into());
-    let holds = || lease.is_none_or(Validity::holds);
-    let e = &spec.experiment;
-    let w = e.workload().map_err(|e| RunError::Client(e.to_string()))?;
-    let lanes = u64::from(e.cluster.clients * e.cluster.threads_per_client);
-    let keyspace = Keyspace::in_lane(
-        WorkloadSpec {
-            workload: w.workload,
-            distribution: w.distribution,
-            records: w.keys,
-            seed: e.seed,
-        },
-        u64::from(global),
-        lanes,
-    )
-    .map_err(|e| RunError::Client(e.to_string()))?;
-    let mut generator = keyspace.generator(global as usize);
-    let path = history_path(&spec.out_dir, client, global);
-    let file = std::fs::File::create(&path).map_err(|e| RunError::io(&path, e))?;
-    let mut history = BufWriter::new(file);
-    let io = |e: std::io::Error| RunError::io(&path, e);
-
+    let mut generator = op_stream(spec, me.global)?;
+    let mut history = History::create(&history_path(&spec.out_dir, me.client, me.global))?;
     // The common start, on this process's monotonic clock.
     let behind = Duration::from_nanos(unix_ns().saturating_sub(t0_ns));
     let t0 = Instant::now().checked_sub(behind).unwrap_or_else(Instant::now);
-    let deadline = t0 + e.duration;
-    let bucket_ns = u128::from(spec.bucket_us) * 1000;
-    let (mut bucket, mut in_bucket, mut total) = (0u64, 0u64, 0u64);
+    let deadline = t0 + spec.experiment.duration;
+    let mut buckets = Buckets::new(t0, spec.bucket_us);
     loop {
         let now = Instant::now();
         if now >= deadline {
             break;
         }
-        let b = (now.duration_since(t0).as_nanos() / bucket_ns) as u64;
-        if b != bucket {
-            if in_bucket > 0 {
-                history.flush().map_err(io)?;
-                say(
-                    stdout,
-                    &ClientLine::Bucket {
-                        bucket,
-                        ops: in_bucket,
-                    },
-                )?;
-            }
-            bucket = b;
-            in_bucket = 0;
+        if let Some(line) = buckets.at(now) {
+            // A write the runner counts is in the history.
+            history.flush()?;
+            say(stdout, &line)?;
         }
         let op = generator.next_op();
         if !holds() {
             return Err(lapsed());
         }
         let start_ns = unix_ns();
-        let wrote = match index.run(op).await {
-            Ok(w) => w,
-            Err(e) if fault.is_some_and(|f| f.crashed().is_some()) => {
-                // Told to die: now, mid-operation, as `kill -9` would.
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
-                return Err(RunError::Client(format!("injected crash: {e}")));
-            }
-            Err(e @ DriveError::Index(IndexError::Blocked(_) | IndexError::TooManyAttempts(_))) => {
-                return Err(RunError::Blocked(format!("{op:?} failed: {e}")));
-            }
-            Err(e) => return Err(RunError::Client(format!("{op:?} failed: {e}"))),
-        };
+        let wrote = run_op(index, op, me.fault).await?;
         // An update of an absent key writes nothing.
         let write = match op {
             _ if !wrote => None,
@@ -449,37 +403,136 @@ async fn run_thread(
             Op::Update { key, value } => Some((WriteKind::Update, key, value)),
             Op::Read { .. } | Op::Scan { .. } => None,
         };
-        if write.is_some() && !holds() {
-            return Err(lapsed());
-        }
         if let Some((kind, key, value)) = write {
-            let w = Write {
-                client,
-                thread: global,
+            if !holds() {
+                return Err(lapsed());
+            }
+            history.record(&Write {
+                client: me.client,
+                thread: me.global,
                 seq: generator.generated(),
                 kind,
                 key,
                 value,
                 start_ns,
                 ack_ns: unix_ns(),
-            };
-            serde_json::to_writer(&mut history, &w).map_err(|e| io(e.into()))?;
-            history.write_all(b"\n").map_err(io)?;
+            })?;
         }
-        in_bucket += 1;
-        total += 1;
+        buckets.count();
     }
-    history.flush().map_err(io)?;
-    if in_bucket > 0 {
-        say(
-            stdout,
-            &ClientLine::Bucket {
-                bucket,
-                ops: in_bucket,
-            },
-        )?;
+    history.flush()?;
+    if let Some(line) = buckets.last() {
+        say(stdout, &line)?;
     }
-    Ok(total)
+    Ok(buckets.total)
+}
+
+/// The op stream of thread `global`: its lane of the run's keyspace.
+fn op_stream(spec: &RunSpec, global: u32) -> Result<workload::OpGenerator, RunError> {
+    let e = &spec.experiment;
+    let w = e.workload()?;
+    let lanes = u64::from(e.cluster.clients * e.cluster.threads_per_client);
+    let spec = WorkloadSpec {
+        workload: w.workload,
+        distribution: w.distribution,
+        records: w.keys,
+        seed: e.seed,
+    };
+    let keyspace =
+        Keyspace::in_lane(spec, u64::from(global), lanes).map_err(RunError::index("the workload"))?;
+    Ok(keyspace.generator(global as usize))
+}
+
+/// Runs one op; an injected crash kills the process here, mid-operation,
+/// as `kill -9` would.
+async fn run_op(
+    index: &mut IndexClient,
+    op: Op,
+    fault: Option<&Faulty<BaseTransport>>,
+) -> Result<bool, RunError> {
+    match index.run(op).await {
+        Ok(wrote) => Ok(wrote),
+        Err(e) if fault.is_some_and(|f| f.crashed().is_some()) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+            Err(RunError::Client(format!("injected crash: {e}")))
+        }
+        Err(e @ DriveError::Index(IndexError::Blocked(_) | IndexError::TooManyAttempts(_))) => {
+            Err(RunError::Blocked(format!("{op:?} failed: {e}")))
+        }
+        Err(e) => Err(RunError::index(format!("{op:?} failed"))(e)),
+    }
+}
+
+/// A thread's acknowledged writes, one JSON line each.
+struct History {
+    path: PathBuf,
+    out: BufWriter<std::fs::File>,
+}
+
+impl History {
+    fn create(path: &Path) -> Result<History, RunError> {
+        let file = std::fs::File::create(path).map_err(|e| RunError::io(path, e))?;
+        Ok(History {
+            path: path.to_owned(),
+            out: BufWriter::new(file),
+        })
+    }
+
+    fn record(&mut self, w: &Write) -> Result<(), RunError> {
+        serde_json::to_writer(&mut self.out, w).map_err(RunError::json(self.path.display().to_string()))?;
+        self.out.write_all(b"\n").map_err(|e| RunError::io(&self.path, e))
+    }
+
+    fn flush(&mut self) -> Result<(), RunError> {
+        self.out.flush().map_err(|e| RunError::io(&self.path, e))
+    }
+}
+
+/// Ops counted per timeline bucket since the common start.
+struct Buckets {
+    t0: Instant,
+    bucket_ns: u128,
+    bucket: u64,
+    in_bucket: u64,
+    total: u64,
+}
+
+impl Buckets {
+    fn new(t0: Instant, bucket_us: u64) -> Buckets {
+        Buckets {
+            t0,
+            bucket_ns: u128::from(bucket_us) * 1000,
+            bucket: 0,
+            in_bucket: 0,
+            total: 0,
+        }
+    }
+
+    /// Moves to the bucket of `now`; the line for the one left, if it
+    /// counted any op.
+    fn at(&mut self, now: Instant) -> Option<ClientLine> {
+        let b = (now.duration_since(self.t0).as_nanos() / self.bucket_ns) as u64;
+        if b == self.bucket {
+            return None;
+        }
+        let line = self.last();
+        self.bucket = b;
+        self.in_bucket = 0;
+        line
+    }
+
+    fn count(&mut self) {
+        self.in_bucket += 1;
+        self.total += 1;
+    }
+
+    /// The line for the current bucket, if it counted any op.
+    fn last(&self) -> Option<ClientLine> {
+        (self.in_bucket > 0).then_some(ClientLine::Bucket {
+            bucket: self.bucket,
+            ops: self.in_bucket,
+        })
+    }
 }
 
 /// Where thread `global` of `client` writes its history.
