@@ -124,10 +124,7 @@ impl ControlReport {
     }
 
     pub fn table(&self) -> String {
-        let p = self.plan;
-        let r = &self.results;
-        let c = &r.commit;
-        let w = &r.watch;
+        let p = &self.plan;
         let t = Timing::default();
         let mut s = String::new();
         let _ = writeln!(
@@ -141,6 +138,15 @@ impl ControlReport {
             duration(t.election_timeout_max),
         );
         let _ = writeln!(s);
+        self.commit_section(&mut s);
+        self.watch_section(&mut s);
+        self.failover_section(&mut s);
+        s
+    }
+
+    /// The commit phase: throughput and latency.
+    fn commit_section(&self, s: &mut String) {
+        let (p, c) = (&self.plan, &self.results.commit);
         let _ = writeln!(
             s,
             "commits: {} PromoteBackup commands to the leader, {} writer(s)",
@@ -164,6 +170,11 @@ impl ControlReport {
             micros(c.latency.max() as f64),
         );
         let _ = writeln!(s);
+    }
+
+    /// The watch phase: from a commit to a watcher seeing it.
+    fn watch_section(&self, s: &mut String) {
+        let (p, w) = (&self.plan, &self.results.watch);
         let _ = writeln!(
             s,
             "watch: {} map changes committed one at a time, watched by a long-poll on member {} ({})",
@@ -193,12 +204,17 @@ impl ControlReport {
             if rt <= 1.0 { "met" } else { "NOT met" }
         );
         let _ = writeln!(s);
+    }
+
+    /// The failover rounds, or why there were none.
+    fn failover_section(&self, s: &mut String) {
+        let r = &self.results;
         if r.failovers.is_empty() {
             let _ = writeln!(
                 s,
                 "failover: not measured (--failovers 0, or fewer than 3 members)"
             );
-            return s;
+            return;
         }
         let _ = writeln!(
             s,
@@ -261,7 +277,6 @@ impl ControlReport {
                 r.failovers.iter().filter(|f| f.rejoin_terms > 0).count()
             );
         }
-        s
     }
 }
 

@@ -286,18 +286,30 @@ impl RehashReport {
     }
 }
 
-/// The results table, the notes, and optimal's grow time over rtx's.
+/// The table of a run: the grow, the inserts meanwhile, the kill (if
+/// any), the notes, then recovery or the grow ratio.
 pub fn table(rows: &[Row]) -> String {
     let mut s = String::new();
     let rounds = rows.iter().map(|r| r.round).max().unwrap_or(1);
-    // With several rounds each row says which.
-    let label = |r: &Row| {
-        if rounds > 1 {
-            format!("{} #{}", r.variant, r.round)
-        } else {
-            r.variant.clone()
-        }
-    };
+    grow_section(&mut s, rows, rounds);
+    insert_section(&mut s, rows, rounds);
+    kill_section(&mut s, rows, rounds);
+    notes_section(&mut s, rows, rounds);
+    recovery_section(&mut s, rows, rounds);
+    s
+}
+
+/// A row's name: with several rounds, which round too.
+fn label(r: &Row, rounds: usize) -> String {
+    if rounds > 1 {
+        format!("{} #{}", r.variant, r.round)
+    } else {
+        r.variant.clone()
+    }
+}
+
+/// The grow: keys, load, subtables, time, verbs and bytes.
+fn grow_section(s: &mut String, rows: &[Row], rounds: usize) {
     let _ = writeln!(
         s,
         "{:<12} {:>11} {:>6} {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
@@ -317,7 +329,7 @@ pub fn table(rows: &[Row]) -> String {
         let _ = writeln!(
             s,
             "{:<12} {:>11} {:>5.1}% {:>9} {:>10} {:>7} {:>8} {:>10} {:>9} {:>9} {:>9}",
-            label(r),
+            label(r, rounds),
             thousands(r.keys_before_grow as f64),
             r.load_factor_before_grow * 100.0,
             thousands(r.subtables_before_grow as f64),
@@ -330,6 +342,10 @@ pub fn table(rows: &[Row]) -> String {
             mib(r.bytes_written),
         );
     }
+}
+
+/// Inserts before, during and after the grow, and the check.
+fn insert_section(s: &mut String, rows: &[Row], rounds: usize) {
     if rows.iter().any(|r| r.inserting_threads > 0) {
         let _ = writeln!(
             s,
@@ -348,7 +364,7 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 "{:<12} {:>7} {:>12} {:>12} {:>12} {:>9} {:>7} {:>8} {:>6}",
-                label(r),
+                label(r, rounds),
                 r.inserting_threads,
                 thousands(r.insert_ops_per_sec_before),
                 thousands(r.insert_ops_per_sec_during),
@@ -364,11 +380,15 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 "{}: check {}",
-                label(r),
+                label(r, rounds),
                 if r.check_ok { "ok" } else { "FAILED" }
             );
         }
     }
+}
+
+/// A killed grower: when, how soon inserts recovered, who was blocked.
+fn kill_section(s: &mut String, rows: &[Row], rounds: usize) {
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(
             s,
@@ -379,7 +399,7 @@ pub fn table(rows: &[Row]) -> String {
             let _ = writeln!(
                 s,
                 "{:<12} {:>7} ms {:>13} {:>8} {:>8}",
-                label(r),
+                label(r, rounds),
                 micros(r.kill_ms.unwrap_or(0.0)),
                 r.recovery_ms
                     .map_or_else(|| "never".to_owned(), |m| format!("{} ms", micros(m))),
@@ -388,26 +408,34 @@ pub fn table(rows: &[Row]) -> String {
             );
         }
     }
+}
+
+/// Failed checks and key limits, a line each.
+fn notes_section(s: &mut String, rows: &[Row], rounds: usize) {
     for r in rows {
         if !r.check_ok && r.check_may_fail() {
             let _ = writeln!(
                 s,
                 "{}: the check failed, as expected after a dead optimal splitter (nothing can repair its locks): {}",
-                label(r),
+                label(r, rounds),
                 r.check_problem()
             );
         } else if !r.check_ok {
-            let _ = writeln!(s, "{}: the check failed: {}", label(r), r.check_problem());
+            let _ = writeln!(s, "{}: the check failed: {}", label(r, rounds), r.check_problem());
         }
         if r.key_limit_reached {
             let _ = writeln!(
                 s,
                 "{}: inserting stopped at the run's key limit (a quarter of the directory's slots): \
                  rates after that point are low",
-                label(r)
+                label(r, rounds)
             );
         }
     }
+}
+
+/// Recovery after a kill, or the grow ratio of the variants.
+fn recovery_section(s: &mut String, rows: &[Row], rounds: usize) {
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(s);
         for r in rows {
@@ -415,13 +443,13 @@ pub fn table(rows: &[Row]) -> String {
                 Some(m) => writeln!(
                     s,
                     "{}: from the grower's kill to normal insert throughput: {} ms",
-                    label(r),
+                    label(r, rounds),
                     micros(m)
                 ),
                 None => writeln!(
                     s,
                     "{}: insert throughput did not recover after the grower's kill ({} of {} inserters blocked)",
-                    label(r),
+                    label(r, rounds),
                     r.inserters_blocked,
                     r.inserting_threads
                 ),
@@ -430,7 +458,6 @@ pub fn table(rows: &[Row]) -> String {
     } else if let Some(line) = grow_ratio(rows) {
         let _ = writeln!(s, "\n{line}");
     }
-    s
 }
 
 /// optimal's grow time over rtx's: for one round the two times, for
