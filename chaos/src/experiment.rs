@@ -314,6 +314,13 @@ impl Experiment {
                 format!("more than 0 and at most {DURATION_MAX:?}"),
             ));
         }
+        self.validate_cluster()?;
+        self.validate_index()?;
+        self.validate_faults()
+    }
+
+    /// The cluster's shape, transport and lease.
+    fn validate_cluster(&self) -> Result<(), ExperimentError> {
         let c = &self.cluster;
         if c.memory_nodes == 0 || c.memory_nodes > MEMORY_NODES_MAX {
             return Err(invalid(
@@ -353,6 +360,11 @@ impl Experiment {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The index, its variants, and the workload it runs.
+    fn validate_index(&self) -> Result<(), ExperimentError> {
         if self.index.variants.is_empty() {
             return Err(invalid("index.variants", "at least one of optimal, rtx"));
         }
@@ -379,6 +391,12 @@ impl Experiment {
                 "RACE hashing has no scans: workload e needs kind = \"btree\"",
             ));
         }
+        Ok(())
+    }
+
+    /// The fault schedule: in time order, within the duration, one per client.
+    fn validate_faults(&self) -> Result<(), ExperimentError> {
+        let c = &self.cluster;
         if self.faults.len() > FAULTS_MAX {
             return Err(invalid("faults", format!("at most {FAULTS_MAX}")));
         }
