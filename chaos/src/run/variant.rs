@@ -614,32 +614,7 @@ fn schedule(
     state: &mut Gather,
     progress: bool,
 ) -> Result<(), RunError> {
-    // A line tells the client to stop right after its next CAS that swaps
-    // (`die`: SIGKILL itself; `pause`: SIGSTOP itself); the signal after it
-    // comes anyway, for a client that takes no lock in time.
-    enum Action {
-        Tell(RunnerLine),
-        Signal(Signal),
-    }
-    let mut actions: Vec<(Duration, usize, Action)> = Vec::new();
-    for f in &e.faults {
-        let c = f.client as usize;
-        match (f.kind, f.pause) {
-            (FaultKind::KillClient, _) => {
-                actions.push((f.at, c, Action::Tell(RunnerLine::Die)));
-                actions.push((f.at + DIE_WAIT, c, Action::Signal(Signal::SIGKILL)));
-            }
-            (FaultKind::PauseClient, Some(p)) => {
-                actions.push((f.at, c, Action::Tell(RunnerLine::Pause)));
-                // Before the SIGCONT, however short the pause.
-                let fallback = DIE_WAIT.min(p / 2);
-                actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
-                actions.push((f.at + p, c, Action::Signal(Signal::SIGCONT)));
-            }
-            (FaultKind::PauseClient, None) => {}
-        }
-    }
-    actions.sort_by_key(|a| a.0);
+    let actions = fault_actions(e);
     let mut next = 0;
     let mut last_draw = Instant::now();
     loop {
@@ -686,17 +661,55 @@ fn schedule(
         }
         if progress && last_draw.elapsed() >= PROGRESS_EVERY {
             last_draw = Instant::now();
-            let b = (t0.elapsed().as_micros() / u128::from(BUCKET_US)) as usize;
-            let recent = crate::timeline::mean(&state.timeline, b.saturating_sub(250)..b);
-            eprint!(
-                "\rchaos run: {:>7.3} s of {:?}: {:>10.0} ops/s over the last 250 ms, {} op(s) so far   ",
-                t0.elapsed().as_secs_f64(),
-                e.duration,
-                recent * 1e6 / BUCKET_US as f64,
-                state.ops.iter().sum::<u64>()
-            );
+            draw_progress(e, t0, state);
         }
     }
+}
+
+/// What the runner does to a client at a time.
+enum Action {
+    Tell(RunnerLine),
+    Signal(Signal),
+}
+
+/// The schedule's actions in time order. A line tells the client to stop
+/// right after its next CAS that swaps (`die`: SIGKILL itself; `pause`:
+/// SIGSTOP itself); the signal after it comes anyway, for a client that
+/// takes no lock in time.
+fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
+    let mut actions: Vec<(Duration, usize, Action)> = Vec::new();
+    for f in &e.faults {
+        let c = f.client as usize;
+        match (f.kind, f.pause) {
+            (FaultKind::KillClient, _) => {
+                actions.push((f.at, c, Action::Tell(RunnerLine::Die)));
+                actions.push((f.at + DIE_WAIT, c, Action::Signal(Signal::SIGKILL)));
+            }
+            (FaultKind::PauseClient, Some(p)) => {
+                actions.push((f.at, c, Action::Tell(RunnerLine::Pause)));
+                // Before the SIGCONT, however short the pause.
+                let fallback = DIE_WAIT.min(p / 2);
+                actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
+                actions.push((f.at + p, c, Action::Signal(Signal::SIGCONT)));
+            }
+            (FaultKind::PauseClient, None) => {}
+        }
+    }
+    actions.sort_by_key(|a| a.0);
+    actions
+}
+
+/// The live progress line: ops per second over the last 250 ms.
+fn draw_progress(e: &Experiment, t0: Instant, state: &Gather) {
+    let b = (t0.elapsed().as_micros() / u128::from(BUCKET_US)) as usize;
+    let recent = crate::timeline::mean(&state.timeline, b.saturating_sub(250)..b);
+    eprint!(
+        "\rchaos run: {:>7.3} s of {:?}: {:>10.0} ops/s over the last 250 ms, {} op(s) so far   ",
+        t0.elapsed().as_secs_f64(),
+        e.duration,
+        recent * 1e6 / BUCKET_US as f64,
+        state.ops.iter().sum::<u64>()
+    );
 }
 
 #[cfg(test)]

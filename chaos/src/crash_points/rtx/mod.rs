@@ -184,103 +184,135 @@ async fn explore_kind(
     tally: &mut Tally,
 ) -> Result<(), String> {
     match kind {
-        Kind::Owner => {
-            for &mode in modes {
-                for k in 1..=verbs {
-                    let mut run = Run::new(replicas, n, false).await?;
-                    let victim = run.start(Party::Victim, mode.plan(k));
-                    let victim = run.stop(victim, Stop::after(mode)).await?;
-                    let repairer = run.start(Party::Repairer, Default::default());
-                    run.finish(repairer).await?;
-                    run.resume_in_order(victim.into_iter().collect()).await?;
-                    tally.record(mode, k, String::new(), run.judge().await?);
+        Kind::Owner => explore_owner(replicas, n, verbs, modes, tally).await,
+        Kind::Repairer => explore_repairer(replicas, n, verbs, modes, tally).await,
+        Kind::ResumeOrder => explore_resume_order(replicas, n, verbs, tally).await,
+        Kind::DroppedConnection => explore_dropped_connection(replicas, n, verbs, tally).await,
+    }
+}
+
+/// The owner stopped after each verb; a repairer finishes; the owner resumes.
+async fn explore_owner(
+    replicas: u16,
+    n: usize,
+    verbs: u64,
+    modes: &[Mode],
+    tally: &mut Tally,
+) -> Result<(), String> {
+    for &mode in modes {
+        for k in 1..=verbs {
+            let mut run = Run::new(replicas, n, false).await?;
+            let victim = run.start(Party::Victim, mode.plan(k));
+            let victim = run.stop(victim, Stop::after(mode)).await?;
+            let repairer = run.start(Party::Repairer, Default::default());
+            run.finish(repairer).await?;
+            run.resume_in_order(victim.into_iter().collect()).await?;
+            tally.record(mode, k, String::new(), run.judge().await?);
+        }
+    }
+    Ok(())
+}
+
+/// The owner crashed after each verb; its repairer stopped after each of its own; a third client commits; the repairer resumes.
+async fn explore_repairer(
+    replicas: u16,
+    n: usize,
+    verbs: u64,
+    modes: &[Mode],
+    tally: &mut Tally,
+) -> Result<(), String> {
+    for k in 1..=verbs {
+        for &mode in modes {
+            for kr in 1.. {
+                let mut run = Run::new(replicas, n, false).await?;
+                let victim = run.start(Party::Victim, Mode::Crash.plan(k));
+                run.stop(victim, Stop::Crash).await?;
+                let repairer = run.start(Party::Repairer, mode.plan(kr));
+                let repairer = run.stop(repairer, Stop::after(mode)).await?;
+                let stopped = run.stopped_before_the_end(Party::Repairer);
+                let third = run.start(Party::Third, Default::default());
+                run.finish(third).await?;
+                run.resume_in_order(repairer.into_iter().collect()).await?;
+                let stops = format!("repairer {mode:?} after verb {kr}, third commits");
+                tally.record(Mode::Crash, k, stops, run.judge().await?);
+                if !stopped {
+                    break;
                 }
             }
         }
-        Kind::Repairer => {
-            for k in 1..=verbs {
-                for &mode in modes {
-                    for kr in 1.. {
-                        let mut run = Run::new(replicas, n, false).await?;
-                        let victim = run.start(Party::Victim, Mode::Crash.plan(k));
-                        run.stop(victim, Stop::Crash).await?;
-                        let repairer = run.start(Party::Repairer, mode.plan(kr));
-                        let repairer = run.stop(repairer, Stop::after(mode)).await?;
-                        let stopped = run.stopped_before_the_end(Party::Repairer);
-                        let third = run.start(Party::Third, Default::default());
-                        run.finish(third).await?;
-                        run.resume_in_order(repairer.into_iter().collect()).await?;
-                        let stops = format!("repairer {mode:?} after verb {kr}, third commits");
-                        tally.record(Mode::Crash, k, stops, run.judge().await?);
-                        if !stopped {
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        Kind::ResumeOrder => {
-            for k in 1..=verbs {
-                for kr in 1.. {
-                    let mut stopped = true;
-                    for third in [false, true] {
-                        for victim_first in [true, false] {
-                            let mut run = Run::new(replicas, n, false).await?;
-                            let victim = run.start(Party::Victim, Mode::Pause.plan(k));
-                            let victim = run.stop(victim, Stop::Pause).await?;
-                            let repairer = run.start(Party::Repairer, Mode::Pause.plan(kr));
-                            let repairer = run.stop(repairer, Stop::Pause).await?;
-                            stopped = run.stopped_before_the_end(Party::Repairer);
-                            if third {
-                                let t = run.start(Party::Third, Default::default());
-                                run.finish(t).await?;
-                            }
-                            let order = if victim_first {
-                                [victim, repairer]
-                            } else {
-                                [repairer, victim]
-                            };
-                            run.resume_in_order(order.into_iter().flatten().collect()).await?;
-                            let stops = format!(
-                                "repairer paused after verb {kr}{}, {} resumes first",
-                                if third { ", third commits" } else { "" },
-                                if victim_first { "victim" } else { "repairer" }
-                            );
-                            tally.record(Mode::Pause, k, stops, run.judge().await?);
-                        }
-                    }
-                    if !stopped {
-                        break;
-                    }
-                }
-            }
-        }
-        Kind::DroppedConnection => {
-            for k in 1..=verbs {
+    }
+    Ok(())
+}
+
+/// Owner and repairer both paused, at every pair of verbs; with and without a third commit; resumed in each order.
+async fn explore_resume_order(replicas: u16, n: usize, verbs: u64, tally: &mut Tally) -> Result<(), String> {
+    for k in 1..=verbs {
+        for kr in 1.. {
+            let mut stopped = true;
+            for third in [false, true] {
                 for victim_first in [true, false] {
-                    let mut run = Run::new(replicas, n, true).await?;
-                    let plan = fabric::FaultPlan {
-                        drop_after_verbs: Some(k),
-                        ..Default::default()
-                    };
-                    let victim = run.start(Party::Victim, plan);
-                    let victim = run.stop(victim, Stop::Dropped).await?;
-                    if victim_first {
-                        run.resume_in_order(victim.into_iter().collect()).await?;
-                        let repairer = run.start(Party::Repairer, Default::default());
-                        run.finish(repairer).await?;
-                    } else {
-                        let repairer = run.start(Party::Repairer, Default::default());
-                        run.finish(repairer).await?;
-                        run.resume_in_order(victim.into_iter().collect()).await?;
+                    let mut run = Run::new(replicas, n, false).await?;
+                    let victim = run.start(Party::Victim, Mode::Pause.plan(k));
+                    let victim = run.stop(victim, Stop::Pause).await?;
+                    let repairer = run.start(Party::Repairer, Mode::Pause.plan(kr));
+                    let repairer = run.stop(repairer, Stop::Pause).await?;
+                    stopped = run.stopped_before_the_end(Party::Repairer);
+                    if third {
+                        let t = run.start(Party::Third, Default::default());
+                        run.finish(t).await?;
                     }
+                    let order = if victim_first {
+                        [victim, repairer]
+                    } else {
+                        [repairer, victim]
+                    };
+                    run.resume_in_order(order.into_iter().flatten().collect()).await?;
                     let stops = format!(
-                        "connections dropped; {} goes on first",
+                        "repairer paused after verb {kr}{}, {} resumes first",
+                        if third { ", third commits" } else { "" },
                         if victim_first { "victim" } else { "repairer" }
                     );
-                    tally.record(Mode::Crash, k, stops, run.judge().await?);
+                    tally.record(Mode::Pause, k, stops, run.judge().await?);
                 }
             }
+            if !stopped {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The owner's tcp connections dropped after each verb; it or a repairer goes on first.
+async fn explore_dropped_connection(
+    replicas: u16,
+    n: usize,
+    verbs: u64,
+    tally: &mut Tally,
+) -> Result<(), String> {
+    for k in 1..=verbs {
+        for victim_first in [true, false] {
+            let mut run = Run::new(replicas, n, true).await?;
+            let plan = fabric::FaultPlan {
+                drop_after_verbs: Some(k),
+                ..Default::default()
+            };
+            let victim = run.start(Party::Victim, plan);
+            let victim = run.stop(victim, Stop::Dropped).await?;
+            if victim_first {
+                run.resume_in_order(victim.into_iter().collect()).await?;
+                let repairer = run.start(Party::Repairer, Default::default());
+                run.finish(repairer).await?;
+            } else {
+                let repairer = run.start(Party::Repairer, Default::default());
+                run.finish(repairer).await?;
+                run.resume_in_order(victim.into_iter().collect()).await?;
+            }
+            let stops = format!(
+                "connections dropped; {} goes on first",
+                if victim_first { "victim" } else { "repairer" }
+            );
+            tally.record(Mode::Crash, k, stops, run.judge().await?);
         }
     }
     Ok(())
