@@ -7,9 +7,9 @@
 
 use crate::error::Context;
 use fabric::{Client, FaultPlan, OFFSET_MAX};
-use harness::layout::{CHUNK_BYTES, REGION};
+use harness::layout::CHUNK_BYTES;
 use harness::{Memory, MemorySpec};
-use txn::{Heap, HeapConfig, OwnerId, RawObj, TxClient, TxConfig};
+use txn::{Heap, OwnerId, RawObj, TxClient, TxConfig};
 
 use crate::common::Common;
 
@@ -82,11 +82,7 @@ impl Cluster {
             .ok()
             .filter(|&s| s <= txn::word::OWNER_MAX)
             .with_context(|| format!("{clients} clients are more than there are owner ids"))?;
-        let config = HeapConfig {
-            owner_slots,
-            chunk_bytes: CHUNK_BYTES,
-        };
-        let heap = Heap::format(&mut fabric, REGION, config)
+        let heap = harness::layout::format_heap(&mut fabric, owner_slots)
             .await
             .context("cannot format the heap")?;
         Ok(Cluster {

@@ -24,7 +24,7 @@ use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{attempts_waiting, HashLoadReport, HashStats, HashTable, TableInfo, CRASH_SPLIT_MIDWAY};
 use index::{IndexError, Variant};
 use indicatif::{ProgressBar, ProgressStyle};
-use txn::{Heap, HeapConfig, TxConfig};
+use txn::{Heap, TxConfig};
 use workload::KeyMap;
 
 use crate::common::load_bar;
@@ -33,7 +33,6 @@ use crate::rehash_plan::{FillArg, Plan, DIR_HEADROOM};
 use crate::rehash_report::RehashReport;
 use crate::rehash_report::{self, Row};
 use crate::threads::{on_threads, runtime};
-use harness::layout::REGION;
 use harness::{Memory, MemorySpec};
 
 use harness::layout::{CHUNK_BYTES, FIRST_WORKER, LOADER};
@@ -200,16 +199,9 @@ async fn load(memory: &Memory, variant: Variant, plan: &Plan) -> crate::Result<(
         .ok()
         .filter(|&s| s <= txn::word::OWNER_MAX)
         .context("too many clients for the owner ids")?;
-    let heap = Heap::format(
-        &mut fabric,
-        REGION,
-        HeapConfig {
-            owner_slots,
-            chunk_bytes: CHUNK_BYTES,
-        },
-    )
-    .await
-    .context("cannot format the heap")?;
+    let heap = harness::layout::format_heap(&mut fabric, owner_slots)
+        .await
+        .context("cannot format the heap")?;
     let map = KeyMap::new(plan.seed);
     let entries: Vec<(u64, u64)> = map.keys(0..plan.keys).map(|k| (k, map.load_value(k))).collect();
     let bar = load_bar(plan.keys, format!("loading {variant}"));

@@ -8,7 +8,7 @@ use crate::error::Context;
 use index::btree::{BTree, TreeInfo, Variant};
 use index::hash::layout::{Geometry, KV_BYTES};
 use index::hash::{HashConfig, HashTable, TableInfo};
-use txn::{Heap, HeapConfig};
+use txn::Heap;
 use workload::load_entries;
 
 use crate::common::load_bar;
@@ -17,7 +17,6 @@ use crate::ycsb_measure::{measure, Subject};
 use crate::ycsb_plan::{IndexArg, Plan};
 use crate::ycsb_report::Row;
 use crate::ycsb_report::YcsbReport;
-use harness::layout::REGION;
 use harness::{Memory, MemorySpec};
 
 use harness::layout::{CHUNK_BYTES, FIRST_WORKER as FIRST_CLIENT, LOADER};
@@ -180,15 +179,7 @@ fn load(memory: &Memory, index: IndexArg, variant: Variant, plan: &Plan) -> crat
         let mut fabric = memory.client().await?;
         let clients = plan.threads * plan.coroutines;
         let owner_slots = u16::try_from(clients + usize::from(FIRST_CLIENT)).context("too many clients")?;
-        let heap = Heap::format(
-            &mut fabric,
-            REGION,
-            HeapConfig {
-                owner_slots,
-                chunk_bytes: CHUNK_BYTES,
-            },
-        )
-        .await?;
+        let heap = harness::layout::format_heap(&mut fabric, owner_slots).await?;
         let entries = load_entries(plan.keys, plan.seed);
         let bar = load_bar(plan.keys, format!("loading {index} {variant}"));
         let started = Instant::now();

@@ -3,8 +3,8 @@
 //! and the client processes it starts must agree on these, so they are
 //! defined once.
 
-use fabric::RegionId;
-use txn::OwnerId;
+use fabric::{Client, RegionId};
+use txn::{Heap, HeapConfig, OwnerId, TxError};
 
 /// The region a benchmark's or a run's heap is formatted in: a fresh node
 /// holds one region, and ids start at 1 (0 is no region).
@@ -21,6 +21,17 @@ pub const FIRST_WORKER: OwnerId = LOADER + 1;
 /// Heap chunk size: what a client takes from the shared chunk counter at a
 /// time. The txn default; one FAA per 64 KiB keeps the counter cold.
 pub const CHUNK_BYTES: u64 = 64 * 1024;
+
+/// Formats the rTX heap in [`REGION`] with chunks of [`CHUNK_BYTES`] and a
+/// log slot for each of `owner_slots` owner ids: the one layout a loader
+/// writes and every client and checker of a run opens.
+pub async fn format_heap(fabric: &mut Client, owner_slots: u16) -> Result<Heap, TxError> {
+    let config = HeapConfig {
+        owner_slots,
+        chunk_bytes: CHUNK_BYTES,
+    };
+    Heap::format(fabric, REGION, config).await
+}
 
 // Region 0 names no region; owner 0 is an unlocked lock word.
 const _: () = assert!(REGION != 0 && LOADER != 0 && FIRST_WORKER > LOADER);

@@ -144,13 +144,7 @@ fn start_threads(
             let (validity, faults) = (validity.clone(), faults.clone());
             let global = client * threads + t;
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|source| RunError::Io {
-                        what: "cannot start a runtime".into(),
-                        source,
-                    })?;
+                let rt = super::runtime()?;
                 let opened_client = rt.block_on(open_thread(&spec, first_owner + t as u16, victim, &faults));
                 let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
                 let (mut index, fault) = opened_client?;

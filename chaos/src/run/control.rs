@@ -133,13 +133,7 @@ pub fn lease(
     lease: Duration,
     on_lost: impl FnOnce(&str) + Send + 'static,
 ) -> Result<(OwnerBlock, LeaseKeeper), RunError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| RunError::Io {
-            what: "cannot start a runtime".into(),
-            source,
-        })?;
+    let rt = super::runtime()?;
     let api = self::api(endpoint, token)?;
     let sent = Instant::now();
     let me = rt.block_on(register(&api, name, owner_ids, lease))?;

@@ -169,6 +169,18 @@ pub enum RunError {
     Plot(#[from] crate::plot::PlotError),
 }
 
+/// A runtime on the calling thread: the runner, each client thread and
+/// each lease keeper runs its async work on one of its own.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, RunError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| RunError::Io {
+            what: "cannot start a runtime".into(),
+            source,
+        })
+}
+
 /// Nanoseconds since the Unix epoch: the clock every process of a run
 /// shares (the common start, acknowledgement times).
 pub(crate) fn unix_ns() -> u64 {

@@ -19,7 +19,6 @@ use index::hash::{HashConfig, HashTable};
 use index::Variant;
 use nix::sys::signal::Signal;
 use tokio::runtime::Runtime;
-use txn::{Heap, HeapConfig};
 
 use super::check::{check_index, CheckOutcome};
 use super::client::connect;
@@ -27,11 +26,10 @@ use super::cluster::{start_control, start_memnodes, Procs};
 use super::control::{self, ControlOutcome, LeaseKeeper};
 use super::{
     unix_ms, unix_ns, ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US,
-    GRACE, LOADER, READY_TIMEOUT, REGION,
+    GRACE, LOADER, READY_TIMEOUT,
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind};
 use crate::timeline::effect;
-use harness::layout::CHUNK_BYTES;
 use workload::load_entries;
 
 /// Ops one client thread can complete per second, an upper bound by
@@ -112,13 +110,7 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
         variant,
         progress: o.progress,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|source| RunError::Io {
-            what: "cannot start a runtime".into(),
-            source,
-        })?;
+    let rt = super::runtime()?;
     let mut procs = Procs::default();
     let spec = start_cluster(e, variant, o, &dir, &rt, &mut procs, &say)?;
     let state = run_clients(e, o, &spec, &mut procs, &say)?;
@@ -419,16 +411,9 @@ async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16)
     } else {
         u16::try_from(e.owner_ids() + 1).map_err(RunError::index("owner ids"))?
     };
-    let heap = Heap::format(
-        &mut fabric,
-        REGION,
-        HeapConfig {
-            owner_slots,
-            chunk_bytes: CHUNK_BYTES,
-        },
-    )
-    .await
-    .map_err(RunError::index("cannot format the heap"))?;
+    let heap = harness::layout::format_heap(&mut fabric, owner_slots)
+        .await
+        .map_err(RunError::index("cannot format the heap"))?;
     let w = e.workload()?;
     let entries = load_entries(w.keys, e.seed);
     match e.index.kind {
