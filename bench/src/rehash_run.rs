@@ -93,9 +93,18 @@ fn run_variant(variant: Variant, plan: &Plan) -> crate::Result<Row> {
     let info = loader.info();
     let keys = KeyMap::new(plan.seed);
     let next = AtomicU64::new(plan.keys);
+    let table = Table {
+        memory: &memory,
+        heap,
+        info,
+        plan,
+        keys,
+        next: &next,
+        limit,
+    };
 
     let fill = match plan.fill {
-        FillArg::Split => fill(&memory, heap, info, plan, keys, &next, limit)?,
+        FillArg::Split => fill(&table)?,
         FillArg::Load => Fill::default(),
     };
     let subtables = load.subtables + fill.splits;
@@ -117,7 +126,7 @@ fn run_variant(variant: Variant, plan: &Plan) -> crate::Result<Row> {
         load_factor * 100.0,
     );
 
-    let timed = grow_while_inserting(&memory, heap, info, plan, keys, &next, limit)?;
+    let timed = grow_while_inserting(&table)?;
     match &timed.grow.killed {
         None => eprintln!(
             "bench rehash: {variant}: grew in {:.1} ms ({} splits); checking the table ...",
@@ -240,17 +249,32 @@ struct Fill {
     limit_reached: bool,
 }
 
-/// Inserts fresh keys on `plan.fill_threads` clients until one of them
-/// splits a subtable (or the key limit is reached).
-fn fill(
-    memory: &Memory,
+/// The loaded table the fill and the timed part work on.
+#[derive(Clone, Copy)]
+struct Table<'a> {
+    memory: &'a Memory,
     heap: Heap,
     info: TableInfo,
-    plan: &Plan,
+    plan: &'a Plan,
     keys: KeyMap,
-    next: &AtomicU64,
+    /// The next fresh key index, shared by every inserting client.
+    next: &'a AtomicU64,
+    /// Key indices end here (the run's key limit).
     limit: u64,
-) -> crate::Result<Fill> {
+}
+
+/// Inserts fresh keys on `plan.fill_threads` clients until one of them
+/// splits a subtable (or the key limit is reached).
+fn fill(t: &Table<'_>) -> crate::Result<Fill> {
+    let Table {
+        memory,
+        heap,
+        info,
+        plan,
+        keys,
+        next,
+        limit,
+    } = *t;
     let bar = ProgressBar::new_spinner();
     bar.set_style(
         ProgressStyle::with_template("{prefix} {spinner} {pos} keys inserted ({per_sec})")
@@ -422,15 +446,16 @@ impl Drop for StopOnDrop<'_> {
 }
 
 /// Thread 0 grows the table; threads 1.. insert fresh keys until it says stop.
-fn grow_while_inserting(
-    memory: &Memory,
-    heap: Heap,
-    info: TableInfo,
-    plan: &Plan,
-    keys: KeyMap,
-    next: &AtomicU64,
-    limit: u64,
-) -> crate::Result<Timed> {
+fn grow_while_inserting(t: &Table<'_>) -> crate::Result<Timed> {
+    let Table {
+        memory,
+        heap,
+        info,
+        plan,
+        keys,
+        next,
+        limit,
+    } = *t;
     let shared = Shared {
         phase: AtomicU8::new(BEFORE),
         stop: AtomicBool::new(false),

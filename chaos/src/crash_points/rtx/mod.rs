@@ -183,22 +183,27 @@ async fn explore_kind(
     modes: &[Mode],
     tally: &mut Tally,
 ) -> Result<(), String> {
+    let shape = Shape { replicas, n, verbs };
     match kind {
-        Kind::Owner => explore_owner(replicas, n, verbs, modes, tally).await,
-        Kind::Repairer => explore_repairer(replicas, n, verbs, modes, tally).await,
-        Kind::ResumeOrder => explore_resume_order(replicas, n, verbs, tally).await,
-        Kind::DroppedConnection => explore_dropped_connection(replicas, n, verbs, tally).await,
+        Kind::Owner => explore_owner(shape, modes, tally).await,
+        Kind::Repairer => explore_repairer(shape, modes, tally).await,
+        Kind::ResumeOrder => explore_resume_order(shape, tally).await,
+        Kind::DroppedConnection => explore_dropped_connection(shape, tally).await,
     }
 }
 
-/// The owner stopped after each verb; a repairer finishes; the owner resumes.
-async fn explore_owner(
+/// What every run of a kind shares: replicas, the target's size, and the
+/// verbs of one undisturbed run (each a stop position).
+#[derive(Clone, Copy)]
+struct Shape {
     replicas: u16,
     n: usize,
     verbs: u64,
-    modes: &[Mode],
-    tally: &mut Tally,
-) -> Result<(), String> {
+}
+
+/// The owner stopped after each verb; a repairer finishes; the owner resumes.
+async fn explore_owner(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Result<(), String> {
+    let Shape { replicas, n, verbs } = shape;
     for &mode in modes {
         for k in 1..=verbs {
             let mut run = Run::new(replicas, n, false).await?;
@@ -214,13 +219,8 @@ async fn explore_owner(
 }
 
 /// The owner crashed after each verb; its repairer stopped after each of its own; a third client commits; the repairer resumes.
-async fn explore_repairer(
-    replicas: u16,
-    n: usize,
-    verbs: u64,
-    modes: &[Mode],
-    tally: &mut Tally,
-) -> Result<(), String> {
+async fn explore_repairer(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Result<(), String> {
+    let Shape { replicas, n, verbs } = shape;
     for k in 1..=verbs {
         for &mode in modes {
             for kr in 1.. {
@@ -245,7 +245,8 @@ async fn explore_repairer(
 }
 
 /// Owner and repairer both paused, at every pair of verbs; with and without a third commit; resumed in each order.
-async fn explore_resume_order(replicas: u16, n: usize, verbs: u64, tally: &mut Tally) -> Result<(), String> {
+async fn explore_resume_order(shape: Shape, tally: &mut Tally) -> Result<(), String> {
+    let Shape { replicas, n, verbs } = shape;
     for k in 1..=verbs {
         for kr in 1.. {
             let mut stopped = true;
@@ -284,12 +285,8 @@ async fn explore_resume_order(replicas: u16, n: usize, verbs: u64, tally: &mut T
 }
 
 /// The owner's tcp connections dropped after each verb; it or a repairer goes on first.
-async fn explore_dropped_connection(
-    replicas: u16,
-    n: usize,
-    verbs: u64,
-    tally: &mut Tally,
-) -> Result<(), String> {
+async fn explore_dropped_connection(shape: Shape, tally: &mut Tally) -> Result<(), String> {
+    let Shape { replicas, n, verbs } = shape;
     for k in 1..=verbs {
         for victim_first in [true, false] {
             let mut run = Run::new(replicas, n, true).await?;
