@@ -21,7 +21,7 @@ pub enum TransportKind {
 
 /// A transport a tool does not run on.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{what} runs on {} only, not {got}", names(allowed))]
+#[error("{what} cannot run on {got}: only on {}", names(allowed))]
 pub struct UnsupportedTransport {
     /// The tool or setting that refused it.
     pub what: &'static str,
@@ -107,6 +107,6 @@ mod tests {
             Ok(TransportKind::Tcp)
         );
         let e = TransportKind::Local.require("chaos run", SHM_TCP).unwrap_err();
-        assert_eq!(e.to_string(), "chaos run runs on shm or tcp only, not local");
+        assert_eq!(e.to_string(), "chaos run cannot run on local: only on shm or tcp");
     }
 }

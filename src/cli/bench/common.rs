@@ -16,7 +16,8 @@ pub const THREADS_MAX: usize = 1024;
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Where the memory lives: local (in-process memory nodes) or shm (memory images under /dev/shm,
-    /// mapped by this process: the CXL model). Both execute verbs on the calling thread.
+    /// mapped by this process: the CXL model). Both execute verbs on the calling thread; tcp is
+    /// not one of this bench's transports (its clients fork one inline fabric client).
     #[arg(long, value_enum, default_value_t = TransportKind::Local)]
     pub transport: TransportKind,
     /// Replicas of the region (1 = primary only). With more, every commit also CASes each backup, in a
