@@ -26,6 +26,7 @@ pub struct Check {
 }
 
 impl Check {
+    /// Whether the counters add up and no lock was left held.
     pub fn ok(&self) -> bool {
         self.expected == self.found && self.locks_left == 0
     }

@@ -41,6 +41,7 @@ object_sizes!(8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 2048, 4096);
 pub struct Cluster {
     /// Forked (or re-made with faults) for every client.
     fabric: Client,
+    /// The heap in the cluster's region, where every client's transactions run.
     pub heap: Heap,
     /// Where the memory is, for the report.
     pub origin: String,

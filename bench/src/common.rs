@@ -7,10 +7,17 @@ use harness::TransportKind;
 /// The validated common flags.
 #[derive(Clone, Copy, Debug)]
 pub struct Common {
+    /// Where the memory lives (`--transport`): local or shm.
     pub transport: TransportKind,
+    /// Replicas of the region, primary included (`--replicas`).
     pub replicas: u16,
+    /// Bytes of each object's data (`--object-bytes`); the first 8 are its
+    /// counter.
     pub object_bytes: u32,
+    /// Seed of the random choices (`--seed`): objects per transaction, clock
+    /// skews.
     pub seed: u64,
+    /// Print one JSON object on stdout instead of the table (`--json`).
     pub json: bool,
 }
 

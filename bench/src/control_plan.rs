@@ -26,10 +26,17 @@ pub const FAILOVER_MEMBERS_MIN: usize = 3;
 /// A validated `bench control` run.
 #[derive(Clone, Copy, Debug)]
 pub struct ControlPlan {
+    /// Control-plane member processes to start (`--members`).
     pub members: usize,
+    /// Commands committed in the commit phase (`--ops`).
     pub ops: u64,
+    /// Concurrent writers of the commit phase (`--concurrency`), each with its
+    /// own connection and region.
     pub concurrency: usize,
+    /// Leader kills to time (`--failovers`; by default 3 with three or more
+    /// members, else 0).
     pub failovers: u32,
+    /// Print one JSON object on stdout instead of the summary (`--json`).
     pub json: bool,
 }
 

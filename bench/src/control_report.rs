@@ -17,8 +17,11 @@ use crate::format::{duration, micros, thousands};
 /// long of the leader's death, with default timings.
 pub const TARGET_FAILOVER_MS: u64 = 1000;
 
+/// What a `bench control` run measured, with the plan it ran.
 pub struct ControlReport {
+    /// The plan that ran.
     pub plan: ControlPlan,
+    /// What each phase measured.
     pub results: ControlResults,
 }
 
@@ -63,6 +66,8 @@ impl ControlReport {
         us(&w.gap, 0.5) / us(&w.status_rtt, 0.5).max(1.0)
     }
 
+    /// One JSON object for tools: the commit, watch and failover figures and
+    /// the failover target.
     pub fn json(&self) -> Value {
         let p = self.plan;
         let r = &self.results;
@@ -123,6 +128,7 @@ impl ControlReport {
         })
     }
 
+    /// The summary for people: the commit, watch and failover sections.
     pub fn table(&self) -> String {
         let p = &self.plan;
         let t = Timing::default();

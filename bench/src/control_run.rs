@@ -64,6 +64,7 @@ pub struct CommitPhase {
     /// a rate that falls as the state (and its audit trail) grows would
     /// show here. It once did, when every apply re-encoded the state.
     pub first_tenth_per_sec: f64,
+    /// Commits/s over the last tenth of the acknowledgements.
     pub last_tenth_per_sec: f64,
 }
 
@@ -71,6 +72,7 @@ pub struct CommitPhase {
 pub struct WatchPhase {
     /// The member watched (a follower, unless there is one member only).
     pub member: MemberId,
+    /// The watched member's role, as its `GET /v1/status` reported it.
     pub member_role: String,
     /// Acknowledgement to the watcher's receipt, microseconds, clamped at 0.
     pub gap: Histogram<u64>,
@@ -82,6 +84,7 @@ pub struct WatchPhase {
 
 /// One failover round.
 pub struct Failover {
+    /// The leader this round killed (SIGKILL).
     pub killed: MemberId,
     /// The survivor the first committed write was sent to (it forwards
     /// writes to the leader, so it need not be the leader).
@@ -104,8 +107,11 @@ pub struct Failover {
 
 /// Everything a run measured.
 pub struct ControlResults {
+    /// The commit phase: throughput and latency.
     pub commit: CommitPhase,
+    /// The watch phase: from a commit to a watcher seeing it.
     pub watch: WatchPhase,
+    /// One per failover round, in the order run (none with `--failovers 0`).
     pub failovers: Vec<Failover>,
 }
 

@@ -14,7 +14,10 @@ use crate::lease_run::Cell;
 use crate::txn_plan::LeasePlan;
 use crate::txn_report::lead_note;
 
+/// What a `bench lease` run measured: every cell, with the plan and the
+/// clients' clock skews.
 pub struct LeaseReport {
+    /// The plan that ran.
     pub plan: LeasePlan,
     /// Each client's clock skew in ms.
     pub skews: Vec<i64>,
@@ -78,6 +81,7 @@ impl LeaseReport {
             .collect()
     }
 
+    /// One JSON object for tools: the plan, the clock skews and every cell.
     pub fn json(&self) -> Value {
         let p = &self.plan;
         let cells: Vec<Value> = self
@@ -156,6 +160,8 @@ impl LeaseReport {
         }
     }
 
+    /// For people: Figure 18's two tables (with and without regulation), then
+    /// one line per cell.
     pub fn table(&self) -> String {
         let p = &self.plan;
         let mut s = String::new();

@@ -24,12 +24,18 @@ const CHOICE_STREAMS: u64 = 1 << 32;
 
 /// One cell's configuration and results.
 pub struct Cell {
+    /// Objects written (locked) per transaction in this cell.
     pub locks: usize,
+    /// The drift every lease of this cell adds.
     pub drift: Duration,
+    /// Whether leases grow with the locks taken (`now + n x op_time + drift`)
+    /// rather than being fixed (`now + drift`).
     pub regulated: bool,
     /// The lease length this cell's commits used, in lease ticks (1/256 ms).
     pub lease_ticks: u64,
+    /// What the cell's clients did, merged.
     pub run: ClientRun,
+    /// The end-of-cell check of the counters and locks.
     pub check: Check,
 }
 

@@ -17,9 +17,10 @@
 //! [`threads`] (client threads that start their clocks together),
 //! [`check`] (every committed increment is there), [`probe`] (how far
 //! ahead of the clock leases ran), [`poll`] (bounded calls and waits),
-//! [`format`] (numbers in tables), [`common`] (seeds, medians, load bars),
+//! [`format`](mod@format) (numbers in tables), [`common`] (seeds, medians, load bars),
 //! [`error`].
 
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub mod check;

@@ -20,6 +20,7 @@ pub enum FillArg {
 }
 
 impl FillArg {
+    /// The flag's value, as reports and JSON print it.
     pub fn name(self) -> &'static str {
         match self {
             FillArg::Split => "split",
@@ -31,15 +32,26 @@ impl FillArg {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Variants to grow a table with (`--variant`), in the order given.
     pub variants: Vec<Variant>,
+    /// Keys bulk-loaded before the fill and the grow (`--keys`).
     pub keys: u64,
+    /// Client threads inserting fresh keys during the timed part (`--threads`;
+    /// 0: the grow runs alone).
     pub threads: usize,
     /// Clients of the fill (never 0).
     pub fill_threads: usize,
+    /// Where the memory is (`--transport`).
     pub transport: TransportKind,
+    /// The table's shape: bucket groups per subtable (`--groups`) and directory
+    /// depth (`--dir-depth`, or room for the grow above the bulk load's depth).
     pub config: HashConfig,
+    /// How full the table is when the grow starts (`--fill`).
     pub fill: FillArg,
+    /// How long the inserters run before the grow starts, and again after it
+    /// ends (`--phase`).
     pub phase: Duration,
+    /// Width of a throughput-timeline bucket (`--bucket`).
     pub bucket: Duration,
     /// Kill the grower midway through its first split.
     pub kill_grower: bool,
@@ -47,6 +59,7 @@ pub struct Plan {
     pub optimal_entries_per_round_trip: usize,
     /// Times every variant runs.
     pub rounds: usize,
+    /// Seed of the key set (`--seed`).
     pub seed: u64,
     /// Where the JSON goes: a file, or stdout (`-`).
     pub json: Option<JsonTo>,
@@ -55,7 +68,9 @@ pub struct Plan {
 /// `--json`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum JsonTo {
+    /// `--json -`: print the JSON array on stdout instead of the table.
     Stdout,
+    /// `--json FILE`: write the JSON array to this file, and print the table.
     File(PathBuf),
 }
 

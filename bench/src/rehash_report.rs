@@ -15,9 +15,11 @@ use crate::rehash_run::{Grow, Inserts};
 
 /// How the table was before the grow.
 pub struct Loaded {
+    /// What the bulk load built.
     pub load: HashLoadReport,
     /// Keys the fill inserted after the bulk load, and the splits it made.
     pub fill_inserted: u64,
+    /// Subtable splits the fill's inserts made.
     pub fill_splits: u64,
     /// Subtables when the timed part started.
     pub subtables: u64,
@@ -35,22 +37,31 @@ pub struct Loaded {
 pub struct Row {
     /// Which run of the variant (`--rounds`), from 1.
     pub round: usize,
+    /// The variant grown (optimal or rtx).
     pub variant: String,
+    /// Where the memory was (`--transport`).
     pub transport: &'static str,
     /// Keys bulk-loaded (--keys).
     pub keys: u64,
+    /// Bucket groups per subtable (`--groups`).
     pub groups: u32,
+    /// Directory depth: room for at most 2^dir_depth subtables.
     pub dir_depth: u8,
     /// The bulk load's subtable depth.
     pub load_depth: u8,
+    /// How full the table was made before the grow (`--fill`: split or load).
     pub fill: &'static str,
     /// Keys the fill added until the first split, and its splits.
     pub fill_keys: u64,
+    /// Subtable splits the fill made.
     pub fill_splits: u64,
     /// Keys and subtables when the timed part started, and keys per slot.
     pub keys_before_grow: u64,
+    /// Subtables when the timed part started.
     pub subtables_before_grow: u64,
+    /// Keys per slot when the timed part started.
     pub load_factor_before_grow: f64,
+    /// Client threads inserting during the timed part (`--threads`).
     pub inserting_threads: usize,
     /// optimal: entries a split handles per round trip (1: the original
     /// resize; rtx rows carry it too, and ignore it).
@@ -60,31 +71,45 @@ pub struct Row {
     pub grow_ms: f64,
     /// When it started and ended, from when the inserters started.
     pub grow_start_ms: f64,
+    /// When the grow ended (or the grower died), in ms from when the inserters
+    /// started.
     pub grow_end_ms: f64,
     /// Splits the grower made, and its verbs during the grow.
     pub splits: u64,
+    /// Round trips the grower made during the grow.
     pub round_trips: u64,
+    /// READ verbs the grower issued during the grow.
     pub reads: u64,
+    /// WRITE verbs the grower issued during the grow.
     pub writes: u64,
+    /// CAS verbs the grower issued during the grow.
     pub cas: u64,
+    /// Bytes the grower's READs asked for during the grow.
     pub bytes_read: u64,
+    /// Bytes the grower's WRITEs carried during the grow.
     pub bytes_written: u64,
     /// The grower's retries (lost races, stale directory) and, rtx, its
     /// aborted attempts and repairs.
     pub grower_retries: u64,
+    /// rtx: the grower's aborted attempts.
     pub grower_aborts: u64,
+    /// rtx: the grower's repairs of other owners' transactions.
     pub grower_repairs: u64,
 
     /// Inserts completed during the timed part.
     pub inserts: u64,
+    /// Inserts per second before the grow started.
     pub insert_ops_per_sec_before: f64,
+    /// Inserts per second while the grower grew the table.
     pub insert_ops_per_sec_during: f64,
+    /// Inserts per second from the grow's end until the inserters stopped.
     pub insert_ops_per_sec_after: f64,
     /// The longest run of timeline buckets in which no insert completed.
     pub insert_stall_ms: f64,
     /// Splits the inserters made themselves, and writes of theirs that met
     /// a split and had to be settled after it.
     pub inserter_splits: u64,
+    /// Inserters' writes that met a split and were settled after it.
     pub inserts_settled: u64,
     /// Whether inserting stopped early at the run's key limit.
     pub key_limit_reached: bool,
@@ -92,6 +117,8 @@ pub struct Row {
     /// `--kill-grower`: the grower died midway through its first split
     /// (why, and when, from when the inserters started).
     pub grower_killed: Option<String>,
+    /// `--kill-grower`: when the grower died, in ms from when the inserters
+    /// started.
     pub kill_ms: Option<f64>,
     /// From the kill to normal insert throughput (`chaos::timeline::recovery`); `None`
     /// when it was not reached before the run ended.
@@ -99,6 +126,7 @@ pub struct Row {
     /// Inserters that gave up on a subtable the dead grower left locked,
     /// and locks of others the inserters repaired (rtx).
     pub inserters_blocked: u64,
+    /// rtx: locks of others the inserters repaired.
     pub inserter_repairs: u64,
     /// Expired locks the sweep before the check repaired (rtx): what no
     /// inserter met before the run ended.
@@ -106,18 +134,26 @@ pub struct Row {
 
     /// The end-of-run check.
     pub check_ok: bool,
+    /// Keys the check found in the table.
     pub check_keys: u64,
+    /// Keys loaded and inserted: what the table should hold.
     pub expected_keys: u64,
+    /// Inserts of a fresh key (fill and timed part) that found it present; a
+    /// bug if any.
     pub duplicates: u64,
+    /// Structural violations the check found.
     pub violations: Vec<String>,
 
     /// The throughput timeline: `[bucket start in ms, inserts completed in
     /// the bucket]`, from when the inserters started until they stopped.
     pub bucket_ms: f64,
+    /// One `[ms, inserts]` pair per bucket of `bucket_ms`.
     pub timeline: Vec<[f64; 2]>,
 }
 
 impl Row {
+    /// The row of one variant's run (round 1: the caller sets the round);
+    /// `expected_keys` is what the table should hold.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         variant: Variant,

@@ -4,7 +4,7 @@
 //! table is checked.
 //!
 //! Owner ids: [`LOADER`] creates, loads and finally checks the table;
-//! [`GROWER`] grows it; the fill clients follow, then the inserters. Keys
+//! `GROWER` grows it; the fill clients follow, then the inserters. Keys
 //! are `KeyMap` records: `0..keys` loaded, then one shared counter hands out
 //! fresh records to every fill client and inserter, so no key is inserted
 //! twice and the expected count is exact.
@@ -347,6 +347,8 @@ fn fill(t: &Table<'_>) -> crate::Result<Fill> {
 pub struct Grow {
     /// When the grow started and ended, from when the inserters started.
     pub start: Duration,
+    /// When the grow ended (or the grower died), from when the inserters
+    /// started.
     pub end: Duration,
     /// When the inserters were told to stop.
     pub stop: Duration,
@@ -358,6 +360,7 @@ pub struct Grow {
     pub stats: HashStats,
     /// rtx: the grower's aborted attempts and repairs.
     pub aborts: u64,
+    /// rtx: the grower's repairs of other owners' transactions.
     pub repairs: u64,
     /// Why the grower died, when it was killed (`--kill-grower`); `end` is
     /// then when it died.
@@ -365,6 +368,8 @@ pub struct Grow {
 }
 
 impl Grow {
+    /// Wall time of the grow, from its start to its end (or the grower's
+    /// death).
     pub fn time(&self) -> Duration {
         self.end.saturating_sub(self.start)
     }

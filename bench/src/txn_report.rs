@@ -26,12 +26,17 @@ pub fn lead_note(lead_ticks: i64, waits: u64) -> String {
     )
 }
 
+/// What a `bench txn` run measured, with the plan it ran.
 pub struct TxnReport {
+    /// The plan that ran.
     pub plan: TxnPlan,
     /// The memory the run used.
     pub origin: String,
+    /// How long creating the objects took (one round trip each).
     pub load_time: Duration,
+    /// Every client's run added up.
     pub total: ClientRun,
+    /// The end-of-run check of the counters and locks.
     pub check: Check,
 }
 
@@ -78,6 +83,8 @@ impl TxnReport {
         notes
     }
 
+    /// One JSON object for tools: the plan, the rates, latency, costs per
+    /// commit and the check.
     pub fn json(&self) -> Value {
         let (p, c, t) = (self.plan, &self.plan.common, &self.total);
         let f = &t.fabric;
@@ -137,6 +144,7 @@ impl TxnReport {
         v
     }
 
+    /// The aligned table for people.
     pub fn table(&self) -> String {
         let (p, c, t) = (self.plan, &self.plan.common, &self.total);
         let f = &t.fabric;

@@ -33,6 +33,7 @@ pub const WARMUP_TXNS: u64 = 32;
 pub struct ClientRun {
     /// Transactions that ended (committed or gave up).
     pub txns: u64,
+    /// Transactions that committed.
     pub commits: u64,
     /// Transactions that `TxClient::run` gave up on (`TooManyAborts`).
     pub gave_up: u64,
@@ -141,6 +142,8 @@ pub struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
+    /// A worker running `client`'s transactions, each on `write_set` objects
+    /// drawn from `objects`, its choices seeded by `seed`.
     pub fn new(client: TxClient, objects: &'a [RawObj], write_set: usize, seed: u64) -> Self {
         Worker {
             client,

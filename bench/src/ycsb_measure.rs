@@ -27,7 +27,9 @@ use harness::Memory;
 
 /// One variant's loaded index, ready for clients.
 pub struct Subject<'a> {
+    /// The memory the index lives in.
     pub memory: &'a Memory,
+    /// The loaded index, which the clients attach to.
     pub loaded: Loaded,
 }
 

@@ -42,20 +42,41 @@ impl std::fmt::Display for IndexArg {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// Indexes to measure (`--index`), in the order given.
     pub indexes: Vec<IndexArg>,
+    /// Variants to compare (`--variant`), in the order given.
     pub variants: Vec<Variant>,
+    /// YCSB workloads (`--workload`), or every one when none was given; see
+    /// [`Plan::workloads_for`].
     pub workloads: Vec<Workload>,
+    /// Request distributions (`--dist`).
     pub dists: Vec<Distribution>,
+    /// Keys bulk-loaded before the run (`--keys`).
     pub keys: u64,
+    /// Leaf fill of the B+tree's bulk load (`--fill`, 0.1 to 1.0); hash tables
+    /// ignore it.
     pub fill: f64,
+    /// Client threads (`--threads`).
     pub threads: usize,
+    /// Clients per thread (`--coroutines`), each with its own owner id.
     pub coroutines: usize,
+    /// How long each workload runs, per distribution and variant
+    /// (`--duration`).
     pub duration: Duration,
+    /// Untimed run of the same workload before each measurement, to warm the
+    /// clients' caches (`--warmup`).
     pub warmup: Duration,
+    /// Where the memory is (`--transport`).
     pub transport: TransportKind,
+    /// Seed of the key set and the op streams (`--seed`).
     pub seed: u64,
+    /// Times every cell runs (`--rounds`); the ratio table gives the rounds'
+    /// median and range.
     pub rounds: usize,
+    /// Run the variants of each cell in alternating slices of this length
+    /// (`--slice`) instead of one after the other.
     pub slice: Option<Duration>,
+    /// Also write the results as a JSON array to this file (`--json`).
     pub json: Option<std::path::PathBuf>,
 }
 

@@ -15,30 +15,51 @@ use crate::ycsb_plan::{IndexArg, Plan};
 /// One measured combination (also the JSON array element).
 #[derive(Clone, Debug, Serialize)]
 pub struct Row {
+    /// The index measured (btree or hash).
     pub index: &'static str,
+    /// The variant (optimal or rtx).
     pub variant: String,
+    /// The YCSB workload (a to e).
     pub workload: String,
+    /// The request distribution (uniform or zipf).
     pub dist: String,
     /// Which pass over the cells (1-based; `--rounds`).
     pub round: usize,
+    /// Keys bulk-loaded before the run (`--keys`).
     pub keys: u64,
+    /// Client threads (`--threads`).
     pub threads: usize,
+    /// Clients per thread (`--coroutines`).
     pub coroutines: usize,
+    /// Where the memory was (`--transport`).
     pub transport: String,
+    /// Ops all clients together completed in the timed `--duration` (warm-up
+    /// excluded).
     pub ops: u64,
+    /// Ops per second: `ops` over `--duration`.
     pub ops_per_sec: f64,
+    /// Median op latency in microseconds, of the sampled ops (one in 16).
     pub p50_us: f64,
+    /// 99th-percentile op latency in microseconds, of the sampled ops.
     pub p99_us: f64,
+    /// Round trips per op, mean over the run.
     pub round_trips_per_op: f64,
+    /// Verbs per op, mean over the run.
     pub verbs_per_op: f64,
+    /// Bytes read per op, mean over the run.
     pub bytes_read_per_op: f64,
+    /// Bytes written per op, mean over the run.
     pub bytes_written_per_op: f64,
+    /// Aborted rTX attempts over the run (0 for optimal, which runs no rTX).
     pub aborts: u64,
+    /// Repairs of other owners' rTX transactions over the run.
     pub repairs: u64,
+    /// Reads and updates that found no key, and scans that found nothing.
     pub misses: u64,
 }
 
 impl Row {
+    /// The row of one cell, from `r`: every client's results added up.
     pub fn new(
         index: IndexArg,
         variant: Variant,

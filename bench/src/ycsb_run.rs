@@ -110,7 +110,9 @@ fn hash_config(plan: &Plan) -> HashConfig {
 /// A loaded index: what its clients attach to.
 #[derive(Clone, Copy)]
 pub enum Loaded {
+    /// A B+tree: the heap it is in, and where the tree is.
     BTree(Heap, TreeInfo),
+    /// A RACE hash table: the heap it is in, and where and how the table is.
     Hash(Heap, TableInfo),
 }
 

@@ -303,7 +303,7 @@ pub fn prefetch_local<T>(items: &[T]) {
 
 /// Raw access to a mapped region, for benchmarks' baselines: what a verb
 /// does to memory (a copy, an atomic), without the verb. Unlike
-/// [`SharedMemory`], a cell's bytes are copied with `copy_nonoverlapping`,
+/// the memory node's `SharedMemory`, a cell's bytes are copied with `copy_nonoverlapping`,
 /// as plain code would: the baseline is plain code on the same memory.
 pub struct RawRegion {
     map: MmapRaw,

@@ -6,7 +6,7 @@
 //! - [`launch`]: the one process launcher: start, readiness, stop on every
 //!   exit path, stop with the parent; a failed start reports the child's
 //!   own last words.
-//! - [`line`]: every line two processes exchange on a pipe, as enums that
+//! - [`line`](mod@line): every line two processes exchange on a pipe, as enums that
 //!   encode and parse (and refuse anything malformed).
 //! - [`control`]: control-plane members as processes: started, formed,
 //!   killed, restarted, their leader found.

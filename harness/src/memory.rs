@@ -172,9 +172,8 @@ impl Memory {
                 })
             }
             TransportKind::Tcp => {
-                let servers = Servers::start(n, &regions, spec.server_threads)?;
+                let (servers, map) = Servers::start(n, &regions, spec.server_threads)?;
                 let addrs = servers.addrs.clone();
-                let map = discover_map(&addrs)?;
                 Ok(Memory {
                     map,
                     origin: format!(
@@ -191,19 +190,21 @@ impl Memory {
         }
     }
 
-    /// An existing memory image (a `kintsugi memnode --shm` or
-    /// `--persist` file).
-    pub fn attach_shm(path: &Path) -> Result<Memory, MemoryError> {
-        let paths = vec![path.to_owned()];
-        let (_, map) = ShmTransport::attach(&paths).map_err(node(format!(
-            "cannot attach to the memory image {}",
-            path.display()
-        )))?;
+    /// Existing memory images (of `kintsugi memnode --shm` or `--persist`),
+    /// the primary's first.
+    pub fn attach_shm(paths: &[PathBuf]) -> Result<Memory, MemoryError> {
+        let shown = paths
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let (_, map) = ShmTransport::attach(paths)
+            .map_err(node(format!("cannot attach to the memory image {shown}")))?;
         Ok(Memory {
             map,
-            origin: format!("image {}", path.display()),
+            origin: format!("image {shown}"),
             kind: Kind::Shm {
-                paths,
+                paths: paths.to_vec(),
                 populate: false,
                 _nodes: Vec::new(),
                 _dir: None,
@@ -211,15 +212,14 @@ impl Memory {
         })
     }
 
-    /// An existing memory node served over tcp at `addr`.
-    pub fn connect_tcp(addr: &str) -> Result<Memory, MemoryError> {
-        let addrs = vec![addr.to_owned()];
-        let map = discover_map(&addrs)?;
+    /// Existing memory nodes served over tcp at `addrs`, the primary's first.
+    pub fn connect_tcp(addrs: &[String]) -> Result<Memory, MemoryError> {
+        let map = discover_map(addrs)?;
         Ok(Memory {
             map,
-            origin: format!("memory node at {addr}"),
+            origin: format!("memory node at {}", addrs.join(",")),
             kind: Kind::Tcp {
-                addrs,
+                addrs: addrs.to_vec(),
                 _servers: None,
             },
         })
@@ -337,58 +337,81 @@ fn nodes_text(n: u16, what: &str) -> String {
     }
 }
 
-/// The map the nodes at `addrs` describe, asked from a runtime of its own
-/// (set-up is synchronous; clients run their own runtimes).
+/// The map the nodes at `addrs` describe, asked on a thread with a
+/// runtime of its own (set-up is synchronous, and may be called from
+/// inside a runtime, where blocking on another panics).
 fn discover_map(addrs: &[String]) -> Result<ClusterMap, MemoryError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(io("cannot start an async runtime"))?;
-    rt.block_on(TcpTransport::discover(addrs))
-        .map(|(_, map)| map)
-        .map_err(|source| MemoryError::Fabric {
-            what: format!("cannot reach the memory nodes at {}", addrs.join(",")),
-            source,
-        })
+    let owned = addrs.to_vec();
+    let asked = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("cannot start an async runtime"))?;
+        rt.block_on(TcpTransport::discover(&owned))
+            .map(|(_, map)| map)
+            .map_err(|source| MemoryError::Fabric {
+                what: format!("cannot reach the memory nodes at {}", owned.join(",")),
+                source,
+            })
+    });
+    asked.join().unwrap_or_else(|_| {
+        Err(MemoryError::Unfit(
+            "the thread asking for the map panicked".into(),
+        ))
+    })
 }
 
 /// tcp memory-node servers running in this process, on a runtime of
 /// their own; stopped, and their tasks awaited, on drop.
 struct Servers {
     addrs: Vec<String>,
-    runtime: Runtime,
+    /// Taken on drop: stopped on a thread of its own.
+    runtime: Option<Runtime>,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 impl Servers {
-    fn start(n: u16, regions: &[RegionSpec], threads: usize) -> Result<Servers, MemoryError> {
+    /// Starts `n` nodes' servers; never blocks on a runtime, so it may be
+    /// called from inside one. Returns them with the map they describe.
+    fn start(n: u16, regions: &[RegionSpec], threads: usize) -> Result<(Servers, ClusterMap), MemoryError> {
         let runtime = server_runtime(threads, "memnode")?;
+        let handle = runtime.handle().clone();
         let mut servers = Servers {
             addrs: Vec::new(),
-            runtime,
+            runtime: Some(runtime),
             stops: Vec::new(),
             tasks: Vec::new(),
         };
+        let mut descriptors = Vec::new();
         for id in 1..=n {
             let memnode =
                 Arc::new(MemoryNode::anonymous(id, regions).map_err(node("cannot create the memory node"))?);
-            let (listener, addr) = servers
-                .runtime
-                .block_on(fabric::server::bind("127.0.0.1:0"))
-                .map_err(io("cannot listen on 127.0.0.1"))?;
+            let std_listener =
+                std::net::TcpListener::bind("127.0.0.1:0").map_err(io("cannot listen on 127.0.0.1"))?;
+            std_listener
+                .set_nonblocking(true)
+                .map_err(io("cannot make the listener non-blocking"))?;
+            let addr = std_listener
+                .local_addr()
+                .map_err(io("cannot read the listener's address"))?;
+            let listener = {
+                let _in_server_runtime = handle.enter();
+                tokio::net::TcpListener::from_std(std_listener).map_err(io("cannot register the listener"))?
+            };
+            descriptors.push((memnode.descriptor(), addr.to_string()));
             let (stop, stopped) = oneshot::channel::<()>();
-            servers.tasks.push(
-                servers
-                    .runtime
-                    .spawn(fabric::server::serve(listener, memnode, async {
-                        let _ = stopped.await;
-                    })),
-            );
+            servers
+                .tasks
+                .push(handle.spawn(fabric::server::serve(listener, memnode, async {
+                    let _ = stopped.await;
+                })));
             servers.stops.push(stop);
             servers.addrs.push(addr.to_string());
         }
-        Ok(servers)
+        let map = ClusterMap::from_descriptors(1, &descriptors)
+            .map_err(|e| MemoryError::Unfit(format!("the fresh nodes describe no valid map: {e}")))?;
+        Ok((servers, map))
     }
 }
 
@@ -397,13 +420,24 @@ impl Drop for Servers {
         for stop in self.stops.drain(..) {
             let _ = stop.send(());
         }
-        for task in self.tasks.drain(..) {
-            match self.runtime.block_on(task) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "in-process memory node stopped with an error"),
-                Err(e) => tracing::warn!(error = %e, "in-process memory node task failed"),
+        // Wait for the servers, and drop their runtime, on a thread of
+        // their own: this may be dropped inside another runtime, where
+        // blocking on or dropping one panics.
+        let tasks: Vec<_> = self.tasks.drain(..).collect();
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        let waited = std::thread::spawn(move || {
+            for task in tasks {
+                match runtime.block_on(task) {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(error = %e, "in-process memory node stopped with an error"),
+                    Err(e) => tracing::warn!(error = %e, "in-process memory node task failed"),
+                }
             }
-        }
+            drop(runtime);
+        });
+        let _ = waited.join();
     }
 }
 
@@ -483,10 +517,29 @@ mod tests {
     }
 
     #[test]
+    fn memory_is_set_up_and_torn_down_inside_a_runtime_too() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let memory = Memory::start(&spec(TransportKind::Tcp, 2)).unwrap();
+            let again = Memory::connect_tcp(memory.tcp_addrs().unwrap()).unwrap();
+            assert_eq!(again.map().nodes().len(), 2);
+            let mut c = again.client().await.unwrap();
+            let mut b = fabric::Batch::new();
+            b.faa(fabric::GlobalAddr::new(REGION, 0), 1);
+            c.execute(&mut b).await.unwrap();
+            drop(again);
+            drop(memory);
+        });
+    }
+
+    #[test]
     fn an_existing_node_too_small_for_the_run_is_refused_with_the_reason() {
         let memory = Memory::start(&spec(TransportKind::Tcp, 1)).unwrap();
         let addr = memory.tcp_addrs().unwrap()[0].clone();
-        let existing = Memory::connect_tcp(&addr).unwrap();
+        let existing = Memory::connect_tcp(&[addr]).unwrap();
         assert_eq!(existing.pick_region(None, 4096, "test").unwrap(), REGION);
         let e = existing
             .pick_region(None, 2 << 20, "two cells")

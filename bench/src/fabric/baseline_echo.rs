@@ -69,6 +69,8 @@ impl EchoServer {
         })
     }
 
+    /// The address the server listens on (127.0.0.1, a port of the system's
+    /// choosing).
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }

@@ -25,10 +25,17 @@ pub enum Memory {
     /// Fresh anonymous memory of this many bytes.
     Anonymous(u64),
     /// A region of a memory image file.
-    Image { path: PathBuf, region: RegionId },
+    Image {
+        /// The memory image file the fabric used.
+        path: PathBuf,
+        /// The region to map, at its offset in the file.
+        region: RegionId,
+    },
 }
 
 impl Memory {
+    /// What a baseline round trip of `op` does and on which memory, for the
+    /// report.
     pub fn describe(&self, op: OpArg) -> String {
         let what = match op {
             OpArg::Cas => "AtomicU64::compare_exchange",

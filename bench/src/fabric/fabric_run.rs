@@ -35,6 +35,7 @@ pub struct FabricWorker {
 }
 
 impl FabricWorker {
+    /// A worker for slot `slot` of `region`, driving `work` through `client`.
     pub fn new(client: Client, work: Workload, region: RegionId, slot: usize) -> Self {
         FabricWorker {
             client,

@@ -36,9 +36,11 @@ pub fn record(h: &mut Histogram<u64>, d: Duration) {
 /// What one client (thread or task) did in a phase.
 #[derive(Debug)]
 pub struct Run {
+    /// Round trips this client completed after its warm-up.
     pub round_trips: u64,
     /// From the common start to this client's last round trip.
     pub elapsed: Duration,
+    /// Latency of the sampled round trips, in nanoseconds.
     pub latency: Histogram<u64>,
     /// CASes that found another value than the one this client last wrote
     /// (only on memory someone else also touches).
@@ -75,17 +77,25 @@ pub fn timed_loop(
 /// A phase: every client's run, merged.
 #[derive(Debug)]
 pub struct Phase {
+    /// Round trips of every client together.
     pub round_trips: u64,
+    /// Verbs in each round trip (`--batch`).
     pub verbs_per_round_trip: u64,
+    /// Payload bytes each round trip moves (READ or WRITE data, 8 per atomic).
     pub bytes_per_round_trip: u64,
     /// The longest client run: rates are totals over this wall time.
     pub elapsed: Duration,
+    /// Every client's sampled round-trip latencies, in nanoseconds.
     pub latency: Histogram<u64>,
+    /// CASes that found a value their client had not written (0 unless someone
+    /// else uses the region).
     pub cas_failures: u64,
+    /// Every client's fabric counters added up; `None` for a baseline.
     pub stats: Option<Stats>,
 }
 
 impl Phase {
+    /// Every client's run added up; the elapsed time is the longest one's.
     pub fn merge(
         runs: Vec<Run>,
         verbs_per_round_trip: u64,
@@ -115,10 +125,12 @@ impl Phase {
         Ok(phase)
     }
 
+    /// Round trips per second over the phase's wall time.
     pub fn round_trips_per_sec(&self) -> f64 {
         self.round_trips as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// Verbs per second over the phase's wall time.
     pub fn verbs_per_sec(&self) -> f64 {
         self.round_trips_per_sec() * self.verbs_per_round_trip as f64
     }
@@ -128,10 +140,13 @@ impl Phase {
         self.round_trips_per_sec() * self.bytes_per_round_trip as f64 / 1e6
     }
 
+    /// The `q` quantile (0 to 1) of the sampled round-trip latency, in
+    /// microseconds.
     pub fn percentile_us(&self, q: f64) -> f64 {
         self.latency.value_at_quantile(q) as f64 / 1e3
     }
 
+    /// Round trips timed: the latency samples.
     pub fn samples(&self) -> u64 {
         self.latency.len()
     }

@@ -22,6 +22,7 @@ pub enum OpArg {
 }
 
 impl OpArg {
+    /// The flag's value, as reports and JSON print it.
     pub fn name(self) -> &'static str {
         match self {
             OpArg::Read => "read",
@@ -31,6 +32,7 @@ impl OpArg {
         }
     }
 
+    /// Whether the verb is an 8-byte atomic (CAS, FAA): 8 is its only size.
     pub fn is_atomic(self) -> bool {
         matches!(self, OpArg::Cas | OpArg::Faa)
     }
@@ -50,17 +52,25 @@ pub enum Target {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// How verbs reach memory (`--transport`): local, shm or tcp.
     pub transport: TransportKind,
+    /// The memory to measure: a fresh node, or the one `--shm` or `--addr`
+    /// names.
     pub target: Target,
     /// Region to use on an existing node; `None` means its first region.
     pub region: Option<RegionId>,
+    /// What each round trip does (`--op`, `--size`, `--batch`).
     pub work: Workload,
+    /// Client threads (`--threads`), each with its own client (and, on tcp, its
+    /// own connection).
     pub threads: usize,
     /// Asked for on the command line.
     pub outstanding: usize,
     /// In force: 1 for transports that complete inline.
     pub depth: usize,
+    /// How long each of the two phases runs (`--duration`).
     pub duration: Duration,
+    /// Print one JSON object on stdout instead of the table (`--json`).
     pub json: bool,
 }
 

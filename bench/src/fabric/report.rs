@@ -20,7 +20,9 @@ pub struct Report {
     pub target: String,
     /// What the baseline did.
     pub baseline_kind: String,
+    /// Phase 1: round trips through the fabric.
     pub fabric: Phase,
+    /// Phase 2: the same work on raw memory (local, shm) or a TCP echo (tcp).
     pub baseline: Phase,
     /// tcp: request and response frame bytes, length prefix included.
     pub frames: Option<(usize, usize)>,
@@ -59,6 +61,8 @@ impl Report {
         notes
     }
 
+    /// One JSON object for tools: the plan, both phases, the ratio and the
+    /// notes.
     pub fn json(&self) -> Value {
         let plan = &self.plan;
         let f = &self.fabric;
@@ -108,6 +112,7 @@ impl Report {
         v
     }
 
+    /// The aligned table for people.
     pub fn table(&self) -> String {
         let plan = &self.plan;
         let (f, b) = (&self.fabric, &self.baseline);

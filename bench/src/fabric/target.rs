@@ -19,7 +19,9 @@ pub enum Fabric {
 
 /// Everything the run needs, kept alive until it ends.
 pub struct Prepared {
+    /// How phase 1's clients reach the memory.
     pub fabric: Fabric,
+    /// The region the clients' slots are in.
     pub region: RegionId,
     /// Where it came from, for the report.
     pub origin: String,
@@ -34,13 +36,13 @@ pub fn prepare(plan: &Plan) -> crate::Result<Prepared> {
     let why = "threads x outstanding x batch x cell; use fewer threads or a larger region";
     let (memory, region, origin) = match &plan.target {
         Target::Shm(Some(path)) => {
-            let m = Memory::attach_shm(path)?;
+            let m = Memory::attach_shm(std::slice::from_ref(path))?;
             let region = m.pick_region(plan.region, needed, why)?;
             let origin = format!("{}, region {region}", m.origin());
             (m, region, origin)
         }
         Target::Tcp(Some(addr)) => {
-            let m = Memory::connect_tcp(addr)?;
+            let m = Memory::connect_tcp(std::slice::from_ref(addr))?;
             let region = m.pick_region(plan.region, needed, why)?;
             let origin = format!("{}, region {region}", m.origin());
             (m, region, origin)

@@ -19,6 +19,7 @@ const PAGE: u64 = 4096;
 /// What one round trip does, and where.
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
+    /// The verb every batch is made of (`--op`).
     pub op: OpArg,
     /// Bytes per verb.
     pub size: u32,
@@ -27,6 +28,7 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// Round trips of `batch` verbs of `op`, `size` bytes each.
     pub fn new(op: OpArg, size: u32, batch: usize) -> Self {
         Workload { op, size, batch }
     }

@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use fabric::{BaseTransport, Client, FaultPlan, Faulty, ShmTransport, TcpTransport};
-use harness::{ClientLine, RunnerLine};
+use fabric::{BaseTransport, Client, FaultPlan, Faulty};
+use harness::{ClientLine, Memory, RunnerLine};
 use index::btree::BTree;
 use index::hash::HashTable;
 use index::IndexError;
@@ -299,19 +299,11 @@ fn say(stdout: &Mutex<std::io::Stdout>, line: &ClientLine) -> Result<(), RunErro
 
 /// A fabric client of the run's memory nodes (the first is the primary).
 pub(super) async fn connect(endpoint: &Endpoint) -> Result<Client, RunError> {
-    match endpoint {
-        Endpoint::Shm(paths) => {
-            let (t, map) =
-                ShmTransport::attach(paths).map_err(RunError::index("cannot map the memory images"))?;
-            Ok(Client::new(map, t.into()))
-        }
-        Endpoint::Tcp(addrs) => {
-            let (t, map) = TcpTransport::discover(addrs)
-                .await
-                .map_err(RunError::index("cannot reach the memory nodes"))?;
-            Ok(Client::new(map, t.into()))
-        }
-    }
+    let memory = match endpoint {
+        Endpoint::Shm(paths) => Memory::attach_shm(paths)?,
+        Endpoint::Tcp(addrs) => Memory::connect_tcp(addrs)?,
+    };
+    Ok(memory.client().await?)
 }
 
 /// The index of the run, opened as `owner`.

@@ -120,6 +120,9 @@ pub enum RunError {
     /// be signalled.
     #[error(transparent)]
     Launch(#[from] harness::LaunchError),
+    /// The run's memory nodes could not be reached.
+    #[error(transparent)]
+    Memory(#[from] harness::MemoryError),
     /// The run's control plane could not be started, formed or reached.
     #[error("control plane: {0}")]
     ControlPlane(#[from] harness::control::ControlError),

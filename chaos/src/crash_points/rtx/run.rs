@@ -2,6 +2,7 @@
 //! same read-all, rewrite-all transaction, how each is stopped and goes on,
 //! and the checks made at each acknowledgement.
 
+use harness::{Memory, MemorySpec, TransportKind};
 use std::sync::{Arc, Mutex};
 
 use bytemuck::{Pod, Zeroable};
@@ -11,7 +12,7 @@ use txn::{Heap, HeapConfig, OwnerId, TxClient, TxConfig, TxError, TxObj};
 use super::check;
 use crate::crash_points::{Mode, SURVIVOR_SKEW_MS};
 
-pub(super) const REGION: u16 = 1;
+pub(super) use harness::layout::REGION;
 const REGION_BYTES: u64 = 2 << 20;
 /// Creates the objects and runs nothing else.
 const SETUP: OwnerId = 1;
@@ -128,6 +129,8 @@ pub(super) struct World {
     pub base: AnyTransport,
     pub heap: Heap,
     pub objs: Vec<TxObj<Cell>>,
+    /// The memory nodes (tcp: their servers, stopped when the world goes).
+    _memory: Memory,
 }
 
 fn config() -> TxConfig {
@@ -144,30 +147,18 @@ fn config() -> TxConfig {
 
 impl World {
     async fn new(replicas: u16, n: usize, tcp: bool) -> Result<World, String> {
-        let regions = [fabric::RegionSpec {
-            id: REGION,
-            size: REGION_BYTES,
-        }];
-        let (base, map): (AnyTransport, ClusterMap) = if tcp {
-            let mut addrs = Vec::new();
-            for id in 1..=replicas {
-                let node = Arc::new(fabric::MemoryNode::anonymous(id, &regions).map_err(|e| e.to_string())?);
-                let (listener, addr) = fabric::server::bind("127.0.0.1:0")
-                    .await
-                    .map_err(|e| e.to_string())?;
-                // Serves until the runtime ends or the node is dropped with
-                // its last connection.
-                tokio::spawn(fabric::server::serve(listener, node, std::future::pending()));
-                addrs.push(addr.to_string());
-            }
-            let (t, map) = fabric::TcpTransport::discover(&addrs)
-                .await
-                .map_err(|e| e.to_string())?;
-            (t.into(), map)
+        let transport = if tcp {
+            TransportKind::Tcp
         } else {
-            let (t, map) = fabric::LocalTransport::cluster(replicas, &regions).map_err(|e| e.to_string())?;
-            (t.into(), map)
+            TransportKind::Local
         };
+        let memory = Memory::start(&MemorySpec {
+            replicas,
+            ..MemorySpec::single(transport, REGION_BYTES)
+        })
+        .map_err(|e| e.to_string())?;
+        let first = memory.client().await.map_err(|e| e.to_string())?;
+        let (map, base) = (first.map().clone(), first.transport().clone());
         let mut fabric = Client::new(map.clone(), base.clone());
         let heap_config = HeapConfig {
             owner_slots: OWNER_SLOTS,
@@ -191,6 +182,7 @@ impl World {
             base,
             heap,
             objs,
+            _memory: memory,
         })
     }
 
