@@ -106,7 +106,10 @@ fn a_killed_client_is_repaired_around_by_rtx_and_blocks_optimal() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
     // Nor the control plane's data.
     for v in ["optimal", "rtx"] {
-        assert!(!out.join(v).join("control-plane").exists(), "{v}/control-plane");
+        assert!(
+            !out.join(v).join("control-plane-1").exists(),
+            "{v}/control-plane-1"
+        );
     }
 }
 

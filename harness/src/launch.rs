@@ -317,9 +317,16 @@ impl Process {
 
     /// True until it is stopped, killed or seen to have exited.
     pub fn alive(&mut self) -> bool {
-        self.child
+        let running = self
+            .child
             .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)));
+        if !running {
+            // Reaped: its pid may be another process's now, so nothing
+            // signals it again.
+            self.child = None;
+        }
+        running
     }
 
     /// Waits, at most `timeout`, for the first line on its stdout, which
@@ -457,7 +464,12 @@ impl Process {
         let deadline = Instant::now() + grace;
         loop {
             match child.try_wait() {
-                Ok(Some(status)) => return status.to_string(),
+                Ok(Some(status)) => {
+                    let status = status.to_string();
+                    // Reaped: nothing may signal its pid again.
+                    self.child = None;
+                    return status;
+                }
                 Ok(None) if Instant::now() < deadline => std::thread::sleep(REAP_POLL),
                 Ok(None) => return "still running".into(),
                 Err(e) => return format!("status unknown: {e}"),
