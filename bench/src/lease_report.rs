@@ -36,7 +36,7 @@ impl LeaseReport {
         Some(format!(
             "the end-of-cell check failed ({} locks, drift {}, {} regulation): {}",
             bad.locks,
-            humantime::format_duration(bad.drift),
+            duration(bad.drift),
             if bad.regulated { "with" } else { "without" },
             bad.check.describe(self.plan.objects)
         ))

@@ -410,7 +410,7 @@ pub struct RawCell<'a> {
     _region: std::marker::PhantomData<&'a RawRegion>,
 }
 
-impl RawCell<'_> {
+impl<'a> RawCell<'a> {
     /// Copies the cell into `dst` (its length must be the cell's).
     #[inline(always)]
     pub fn copy_to(&self, dst: &mut [u8]) {
@@ -429,8 +429,9 @@ impl RawCell<'_> {
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr, self.len) };
     }
 
-    /// The cell as an atomic word, if it is 8 bytes, 8-aligned.
-    pub fn word(&self) -> Option<&AtomicU64> {
+    /// The cell as an atomic word, if it is 8 bytes, 8-aligned; valid as
+    /// long as the region is.
+    pub fn word(&self) -> Option<&'a AtomicU64> {
         if self.len != WORD || (self.ptr as usize) % WORD != 0 {
             return None;
         }

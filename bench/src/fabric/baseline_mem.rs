@@ -9,7 +9,7 @@
 //! `copy_nonoverlapping` into / out of a per-thread buffer for READ / WRITE.
 
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::Context;
@@ -64,7 +64,11 @@ fn open(memory: &Memory) -> crate::Result<RawRegion> {
 struct MemWorker<'a> {
     op: OpArg,
     size: usize,
+    /// READ and WRITE: the cells, copied whole.
     cells: Vec<RawCell<'a>>,
+    /// CAS and FAA: the cells as words, checked once here, not in the
+    /// timed loop.
+    words: Vec<&'a AtomicU64>,
     expected: Vec<u64>,
     /// READ destination (`batch * size`, like a batch's result buffer) or
     /// WRITE source (`size`, written to every cell).
@@ -78,18 +82,23 @@ impl<'a> MemWorker<'a> {
         let cells = (0..work.batch)
             .map(|i| {
                 let offset = work.offset(slot, i);
-                let cell = region.cell(offset, size).with_context(|| {
+                region.cell(offset, size).with_context(|| {
                     format!(
                         "baseline cell {offset}+{size} is outside the {}-byte region",
                         region.len()
                     )
-                })?;
-                if matches!(work.op, OpArg::Cas | OpArg::Faa) && cell.word().is_none() {
-                    crate::bail!("baseline cell {offset} is not an aligned 8-byte word");
-                }
-                Ok(cell)
+                })
             })
             .collect::<crate::Result<Vec<_>>>()?;
+        let atomic = matches!(work.op, OpArg::Cas | OpArg::Faa);
+        let words = if atomic {
+            cells
+                .iter()
+                .map(|c| c.word().context("a baseline cell is not an aligned 8-byte word"))
+                .collect::<crate::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let buf = match work.op {
             OpArg::Read => vec![0; work.batch * size],
             _ => vec![slot as u8; size],
@@ -98,6 +107,7 @@ impl<'a> MemWorker<'a> {
             op: work.op,
             size,
             cells,
+            words,
             expected: vec![0; work.batch],
             buf,
             cas_failures: 0,
@@ -121,13 +131,7 @@ impl<'a> MemWorker<'a> {
                 std::hint::black_box(&mut self.buf);
             }
             OpArg::Cas => {
-                // Every atomic cell was checked to be a word in `new`.
-                for (w, e) in self
-                    .cells
-                    .iter()
-                    .filter_map(RawCell::word)
-                    .zip(&mut self.expected)
-                {
+                for (w, e) in self.words.iter().zip(&mut self.expected) {
                     match w.compare_exchange(*e, e.wrapping_add(1), Ordering::SeqCst, Ordering::SeqCst) {
                         Ok(old) => *e = old.wrapping_add(1),
                         Err(old) => {
@@ -138,7 +142,7 @@ impl<'a> MemWorker<'a> {
                 }
             }
             OpArg::Faa => {
-                for w in self.cells.iter().filter_map(RawCell::word) {
+                for w in &self.words {
                     std::hint::black_box(w.fetch_add(1, Ordering::SeqCst));
                 }
             }

@@ -133,19 +133,12 @@ impl FabricWorker {
     }
 }
 
-fn current_thread_runtime() -> crate::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start an async runtime")
-}
-
 /// local and shm: `client` is forked once per thread; thread `t` uses slot `t`.
 pub fn run_inline(plan: &Plan, client: &Client, region: RegionId) -> crate::Result<Vec<Run>> {
     let every = plan.sample_every();
     on_threads("fabric", plan.threads, |t, gate| {
         let setup = (|| {
-            let rt = current_thread_runtime()?;
+            let rt = crate::threads::runtime()?;
             let mut worker = FabricWorker::new(client.fork(), plan.work, region, t);
             rt.block_on(worker.warm_up())?;
             Ok::<_, crate::BenchError>((rt, worker))
@@ -167,7 +160,7 @@ pub fn run_tcp(plan: &Plan, addr: &str, region: RegionId) -> crate::Result<Vec<R
     let every = plan.sample_every();
     on_threads("fabric", plan.threads, |t, gate| {
         let setup = (|| {
-            let rt = current_thread_runtime()?;
+            let rt = crate::threads::runtime()?;
             let workers = rt.block_on(async {
                 let (transport, map) = TcpTransport::discover(&[addr.to_owned()])
                     .await
