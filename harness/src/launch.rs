@@ -273,9 +273,10 @@ impl Launch {
             exe: PathBuf::from(self.cmd.get_program()),
             source,
         })?;
-        if let (Stderr::Forward(prefix), Some(err)) = (&self.stderr, child.stderr.take()) {
-            forward(prefix.clone(), err, tail.clone());
-        }
+        let forwarder = match (&self.stderr, child.stderr.take()) {
+            (Stderr::Forward(prefix), Some(err)) => Some(forward(prefix.clone(), err, tail.clone())),
+            _ => None,
+        };
         Ok(Process {
             name: self.name,
             stdout: child.stdout.take(),
@@ -285,6 +286,7 @@ impl Launch {
                 _ => None,
             },
             forwarded: tail,
+            forwarder,
             stop: self.stop,
         })
     }
@@ -300,6 +302,9 @@ pub struct Process {
     log: Option<PathBuf>,
     /// The last forwarded stderr lines (empty unless forwarded).
     forwarded: Arc<Mutex<VecDeque<String>>>,
+    /// The thread copying its stderr, if forwarded: it ends at the
+    /// child's last line.
+    forwarder: Option<std::thread::JoinHandle<()>>,
     stop: StopBy,
 }
 
@@ -357,6 +362,7 @@ impl Process {
         };
         if line.is_empty() {
             let status = self.exit_status(EXIT_GRACE);
+            self.await_forwarded(EXIT_GRACE);
             return Err(self.not_ready(format!("it exited ({status}) before printing its address")));
         }
         match line.parse::<ServerLine>() {
@@ -456,6 +462,16 @@ impl Process {
         }
     }
 
+    /// Waits, at most `grace`, until a forwarded stderr has been copied to
+    /// its end, so that an exited child's last words are in its tail.
+    fn await_forwarded(&self, grace: Duration) {
+        let Some(forwarder) = &self.forwarder else { return };
+        let deadline = Instant::now() + grace;
+        while !forwarder.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(REAP_POLL);
+        }
+    }
+
     /// Its exit status if it exits within `grace`, as text.
     fn exit_status(&mut self, grace: Duration) -> String {
         let Some(child) = self.child.as_mut() else {
@@ -539,7 +555,11 @@ pub fn stop_with_parent() -> Result<(), LaunchError> {
 
 /// Copies a child's stderr lines to ours with `prefix`, keeping the last
 /// [`TAIL_LINES_MAX`].
-fn forward(prefix: String, stderr: impl Read + Send + 'static, tail: Arc<Mutex<VecDeque<String>>>) {
+fn forward(
+    prefix: String,
+    stderr: impl Read + Send + 'static,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
@@ -550,7 +570,7 @@ fn forward(prefix: String, stderr: impl Read + Send + 'static, tail: Arc<Mutex<V
             }
             t.push_back(line);
         }
-    });
+    })
 }
 
 /// The last non-empty lines of a log file, at most [`TAIL_LINES_MAX`].
@@ -622,6 +642,18 @@ mod tests {
             e.contains("expected `listening ADDR`, got \"serving 1.2.3.4:5\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_forwarded_child_that_dies_at_start_is_reported_with_its_last_words() {
+        for _ in 0..20 {
+            let mut p = sh("echo 'first' >&2; echo 'last words' >&2; exit 3")
+                .forward_stderr("test: ")
+                .spawn()
+                .unwrap();
+            let e = p.await_listening(START_TIMEOUT).unwrap_err().to_string();
+            assert!(e.contains("exit status: 3") && e.contains("last words"), "{e}");
+        }
     }
 
     #[test]
