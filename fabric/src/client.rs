@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::addr::{GlobalAddr, Replica};
 use crate::batch::Batch;
 use crate::error::FabricError;
+use crate::mandate::Mandate;
 use crate::map::ClusterMap;
 use crate::stats::Stats;
 use crate::transport::{AnyTransport, Transport};
@@ -17,6 +18,8 @@ use crate::transport::{AnyTransport, Transport};
 #[derive(Debug)]
 pub struct Client {
     map: Arc<ClusterMap>,
+    /// The process's map and lease, when it follows a control plane.
+    mandate: Option<Arc<Mandate>>,
     transport: AnyTransport,
     stats: Stats,
     /// A batch whose buffers outlive the operation that used them, so that
@@ -71,16 +74,32 @@ impl Client {
     pub fn new(map: ClusterMap, transport: AnyTransport) -> Self {
         Client {
             map: Arc::new(map),
+            mandate: None,
             transport,
             stats: Stats::default(),
             spare: Box::default(),
         }
     }
 
-    /// Another client on the same transport and map, with its own counters.
+    /// A client under `mandate`: before each batch it takes the newest map
+    /// installed there, and it issues no verb while the lease there is not
+    /// certain ([`FabricError::LeaseUncertain`]).
+    pub fn under(mandate: Arc<Mandate>, transport: AnyTransport) -> Self {
+        Client {
+            map: mandate.map(),
+            mandate: Some(mandate),
+            transport,
+            stats: Stats::default(),
+            spare: Box::default(),
+        }
+    }
+
+    /// Another client on the same transport, map and mandate, with its own
+    /// counters.
     pub fn fork(&self) -> Client {
         Client {
             map: self.map.clone(),
+            mandate: self.mandate.clone(),
             transport: self.transport.clone(),
             stats: Stats::default(),
             spare: Box::default(),
@@ -106,6 +125,14 @@ impl Client {
     pub async fn execute(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
         if batch.is_empty() {
             return Ok(());
+        }
+        if let Some(m) = &self.mandate {
+            if !m.holds() {
+                return Err(FabricError::LeaseUncertain);
+            }
+            if m.epoch() != self.map.epoch() {
+                self.map = m.map();
+            }
         }
         batch.route(&self.map)?;
         let epoch = self.map.epoch();

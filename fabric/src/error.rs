@@ -25,6 +25,11 @@ pub enum FabricError {
         /// The node's epoch.
         node_epoch: Epoch,
     },
+    /// The process's lease is not certain (it could not renew in time, or
+    /// the control plane refused it): it issues no verb, since its owner
+    /// ids may already be another's.
+    #[error("this process's lease is not certain (not renewed in time, or lost): no verb was issued")]
+    LeaseUncertain,
     /// The client's map has no such region.
     #[error("region {region} is not in the cluster map")]
     UnknownRegion {

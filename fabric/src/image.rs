@@ -27,6 +27,11 @@ pub const LAYOUT_VERSION: u64 = 1;
 pub const PAGE_BYTES: u64 = 4096;
 /// Byte offset of the epoch word in the header.
 pub const EPOCH_OFFSET: u64 = 2 * 8;
+/// Byte offset of the region count in the header: a node that takes
+/// regions while it serves writes the new entry first, then raises the
+/// count with a CAS, so that an attached process that reads the count and
+/// then the entries sees whole entries only.
+pub const REGION_COUNT_OFFSET: u64 = 4 * 8;
 const FIXED_WORDS: u64 = 6;
 const ENTRY_WORDS: u64 = 4;
 /// Regions one memory node can hold: as many entries as fit the header page
@@ -116,10 +121,52 @@ impl Header {
         }
     }
 
+    /// A header with no region yet and room for `capacity_bytes` of them
+    /// (rounded up to whole pages): a node whose regions the control plane
+    /// places while it serves.
+    ///
+    /// # Panics
+    /// If the capacity is above `REGIONS_PER_NODE_MAX` × `REGION_BYTES_MAX`
+    /// (callers validate it first).
+    pub fn with_capacity(node: NodeId, epoch: u64, capacity_bytes: u64) -> Header {
+        assert!(capacity_bytes <= REGIONS_PER_NODE_MAX as u64 * REGION_BYTES_MAX);
+        Header {
+            epoch,
+            node,
+            regions: Vec::new(),
+            image_bytes: PAGE_BYTES + capacity_bytes.div_ceil(PAGE_BYTES) * PAGE_BYTES,
+        }
+    }
+
+    /// Where the next region goes: page-aligned after the last one.
+    pub fn next_free(regions: &[RegionEntry]) -> u64 {
+        regions.last().map_or(PAGE_BYTES, |r| {
+            r.image_offset + r.size.div_ceil(PAGE_BYTES) * PAGE_BYTES
+        })
+    }
+
+    /// Byte offset of entry `i` of the region table in the header page.
+    pub fn entry_offset(i: usize) -> u64 {
+        assert!(i < REGIONS_PER_NODE_MAX);
+        (FIXED_WORDS + i as u64 * ENTRY_WORDS) * 8
+    }
+
+    /// The words of one region entry, as [`Header::encode`] lays them out.
+    pub fn encode_entry(r: &RegionEntry) -> [u8; (ENTRY_WORDS * 8) as usize] {
+        let mut out = [0u8; (ENTRY_WORDS * 8) as usize];
+        for (i, w) in [u64::from(r.id), r.image_offset, r.size, u64::from(r.key)]
+            .iter()
+            .enumerate()
+        {
+            out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
     /// Encodes into the first page of an image.
     pub fn encode(&self) -> [u8; PAGE_BYTES as usize] {
         let mut page = [0u8; PAGE_BYTES as usize];
-        let mut words = vec![
+        let words = [
             MAGIC,
             LAYOUT_VERSION,
             self.epoch,
@@ -127,11 +174,12 @@ impl Header {
             self.regions.len() as u64,
             self.image_bytes,
         ];
-        for r in &self.regions {
-            words.extend([u64::from(r.id), r.image_offset, r.size, u64::from(r.key)]);
-        }
         for (i, w) in words.iter().enumerate() {
             page[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        for (i, r) in self.regions.iter().enumerate() {
+            let at = Self::entry_offset(i) as usize;
+            page[at..at + (ENTRY_WORDS * 8) as usize].copy_from_slice(&Self::encode_entry(r));
         }
         page
     }
@@ -213,6 +261,28 @@ mod tests {
         assert_eq!(page[EPOCH_OFFSET as usize], 3);
         assert_eq!(page[24], 7); // node id, word 3
         assert_eq!(page[48], 1); // first region id, word 6
+        assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
+    }
+
+    #[test]
+    fn a_capacity_header_starts_empty_and_entries_land_where_encode_puts_them() {
+        let mut h = Header::with_capacity(3, 1, 10_000);
+        assert_eq!(h.image_bytes, 4096 + 12_288);
+        assert_eq!(Header::next_free(&h.regions), 4096);
+        assert_eq!(REGION_COUNT_OFFSET, 32);
+        let e = RegionEntry {
+            id: 5,
+            image_offset: 4096,
+            size: 4104,
+            key: 0xCC,
+        };
+        h.regions.push(e);
+        assert_eq!(Header::next_free(&h.regions), 4096 + 8192);
+        let page = h.encode();
+        let at = Header::entry_offset(0) as usize;
+        assert_eq!(at, 48);
+        assert_eq!(&page[at..at + 32], &Header::encode_entry(&e));
+        assert_eq!(page[REGION_COUNT_OFFSET as usize], 1);
         assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
     }
 

@@ -27,9 +27,11 @@ mod client;
 mod error;
 pub mod fault;
 pub mod image;
+mod mandate;
 mod map;
 mod memnode;
 mod memory;
+mod region_table;
 pub mod server;
 mod stats;
 pub mod transport;
@@ -43,8 +45,12 @@ pub use batch::{Batch, On, VerbHandle};
 pub use client::{Client, ReadError};
 pub use error::{FabricError, NodeError};
 pub use fault::{FaultPlan, Faulty, FlyWrite};
+pub use mandate::Mandate;
 pub use map::{ClusterMap, MapError, NodeInfo, RegionInfo, ReplicaLoc, REPLICAS_MAX};
-pub use memnode::{validate as validate_regions, MemoryNode, NodeDescriptor, RegionDescriptor, RegionSpec};
+pub use memnode::{
+    validate as validate_regions, Backing, MemoryNode, NodeDescriptor, RegionDescriptor, RegionSpec,
+    CAPACITY_BYTES_MAX,
+};
 pub use memory::{prefetch_local, RawCell, RawRegion};
 pub use stats::Stats;
 pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};

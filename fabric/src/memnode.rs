@@ -15,8 +15,10 @@ use crate::addr::{AccessKey, Epoch, NodeId, RegionId, ATOMIC_BYTES};
 use crate::error::{FabricError, NodeError};
 use crate::image::{
     Header, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX, REGION_BYTES_MIN,
+    REGION_COUNT_OFFSET,
 };
 use crate::memory::{PrefetchRange, SharedMemory};
+use crate::region_table::RegionTable;
 use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERB_BYTES_MAX};
 
 /// A region to create: id and size in bytes.
@@ -50,12 +52,27 @@ pub struct NodeDescriptor {
     pub regions: Vec<RegionDescriptor>,
 }
 
+/// Where a node placed by the control plane keeps its image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Memory of this process only (clients reach it over tcp).
+    Anonymous,
+    /// A new file (normally under `/dev/shm`) that `shm` clients on this
+    /// host map; removed when the node stops.
+    Shm(PathBuf),
+    /// A file kept across restarts, regions and contents included.
+    Persist(PathBuf),
+}
+
 /// A memory node's regions and their guard.
 #[derive(Debug)]
 pub struct MemoryNode {
     memory: SharedMemory,
     node: NodeId,
-    regions: Vec<RegionEntry>,
+    regions: RegionTable,
+    /// Serialises region appends ([`MemoryNode::add_region`]) and the
+    /// re-reading of an attached image's table.
+    append: std::sync::Mutex<()>,
     /// A `--shm` image is volatile memory that happens to have a name: it is
     /// removed when its node stops. Persistent and attached images are kept.
     remove_on_drop: Option<PathBuf>,
@@ -75,16 +92,7 @@ impl MemoryNode {
     /// dropped. Refuses to overwrite an existing file: it may belong to a
     /// live node.
     pub fn create_shm(path: &Path, node: NodeId, regions: &[RegionSpec]) -> Result<Self, NodeError> {
-        if path.exists() {
-            return Err(NodeError::Io {
-                context: "refusing to overwrite existing memory image",
-                path: path.to_owned(),
-                source: std::io::ErrorKind::AlreadyExists.into(),
-            });
-        }
-        let header = Header::layout(node, 1, &with_fresh_keys(regions)?);
-        let memory = create_image_file(path, &header)?;
-        Ok(Self::initialised(memory, header, Some(path.to_owned())))
+        Self::create_shm_image(path, Header::layout(node, 1, &with_fresh_keys(regions)?))
     }
 
     /// A node whose image is the file at `path`, kept across restarts. If the
@@ -107,7 +115,7 @@ impl MemoryNode {
         let me = Self::attach(path)?;
         let found: Vec<RegionSpec> = me
             .regions
-            .iter()
+            .entries()
             .map(|r| RegionSpec {
                 id: r.id,
                 size: r.size,
@@ -151,7 +159,8 @@ impl MemoryNode {
         Ok(MemoryNode {
             memory,
             node: header.node,
-            regions: header.regions,
+            regions: RegionTable::new(&header.regions),
+            append: std::sync::Mutex::new(()),
             remove_on_drop: None,
         })
     }
@@ -161,8 +170,164 @@ impl MemoryNode {
         MemoryNode {
             memory,
             node: header.node,
-            regions: header.regions,
+            regions: RegionTable::new(&header.regions),
+            append: std::sync::Mutex::new(()),
             remove_on_drop,
+        }
+    }
+
+    /// A node with no region yet and `capacity_bytes` for the regions the
+    /// control plane places on it ([`MemoryNode::add_region`]). A
+    /// [`Backing::Persist`] image that exists is reopened with its regions,
+    /// contents and epoch, and must belong to `node`. Returns the node and
+    /// whether an existing image was reopened.
+    pub fn placed(node: NodeId, capacity_bytes: u64, backing: &Backing) -> Result<(Self, bool), NodeError> {
+        if !(PAGE_BYTES..=CAPACITY_BYTES_MAX).contains(&capacity_bytes) {
+            return Err(NodeError::Regions(format!(
+                "a placed node offers {PAGE_BYTES} to {CAPACITY_BYTES_MAX} bytes, not {capacity_bytes}"
+            )));
+        }
+        let header = Header::with_capacity(node, 1, capacity_bytes);
+        let memory = match backing {
+            Backing::Anonymous => SharedMemory::anonymous(header.image_bytes as usize)
+                .map_err(|e| NodeError::Map(e, header.image_bytes))?,
+            Backing::Shm(path) => return Self::create_shm_image(path, header).map(|n| (n, false)),
+            Backing::Persist(path) if path.exists() => {
+                let me = Self::attach(path)?;
+                if me.node != node {
+                    return Err(NodeError::Regions(format!(
+                        "{} belongs to memory node {}, not {node}",
+                        path.display(),
+                        me.node
+                    )));
+                }
+                return Ok((me, true));
+            }
+            Backing::Persist(path) => {
+                let memory = create_image_file(path, &header)?;
+                memory.write(0, &header.encode());
+                memory
+                    .flush(0, PAGE_BYTES as usize)
+                    .map_err(|source| io_error("cannot flush", path, source))?;
+                return Ok((Self::initialised(memory, header, None), false));
+            }
+        };
+        Ok((Self::initialised(memory, header, None), false))
+    }
+
+    fn create_shm_image(path: &Path, header: Header) -> Result<Self, NodeError> {
+        if path.exists() {
+            return Err(NodeError::Io {
+                context: "refusing to overwrite existing memory image",
+                path: path.to_owned(),
+                source: std::io::ErrorKind::AlreadyExists.into(),
+            });
+        }
+        let memory = create_image_file(path, &header)?;
+        Ok(Self::initialised(memory, header, Some(path.to_owned())))
+    }
+
+    /// Takes region `id` of `size` bytes guarded by `key` into the image,
+    /// after the last region: what a node placed by the control plane does
+    /// when the map gives it a replica. Idempotent: a region already held
+    /// with the same size and key is `Ok(false)`; a new one is `Ok(true)`.
+    /// The entry is in the image header before the region count names it,
+    /// so `shm` clients attached to the image find it
+    /// ([`MemoryNode::check`] re-reads the table on a miss).
+    pub fn add_region(&self, id: RegionId, size: u64, key: AccessKey) -> Result<bool, NodeError> {
+        let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = self.regions.find(id) {
+            if e.size == size && e.key == key {
+                return Ok(false);
+            }
+            return Err(NodeError::Regions(format!(
+                "region {id} is held here with {} bytes and another key; the map asks for {size} bytes",
+                e.size
+            )));
+        }
+        validate(&[RegionSpec { id, size }])?;
+        let held: Vec<RegionEntry> = self.regions.entries().copied().collect();
+        if held.len() >= REGIONS_PER_NODE_MAX {
+            return Err(NodeError::Regions(format!(
+                "memory node {} holds {REGIONS_PER_NODE_MAX} regions already",
+                self.node
+            )));
+        }
+        let image_offset = Header::next_free(&held);
+        let image_bytes = self.memory.len() as u64;
+        if image_offset.checked_add(size).is_none_or(|end| end > image_bytes) {
+            return Err(NodeError::Regions(format!(
+                "memory node {} has {} bytes free, region {id} needs {size}",
+                self.node,
+                image_bytes.saturating_sub(image_offset)
+            )));
+        }
+        let entry = RegionEntry {
+            id,
+            image_offset,
+            size,
+            key,
+        };
+        let i = held.len();
+        self.memory
+            .write(Header::entry_offset(i) as usize, &Header::encode_entry(&entry));
+        let seen = self
+            .memory
+            .cas(REGION_COUNT_OFFSET as usize, i as u64, i as u64 + 1);
+        assert_eq!(seen, i as u64, "another process appended to this node's image");
+        self.regions.push(entry);
+        if self.memory.is_file_backed() {
+            self.memory
+                .flush(0, PAGE_BYTES as usize)
+                .map_err(|e| NodeError::Map(e, PAGE_BYTES))?;
+        }
+        Ok(true)
+    }
+
+    /// Brings this process's region table up to the image's: an attached
+    /// image (an `shm` client's) learns the regions its node took since.
+    /// Entries that do not fit the image are ignored (and logged): verbs to
+    /// them are refused as unknown regions.
+    fn refresh(&self) {
+        let count = self.memory.load(REGION_COUNT_OFFSET as usize) as usize;
+        if count <= self.regions.len() {
+            return;
+        }
+        let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
+        let image_bytes = self.memory.len() as u64;
+        for i in self.regions.len()..count.min(REGIONS_PER_NODE_MAX) {
+            let mut words = [0u8; 32];
+            self.memory.read(Header::entry_offset(i) as usize, &mut words);
+            let w = |k: usize| u64::from_le_bytes(words[k * 8..k * 8 + 8].try_into().unwrap_or_default());
+            let held: Vec<RegionEntry> = self.regions.entries().copied().collect();
+            let (Ok(id), Ok(key)) = (RegionId::try_from(w(0)), AccessKey::try_from(w(3))) else {
+                tracing::warn!(
+                    node = self.node,
+                    entry = i,
+                    "region entry out of range in the image"
+                );
+                return;
+            };
+            let entry = RegionEntry {
+                id,
+                image_offset: w(1),
+                size: w(2),
+                key,
+            };
+            let fits = entry.image_offset >= Header::next_free(&held)
+                && entry.image_offset % PAGE_BYTES == 0
+                && (REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&entry.size)
+                && entry.size % ATOMIC_BYTES == 0
+                && entry
+                    .image_offset
+                    .checked_add(entry.size)
+                    .is_some_and(|end| end <= image_bytes)
+                && held.iter().all(|e| e.id != id);
+            if !fits {
+                tracing::warn!(node = self.node, entry = i, "region entry does not fit the image");
+                return;
+            }
+            self.regions.push(entry);
         }
     }
 
@@ -219,7 +384,7 @@ impl MemoryNode {
             epoch: self.epoch(),
             regions: self
                 .regions
-                .iter()
+                .entries()
                 .map(|r| RegionDescriptor {
                     id: r.id,
                     size: r.size,
@@ -318,7 +483,7 @@ impl MemoryNode {
     /// Where `[offset, offset + len)` of `region` is in the image, if the
     /// region is here and holds it.
     fn range_in_image(&self, region: RegionId, offset: u64, len: u64, write: bool) -> Option<PrefetchRange> {
-        let entry = self.regions.iter().find(|r| r.id == region)?;
+        let entry = self.regions.find(region)?;
         // Past the region's end would be another region's memory: harmless
         // to a prefetch, but not what was asked for.
         if offset.checked_add(len).is_none_or(|end| end > entry.size) {
@@ -333,11 +498,17 @@ impl MemoryNode {
 
     /// The checks of one verb: region known, key, size limit, bounds, alignment.
     fn check(&self, op: &Op) -> Result<&RegionEntry, VerbError> {
-        let entry = self
-            .regions
-            .iter()
-            .find(|r| r.id == op.region)
-            .ok_or(VerbError::UnknownRegion { region: op.region })?;
+        let entry = match self.regions.find(op.region) {
+            Some(e) => e,
+            None => {
+                // A region taken since this table was read (an attached
+                // image whose node took one): re-read, then decide.
+                self.refresh();
+                self.regions
+                    .find(op.region)
+                    .ok_or(VerbError::UnknownRegion { region: op.region })?
+            }
+        };
         if entry.key != op.key {
             return Err(VerbError::BadKey);
         }
@@ -368,6 +539,10 @@ impl Drop for MemoryNode {
         }
     }
 }
+
+/// Largest capacity a placed node offers: as many largest regions as its
+/// table holds.
+pub const CAPACITY_BYTES_MAX: u64 = REGIONS_PER_NODE_MAX as u64 * REGION_BYTES_MAX;
 
 /// Verbs whose lines a batch asks for together, as a NIC works on several
 /// of a batch's verbs at once: the lines of verbs `[i + 2G, i + 3G)` are

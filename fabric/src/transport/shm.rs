@@ -37,6 +37,27 @@ impl ShmTransport {
         Ok((ShmTransport { nodes: nodes.into() }, map))
     }
 
+    /// Maps the image of every node of `map` (each node's endpoint is its
+    /// image's path) and checks that each image is the node the map says
+    /// it is: a process that routes by the control plane's map.
+    pub fn attach_map(map: &ClusterMap) -> Result<Self, NodeError> {
+        let mut nodes = Vec::new();
+        for n in map.nodes() {
+            let path = PathBuf::from(&n.endpoint);
+            let node = MemoryNode::attach(&path)?;
+            if node.id() != n.id {
+                return Err(NodeError::Regions(format!(
+                    "{} is the image of memory node {}, the map says {}",
+                    n.endpoint,
+                    node.id(),
+                    n.id
+                )));
+            }
+            nodes.push(node);
+        }
+        Ok(ShmTransport { nodes: nodes.into() })
+    }
+
     /// Maps every page of every attached image into this process now
     /// ([`MemoryNode::populate`]): a client that does this once no longer
     /// takes a page fault on its first touch of each page. Pages the node

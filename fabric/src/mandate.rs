@@ -1,0 +1,140 @@
+//! A process's mandate to issue verbs: the one map every fabric client of
+//! the process routes by, and the instant until which the process's lease
+//! certainly holds.
+//!
+//! Whoever follows the control plane installs each newer map here, and
+//! whoever keeps the lease extends it; every [`Client`](crate::Client)
+//! made under the mandate takes the newest map before its next batch (one
+//! atomic load when nothing changed) and issues no verb once the lease is
+//! not certain. That is the rule that makes owner ids safe to hand out
+//! again: a client that cannot prove its lease holds (it could not renew,
+//! or it was paused past it) stops before the control plane may expire it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use crate::addr::Epoch;
+use crate::map::{ClusterMap, MapError};
+
+/// The map and lease of one process, shared by its clients.
+#[derive(Debug)]
+pub struct Mandate {
+    map: RwLock<Arc<ClusterMap>>,
+    /// The installed map's epoch, read on every batch without the lock.
+    epoch: AtomicU64,
+    base: Instant,
+    /// Nanoseconds after `base` until which the lease certainly holds;
+    /// 0: not (yet, or any more).
+    until_ns: AtomicU64,
+}
+
+impl Mandate {
+    /// A mandate routing by `map` whose lease holds until `until`.
+    pub fn new(map: ClusterMap, until: Instant) -> Arc<Mandate> {
+        let m = Mandate {
+            epoch: AtomicU64::new(map.epoch()),
+            map: RwLock::new(Arc::new(map)),
+            base: Instant::now(),
+            until_ns: AtomicU64::new(0),
+        };
+        m.extend(until);
+        Arc::new(m)
+    }
+
+    /// Installs a newer map for every client of the process. A map at the
+    /// installed epoch is ignored (`Ok(false)`); an older one is refused:
+    /// epochs never go backwards, and a client that routed by an older map
+    /// would be fenced by every node anyway.
+    pub fn install(&self, map: ClusterMap) -> Result<bool, MapError> {
+        let mut current = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if map.epoch() < current.epoch() {
+            return Err(MapError(format!(
+                "a map at epoch {} is older than the one in use (epoch {}): refused",
+                map.epoch(),
+                current.epoch()
+            )));
+        }
+        if map.epoch() == current.epoch() {
+            return Ok(false);
+        }
+        let epoch = map.epoch();
+        *current = Arc::new(map);
+        self.epoch.store(epoch, Ordering::Release);
+        Ok(true)
+    }
+
+    /// The map in force.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The epoch of the map in force.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The lease certainly holds until `until` (a renewal sent at `s` and
+    /// granted for `l` gives `s + l`). Never shortens it.
+    pub fn extend(&self, until: Instant) {
+        let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
+        self.until_ns.fetch_max(ns, Ordering::AcqRel);
+    }
+
+    /// The lease is lost (the control plane refused it, or the process is
+    /// closing): no verb is issued under this mandate again.
+    pub fn revoke(&self) {
+        self.until_ns.store(0, Ordering::Release);
+    }
+
+    /// Whether the lease certainly holds now.
+    pub fn holds(&self) -> bool {
+        let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        now < self.until_ns.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::map::{NodeInfo, RegionInfo, ReplicaLoc};
+
+    fn map(epoch: Epoch) -> ClusterMap {
+        let nodes = vec![NodeInfo {
+            id: 1,
+            endpoint: "n1".into(),
+        }];
+        let regions = vec![RegionInfo {
+            id: 1,
+            size: 4096,
+            replicas: vec![ReplicaLoc { node: 1, key: 9 }],
+        }];
+        ClusterMap::new(epoch, nodes, regions).unwrap()
+    }
+
+    #[test]
+    fn maps_only_move_forward() {
+        let m = Mandate::new(map(3), Instant::now() + Duration::from_secs(60));
+        assert_eq!(m.install(map(3)), Ok(false));
+        assert_eq!(m.install(map(5)), Ok(true));
+        assert_eq!(m.epoch(), 5);
+        let err = m.install(map(4)).unwrap_err();
+        assert!(err.0.contains("older"), "{err}");
+        assert_eq!(m.map().epoch(), 5);
+    }
+
+    #[test]
+    fn the_lease_holds_until_its_latest_extension_or_a_revocation() {
+        let now = Instant::now();
+        let m = Mandate::new(map(1), now);
+        assert!(!m.holds(), "a lease that ends now does not hold");
+        m.extend(now + Duration::from_secs(3600));
+        assert!(m.holds());
+        m.extend(now);
+        assert!(m.holds(), "an older renewal never shortens it");
+        m.revoke();
+        assert!(!m.holds());
+    }
+}

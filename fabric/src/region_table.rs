@@ -1,0 +1,104 @@
+//! A memory node's regions as a table that only grows: the fixed regions of
+//! `--region` flags, or the regions the control plane places on the node
+//! while it serves.
+//!
+//! Every verb looks its region up here, so a lookup takes no lock: entries
+//! are written once ([`OnceLock`]) and published by a release store of the
+//! length, which readers load with acquire. Appends are serialised by the
+//! node. A region is never removed while the node runs (a backup dropped
+//! from a region keeps its memory until the node restarts): so an entry a
+//! reader found stays valid for as long as it holds the table.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::addr::RegionId;
+use crate::image::{RegionEntry, REGIONS_PER_NODE_MAX};
+
+/// Up to [`REGIONS_PER_NODE_MAX`] entries, appended, never changed.
+#[derive(Debug)]
+pub(crate) struct RegionTable {
+    slots: Box<[OnceLock<RegionEntry>]>,
+    len: AtomicUsize,
+}
+
+impl RegionTable {
+    /// A table holding `entries`, in image order.
+    ///
+    /// # Panics
+    /// On more than [`REGIONS_PER_NODE_MAX`] entries (headers are decoded
+    /// and regions validated against that bound first).
+    pub(crate) fn new(entries: &[RegionEntry]) -> RegionTable {
+        assert!(entries.len() <= REGIONS_PER_NODE_MAX);
+        let table = RegionTable {
+            slots: (0..REGIONS_PER_NODE_MAX).map(|_| OnceLock::new()).collect(),
+            len: AtomicUsize::new(0),
+        };
+        for &e in entries {
+            table.push(e);
+        }
+        table
+    }
+
+    /// The entry of region `id`, if published.
+    pub(crate) fn find(&self, id: RegionId) -> Option<&RegionEntry> {
+        self.entries().find(|e| e.id == id)
+    }
+
+    /// The published entries, in image order.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = &RegionEntry> {
+        let len = self.len.load(Ordering::Acquire);
+        self.slots[..len].iter().filter_map(OnceLock::get)
+    }
+
+    /// How many entries are published.
+    pub(crate) fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Publishes `entry` after the last one. Callers serialise appends (the
+    /// node holds its append lock) and check the bound first.
+    ///
+    /// # Panics
+    /// If the table is full or an append raced this one: both are bugs of
+    /// the caller.
+    pub(crate) fn push(&self, entry: RegionEntry) {
+        let at = self.len.load(Ordering::Acquire);
+        assert!(at < REGIONS_PER_NODE_MAX, "region table full");
+        assert!(self.slots[at].set(entry).is_ok(), "concurrent region appends");
+        self.len.store(at + 1, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: RegionId, at: u64) -> RegionEntry {
+        RegionEntry {
+            id,
+            image_offset: at,
+            size: 4096,
+            key: 7,
+        }
+    }
+
+    #[test]
+    fn entries_are_found_once_published_and_in_order() {
+        let t = RegionTable::new(&[entry(1, 4096)]);
+        assert_eq!(t.find(1).map(|e| e.image_offset), Some(4096));
+        assert!(t.find(2).is_none());
+        t.push(entry(2, 8192));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.entries().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    #[should_panic(expected = "region table full")]
+    fn the_table_is_bounded() {
+        let t = RegionTable::new(&[]);
+        for i in 0..=REGIONS_PER_NODE_MAX as u64 {
+            t.push(entry(i as RegionId, 4096 * (i + 1)));
+        }
+    }
+}

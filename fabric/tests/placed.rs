@@ -1,0 +1,103 @@
+//! A memory node whose regions the control plane places while it serves:
+//! regions appended to a live image, found by clients that attached before.
+
+use std::time::{Duration, Instant};
+
+use fabric::{
+    Backing, Batch, Client, ClusterMap, FabricError, GlobalAddr, Mandate, MemoryNode, NodeInfo, RegionInfo,
+    ReplicaLoc, ShmTransport, VerbError,
+};
+
+fn map(epoch: u64, path: &str, regions: &[(u16, u64, u32)]) -> ClusterMap {
+    let nodes = vec![NodeInfo {
+        id: 4,
+        endpoint: path.to_owned(),
+    }];
+    let regions = regions
+        .iter()
+        .map(|&(id, size, key)| RegionInfo {
+            id,
+            size,
+            replicas: vec![ReplicaLoc { node: 4, key }],
+        })
+        .collect();
+    ClusterMap::new(epoch, nodes, regions).unwrap()
+}
+
+#[tokio::test]
+async fn a_region_placed_after_a_client_attached_is_served_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mn4");
+    let (node, reopened) = MemoryNode::placed(4, 1 << 20, &Backing::Shm(path.clone())).unwrap();
+    assert!(!reopened);
+    assert!(node.descriptor().regions.is_empty());
+    let shown = path.display().to_string();
+
+    // Attached before the region exists, as a client that connected early.
+    let transport = ShmTransport::attach_map(&map(1, &shown, &[])).unwrap();
+    assert!(node.add_region(1, 64 << 10, 77).unwrap());
+    assert!(
+        !node.add_region(1, 64 << 10, 77).unwrap(),
+        "the same placement twice is one"
+    );
+    let mandate = Mandate::new(
+        map(2, &shown, &[(1, 64 << 10, 77)]),
+        Instant::now() + Duration::from_secs(60),
+    );
+    let mut client = Client::under(mandate.clone(), transport.into());
+    let mut batch = Batch::new();
+    batch.write(GlobalAddr::new(1, 64), &[5u8; 16]);
+    let r = batch.read(GlobalAddr::new(1, 64), 16);
+    client.execute(&mut batch).await.unwrap();
+    assert_eq!(batch.read_result(r).unwrap(), &[5u8; 16]);
+
+    // A wrong key is still refused; so is a region the node never took.
+    let mut bad = Batch::new();
+    let h = bad.read(GlobalAddr::new(1, 0), 8);
+    mandate.install(map(3, &shown, &[(1, 64 << 10, 78)])).unwrap();
+    client.execute(&mut bad).await.unwrap();
+    assert_eq!(bad.read_result(h).unwrap_err(), VerbError::BadKey);
+
+    // Once the lease is not certain, nothing is issued.
+    mandate.revoke();
+    let before = client.stats().round_trips;
+    let err = client.execute(&mut batch).await.unwrap_err();
+    assert!(matches!(err, FabricError::LeaseUncertain), "{err}");
+    assert_eq!(client.stats().round_trips, before);
+}
+
+#[test]
+fn placements_that_cannot_be_held_are_refused_and_change_nothing() {
+    let (node, _) = MemoryNode::placed(4, 128 << 10, &Backing::Anonymous).unwrap();
+    assert!(node.add_region(1, 64 << 10, 1).unwrap());
+    let conflict = node.add_region(1, 32 << 10, 1).unwrap_err().to_string();
+    assert!(conflict.contains("another key"), "{conflict}");
+    let full = node.add_region(2, 96 << 10, 1).unwrap_err().to_string();
+    assert!(full.contains("free"), "{full}");
+    assert!(node.add_region(3, 7, 1).is_err(), "sizes are whole words");
+    assert_eq!(node.descriptor().regions.len(), 1);
+    assert!(MemoryNode::placed(4, 0, &Backing::Anonymous).is_err());
+}
+
+#[test]
+fn a_persistent_placed_node_comes_back_with_its_regions_and_contents() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mn4.img");
+    {
+        let (node, reopened) = MemoryNode::placed(4, 1 << 20, &Backing::Persist(path.clone())).unwrap();
+        assert!(!reopened);
+        node.add_region(9, 8192, 3).unwrap();
+        node.advance_epoch(6);
+        node.sync().unwrap();
+    }
+    let (node, reopened) = MemoryNode::placed(4, 1 << 20, &Backing::Persist(path.clone())).unwrap();
+    assert!(reopened);
+    assert_eq!(node.epoch(), 6);
+    let d = node.descriptor();
+    assert_eq!(
+        (d.regions[0].id, d.regions[0].size, d.regions[0].key),
+        (9, 8192, 3)
+    );
+    let other = MemoryNode::placed(5, 1 << 20, &Backing::Persist(path)).unwrap_err();
+    assert!(other.to_string().contains("belongs to memory node 4"), "{other}");
+}
