@@ -9,6 +9,8 @@
 //! name = "ops"          # recorded as the actor of every command it sends
 //! token = "another-long-random-string"
 //! role = "admin"        # may also form the cluster and change members
+//!                       # ("operator", the default: commands; "client": only
+//!                       # registering, renewing and opening indexes)
 //!
 //! [timing]
 //! heartbeat = "50ms"
@@ -89,6 +91,10 @@ pub enum Role {
     /// regions and clients, and the nodes and clients themselves, need.
     #[default]
     Operator,
+    /// Only what a client process needs: reads, registering itself,
+    /// renewing, opening (and creating) named indexes. What a service's
+    /// processes should carry.
+    Client,
     /// Also forms the cluster and changes its membership. Adding a member
     /// makes the leader send it the log with the cluster secret, so only a
     /// token trusted with the secret may do it.

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{AddMember, InitRequest, MemberInfo, Renewed, Status};
 use crate::raft::MemberId;
 use crate::reply::ErrorBody;
-use crate::state::{AuditEntry, Client, ClientId, Command, MemNode, MemNodeId, Outcome, Region};
+use crate::state::{AuditEntry, Client, ClientId, Command, IndexRecord, MemNode, MemNodeId, Outcome, Region};
 
 /// Longest error message kept from a body that is not an [`ErrorBody`].
 const EXCERPT_BYTES: usize = 300;
@@ -151,6 +151,11 @@ impl ControlClient {
     /// `GET /v1/clients`.
     pub async fn clients(&self) -> Result<Vec<Client>, ClientError> {
         self.call(Method::GET, "/v1/clients", None::<&()>, None).await
+    }
+
+    /// `GET /v1/indexes`.
+    pub async fn indexes(&self) -> Result<Vec<IndexRecord>, ClientError> {
+        self.call(Method::GET, "/v1/indexes", None::<&()>, None).await
     }
 
     /// `GET /v1/audit`: the newest `limit` entries, oldest first.

@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `GET /v1/status` | leader, term, members, log position, the state | this member |
 //! | `GET /v1/map?after_epoch=N&wait=30s` | the cluster map; long-polls until its epoch exceeds N | this member |
-//! | `GET /v1/memnodes`, `/v1/regions`, `/v1/clients`, `/v1/audit?limit=N` | one table of the state | this member |
+//! | `GET /v1/memnodes`, `/v1/regions`, `/v1/clients`, `/v1/indexes`, `/v1/audit?limit=N` | one table of the state | this member |
 //! | `POST /v1/commands` | a [`Command`](crate::state::Command) as JSON; answers its [`Outcome`](crate::state::Outcome) | the leader |
 //! | `POST /v1/memnodes/{id}/renew`, `/v1/clients/{id}/renew` | a lease renewal | the leader |
 //! | `POST /v1/members`, `DELETE /v1/members/{id}` | add a voter or learner, remove a member | the leader |
@@ -30,7 +30,7 @@ use fabric::Epoch;
 use serde::{Deserialize, Serialize};
 
 use crate::raft::MemberId;
-use crate::state::{Client, MemNode, Region};
+use crate::state::{Client, IndexRecord, MemNode, Region};
 
 pub use crate::reply::ErrorBody;
 pub use client::{ClientError, ControlClient};
@@ -110,6 +110,9 @@ pub struct Status {
     pub regions: Vec<Region>,
     /// Clients by id.
     pub clients: Vec<Client>,
+    /// Named indexes by name.
+    #[serde(default)]
+    pub indexes: Vec<IndexRecord>,
 }
 
 /// `POST /v1/init`: the members of a new cluster, this one included. An

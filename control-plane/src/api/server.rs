@@ -23,8 +23,8 @@ use crate::member::{Leader, Node, WriteError};
 use crate::raft::MemberId;
 use crate::reply::{JsonBody, PathParam, QueryParams, Refusal};
 use crate::state::{
-    AuditEntry, Client, ClientId, ClientState, Command, CommandError, MemNode, MemNodeId, MemNodeState,
-    Outcome, Region,
+    AuditEntry, Client, ClientId, ClientState, Command, CommandError, IndexRecord, MemNode, MemNodeId,
+    MemNodeState, Outcome, Region,
 };
 
 type Shared = Arc<Node>;
@@ -56,6 +56,7 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route("/v1/memnodes", get(memnodes))
         .route("/v1/regions", get(regions))
         .route("/v1/clients", get(clients))
+        .route("/v1/indexes", get(indexes))
         .route("/v1/audit", get(audit));
     reads
         .merge(writes)
@@ -203,7 +204,8 @@ impl From<WriteError> for Refusal {
                 let status = match e {
                     CommandError::UnknownMemNode { .. }
                     | CommandError::UnknownRegion { .. }
-                    | CommandError::UnknownClient { .. } => StatusCode::NOT_FOUND,
+                    | CommandError::UnknownClient { .. }
+                    | CommandError::UnknownIndex { .. } => StatusCode::NOT_FOUND,
                     CommandError::Invalid(_) => StatusCode::BAD_REQUEST,
                     CommandError::Conflict(_) | CommandError::Placement { .. } | CommandError::Full(_) => {
                         StatusCode::CONFLICT
@@ -238,9 +240,18 @@ impl From<WriteError> for Refusal {
 
 async fn command(
     State(node): State<Shared>,
-    Extension(Actor(actor, _)): Extension<Actor>,
+    Extension(Actor(actor, role)): Extension<Actor>,
     JsonBody(command): JsonBody<Command>,
 ) -> Result<Json<Outcome>, Refusal> {
+    if role == Role::Client && !command.for_clients() {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "token {actor:?} has role \"client\": it may register clients and open indexes, not change \
+                 memory nodes or regions (that needs role \"operator\")"
+            ),
+        ));
+    }
     Ok(Json(node.propose(&actor, command).await?))
 }
 
@@ -387,6 +398,7 @@ fn status_of(node: &Node) -> Status {
         memnodes: s.memnodes.values().cloned().collect(),
         regions: s.regions.values().cloned().collect(),
         clients: s.clients.values().cloned().collect(),
+        indexes: s.indexes.values().cloned().collect(),
     })
 }
 
@@ -440,6 +452,10 @@ async fn regions(State(node): State<Shared>) -> Json<Vec<Region>> {
 
 async fn clients(State(node): State<Shared>) -> Json<Vec<Client>> {
     Json(node.reader.with_state(|s| s.clients.values().cloned().collect()))
+}
+
+async fn indexes(State(node): State<Shared>) -> Json<Vec<IndexRecord>> {
+    Json(node.reader.with_state(|s| s.indexes.values().cloned().collect()))
 }
 
 /// `GET /v1/audit` parameters.

@@ -4,7 +4,7 @@
 use fabric::RegionId;
 use serde::{Deserialize, Serialize};
 
-use super::{Client, ClientId, MemNode, MemNodeId, Region};
+use super::{Client, ClientId, IndexKind, IndexRecord, IndexVariant, MemNode, MemNodeId, Region};
 
 /// A change to the state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,6 +70,45 @@ pub enum Command {
         /// The node.
         node: MemNodeId,
     },
+    /// A node placed to hold a replica reports it allocated.
+    ReplicaReady {
+        /// The region.
+        region: RegionId,
+        /// The reporting node.
+        node: MemNodeId,
+    },
+    /// Places a region for a new named index and records the index as
+    /// being created by `client`, which formats it and then says
+    /// `index_ready`.
+    CreateIndex {
+        /// Its name.
+        name: String,
+        /// B+tree or hash.
+        kind: IndexKind,
+        /// optimal or rtx.
+        variant: IndexVariant,
+        /// Bytes of its region.
+        size_bytes: u64,
+        /// Replicas, primary included.
+        replicas: u8,
+        /// The (live) client that formats it.
+        client: ClientId,
+    },
+    /// Takes over the creation of an index whose creating client is no
+    /// longer live: `client` formats it from the start.
+    ClaimIndex {
+        /// Its name.
+        name: String,
+        /// The (live) client that takes over.
+        client: ClientId,
+    },
+    /// The creating client has formatted the index: it may be opened.
+    IndexReady {
+        /// Its name.
+        name: String,
+        /// The client that created it.
+        client: ClientId,
+    },
     /// Registers a client: an id, an owner-id block and a lease length.
     RegisterClient {
         /// A name for operators.
@@ -106,6 +145,21 @@ impl Command {
                 | Command::PromoteBackup { .. }
                 | Command::AddBackup { .. }
                 | Command::RemoveBackup { .. }
+                | Command::CreateIndex { .. }
+        )
+    }
+
+    /// True for what a token of role `client` may ask: its own
+    /// registration and the opening of indexes, nothing that places or
+    /// moves memory of others.
+    pub fn for_clients(&self) -> bool {
+        matches!(
+            self,
+            Command::RegisterClient { .. }
+                | Command::CreateIndex { .. }
+                | Command::ClaimIndex { .. }
+                | Command::IndexReady { .. }
+                | Command::ForgetClient { .. }
         )
     }
 }
@@ -133,6 +187,8 @@ pub enum Outcome {
     Region(Region),
     /// The client as it now is.
     Client(Client),
+    /// The index as it now is.
+    Index(IndexRecord),
     /// Something was removed.
     Removed,
     /// A log entry without a command (openraft's blank or membership
@@ -155,6 +211,12 @@ pub enum CommandError {
     UnknownRegion {
         /// The id asked for.
         id: RegionId,
+    },
+    /// No such index.
+    #[error("no index named {name:?}")]
+    UnknownIndex {
+        /// The name asked for.
+        name: String,
     },
     /// No such client.
     #[error("no client {id}")]

@@ -16,6 +16,7 @@
 //! - the epoch grows by one with every change that alters routing, and each
 //!   region's `epoch` is the epoch of its last change.
 
+mod catalog;
 mod command;
 mod records;
 #[cfg(test)]
@@ -28,7 +29,8 @@ use serde::{Deserialize, Serialize};
 
 pub use command::{Command, CommandError, Outcome, Request, Response};
 pub use records::{
-    AuditEntry, Client, ClientId, ClientState, MemNode, MemNodeId, MemNodeState, OwnerBlock, Region,
+    AuditEntry, Client, ClientId, ClientState, IndexKind, IndexRecord, IndexState, IndexVariant, MemNode,
+    MemNodeId, MemNodeState, OwnerBlock, Region,
 };
 
 /// Owner ids handed out in blocks: `1..OWNER_ID_END`. The rTX heap keeps one
@@ -63,6 +65,9 @@ pub struct ControlState {
     pub regions: BTreeMap<RegionId, Region>,
     /// Clients by id (expired ones stay until forgotten).
     pub clients: BTreeMap<ClientId, Client>,
+    /// Named indexes by name.
+    #[serde(default)]
+    pub indexes: BTreeMap<String, IndexRecord>,
     /// The most recent applied commands, oldest first.
     pub audit: VecDeque<AuditEntry>,
     next_memnode: u32,
@@ -147,6 +152,17 @@ impl ControlState {
             Command::PromoteBackup { region, node } => self.promote(region, node),
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
             Command::RemoveBackup { region, node } => self.remove_backup(region, node),
+            Command::ReplicaReady { region, node } => self.replica_ready(region, node),
+            Command::CreateIndex {
+                ref name,
+                kind,
+                variant,
+                size_bytes,
+                replicas,
+                client,
+            } => self.create_index(name, kind, variant, size_bytes, replicas, client, req),
+            Command::ClaimIndex { ref name, client } => self.claim_index(name, client),
+            Command::IndexReady { ref name, client } => self.index_ready(name, client),
             Command::RegisterClient {
                 ref name,
                 owner_ids,
@@ -165,13 +181,29 @@ impl ControlState {
                 c.state = ClientState::Expired { at_ms: req.at_ms };
                 Ok(Outcome::Client(c.clone()))
             }
-            Command::ForgetClient { id } => {
-                let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
-                if c.state == ClientState::Live {
-                    return Err(CommandError::Conflict(format!(
-                        "client {id} is live: expire it (and let recovery roll its logs) first"
-                    )));
-                }
+            Command::ForgetClient { id } => self.forget_client(id, req.at_ms),
+        }
+    }
+
+    /// Frees an expired client's owner ids. Not before a lease length has
+    /// passed since the expiry (the quarantine): the client stopped issuing
+    /// verbs when its lease stopped being certain, before the expiry, and a
+    /// batch it sent just before that has a whole lease to land. Its logs
+    /// must be DONE by then: whoever forgets it rolls them first.
+    fn forget_client(&mut self, id: ClientId, at_ms: u64) -> Response {
+        let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
+        match c.state {
+            ClientState::Live => Err(CommandError::Conflict(format!(
+                "client {id} is live: expire it (and let recovery roll its logs) first"
+            ))),
+            ClientState::Expired { at_ms: expired } if at_ms < expired.saturating_add(c.lease_ms) => {
+                Err(CommandError::Conflict(format!(
+                    "client {id} expired at {expired} ms; its owner ids stay quarantined until {} ms (a lease \
+                     after the expiry), so that nothing it sent before it stopped can land on their next holder",
+                    expired.saturating_add(c.lease_ms)
+                )))
+            }
+            ClientState::Expired { .. } => {
                 self.clients.remove(&id);
                 Ok(Outcome::Removed)
             }
@@ -252,6 +284,13 @@ impl ControlState {
     }
 
     fn create_region(&mut self, size_bytes: u64, replicas: u8, nonce: u64) -> Response {
+        self.place_region(size_bytes, replicas, nonce)
+            .map(Outcome::Region)
+    }
+
+    /// Places a region on the roomiest active nodes, every replica pending
+    /// until its node reports it allocated.
+    fn place_region(&mut self, size_bytes: u64, replicas: u8, nonce: u64) -> Result<Region, CommandError> {
         let needed = usize::from(replicas);
         if needed == 0 || needed > REPLICAS_MAX {
             return Err(CommandError::Invalid(format!(
@@ -288,11 +327,12 @@ impl ControlState {
         let region = Region {
             id,
             size_bytes,
+            pending: replicas.iter().map(|r| r.node).collect(),
             replicas,
             epoch: self.next_epoch(),
         };
         self.regions.insert(id, region.clone());
-        Ok(Outcome::Region(region))
+        Ok(region)
     }
 
     fn charge(&mut self, node: MemNodeId, bytes: i128) {
@@ -359,6 +399,7 @@ impl ControlState {
             node,
             key: access_key(nonce, region, node),
         });
+        r.pending.push(node);
         r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
     }
@@ -368,6 +409,7 @@ impl ControlState {
         let r = self.region_mut(region)?;
         let i = backup_position(r, node, "is its primary: promote a backup first")?;
         r.replicas.remove(i);
+        r.pending.retain(|&n| n != node);
         r.epoch = epoch;
         let (size, out) = (r.size_bytes, r.clone());
         self.charge(node, -(size as i128));
@@ -468,6 +510,12 @@ impl ControlState {
                 }
                 *allocated.entry(x.node).or_default() += r.size_bytes;
             }
+            if let Some(n) = r.pending.iter().find(|&&n| !r.on(n)) {
+                return Err(format!(
+                    "region {} waits for node {n}, which holds no replica",
+                    r.id
+                ));
+            }
         }
         for n in self.memnodes.values() {
             let want = allocated.get(&n.id).copied().unwrap_or(0);
@@ -476,6 +524,11 @@ impl ControlState {
                     "node {} records {} allocated bytes, regions take {want}",
                     n.id, n.allocated_bytes
                 ));
+            }
+        }
+        for x in self.indexes.values() {
+            if !self.regions.contains_key(&x.region) {
+                return Err(format!("index {:?} lives in unknown region {}", x.name, x.region));
             }
         }
         let blocks: Vec<(ClientId, OwnerBlock)> = self.clients.values().map(|c| (c.id, c.owners)).collect();

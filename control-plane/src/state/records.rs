@@ -65,9 +65,19 @@ pub struct Region {
     pub replicas: Vec<ReplicaLoc>,
     /// The map epoch of its last change.
     pub epoch: Epoch,
+    /// Nodes placed to hold a replica that have not yet reported it
+    /// allocated (`replica_ready`): nobody may use the region before this
+    /// is empty.
+    #[serde(default)]
+    pub pending: Vec<MemNodeId>,
 }
 
 impl Region {
+    /// Every replica is allocated on its node: the region may be used.
+    pub fn ready(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// The primary's node.
     pub fn primary(&self) -> MemNodeId {
         self.replicas[0].node
@@ -140,4 +150,74 @@ pub struct AuditEntry {
     pub command: Command,
     /// `ok`, or the error it was refused with.
     pub outcome: String,
+}
+
+/// What an index is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexKind {
+    /// A Sherman-like B+tree (ordered: range scans).
+    Btree,
+    /// RACE hashing (point operations).
+    Hash,
+}
+
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexKind::Btree => "btree",
+            IndexKind::Hash => "hash",
+        })
+    }
+}
+
+/// How an index's writes are made crash-tolerant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IndexVariant {
+    /// The original algorithm: fastest, and a crashed writer leaves its
+    /// locks held for good.
+    Optimal,
+    /// Every operation a repairable transaction.
+    Rtx,
+}
+
+impl std::fmt::Display for IndexVariant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexVariant::Optimal => "optimal",
+            IndexVariant::Rtx => "rtx",
+        })
+    }
+}
+
+/// Whether a named index may be used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum IndexState {
+    /// Its region is placed; `client` formats it. If that client expires
+    /// first, another claims the creation and starts it over.
+    Creating {
+        /// The client formatting it.
+        client: ClientId,
+    },
+    /// Formatted: open it.
+    Ready,
+}
+
+/// A named index: one region holding one index.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexRecord {
+    /// Its name (what `cluster.btree(name)` opens).
+    pub name: String,
+    /// B+tree or hash.
+    pub kind: IndexKind,
+    /// optimal or rtx.
+    pub variant: IndexVariant,
+    /// The region that holds it.
+    pub region: RegionId,
+    /// Creating or ready.
+    pub state: IndexState,
+    /// When it was created (ms since the Unix epoch).
+    pub created_at_ms: u64,
 }

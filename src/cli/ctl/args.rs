@@ -41,6 +41,11 @@ pub enum CtlCommand {
         #[command(subcommand)]
         command: ClientCommand,
     },
+    /// Show the named indexes (`Cluster::btree("orders")` creates them on first open).
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
     /// Trace who changed what, oldest first, and whether it was refused.
     Audit {
         /// Newest entries to show.
@@ -193,4 +198,10 @@ mod tests {
         assert!(parse_member("2=127.0.0.1").is_err());
         assert!(parse_member("2=:7402").is_err());
     }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum IndexCommand {
+    /// Show each named index: kind, variant, region and whether it is ready.
+    List,
 }

@@ -17,7 +17,7 @@ use control_plane::config::millis;
 use control_plane::state::Command;
 use serde::Serialize;
 
-use self::args::{ClientCommand, CtlCommand, MembersCommand, MemnodeCommand, RegionCommand};
+use self::args::{ClientCommand, CtlCommand, IndexCommand, MembersCommand, MemnodeCommand, RegionCommand};
 use super::control::TOKEN_ENV;
 use super::units::parse_duration;
 
@@ -127,6 +127,9 @@ async fn execute(api: &Api, command: CtlCommand, json: bool) -> anyhow::Result<(
         CtlCommand::Memnode { command } => memnode(api, command, json).await,
         CtlCommand::Region { command } => region(api, command, json).await,
         CtlCommand::Client { command } => client(api, command, json).await,
+        CtlCommand::Index {
+            command: IndexCommand::List,
+        } => show(json, &api.call(c.indexes()).await?[..], tables::indexes),
         CtlCommand::Audit { limit } => show(json, &api.call(c.audit(limit)).await?[..], tables::audit),
     }
 }

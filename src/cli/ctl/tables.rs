@@ -8,7 +8,9 @@ use std::time::SystemTime;
 use comfy_table::{presets, CellAlignment, Table};
 use control_plane::api::{MemberInfo, Status};
 use control_plane::raft::MemberId;
-use control_plane::state::{AuditEntry, Client, ClientState, MemNode, Outcome, Region};
+use control_plane::state::{
+    AuditEntry, Client, ClientState, IndexRecord, IndexState, MemNode, Outcome, Region,
+};
 
 use super::text;
 
@@ -69,7 +71,10 @@ pub fn regions(regions: &[Region]) -> String {
     if regions.is_empty() {
         return "no regions".to_owned();
     }
-    let mut t = table(&["id", "size", "primary", "backups", "epoch"], &[0, 1, 2, 4]);
+    let mut t = table(
+        &["id", "size", "primary", "backups", "epoch", "allocated"],
+        &[0, 1, 2, 4],
+    );
     for r in regions {
         let backups: Vec<String> = r.replicas.iter().skip(1).map(|l| l.node.to_string()).collect();
         let primary = r
@@ -86,6 +91,33 @@ pub fn regions(regions: &[Region]) -> String {
                 backups.join(", ")
             },
             r.epoch.to_string(),
+            if r.ready() {
+                "everywhere".to_owned()
+            } else {
+                let waiting: Vec<String> = r.pending.iter().map(ToString::to_string).collect();
+                format!("waiting for {}", waiting.join(", "))
+            },
+        ]);
+    }
+    t.to_string()
+}
+
+pub fn indexes(indexes: &[IndexRecord]) -> String {
+    if indexes.is_empty() {
+        return "no indexes".to_owned();
+    }
+    let mut t = table(&["name", "kind", "variant", "region", "state", "created"], &[3]);
+    for x in indexes {
+        t.add_row(vec![
+            x.name.clone(),
+            x.kind.to_string(),
+            x.variant.to_string(),
+            x.region.to_string(),
+            match x.state {
+                IndexState::Ready => "ready".to_owned(),
+                IndexState::Creating { client } => format!("being created by client {client}"),
+            },
+            text::time(x.created_at_ms),
         ]);
     }
     t.to_string()
@@ -131,6 +163,7 @@ pub fn outcome(o: &Outcome) -> String {
         Outcome::MemNode(n) => memnodes(std::slice::from_ref(n)),
         Outcome::Region(r) => regions(std::slice::from_ref(r)),
         Outcome::Client(c) => clients(std::slice::from_ref(c)),
+        Outcome::Index(x) => indexes(std::slice::from_ref(x)),
         Outcome::Removed => "removed".to_owned(),
         Outcome::NoCommand => "applied; nothing changed".to_owned(),
     }
@@ -227,6 +260,18 @@ pub fn status(s: &Status) -> String {
         client_states,
         "client list",
         clients,
+    );
+    let index_states = tally(s.indexes.iter().map(|x| match x.state {
+        IndexState::Ready => "ready".to_owned(),
+        IndexState::Creating { .. } => "being created".to_owned(),
+    }));
+    section(
+        &mut out,
+        "indexes",
+        &s.indexes,
+        index_states,
+        "index list",
+        indexes,
     );
     // The page is printed with a newline of its own after it.
     out.truncate(out.trim_end().len());

@@ -86,6 +86,22 @@ pub fn command(c: &Command) -> String {
         Command::RemoveBackup { region, node } => {
             format!("remove the backup of region {region} on node {node}")
         }
+        Command::ReplicaReady { region, node } => {
+            format!("node {node} has allocated its replica of region {region}")
+        }
+        Command::CreateIndex {
+            name,
+            kind,
+            variant,
+            size_bytes,
+            replicas,
+            client,
+        } => format!(
+            "create {variant} {kind} {name:?} ({}, {replicas} replicas) for client {client}",
+            bytes(*size_bytes)
+        ),
+        Command::ClaimIndex { name, client } => format!("client {client} takes over creating index {name:?}"),
+        Command::IndexReady { name, client } => format!("client {client} has created index {name:?}"),
         Command::RegisterClient {
             name,
             owner_ids,
