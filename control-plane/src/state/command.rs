@@ -121,6 +121,13 @@ pub enum Command {
         #[serde(default)]
         lease_ms: u64,
     },
+    /// A live client leaves: its logs are DONE (it says so, having
+    /// finished them and stopped issuing verbs), so its owner ids are free
+    /// at once.
+    DeregisterClient {
+        /// The client.
+        id: ClientId,
+    },
     /// Declares a client's lease lapsed.
     ExpireClient {
         /// The client.
@@ -160,6 +167,7 @@ impl Command {
                 | Command::ClaimIndex { .. }
                 | Command::IndexReady { .. }
                 | Command::ForgetClient { .. }
+                | Command::DeregisterClient { .. }
         )
     }
 }

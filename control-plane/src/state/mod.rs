@@ -182,6 +182,16 @@ impl ControlState {
                 Ok(Outcome::Client(c.clone()))
             }
             Command::ForgetClient { id } => self.forget_client(id, req.at_ms),
+            Command::DeregisterClient { id } => {
+                let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
+                if c.state != ClientState::Live {
+                    return Err(CommandError::Conflict(format!(
+                        "client {id} has expired: recovery finishes its logs and forgets it"
+                    )));
+                }
+                self.clients.remove(&id);
+                Ok(Outcome::Removed)
+            }
         }
     }
 

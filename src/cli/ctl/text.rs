@@ -112,6 +112,7 @@ pub fn command(c: &Command) -> String {
         ),
         Command::ExpireClient { id } => format!("expire client {id}"),
         Command::ForgetClient { id } => format!("forget client {id}"),
+        Command::DeregisterClient { id } => format!("client {id} leaves (its logs are done)"),
     }
 }
 

@@ -1,0 +1,347 @@
+//! [`Cluster`]: a process's membership of a kintsugi cluster.
+//!
+//! `connect` registers the process as a client (an id, a block of owner
+//! ids, a lease), fetches the map, reaches every memory node of it (`shm`
+//! when the nodes' endpoints are image paths, `tcp` otherwise), and starts
+//! the [`Session`] that keeps the lease and follows the map. Every fabric
+//! client the process makes routes through the one [`Mandate`]: it takes
+//! each newer map before its next batch and issues no verb once the lease
+//! is not certain.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane::state::{self as cp, ClientState, Command, IndexKind, IndexVariant, Outcome};
+use fabric::{AnyTransport, ClusterMap, Mandate, ShmTransport, TcpTransport};
+use txn::TxConfig;
+
+use crate::members::Members;
+use crate::owners::OwnerPool;
+use crate::session::Session;
+use crate::ClusterError;
+
+/// How a process joins, and what its new indexes look like.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    /// The name operators see (`ctl client list`).
+    pub name: String,
+    /// Owner ids to take: one per index handle open at a time.
+    pub owner_ids: u16,
+    /// The lease to hold; `None`: the cluster's default.
+    pub lease: Option<Duration>,
+    /// Replicas of a new index's region, primary included.
+    pub replicas: u8,
+    /// Bytes of a new index's region.
+    pub index_bytes: u64,
+    /// The variant of a new index.
+    pub variant: IndexVariant,
+    /// Keys a new hash table is sized for.
+    pub hash_keys: u64,
+    /// rTX settings of every handle.
+    pub tx: TxConfig,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            name: format!("pid-{}", std::process::id()),
+            owner_ids: 8,
+            lease: None,
+            replicas: 3,
+            index_bytes: 256 << 20,
+            variant: IndexVariant::Rtx,
+            hash_keys: 1 << 20,
+            tx: TxConfig::default(),
+        }
+    }
+}
+
+/// A process's membership of a cluster: open indexes by name through it.
+pub struct Cluster {
+    pub(crate) members: Members,
+    pub(crate) me: cp::Client,
+    pub(crate) mandate: Arc<Mandate>,
+    pub(crate) transport: AnyTransport,
+    pub(crate) owners: Arc<OwnerPool>,
+    pub(crate) options: ClusterOptions,
+    session: Mutex<Session>,
+    closed: bool,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("client", &self.me.id)
+            .field("owners", &self.me.owners)
+            .field("epoch", &self.mandate.epoch())
+            .finish()
+    }
+}
+
+impl Cluster {
+    /// Joins the cluster whose control-plane members are at `endpoints`
+    /// (`host:port`; one is enough, more survive a member's death) with
+    /// bearer `token`, with default options.
+    pub async fn connect<S: AsRef<str>>(endpoints: &[S], token: &str) -> Result<Cluster, ClusterError> {
+        Self::connect_with(endpoints, token, ClusterOptions::default()).await
+    }
+
+    /// [`Cluster::connect`] with options.
+    pub async fn connect_with<S: AsRef<str>>(
+        endpoints: &[S],
+        token: &str,
+        options: ClusterOptions,
+    ) -> Result<Cluster, ClusterError> {
+        let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
+        let members = Members::new(&endpoints, token)?;
+        let register = Command::RegisterClient {
+            name: options.name.clone(),
+            owner_ids: options.owner_ids,
+            lease_ms: options
+                .lease
+                .map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let sent = Instant::now();
+        let me = match members
+            .call(&format!("registering client {:?}", options.name), |c| {
+                let r = register.clone();
+                async move { c.command(&r).await }
+            })
+            .await?
+        {
+            Outcome::Client(c) => c,
+            other => {
+                return Err(ClusterError::Map(format!(
+                    "unexpected answer to registration: {other:?}"
+                )))
+            }
+        };
+        let joined = async {
+            let map = members
+                .call("fetching the map", |c| async move { c.map(None, None).await })
+                .await?;
+            let transport = reach(&map).await?;
+            let mandate = Mandate::new(map, sent + Duration::from_millis(me.lease_ms));
+            let session = Session::start(endpoints.clone(), token.to_owned(), me.id, mandate.clone())?;
+            Ok::<_, ClusterError>((transport, mandate, session))
+        };
+        let (transport, mandate, session) = match joined.await {
+            Ok(j) => j,
+            Err(e) => {
+                // Nothing issued under the ids yet: give them back at once.
+                let leave = Command::DeregisterClient { id: me.id };
+                let _ = members
+                    .call("deregistering", |c| {
+                        let l = leave.clone();
+                        async move { c.command(&l).await }
+                    })
+                    .await;
+                return Err(e);
+            }
+        };
+        tracing::info!(client = me.id, owners = ?me.owners, epoch = mandate.epoch(), "joined the cluster");
+        Ok(Cluster {
+            members,
+            owners: Arc::new(OwnerPool::new(me.owners.first, me.owners.count)),
+            me,
+            mandate,
+            transport,
+            options,
+            session: Mutex::new(session),
+            closed: false,
+        })
+    }
+
+    /// This process's client id.
+    pub fn id(&self) -> cp::ClientId {
+        self.me.id
+    }
+
+    /// The owner ids this process holds: `first..first + count`.
+    pub fn owner_ids(&self) -> cp::OwnerBlock {
+        self.me.owners
+    }
+
+    /// The epoch of the map in force.
+    pub fn epoch(&self) -> fabric::Epoch {
+        self.mandate.epoch()
+    }
+
+    /// Whether this process's lease certainly holds now.
+    pub fn lease_holds(&self) -> bool {
+        self.mandate.holds()
+    }
+
+    /// The map in force.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.mandate.map()
+    }
+
+    /// A fabric client under this process's mandate.
+    pub fn fabric(&self) -> fabric::Client {
+        fabric::Client::under(self.mandate.clone(), self.transport.clone())
+    }
+
+    /// Why the lease was lost, if it was.
+    pub fn lease_lost(&self) -> Option<String> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).lost()
+    }
+
+    pub(crate) fn epochs(&self) -> tokio::sync::watch::Receiver<fabric::Epoch> {
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).epochs()
+    }
+
+    /// Leaves the cluster: every handle must be dropped first (an open
+    /// handle may be mid-commit). This process's logs are finished on
+    /// every rtx index (a commit cut off by an error is rolled forward or
+    /// back), then its owner ids are given back at once. Without `close`,
+    /// dropping stops the lease; the control plane expires the client and
+    /// the ids come back once another client has finished its logs
+    /// ([`Cluster::reap_expired`]).
+    pub async fn close(mut self) -> Result<(), ClusterError> {
+        let open = self.owners.in_use();
+        if open > 0 {
+            return Err(ClusterError::Map(format!(
+                "{open} index handle(s) still open: drop them before closing"
+            )));
+        }
+        let ids: Vec<u16> = (self.me.owners.first..self.me.owners.end()).collect();
+        self.finish_logs(&ids).await?;
+        let leave = Command::DeregisterClient { id: self.me.id };
+        self.members
+            .call("leaving the cluster", |c| {
+                let l = leave.clone();
+                async move { c.command(&l).await }
+            })
+            .await?;
+        self.closed = true;
+        self.mandate.revoke();
+        self.session.lock().unwrap_or_else(|p| p.into_inner()).stop();
+        tracing::info!(client = self.me.id, "left the cluster");
+        Ok(())
+    }
+
+    /// Finishes the logs of expired clients on every rtx index and then
+    /// forgets them, which frees their owner ids: what recovery does for a
+    /// dead client. Returns the clients forgotten. A client still in its
+    /// quarantine, or with a commit still running under a live lease, is
+    /// left for a later call.
+    pub async fn reap_expired(&self) -> Result<Vec<cp::ClientId>, ClusterError> {
+        let clients = self
+            .members
+            .call("listing clients", |c| async move { c.clients().await })
+            .await?;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let mut forgotten = Vec::new();
+        for c in clients {
+            let ClientState::Expired { at_ms } = c.state else {
+                continue;
+            };
+            if now_ms < at_ms.saturating_add(c.lease_ms) {
+                continue; // quarantined: something it sent may still land
+            }
+            let ids: Vec<u16> = (c.owners.first..c.owners.end()).collect();
+            if !self.finish_logs(&ids).await? {
+                continue;
+            }
+            let forget = Command::ForgetClient { id: c.id };
+            match self
+                .members
+                .call(&format!("forgetting client {}", c.id), |m| {
+                    let f = forget.clone();
+                    async move { m.command(&f).await }
+                })
+                .await
+            {
+                Ok(_) => forgotten.push(c.id),
+                Err(ClusterError::Refused { source, .. })
+                    if source.status().is_some_and(|s| s.as_u16() == 409) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(forgotten)
+    }
+
+    /// Finishes the last log of each owner id in `ids` on every ready rtx
+    /// index. `false` if one is still committing under a live lease.
+    async fn finish_logs(&self, ids: &[u16]) -> Result<bool, ClusterError> {
+        let indexes = self
+            .members
+            .call("listing indexes", |c| async move { c.indexes().await })
+            .await?;
+        let Some(owner) = self.owners.take() else {
+            return Err(ClusterError::OwnerIdsExhausted(self.me.owners.count));
+        };
+        for x in indexes
+            .iter()
+            .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
+        {
+            let mut fabric = self.fabric();
+            let heap = txn::Heap::open(&mut fabric, x.region).await?;
+            let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+            for &id in ids {
+                if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Opens the B+tree named `name`, creating it (with this process's
+    /// options: variant, replicas, size) if it does not exist.
+    pub async fn btree(&self, name: &str) -> Result<crate::Tree, ClusterError> {
+        let (handle, owner, record) = self.open(name, IndexKind::Btree).await?;
+        match handle {
+            crate::catalog::Opened::Tree(t) => Ok(crate::Tree::new(t, owner, self.retry(record.name))),
+            crate::catalog::Opened::Table(_) => unreachable!("opened by kind"),
+        }
+    }
+
+    /// Opens the hash table named `name`, creating it if it does not exist.
+    pub async fn hash(&self, name: &str) -> Result<crate::Table, ClusterError> {
+        let (handle, owner, record) = self.open(name, IndexKind::Hash).await?;
+        match handle {
+            crate::catalog::Opened::Table(t) => Ok(crate::Table::new(t, owner, self.retry(record.name))),
+            crate::catalog::Opened::Tree(_) => unreachable!("opened by kind"),
+        }
+    }
+
+    fn retry(&self, index: String) -> crate::handle::Retry {
+        crate::handle::Retry::new(index, self.mandate.clone(), self.epochs())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if !self.closed {
+            // The lease lapses; the control plane expires this client and
+            // another client reaps it (`reap_expired`).
+            self.mandate.revoke();
+            self.session.lock().unwrap_or_else(|p| p.into_inner()).stop();
+        }
+    }
+}
+
+/// A transport to every node of `map`: their images if the endpoints are
+/// paths (`shm`), else their tcp servers.
+async fn reach(map: &ClusterMap) -> Result<AnyTransport, ClusterError> {
+    if map.nodes().is_empty() {
+        return Err(ClusterError::Map(
+            "the cluster has no memory nodes yet: start some with `kintsugi memnode --control ...`".into(),
+        ));
+    }
+    let shm = map.nodes().iter().filter(|n| n.endpoint.starts_with('/')).count();
+    if shm == map.nodes().len() {
+        Ok(ShmTransport::attach_map(map)?.into())
+    } else if shm == 0 {
+        Ok(TcpTransport::connect_map(map).await?.into())
+    } else {
+        Err(ClusterError::Map(format!(
+            "{shm} of {} memory nodes advertise an image path and the others a tcp address: one cluster uses one transport",
+            map.nodes().len()
+        )))
+    }
+}

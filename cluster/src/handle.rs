@@ -1,0 +1,216 @@
+//! Index handles: one index client each, with one owner id of the
+//! process, retrying what a map change or a lost connection interrupts.
+//!
+//! A batch refused for a stale epoch ran no verb on the node that refused
+//! it; the handle waits until the process routes by a map at least as new
+//! as the node's, then runs the operation again (rTX settles a commit cut
+//! off this way before its next transaction: `docs/txn.md`). A lost
+//! connection is reconnected by the transport on the next batch. The
+//! application sees neither, only the time they took; after
+//! [`RETRIES_MAX`] it sees the error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabric::{Epoch, FabricError, Mandate};
+use index::btree::{BTree, Written};
+use index::hash::HashTable;
+use index::IndexError;
+use tokio::sync::watch;
+
+use crate::owners::Owner;
+
+/// Retries of one operation after a stale epoch or a lost connection.
+pub const RETRIES_MAX: u32 = 32;
+
+/// Longest wait for the newer map a node demands.
+pub const MAP_WAIT: Duration = Duration::from_secs(10);
+
+/// Pause before retrying after a lost connection (the transport backs off
+/// too).
+const RECONNECT_PAUSE: Duration = Duration::from_millis(5);
+
+/// What a handle needs to retry: the process's map and its epochs.
+#[derive(Debug)]
+pub(crate) struct Retry {
+    index: String,
+    mandate: Arc<Mandate>,
+    epochs: watch::Receiver<Epoch>,
+    retried: u64,
+}
+
+impl Retry {
+    pub(crate) fn new(index: String, mandate: Arc<Mandate>, epochs: watch::Receiver<Epoch>) -> Retry {
+        Retry {
+            index,
+            mandate,
+            epochs,
+            retried: 0,
+        }
+    }
+
+    /// Whether to run the operation again after `e` (the `attempt`th).
+    async fn again(&mut self, e: &IndexError, attempt: u32) -> bool {
+        if attempt >= RETRIES_MAX {
+            return false;
+        }
+        let again = match fabric_cause(e) {
+            Some(FabricError::StaleEpoch { node_epoch, .. }) => {
+                let want = *node_epoch;
+                if self.mandate.epoch() < want {
+                    let waited = tokio::time::timeout(MAP_WAIT, self.epochs.wait_for(|&e| e >= want)).await;
+                    if !matches!(waited, Ok(Ok(_))) {
+                        tracing::warn!(index = %self.index, want, "no map of the epoch a node demands arrived");
+                        return false;
+                    }
+                }
+                true
+            }
+            Some(FabricError::Disconnected { .. }) => {
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                true
+            }
+            _ => false,
+        };
+        if again {
+            self.retried += 1;
+            tracing::debug!(index = %self.index, error = %e, attempt, "retrying");
+        }
+        again
+    }
+}
+
+/// The fabric error under an index error, if there is one.
+fn fabric_cause(e: &IndexError) -> Option<&FabricError> {
+    match e {
+        IndexError::Fabric(f) | IndexError::Tx(txn::TxError::Fabric(f)) => Some(f),
+        _ => None,
+    }
+}
+
+/// Runs `$op` (an expression using `$self.inner`) until it succeeds, fails
+/// for good, or runs out of retries.
+macro_rules! retried {
+    ($self:ident, $op:expr) => {{
+        let mut attempt = 0;
+        loop {
+            match $op {
+                Err(e) if $self.retry.again(&e, attempt).await => attempt += 1,
+                done => break done,
+            }
+        }
+    }};
+}
+
+/// A handle on a named B+tree: keys and values are `u64`, keys between 1
+/// and `u64::MAX - 1`.
+#[derive(Debug)]
+pub struct Tree {
+    inner: BTree,
+    retry: Retry,
+    _owner: Owner,
+}
+
+impl Tree {
+    pub(crate) fn new(inner: BTree, owner: Owner, retry: Retry) -> Tree {
+        Tree {
+            inner,
+            retry,
+            _owner: owner,
+        }
+    }
+
+    /// The value of `key`, if present.
+    pub async fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
+        retried!(self, self.inner.get(key).await)
+    }
+
+    /// Up to `count` pairs with keys from `from` on, in key order.
+    pub async fn scan(&mut self, from: u64, count: usize) -> Result<Vec<(u64, u64)>, IndexError> {
+        retried!(self, self.inner.scan(from, count).await)
+    }
+
+    /// Inserts `key` if absent (`Unchanged` if present: nothing written).
+    pub async fn insert(&mut self, key: u64, value: u64) -> Result<Written, IndexError> {
+        retried!(self, self.inner.insert(key, value).await)
+    }
+
+    /// Replaces `key`'s value if present (`Unchanged` if absent).
+    pub async fn update(&mut self, key: u64, value: u64) -> Result<Written, IndexError> {
+        retried!(self, self.inner.update(key, value).await)
+    }
+
+    /// Sets `key` to `value`, present or not.
+    pub async fn put(&mut self, key: u64, value: u64) -> Result<Written, IndexError> {
+        retried!(self, self.inner.upsert(key, value).await)
+    }
+
+    /// Removes `key` (`Unchanged` if absent).
+    pub async fn delete(&mut self, key: u64) -> Result<Written, IndexError> {
+        retried!(self, self.inner.delete(key).await)
+    }
+
+    /// Operations run again after a map change or a lost connection.
+    pub fn retries(&self) -> u64 {
+        self.retry.retried
+    }
+
+    /// The index client underneath, for what this handle does not wrap
+    /// (its counters, its cache). Operations through it are not retried.
+    pub fn inner(&mut self) -> &mut BTree {
+        &mut self.inner
+    }
+}
+
+/// A handle on a named hash table: keys and values are `u64`.
+#[derive(Debug)]
+pub struct Table {
+    inner: HashTable,
+    retry: Retry,
+    _owner: Owner,
+}
+
+impl Table {
+    pub(crate) fn new(inner: HashTable, owner: Owner, retry: Retry) -> Table {
+        Table {
+            inner,
+            retry,
+            _owner: owner,
+        }
+    }
+
+    /// The value of `key`, if present.
+    pub async fn get(&mut self, key: u64) -> Result<Option<u64>, IndexError> {
+        retried!(self, self.inner.get(key).await)
+    }
+
+    /// Inserts `key` if absent; `false` if present (nothing written).
+    pub async fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        retried!(self, self.inner.insert(key, value).await)
+    }
+
+    /// Replaces `key`'s value if present; `false` if absent.
+    pub async fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        retried!(self, self.inner.update(key, value).await)
+    }
+
+    /// Sets `key` to `value`, present or not.
+    pub async fn put(&mut self, key: u64, value: u64) -> Result<(), IndexError> {
+        retried!(self, self.inner.upsert(key, value).await)
+    }
+
+    /// Removes `key`; `false` if absent.
+    pub async fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
+        retried!(self, self.inner.delete(key).await)
+    }
+
+    /// Operations run again after a map change or a lost connection.
+    pub fn retries(&self) -> u64 {
+        self.retry.retried
+    }
+
+    /// The index client underneath. Operations through it are not retried.
+    pub fn inner(&mut self) -> &mut HashTable {
+        &mut self.inner
+    }
+}

@@ -1,0 +1,170 @@
+//! What a memory node placed by the control plane runs beside its server:
+//! it registers (or finds its record after a restart), keeps its lease, and
+//! follows the map: every region the map places on it is allocated in its
+//! image with the map's access key and reported ready; every newer epoch
+//! is raised on the node, which then fences verbs of older ones.
+//!
+//! The watch is a long poll (`GET /v1/map?after_epoch=N`), so an epoch
+//! change reaches the node within one round trip of the control plane's
+//! answer. Allocation happens before the epoch is raised: a client routing
+//! by the new map never finds the node at the new epoch without the
+//! region (it may find the region before the epoch, which is harmless:
+//! nobody uses a region before every replica reported it ready).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use control_plane::api::{keep_lease, Leaseholder};
+use control_plane::state::{Command, MemNodeId, Outcome};
+use fabric::{Epoch, MemoryNode};
+
+use crate::members::{chain, Members};
+use crate::ClusterError;
+
+/// Longest long poll of the map; the member caps it with its `watch_max`.
+pub const WATCH_WAIT: Duration = Duration::from_secs(30);
+
+/// Pause after a failed watch or report before the next try.
+pub const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// Registers the memory node at `endpoint` offering `capacity_bytes`, or
+/// finds its record by endpoint (a node that restarts keeps its id).
+/// Retries until a member answers; a refusal other than "registered
+/// already" is returned.
+pub async fn register(
+    members: &Members,
+    endpoint: &str,
+    capacity_bytes: u64,
+) -> Result<MemNodeId, ClusterError> {
+    let register = Command::RegisterMemNode {
+        endpoint: endpoint.to_owned(),
+        capacity_bytes,
+    };
+    let what = format!("registering memory node {endpoint}");
+    match members
+        .call(&what, |c| {
+            let r = register.clone();
+            async move { c.command(&r).await }
+        })
+        .await
+    {
+        Ok(Outcome::MemNode(n)) => Ok(n.id),
+        Ok(other) => Err(ClusterError::Map(format!(
+            "unexpected answer to registration: {other:?}"
+        ))),
+        Err(ClusterError::Refused { source, .. }) if source.status().is_some_and(|s| s.as_u16() == 409) => {
+            let nodes = members
+                .call("listing memory nodes", |c| async move { c.memnodes().await })
+                .await?;
+            nodes
+                .into_iter()
+                .find(|n| n.endpoint == endpoint)
+                .map(|n| n.id)
+                .ok_or_else(|| {
+                    ClusterError::Map(format!(
+                        "registration of {endpoint} refused, and no record has it"
+                    ))
+                })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Serves placements to `node` (memory node `id`) until the lease is lost
+/// (returned as an error) or the caller drops the future.
+pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> Result<(), ClusterError> {
+    let lease = keep_lease(
+        members.clients(),
+        Leaseholder::MemNode(id),
+        std::future::pending(),
+    );
+    let watch = watch_placements(&members, id, &node);
+    tokio::select! {
+        lost = lease => match lost {
+            Ok(()) => Ok(()),
+            Err(e) => Err(ClusterError::LeaseLost(chain(&e))),
+        },
+        never = watch => match never {},
+    }
+}
+
+async fn watch_placements(members: &Members, id: MemNodeId, node: &MemoryNode) -> std::convert::Infallible {
+    let mut seen: Option<Epoch> = None;
+    let mut at = 0usize;
+    loop {
+        let member = &members.clients()[at % members.clients().len()];
+        let map = match member.map(seen, Some(WATCH_WAIT)).await {
+            Ok(map) => map,
+            Err(e) => {
+                tracing::warn!(member = member.endpoint(), error = %chain(&e), "cannot watch the map; trying the next member");
+                at += 1;
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        if seen.is_some_and(|s| map.epoch() < s) {
+            tracing::error!(
+                member = member.endpoint(),
+                epoch = map.epoch(),
+                seen = ?seen,
+                "a member served a map older than one already seen: ignored; trying the next member"
+            );
+            at += 1;
+            continue;
+        }
+        if seen == Some(map.epoch()) {
+            continue; // the wait passed with no change
+        }
+        match apply_placements(members, id, node, map.epoch()).await {
+            Ok(()) => seen = Some(map.epoch()),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot take this map's placements yet; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+        }
+    }
+}
+
+/// Allocates every region placed on `id`, raises the node's epoch to
+/// `epoch`, then reports the replicas still pending as ready.
+async fn apply_placements(
+    members: &Members,
+    id: MemNodeId,
+    node: &MemoryNode,
+    epoch: Epoch,
+) -> Result<(), ClusterError> {
+    let regions = members
+        .call("listing regions", |c| async move { c.regions().await })
+        .await?;
+    let mut pending = Vec::new();
+    for r in regions.iter().filter(|r| r.on(id)) {
+        let Some(loc) = r.replicas.iter().find(|l| l.node == id) else {
+            continue;
+        };
+        match node.add_region(r.id, r.size_bytes, loc.key) {
+            Ok(true) => tracing::info!(region = r.id, bytes = r.size_bytes, "region allocated"),
+            Ok(false) => {}
+            Err(e) => {
+                // Not reported ready: the region stays pending, and an
+                // operator sees why in this node's log.
+                tracing::error!(region = r.id, error = %e, "cannot hold the region placed here");
+                continue;
+            }
+        }
+        if r.pending.contains(&id) {
+            pending.push(r.id);
+        }
+    }
+    let now = node.advance_epoch(epoch);
+    tracing::info!(epoch = now, "following the map");
+    for region in pending {
+        let ready = Command::ReplicaReady { region, node: id };
+        members
+            .call(&format!("reporting region {region} ready"), |c| {
+                let r = ready.clone();
+                async move { c.command(&r).await }
+            })
+            .await?;
+    }
+    Ok(())
+}
