@@ -16,10 +16,22 @@
 //! - [`harness`]: the process launcher, the lines processes exchange, the
 //!   memory set-up and transport enum every tool shares.
 //! - [`chaos`]: crash-point exploration and `chaos run` experiments.
+//! - [`cluster`]: the way into a running cluster: [`Cluster::connect`],
+//!   named indexes, and the placement a memory node follows.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), kintsugi::ClusterError> {
+//! let cluster = kintsugi::Cluster::connect(&["127.0.0.1:7400"], "token").await?;
+//! let mut orders = cluster.btree("orders").await?;
+//! orders.put(1, 100).await?;
+//! # Ok(()) }
+//! ```
 
 #![forbid(unsafe_code)]
 
 pub use chaos;
+pub use cluster;
+pub use cluster::{Cluster, ClusterError, ClusterOptions};
 pub use control_plane;
 pub use fabric;
 pub use harness;

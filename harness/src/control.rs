@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use control_plane::api::{ClientError, ControlClient, Status};
-use control_plane::config::{SECRET_ENV, TOKEN_ENV};
+use control_plane::config::{Timing, SECRET_ENV, TOKEN_ENV};
 use control_plane::raft::MemberId;
 use rand::distributions::{Alphanumeric, DistString};
 
@@ -119,7 +119,12 @@ pub struct ControlPlane {
     /// The bearer token every member accepts (fresh: nothing outside the
     /// run can talk to its members).
     pub token: String,
+    /// A token of role `client` (registering, renewing, opening indexes
+    /// only), when started with [`ControlPlane::start_configured`].
+    pub client_token: Option<String>,
     secret: String,
+    /// The members' settings file, when started configured.
+    config: Option<PathBuf>,
     exe: PathBuf,
     logs: MemberLogs,
     dir: PathBuf,
@@ -134,6 +139,30 @@ impl ControlPlane {
     /// formed cluster refuses to form a new one). They are not a cluster
     /// yet: [`ControlPlane::form`].
     pub fn start(exe: &Path, n: usize, dir: Option<&Path>, logs: MemberLogs) -> Result<Self, ControlError> {
+        Self::start_inner(exe, n, dir, logs, None)
+    }
+
+    /// [`ControlPlane::start`] with `timing`, and a second, client-role
+    /// token ([`ControlPlane::client_token`]): the members read both
+    /// tokens, the secret and the timing from `DIR/control.toml` (mode
+    /// 0600).
+    pub fn start_configured(
+        exe: &Path,
+        n: usize,
+        dir: &Path,
+        logs: MemberLogs,
+        timing: &Timing,
+    ) -> Result<Self, ControlError> {
+        Self::start_inner(exe, n, Some(dir), logs, Some(timing))
+    }
+
+    fn start_inner(
+        exe: &Path,
+        n: usize,
+        dir: Option<&Path>,
+        logs: MemberLogs,
+        timing: Option<&Timing>,
+    ) -> Result<Self, ControlError> {
         let (dir, temp) = match dir {
             Some(d) => (d.to_owned(), None),
             None => {
@@ -152,12 +181,18 @@ impl ControlPlane {
         let mut plane = ControlPlane {
             members: Vec::with_capacity(n),
             token: Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS),
+            client_token: None,
             secret: Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS),
+            config: None,
             exe: exe.to_owned(),
             logs,
             dir,
             _temp: temp,
         };
+        if let Some(timing) = timing {
+            plane.client_token = Some(Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS));
+            plane.config = Some(plane.write_config(timing)?);
+        }
         for i in 0..n {
             let id = i as MemberId + 1;
             let data_dir = plane.dir.join(format!("control-plane-{id}"));
@@ -172,6 +207,33 @@ impl ControlPlane {
             plane.members.push(member);
         }
         Ok(plane)
+    }
+
+    /// Writes the members' settings: secret, the admin and client
+    /// tokens, `timing`. Readable by the owner only: it holds the secret.
+    fn write_config(&self, timing: &Timing) -> Result<PathBuf, ControlError> {
+        let path = self.dir.join("control.toml");
+        let io = |what, source| ControlError::Io {
+            what,
+            path: path.clone(),
+            source,
+        };
+        let timing = toml::to_string(timing)
+            .map_err(|e| io("cannot encode the timing for", std::io::Error::other(e)))?;
+        let text = format!(
+            "cluster_secret = \"{}\"\n\n[[tokens]]\nname = \"operator\"\ntoken = \"{}\"\nrole = \"admin\"\n\n\
+             [[tokens]]\nname = \"client\"\ntoken = \"{}\"\nrole = \"client\"\n\n[timing]\n{timing}",
+            self.secret,
+            self.token,
+            self.client_token.as_deref().unwrap_or_default()
+        );
+        std::fs::create_dir_all(&self.dir).map_err(|e| io("cannot create the directory of", e))?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(&path).map_err(|e| io("cannot create", e))?;
+        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| io("cannot write", e))?;
+        Ok(path)
     }
 
     /// Where the members keep their data.
@@ -209,9 +271,12 @@ impl ControlPlane {
                 listen,
                 "--data-dir",
             ])
-            .arg(&data_dir)
-            .env(SECRET_ENV, &self.secret)
-            .env(TOKEN_ENV, &self.token)
+            .arg(&data_dir);
+        let launch = match &self.config {
+            Some(config) => launch.arg("--config").arg(config),
+            None => launch.env(SECRET_ENV, &self.secret).env(TOKEN_ENV, &self.token),
+        };
+        let launch = launch
             // Members narrate elections at info, and openraft warns of every
             // append to a member killed on purpose.
             .quiet()

@@ -12,6 +12,7 @@
 //!   killed, restarted, their leader found.
 //! - [`memory`]: the one memory set-up: fresh `local`, `shm` or `tcp` nodes
 //!   in this process, or an existing image or server.
+//! - [`local`]: a local multi-process cluster (`kintsugi cluster up`).
 //! - [`transport`]: the one transport enum of every flag and file.
 //! - [`layout`]: the region, loader owner id and chunk size every tool
 //!   formats memory with.
@@ -23,6 +24,7 @@ pub mod control;
 pub mod launch;
 pub mod layout;
 pub mod line;
+pub mod local;
 pub mod memory;
 pub mod transport;
 

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
+use cluster::{placement, Members};
 use control_plane::api::{keep_registered, ControlClient};
-use fabric::{MemoryNode, NodeId, RegionSpec};
+use fabric::{Backing, MemoryNode, NodeId, RegionSpec};
 
-use super::units::parse_region;
+use super::units::{parse_bytes, parse_region};
 
 /// Arguments of `kintsugi memnode`.
 #[derive(clap::Args, Debug)]
@@ -17,7 +18,15 @@ use super::units::parse_region;
 Once serving, prints one line to stdout: `listening ADDR` (the bound address, useful with port 0).
 Stops cleanly on Ctrl-C or SIGTERM: closes connections, syncs a --persist image, removes a --shm image.
 
+Two ways to get regions:
+  --region ID:SIZE     the node holds these from the start (embedded use, benchmarks);
+  --control A,B,C      with no --region: the node registers, and allocates what the control plane
+                       places on it (`ctl region create`, or an index a client opens), up to
+                       --capacity; it follows the map and fences verbs of older epochs.
+
 Examples:
+  kintsugi memnode --listen 127.0.0.1:7100 --control 127.0.0.1:7401,127.0.0.1:7402 --capacity 4GiB
+  kintsugi memnode --listen 127.0.0.1:7100 --control 127.0.0.1:7401 --shm /dev/shm/kintsugi-mn1
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:64MiB --region 2:64MiB --shm /dev/shm/kintsugi-mn1
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:256MiB --persist /var/lib/kintsugi/mn1.img
@@ -26,9 +35,14 @@ pub struct MemnodeArgs {
     /// Address to serve verbs on (tcp), e.g. 127.0.0.1:7100; port 0 picks a free one.
     #[arg(long, value_name = "ADDR")]
     listen: String,
-    /// A region to hold, as ID:SIZE (sizes like 4096, 64MiB, 1GiB). Repeat for more.
-    #[arg(long = "region", value_name = "ID:SIZE", value_parser = parse_region, required = true)]
+    /// A region to hold, as ID:SIZE (sizes like 4096, 64MiB, 1GiB). Repeat for more. Without
+    /// any, the node takes its regions from the control plane (--control).
+    #[arg(long = "region", value_name = "ID:SIZE", value_parser = parse_region, required_unless_present = "control")]
     regions: Vec<RegionSpec>,
+    /// Bytes offered to the regions the control plane places here (no --region); reserved as
+    /// address space, memory is used only as regions are written.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, default_value = "1GiB", conflicts_with = "regions")]
+    capacity: u64,
     /// Also publish the regions as a memory image at PATH (e.g. under /dev/shm) that
     /// `shm` clients on this host map directly. Removed when the node stops.
     #[arg(long, value_name = "PATH", conflicts_with = "persist")]
@@ -38,7 +52,8 @@ pub struct MemnodeArgs {
     /// requires the same --region flags. shm clients may map FILE too.
     #[arg(long, value_name = "FILE")]
     persist: Option<PathBuf>,
-    /// This node's id in the cluster map.
+    /// This node's id in the cluster map, with --region (a placed node gets its id from the
+    /// control plane).
     #[arg(long, default_value_t = 1)]
     id: NodeId,
     /// Start at this map epoch at least (clients with an older map are refused).
@@ -52,12 +67,17 @@ pub struct MemnodeArgs {
     /// Bearer token for --control.
     #[arg(long, env = super::control::TOKEN_ENV, hide_env_values = true)]
     control_token: Option<String>,
-    /// The endpoint to register: where clients reach this node (default: the bound address).
+    /// The endpoint to register: where clients reach this node (default: the --shm image's
+    /// path for a placed node with --shm, so that clients on this host map it; else the
+    /// bound address).
     #[arg(long, value_name = "HOST:PORT", requires = "control")]
     advertise: Option<String>,
 }
 
 pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
+    if args.regions.is_empty() {
+        return run_placed(args);
+    }
     fabric::validate_regions(&args.regions)?;
     let node = if let Some(path) = &args.persist {
         let (node, reopened) = MemoryNode::open_persistent(path, args.id, &args.regions)?;
@@ -124,9 +144,67 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// A node whose regions the control plane places: register, make the
+/// image under the id the control plane gave, serve, follow the map.
+fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
+    let token = args
+        .control_token
+        .clone()
+        .context("a node placed by the control plane needs --control-token (or KINTSUGI_TOKEN)")?;
+    let backing = match (&args.persist, &args.shm) {
+        (Some(p), _) => Backing::Persist(p.clone()),
+        (None, Some(p)) => Backing::Shm(p.clone()),
+        (None, None) => Backing::Anonymous,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let node = runtime.block_on(async {
+        let shutdown = shutdown_signal()?;
+        let (listener, addr) = fabric::server::bind(&args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let endpoint = match (&args.advertise, &args.shm) {
+            (Some(a), _) => a.clone(),
+            (None, Some(p)) => p.display().to_string(),
+            (None, None) => addr.to_string(),
+        };
+        let members = Members::new(&args.control, &token)?;
+        let id = tokio::select! {
+            id = placement::register(&members, &endpoint, args.capacity) => id?,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted before registering"),
+        };
+        let (node, reopened) = MemoryNode::placed(id, args.capacity, &backing)?;
+        let node = Arc::new(node);
+        tracing::info!(
+            node = id,
+            %addr,
+            %endpoint,
+            capacity = args.capacity,
+            reopened,
+            regions = node.descriptor().regions.len(),
+            "memory node serving; regions are placed by the control plane"
+        );
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{}", harness::ServerLine::Listening(addr.to_string()))?;
+        stdout.flush()?;
+        drop(stdout);
+        let follower = tokio::spawn(placement::follow(members, id, node.clone()));
+        fabric::server::serve(listener, node.clone(), shutdown).await?;
+        follower.abort();
+        anyhow::Ok(node)
+    })?;
+    if args.persist.is_some() {
+        node.sync().context("cannot sync the persistent image")?;
+    }
+    tracing::info!(node = node.id(), "memory node stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is
 /// called, not when the future is first polled.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+pub(super) fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;

@@ -4,6 +4,7 @@
 mod bench;
 mod chaos;
 mod chaos_run;
+mod cluster;
 mod control;
 mod ctl;
 mod demo;
@@ -31,6 +32,11 @@ enum Command {
     /// The main job: a memory node, a B+tree and a RACE table under YCSB A from three client
     /// processes, one killed mid-operation and repaired around; a report and timeline PNGs.
     Demo(demo::DemoArgs),
+    /// A local cluster: control-plane members and placed memory nodes, started and stopped together.
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
     /// Run a memory node: regions served over tcp (and shm, and persisted).
     Memnode(memnode::MemnodeArgs),
     /// Run a control-plane member: Raft-replicated memory nodes, regions, replica roles and leases.
@@ -98,6 +104,7 @@ pub fn init_tracing(verbose: u8) {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args),
+        Command::Cluster { command } => cluster::run(command),
         Command::Memnode(args) => memnode::run(args),
         Command::Control(args) => control::run(args),
         Command::Ctl(args) => ctl::run(args),

@@ -311,7 +311,22 @@ pub async fn forget_dead(
     for c in clients {
         if dead.contains(&c.name) && matches!(c.state, ClientState::Expired { .. }) {
             let forget = Command::ForgetClient { id: c.id };
-            call(&format!("cannot forget {}", c.name), api.command(&forget)).await?;
+            // Owner ids stay quarantined for a lease after the expiry: a
+            // refusal for that is waited out, within EXPIRY_SLACK.
+            let deadline = Instant::now() + EXPIRY_SLACK + Duration::from_millis(c.lease_ms);
+            loop {
+                match harness::control::call(&format!("cannot forget {}", c.name), api.command(&forget)).await
+                {
+                    Ok(_) => break,
+                    Err(harness::control::ControlError::Api {
+                        source: ClientError::Refused { message, .. },
+                        ..
+                    }) if message.contains("quarantined") && Instant::now() < deadline => {
+                        tokio::time::sleep(POLL).await;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             forgotten.push(c.id);
         }
     }

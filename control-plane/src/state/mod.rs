@@ -321,6 +321,8 @@ impl ControlState {
                 available: nodes.len(),
             });
         }
+        // Region 0 names no region (a zero `GlobalAddr` is a null pointer).
+        self.next_region = self.next_region.max(1);
         let id = RegionId::try_from(self.next_region)
             .map_err(|_| CommandError::Full(format!("region ids are {} at most", RegionId::MAX)))?;
         self.next_region += 1;

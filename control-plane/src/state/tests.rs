@@ -191,7 +191,7 @@ fn a_node_holding_replicas_cannot_be_removed() {
     let err = s
         .apply(&req(4, Command::RemoveMemNode { id: holder }))
         .unwrap_err();
-    assert!(err.to_string().contains("holds replicas of regions 0"), "{err}");
+    assert!(err.to_string().contains("holds replicas of regions 1"), "{err}");
     let other = 1 - holder;
     assert_eq!(
         s.apply(&req(5, Command::RemoveMemNode { id: other })),

@@ -3,7 +3,7 @@
 //! member will do as the endpoint.
 
 mod args;
-mod tables;
+pub(super) mod tables;
 mod text;
 
 use std::future::Future;

@@ -1,0 +1,207 @@
+//! `kintsugi cluster up|down|status`: a local multi-process cluster.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use harness::local::{self, ClusterFile, LocalCluster, LocalClusterSpec, READY_LINE};
+
+use super::ctl::tables;
+
+/// The directory of a cluster when neither --dir nor the config names one.
+const DIR_DEFAULT: &str = "kintsugi-cluster";
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start a local cluster: control-plane members and memory nodes placed by them, as
+    /// processes of this one (all stopped with it, on Ctrl-C, SIGTERM or `cluster down`).
+    #[command(after_help = "\
+Default: 3 control members, 3 memory nodes of 4GiB on shm, replication 3, data under
+./kintsugi-cluster; deploy/local-cluster.toml is the commented config with every key.
+
+Once up, DIR/cluster.json names the endpoints and tokens (operator and client).
+
+Examples:
+  kintsugi cluster up --detach
+  kintsugi cluster up --config deploy/local-cluster.toml
+  cargo run --release --example orders -- --dir kintsugi-cluster
+  kintsugi cluster down")]
+    Up(UpArgs),
+    /// Stop the local cluster in DIR (its supervisor and every process it started).
+    Down {
+        /// The cluster's directory.
+        #[arg(long, default_value = DIR_DEFAULT)]
+        dir: PathBuf,
+    },
+    /// Show the local cluster in DIR: its processes and the control plane's status.
+    Status {
+        /// The cluster's directory.
+        #[arg(long, default_value = DIR_DEFAULT)]
+        dir: PathBuf,
+        /// Print the control plane's status as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// The cluster's TOML (see deploy/local-cluster.toml); default: the defaults above.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// The cluster's directory (overrides the config's `dir`).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Return once the cluster is up, leaving it running in the background (its supervisor
+    /// logs to DIR/cluster.log); stop it with `kintsugi cluster down`.
+    #[arg(long)]
+    detach: bool,
+    /// Internal: run as the supervisor of a detached `up`.
+    #[arg(long, hide = true, conflicts_with = "detach")]
+    supervised: bool,
+}
+
+pub fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ClusterCommand::Up(args) => up(args),
+        ClusterCommand::Down { dir } => {
+            let file = local::down(&dir)?;
+            println!(
+                "cluster in {} is down (supervisor pid {} stopped)",
+                dir.display(),
+                file.pid
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCommand::Status { dir, json } => status(&dir, json),
+    }
+}
+
+fn spec(args: &UpArgs) -> anyhow::Result<LocalClusterSpec> {
+    let mut spec = match &args.config {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            LocalClusterSpec::parse(&text, &path.display().to_string())?
+        }
+        None => LocalClusterSpec::default(),
+    };
+    if let Some(dir) = &args.dir {
+        spec.dir = dir.clone();
+    }
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
+    let spec = spec(&args)?;
+    let exe = std::env::current_exe().context("cannot find the kintsugi binary")?;
+    if args.detach {
+        let mut forwarded: Vec<OsString> = Vec::new();
+        if let Some(c) = &args.config {
+            forwarded.extend([OsString::from("--config"), c.clone().into_os_string()]);
+        }
+        forwarded.extend([OsString::from("--dir"), spec.dir.clone().into_os_string()]);
+        eprintln!(
+            "starting the cluster in {} in the background ...",
+            spec.dir.display()
+        );
+        let file = local::detach(&exe, &forwarded, &spec.dir)?;
+        print_summary(&spec, &file, true);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = super::memnode::shutdown_signal()?;
+        let cluster = LocalCluster::up(&exe, &spec, |step| tracing::info!("{step}")).await?;
+        if args.supervised {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{READY_LINE}")?;
+            out.flush()?;
+        } else {
+            print_summary(&spec, &cluster.file, false);
+        }
+        shutdown.await;
+        tracing::info!("stopping the cluster");
+        drop(cluster);
+        anyhow::Ok(())
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(spec: &LocalClusterSpec, file: &ClusterFile, detached: bool) {
+    let dir = spec.dir.display();
+    println!("cluster up in {dir} (supervisor pid {})", file.pid);
+    println!("  control plane: {}", file.control.join(","));
+    println!(
+        "  memory nodes:  {} ({:?})",
+        file.memnodes.join(","),
+        file.transport
+    );
+    println!("  endpoints and tokens: {dir}/{}", local::STATE_FILE);
+    println!("try:");
+    println!(
+        "  KINTSUGI_ENDPOINT={} KINTSUGI_TOKEN=$(jq -r .token {dir}/cluster.json) kintsugi ctl status",
+        file.control[0]
+    );
+    println!("  cargo run --release --example orders -- --dir {dir}");
+    if detached {
+        println!("stop it: kintsugi cluster down --dir {dir}");
+    } else {
+        println!("stop it: Ctrl-C here, or kintsugi cluster down --dir {dir}");
+    }
+}
+
+fn status(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
+    let file = ClusterFile::read(dir)?;
+    let alive = file.supervisor_alive();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let mut last = None;
+    let mut status = None;
+    for m in &file.control {
+        let c = control_plane::api::ControlClient::new(m, Some(file.token.clone()))?;
+        match runtime
+            .block_on(async { tokio::time::timeout(std::time::Duration::from_secs(5), c.status()).await })
+        {
+            Ok(Ok(s)) => {
+                status = Some(s);
+                break;
+            }
+            Ok(Err(e)) => last = Some(format!("{m}: {e}")),
+            Err(_) => last = Some(format!("{m}: no answer within 5s")),
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string(&status)?);
+        return Ok(if status.is_some() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    println!(
+        "cluster in {} (supervisor pid {}: {})",
+        dir.display(),
+        file.pid,
+        if alive { "running" } else { "gone" }
+    );
+    match status {
+        Some(s) => {
+            println!("{}", tables::status(&s));
+            Ok(ExitCode::SUCCESS)
+        }
+        None => {
+            println!("no control-plane member answered ({})", last.unwrap_or_default());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
