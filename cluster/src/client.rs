@@ -39,6 +39,9 @@ pub struct ClusterOptions {
     pub hash_keys: u64,
     /// rTX settings of every handle.
     pub tx: TxConfig,
+    /// Faults to inject into every verb of the process (chaos tests:
+    /// [`Cluster::faults`] arms them). `None` in production.
+    pub faults: Option<fabric::FaultPlan>,
 }
 
 impl Default for ClusterOptions {
@@ -52,6 +55,7 @@ impl Default for ClusterOptions {
             variant: IndexVariant::Rtx,
             hash_keys: 1 << 20,
             tx: TxConfig::default(),
+            faults: None,
         }
     }
 }
@@ -64,6 +68,7 @@ pub struct Cluster {
     pub(crate) transport: AnyTransport,
     pub(crate) owners: Arc<OwnerPool>,
     pub(crate) options: ClusterOptions,
+    faults: Option<Arc<fabric::Faulty<fabric::BaseTransport>>>,
     session: Mutex<Session>,
     closed: bool,
 }
@@ -120,12 +125,18 @@ impl Cluster {
             let map = members
                 .call("fetching the map", |c| async move { c.map(None, None).await })
                 .await?;
-            let transport = reach(&map).await?;
+            let mut transport = reach(&map).await?;
+            let mut faults = None;
+            if let Some(plan) = options.faults.clone() {
+                let (t, f) = transport.with_faults(plan);
+                transport = t;
+                faults = Some(f);
+            }
             let mandate = Mandate::new(map, sent + Duration::from_millis(me.lease_ms));
             let session = Session::start(endpoints.clone(), token.to_owned(), me.id, mandate.clone())?;
-            Ok::<_, ClusterError>((transport, mandate, session))
+            Ok::<_, ClusterError>((transport, faults, mandate, session))
         };
-        let (transport, mandate, session) = match joined.await {
+        let (transport, faults, mandate, session) = match joined.await {
             Ok(j) => j,
             Err(e) => {
                 // Nothing issued under the ids yet: give them back at once.
@@ -147,6 +158,7 @@ impl Cluster {
             mandate,
             transport,
             options,
+            faults,
             session: Mutex::new(session),
             closed: false,
         })
@@ -182,6 +194,12 @@ impl Cluster {
         fabric::Client::under(self.mandate.clone(), self.transport.clone())
     }
 
+    /// The fault injector of every verb, when connected with
+    /// [`ClusterOptions::faults`].
+    pub fn faults(&self) -> Option<&Arc<fabric::Faulty<fabric::BaseTransport>>> {
+        self.faults.as_ref()
+    }
+
     /// Why the lease was lost, if it was.
     pub fn lease_lost(&self) -> Option<String> {
         self.session.lock().unwrap_or_else(|p| p.into_inner()).lost()
@@ -206,7 +224,7 @@ impl Cluster {
             )));
         }
         let ids: Vec<u16> = (self.me.owners.first..self.me.owners.end()).collect();
-        self.finish_logs(&ids).await?;
+        self.finish_logs(&ids, false).await?;
         let leave = Command::DeregisterClient { id: self.me.id };
         self.members
             .call("leaving the cluster", |c| {
@@ -243,7 +261,7 @@ impl Cluster {
                 continue; // quarantined: something it sent may still land
             }
             let ids: Vec<u16> = (c.owners.first..c.owners.end()).collect();
-            if !self.finish_logs(&ids).await? {
+            if !self.finish_logs(&ids, true).await? {
                 continue;
             }
             let forget = Command::ForgetClient { id: c.id };
@@ -265,8 +283,12 @@ impl Cluster {
     }
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx
-    /// index. `false` if one is still committing under a live lease.
-    async fn finish_logs(&self, ids: &[u16]) -> Result<bool, ClusterError> {
+    /// index. `false` if one is still committing under a live lease. With
+    /// `sweep`, then meets every lock of each index and repairs the
+    /// expired ones: a dead client's log-less locks (a pre-lock, a steal)
+    /// carry its owner id, and must be gone before that id is another's,
+    /// or their next holder would take them for its own.
+    async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
         let indexes = self
             .members
             .call("listing indexes", |c| async move { c.indexes().await })
@@ -285,6 +307,24 @@ impl Cluster {
                 if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
                     return Ok(false);
                 }
+            }
+            if sweep {
+                let fabric = self.fabric();
+                let repaired = match x.kind {
+                    IndexKind::Btree => {
+                        index::btree::BTree::open_with(fabric, heap, owner.id(), self.options.tx.clone())
+                            .await?
+                            .repair_expired_locks()
+                            .await?
+                    }
+                    IndexKind::Hash => {
+                        index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone())
+                            .await?
+                            .repair_expired_locks()
+                            .await?
+                    }
+                };
+                tracing::info!(index = %x.name, repaired, "expired locks swept");
             }
         }
         Ok(true)

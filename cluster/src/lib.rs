@@ -27,6 +27,7 @@ mod catalog;
 mod client;
 mod error;
 mod handle;
+pub mod load;
 pub mod members;
 mod owners;
 pub mod placement;

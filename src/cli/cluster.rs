@@ -36,6 +36,19 @@ Examples:
         #[arg(long, default_value = DIR_DEFAULT)]
         dir: PathBuf,
     },
+    /// Run a checkable YCSB-A load on a named index of a running cluster, as a client process
+    /// through the client library: tasks with disjoint keys, half reads, half writes.
+    #[command(after_help = "\
+Prints `running` once the first operation completed, progress on stderr, and at the end one line:
+`done OPS WRITES RETRIES`. Exits 1 if an operation failed (after the library's retries).
+
+With --die-after D, the process SIGKILLs itself right after its first lock-taking CAS past D:
+it dies mid-operation holding a lock, for a survivor to repair.
+
+Examples:
+  kintsugi cluster ycsb --index orders --duration 10s
+  kintsugi cluster ycsb --index sessions --kind hash --tasks 8 --die-after 2s")]
+    Ycsb(YcsbArgs),
     /// Show the local cluster in DIR: its processes and the control plane's status.
     Status {
         /// The cluster's directory.
@@ -64,8 +77,46 @@ pub struct UpArgs {
     supervised: bool,
 }
 
+#[derive(Args, Debug)]
+pub struct YcsbArgs {
+    /// The cluster's directory (endpoints and client token from its cluster.json).
+    #[arg(long, default_value = DIR_DEFAULT)]
+    dir: PathBuf,
+    /// The index to open (created if new).
+    #[arg(long)]
+    index: String,
+    /// The kind of index.
+    #[arg(long, value_enum, default_value = "btree")]
+    kind: Kind,
+    /// Concurrent tasks, each with its own keys and owner id.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    tasks: u16,
+    /// Keys each task owns.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1 << 32))]
+    keys: u64,
+    /// How long to run.
+    #[arg(long, default_value = "10s", value_parser = super::units::parse_duration)]
+    duration: std::time::Duration,
+    /// Seeds the key choice.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Die (SIGKILL, by this process itself) right after the first lock-taking CAS past this.
+    #[arg(long, value_parser = super::units::parse_duration)]
+    die_after: Option<std::time::Duration>,
+    /// Name the client registers under.
+    #[arg(long, default_value = "ycsb")]
+    name: String,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Kind {
+    Btree,
+    Hash,
+}
+
 pub fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
     match command {
+        ClusterCommand::Ycsb(args) => ycsb(args),
         ClusterCommand::Up(args) => up(args),
         ClusterCommand::Down { dir } => {
             let file = local::down(&dir)?;
@@ -204,4 +255,81 @@ fn status(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let file = ClusterFile::read(&args.dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let options = cluster::ClusterOptions {
+            name: args.name.clone(),
+            owner_ids: args.tasks,
+            replicas: file.replicas,
+            faults: args.die_after.map(|_| fabric::FaultPlan::default()),
+            ..cluster::ClusterOptions::default()
+        };
+        let c = cluster::Cluster::connect_with(&file.control, &file.client_token, options).await?;
+        eprintln!(
+            "client {} (owner ids {:?}) on index {:?}",
+            c.id(),
+            c.owner_ids(),
+            args.index
+        );
+        let spec = cluster::load::LoadSpec {
+            index: args.index.clone(),
+            kind: match args.kind {
+                Kind::Btree => cluster::IndexKind::Btree,
+                Kind::Hash => cluster::IndexKind::Hash,
+            },
+            tasks: usize::from(args.tasks),
+            keys_per_task: args.keys,
+            duration: args.duration,
+            seed: args.seed,
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(AtomicU64::new(0));
+        let ticker = {
+            let (ops, faults) = (ops.clone(), c.faults().cloned());
+            let (die_after, started) = (args.die_after, std::time::Instant::now());
+            tokio::spawn(async move {
+                let mut said = false;
+                let mut armed = false;
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    let n = ops.load(Ordering::Relaxed);
+                    if n > 0 && !said {
+                        said = true;
+                        println!("running");
+                    }
+                    if let (Some(d), Some(f), false) = (die_after, &faults, armed) {
+                        if said && started.elapsed() >= d {
+                            armed = true;
+                            f.arm_after_next_cas(|| {
+                                let _ = nix::sys::signal::kill(
+                                    nix::unistd::Pid::this(),
+                                    nix::sys::signal::Signal::SIGKILL,
+                                );
+                            });
+                        }
+                    }
+                }
+            })
+        };
+        let report = cluster::load::run(&c, &spec, stop, ops).await?;
+        ticker.abort();
+        println!("done {} {} {}", report.ops, report.writes, report.retries);
+        for e in &report.errors {
+            eprintln!("error: {e}");
+        }
+        if !report.errors.is_empty() {
+            return Ok(ExitCode::FAILURE);
+        }
+        c.close().await?;
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
 }

@@ -1,0 +1,317 @@
+//! A local cluster of real processes (`kintsugi cluster up`): memory nodes
+//! placed by the control plane, clients through the client library.
+
+mod support;
+
+#[path = "../examples/orders.rs"]
+#[allow(dead_code)]
+mod orders;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use control_plane::api::ControlClient;
+use control_plane::state::{ClientState, OwnerBlock};
+use harness::local::{ClusterFile, LocalCluster, LocalClusterSpec};
+use kintsugi::cluster::{Cluster, ClusterOptions};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kintsugi"))
+}
+
+/// A small cluster in `dir`: 3 members, `nodes` shm memory nodes of 256 MiB,
+/// replication `replicas`, client leases of `lease`.
+fn spec(dir: &Path, nodes: usize, replicas: u8, lease: &str) -> LocalClusterSpec {
+    let text = format!(
+        "dir = {dir:?}\n[memory]\nnodes = {nodes}\ncapacity = \"256MiB\"\n[indexes]\nreplicas = {replicas}\n\
+         [timing]\nclient_lease = \"{lease}\"\n"
+    );
+    LocalClusterSpec::parse(&text, "test").unwrap()
+}
+
+fn options(name: &str, file: &ClusterFile) -> ClusterOptions {
+    ClusterOptions {
+        name: name.into(),
+        replicas: file.replicas,
+        index_bytes: 32 << 20,
+        ..ClusterOptions::default()
+    }
+}
+
+/// Polls `f` until it is `Some`, for at most `within`.
+async fn eventually<T>(what: &str, within: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn overlaps(a: OwnerBlock, b: OwnerBlock) -> bool {
+    a.first < b.end() && b.first < a.end()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_up_then_a_service_then_down_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cluster.toml");
+    let data = dir.path().join("data");
+    std::fs::write(&config, "[memory]\ncapacity = \"256MiB\"\n").unwrap();
+    let up = Command::new(exe())
+        .args(["cluster", "up", "--detach", "--config"])
+        .arg(&config)
+        .arg("--dir")
+        .arg(&data)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    let summary = String::from_utf8_lossy(&up.stdout);
+    assert!(summary.contains("cluster up in"), "{summary}");
+    let file = ClusterFile::read(&data).unwrap();
+    assert_eq!(
+        (file.control.len(), file.memnodes.len(), file.replicas),
+        (3, 3, 3)
+    );
+
+    // A second `up` in the same directory is refused while the first runs.
+    let again = Command::new(exe())
+        .args(["cluster", "up", "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already"),
+        "{again:?}"
+    );
+
+    // A service connected: the control plane shows its region, replicas and lease.
+    let service = Cluster::connect_with(&file.control, &file.client_token, options("service", &file))
+        .await
+        .unwrap();
+    let mut orders = service.btree("orders").await.unwrap();
+    orders.put(7, 700).await.unwrap();
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let status = ops.status().await.unwrap();
+    let region = &status.regions[0];
+    assert_eq!(region.replicas.len(), 3);
+    assert!(region.ready());
+    let me = status
+        .clients
+        .iter()
+        .find(|c| c.id == service.id())
+        .expect("the service is listed");
+    assert_eq!((me.name.as_str(), me.state), ("service", ClientState::Live));
+    let text = Command::new(exe())
+        .args(["cluster", "status", "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    for want in ["3 active", "orders", "everywhere", "service", "live"] {
+        assert!(text.contains(want), "status lacks {want:?}:\n{text}");
+    }
+
+    // The example program, on the same index: it finds what the service wrote.
+    orders::run(&file.control, &file.client_token, file.replicas)
+        .await
+        .unwrap();
+    assert_eq!(orders.get(7).await.unwrap(), Some(700));
+    drop(orders);
+    service.close().await.unwrap();
+    let after = ops.clients().await.unwrap();
+    assert!(after.is_empty(), "closed clients give their ids back: {after:?}");
+
+    // A client token may not place memory.
+    let client_api = ControlClient::new(&file.control[0], Some(file.client_token.clone())).unwrap();
+    let refused = client_api
+        .command(&control_plane::state::Command::CreateRegion {
+            size_bytes: 4096,
+            replicas: 1,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status().map(|s| s.as_u16()), Some(403), "{refused}");
+
+    let down = Command::new(exe())
+        .args(["cluster", "down", "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    assert!(!file.supervisor_alive());
+    for image in &file.memnodes {
+        assert!(!Path::new(image).exists(), "{image} removed with its node");
+    }
+    let twice = Command::new(exe())
+        .args(["cluster", "down", "--dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!twice.status.success(), "down of nothing is an error");
+}
+
+/// Starts `kintsugi cluster ycsb` on `dir` and waits until it runs.
+fn ycsb(dir: &Path, extra: &[&str]) -> std::process::Child {
+    let mut child = Command::new(exe())
+        .args(["cluster", "ycsb", "--dir"])
+        .arg(dir)
+        .args([
+            "--index",
+            "orders",
+            "--tasks",
+            "2",
+            "--keys",
+            "50",
+            "--duration",
+            "60s",
+        ])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "running", "the load did not start");
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_logs_are_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 2, 2, "300ms");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let survivor = Cluster::connect_with(&file.control, &file.client_token, options("survivor", &file))
+        .await
+        .unwrap();
+    let mut tree = survivor.btree("orders").await.unwrap();
+
+    // It SIGKILLs itself right after a lock-taking CAS: mid-operation.
+    let mut victim = ycsb(dir.path(), &["--die-after", "100ms", "--name", "victim"]);
+    let status = victim.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let dead = eventually("the victim's expiry", Duration::from_secs(30), async || {
+        let clients = ops.clients().await.ok()?;
+        clients
+            .into_iter()
+            .find(|c| c.name == "victim" && matches!(c.state, ClientState::Expired { .. }))
+    })
+    .await;
+    // Expired, its ids are still its own: a newcomer gets others.
+    let newcomer = Cluster::connect_with(&file.control, &file.client_token, options("newcomer", &file))
+        .await
+        .unwrap();
+    assert!(!overlaps(newcomer.owner_ids(), dead.owners));
+    drop(newcomer);
+
+    // The survivor writes every key the victim owned: it meets the lock the
+    // victim died holding and repairs it.
+    for k in 1..=100 {
+        tree.put(k, 1).await.unwrap();
+    }
+    let repairs = tree.inner().tx_stats().map_or(0, |s| s.repairs);
+    assert!(repairs >= 1, "the victim's lock was repaired ({repairs} repairs)");
+    let report = tree.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    drop(tree);
+
+    // Reaped: its logs finished, then forgotten (after its quarantine).
+    let forgotten = eventually("the victim's reaping", Duration::from_secs(30), async || {
+        let f = survivor.reap_expired().await.unwrap();
+        f.contains(&dead.id).then_some(f)
+    })
+    .await;
+    assert!(forgotten.contains(&dead.id));
+    let heir = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            owner_ids: dead.owners.count,
+            ..options("heir", &file)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        overlaps(heir.owner_ids(), dead.owners),
+        "freed ids are handed out again"
+    );
+    drop(heir);
+    survivor.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_paused_past_its_lease_issues_no_verb_when_it_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 1, 1, "300ms");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let survivor = Cluster::connect_with(&file.control, &file.client_token, options("survivor", &file))
+        .await
+        .unwrap();
+    let sleeper = ycsb(dir.path(), &["--name", "sleeper"]);
+    let pid = nix::unistd::Pid::from_raw(sleeper.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let slow = eventually("the sleeper's expiry", Duration::from_secs(30), async || {
+        let clients = ops.clients().await.ok()?;
+        clients
+            .into_iter()
+            .find(|c| c.name == "sleeper" && matches!(c.state, ClientState::Expired { .. }))
+    })
+    .await;
+    eventually("the sleeper's reaping", Duration::from_secs(30), async || {
+        survivor
+            .reap_expired()
+            .await
+            .unwrap()
+            .contains(&slow.id)
+            .then_some(())
+    })
+    .await;
+    // Its ids are another's now; then it wakes up.
+    let heir = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            owner_ids: slow.owners.count,
+            ..options("heir", &file)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(overlaps(heir.owner_ids(), slow.owners));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    let out = sleeper.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "a client whose ids were reused must stop: {stderr}"
+    );
+    assert!(stderr.contains("lease"), "it says why: {stderr}");
+    // The heir works on the index the sleeper used.
+    let mut tree = heir.btree("orders").await.unwrap();
+    for k in 1..=100 {
+        tree.put(k, 2).await.unwrap();
+    }
+    assert!(tree.inner().check().await.unwrap().is_ok());
+    drop(tree);
+    heir.close().await.unwrap();
+    drop(survivor);
+    drop(local);
+}
