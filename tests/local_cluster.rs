@@ -315,3 +315,84 @@ async fn a_client_paused_past_its_lease_issues_no_verb_when_it_resumes() {
     drop(survivor);
     drop(local);
 }
+
+/// `kintsugi ctl region promote REGION NODE` against the cluster in `file`.
+fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
+    let out = Command::new(exe())
+        .args(["ctl", "--endpoint", &file.control[0], "--token", &file.token])
+        .args(["region", "promote", &region.to_string(), &node.to_string()])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_acknowledged_write() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 3, 3, "1s");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let c = Arc::new(
+        Cluster::connect_with(&file.control, &file.client_token, options("load", &file))
+            .await
+            .unwrap(),
+    );
+    let load = kintsugi::cluster::load::LoadSpec {
+        index: "orders".into(),
+        kind: kintsugi::cluster::IndexKind::Btree,
+        tasks: 4,
+        keys_per_task: 200,
+        duration: Duration::from_secs(120),
+        seed: 7,
+    };
+    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let running = {
+        let (c, load, stop, ops) = (c.clone(), load.clone(), stop.clone(), ops.clone());
+        tokio::spawn(async move { kintsugi::cluster::load::run(&c, &load, stop, ops).await })
+    };
+    let ops_beyond = |n: u64| {
+        let ops = ops.clone();
+        async move {
+            eventually("the load to go on", Duration::from_secs(60), async || {
+                (ops.load(Ordering::Relaxed) >= n).then_some(())
+            })
+            .await
+        }
+    };
+    ops_beyond(2_000).await;
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let x = api.indexes().await.unwrap().into_iter().find(|x| x.name == "orders").unwrap();
+    let replicas: Vec<u16> = api.regions().await.unwrap()[0].replicas.iter().map(|r| r.node).collect();
+
+    // Twice, to each backup in turn, while the load runs.
+    for &to in &replicas[1..] {
+        let said = tokio::task::spawn_blocking({
+            let file = file.clone();
+            move || ctl_promote(&file, x.region, to)
+        })
+        .await
+        .unwrap();
+        assert!(said.contains(&format!("has primary {to}")), "{said}");
+        let region = api.regions().await.unwrap().remove(0);
+        assert_eq!((region.primary(), region.restoring), (to, false));
+        // Every client follows: the load goes on past the promotion.
+        ops_beyond(ops.load(Ordering::Relaxed) + 2_000).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let report = running.await.unwrap().unwrap();
+    assert!(report.errors.is_empty(), "no error reached the application: {:?}", report.errors);
+    assert!(report.retries > 0, "the clients were fenced and retried");
+    let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked).await.unwrap();
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    let mut tree = c.btree("orders").await.unwrap();
+    assert!(tree.inner().check().await.unwrap().is_ok());
+    drop(tree);
+    Arc::try_unwrap(c).unwrap().close().await.unwrap();
+    drop(local);
+}

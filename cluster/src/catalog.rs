@@ -187,7 +187,7 @@ impl Cluster {
 
     /// Waits until the region is allocated on every replica and this
     /// process routes by a map that has it.
-    async fn await_region(&self, x: &IndexRecord, deadline: Instant) -> Result<(), ClusterError> {
+    pub(crate) async fn await_region(&self, x: &IndexRecord, deadline: Instant) -> Result<(), ClusterError> {
         let mut epochs = self.epochs();
         loop {
             let regions = self

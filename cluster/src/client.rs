@@ -300,6 +300,9 @@ impl Cluster {
             .iter()
             .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
         {
+            // Our map may trail the control plane's (a region just
+            // published again after a promotion).
+            self.await_region(x, Instant::now() + crate::OPEN_TIMEOUT).await?;
             let mut fabric = self.fabric();
             let heap = txn::Heap::open(&mut fabric, x.region).await?;
             let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;

@@ -3,7 +3,9 @@
 //!
 //! A batch refused for a stale epoch ran no verb on the node that refused
 //! it; the handle waits until the process routes by a map at least as new
-//! as the node's, then runs the operation again (rTX settles a commit cut
+//! as the node's (a region being restored after a promotion is out of the
+//! map: the handle waits for the map that has it again), then runs the
+//! operation again (rTX settles a commit cut
 //! off this way before its next transaction: `docs/txn.md`). A lost
 //! connection is reconnected by the transport on the next batch. The
 //! application sees neither, only the time they took; after
@@ -65,6 +67,13 @@ impl Retry {
                     }
                 }
                 true
+            }
+            // The region left the map (a promotion being restored): it
+            // comes back at a newer epoch.
+            Some(FabricError::UnknownRegion { .. }) => {
+                let now = self.mandate.epoch();
+                let waited = tokio::time::timeout(MAP_WAIT, self.epochs.wait_for(|&e| e > now)).await;
+                matches!(waited, Ok(Ok(_)))
             }
             Some(FabricError::Disconnected { .. }) => {
                 tokio::time::sleep(RECONNECT_PAUSE).await;

@@ -31,6 +31,7 @@ pub mod load;
 pub mod members;
 mod owners;
 pub mod placement;
+mod promote;
 mod session;
 
 pub use catalog::{CHUNK_BYTES, OPEN_POLL, OPEN_TIMEOUT};
@@ -40,3 +41,4 @@ pub use error::ClusterError;
 pub use handle::{Table, Tree, MAP_WAIT, RETRIES_MAX};
 pub use index::btree::Written;
 pub use members::Members;
+pub use promote::{Promotion, PROMOTE_TIMEOUT};

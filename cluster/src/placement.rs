@@ -157,6 +157,15 @@ async fn apply_placements(
     }
     let now = node.advance_epoch(epoch);
     tracing::info!(epoch = now, "following the map");
+    // Said after the fact: a promoter waits for this before it rebuilds a
+    // promoted region, so that no verb of an older epoch lands meanwhile.
+    let fenced = Command::MemNodeEpoch { id, epoch: now };
+    members
+        .call("reporting the epoch", |c| {
+            let f = fenced.clone();
+            async move { c.command(&f).await }
+        })
+        .await?;
     for region in pending {
         let ready = Command::ReplicaReady { region, node: id };
         members

@@ -464,6 +464,53 @@ impl Heap {
     }
 }
 
+impl Heap {
+    /// Brings every backup's meta chunks to the (just restored) primary's:
+    /// after a planned promotion the demoted primary, now a backup, may be
+    /// behind the new one by writes that reached the backups and not the
+    /// primary (an Opt1 commit cut off between its backup CASes and its
+    /// primary CAS; the backups-first order makes the new primary the one
+    /// ahead), and a backup behind its primary fails the next commit's
+    /// check of every pointer CAS. Data blocks and logs need nothing: blocks
+    /// are written to every replica before any pointer names them, and
+    /// logs are finished afterwards by `finish_owner_log`. Lock words are
+    /// copied too (a backup's are never read). Returns the meta chunks
+    /// copied.
+    ///
+    /// Not for a region in use: like `restore_after_promotion`, it rewrites
+    /// meta chunks whole.
+    pub async fn align_backups(&self, client: &mut Client) -> Result<u64, TxError> {
+        let backups = client
+            .map()
+            .region(self.region)
+            .map_or(0, |r| r.replicas.len().saturating_sub(1));
+        let tags = self.owner_table_of(client).await?;
+        let mut copied = 0;
+        let mut batch = Batch::new();
+        for (i, _) in tags
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
+        {
+            let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
+            batch.clear();
+            let h = batch.read(at, self.chunk_bytes as u32);
+            client.execute(&mut batch).await?;
+            let bytes = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
+            batch.clear();
+            let writes: Vec<_> = (0..backups)
+                .map(|b| batch.on(Replica::Backup(b as u8)).write(at, &bytes))
+                .collect();
+            client.execute(&mut batch).await?;
+            for h in writes {
+                batch.done(h).map_err(TxError::Verb)?;
+            }
+            copied += 1;
+        }
+        Ok(copied)
+    }
+}
+
 fn word_at(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default())
 }

@@ -20,13 +20,45 @@ use fabric::RegionId;
 pub const INDEXES_MAX: usize = 1024;
 
 impl ControlState {
+    pub(super) fn memnode_epoch(&mut self, id: MemNodeId, epoch: fabric::Epoch) -> Response {
+        if epoch > self.epoch {
+            return Err(CommandError::Invalid(format!(
+                "memory node {id} reports epoch {epoch}, beyond the map's {}",
+                self.epoch
+            )));
+        }
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        n.epoch = n.epoch.max(epoch);
+        Ok(Outcome::MemNode(n.clone()))
+    }
+
+    pub(super) fn region_restored(&mut self, region: RegionId) -> Response {
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        if !r.restoring {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is not being restored"
+            )));
+        }
+        r.restoring = false;
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
     pub(super) fn replica_ready(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         if !r.on(node) {
             return Err(CommandError::Conflict(format!(
                 "memory node {node} holds no replica of region {region}"
             )));
         }
+        // Readiness changes the clients' map: a region joins it once every
+        // replica is allocated.
+        r.epoch = epoch;
         // Reported twice (a node that restarted, a retried report): fine.
         r.pending.retain(|&n| n != node);
         Ok(Outcome::Region(r.clone()))

@@ -70,6 +70,19 @@ pub enum Command {
         /// The node.
         node: MemNodeId,
     },
+    /// A memory node reports the epoch it now fences at.
+    MemNodeEpoch {
+        /// The node.
+        id: MemNodeId,
+        /// Its epoch.
+        epoch: fabric::Epoch,
+    },
+    /// The promoter has rebuilt a promoted region's primary-only words:
+    /// it is back in the clients' map.
+    RegionRestored {
+        /// The region.
+        region: RegionId,
+    },
     /// A node placed to hold a replica reports it allocated.
     ReplicaReady {
         /// The region.
@@ -153,6 +166,8 @@ impl Command {
                 | Command::AddBackup { .. }
                 | Command::RemoveBackup { .. }
                 | Command::CreateIndex { .. }
+                | Command::ReplicaReady { .. }
+                | Command::RegionRestored { .. }
         )
     }
 

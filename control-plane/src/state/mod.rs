@@ -153,6 +153,8 @@ impl ControlState {
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
             Command::RemoveBackup { region, node } => self.remove_backup(region, node),
             Command::ReplicaReady { region, node } => self.replica_ready(region, node),
+            Command::MemNodeEpoch { id, epoch } => self.memnode_epoch(id, epoch),
+            Command::RegionRestored { region } => self.region_restored(region),
             Command::CreateIndex {
                 ref name,
                 kind,
@@ -239,6 +241,7 @@ impl ControlState {
             endpoint: endpoint.to_owned(),
             capacity_bytes,
             allocated_bytes: 0,
+            epoch: 0,
             state: MemNodeState::Joining,
         };
         self.memnodes.insert(id, node.clone());
@@ -340,6 +343,7 @@ impl ControlState {
             id,
             size_bytes,
             pending: replicas.iter().map(|r| r.node).collect(),
+            restoring: false,
             replicas,
             epoch: self.next_epoch(),
         };
@@ -366,8 +370,16 @@ impl ControlState {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         let i = backup_position(r, node, "is already its primary")?;
+        if r.restoring {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is being restored after a promotion; wait until it is published"
+            )));
+        }
         r.replicas.swap(0, i);
         r.epoch = epoch;
+        // Out of the map until the new primary's primary-only words are
+        // rebuilt (`region_restored`).
+        r.restoring = true;
         Ok(Outcome::Region(r.clone()))
     }
 
@@ -475,8 +487,19 @@ impl ControlState {
     }
 
     /// The map clients route by: every memory node (a dead one too, while
-    /// replicas still name it) and every region, at the current epoch.
+    /// replicas still name it) and every region that may be used (allocated
+    /// on every replica, not being restored), at the current epoch.
     pub fn map(&self) -> Result<ClusterMap, fabric::MapError> {
+        self.map_of(|r| r.ready() && !r.restoring)
+    }
+
+    /// The map of every region, usable or not: what a promoter routes by
+    /// while it restores a region the clients' map leaves out.
+    pub fn full_map(&self) -> Result<ClusterMap, fabric::MapError> {
+        self.map_of(|_| true)
+    }
+
+    fn map_of(&self, keep: impl Fn(&Region) -> bool) -> Result<ClusterMap, fabric::MapError> {
         let nodes = self
             .memnodes
             .values()
@@ -488,6 +511,7 @@ impl ControlState {
         let regions = self
             .regions
             .values()
+            .filter(|r| keep(r))
             .map(|r| RegionInfo {
                 id: r.id,
                 size: r.size_bytes,

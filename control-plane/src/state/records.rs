@@ -50,6 +50,11 @@ pub struct MemNode {
     pub capacity_bytes: u64,
     /// Bytes its replicas take.
     pub allocated_bytes: u64,
+    /// The newest map epoch it reported fencing at (it refuses verbs of
+    /// older epochs): a promoter waits for every replica's node to reach
+    /// the promotion's epoch before it rebuilds anything.
+    #[serde(default)]
+    pub epoch: fabric::Epoch,
     /// Its state.
     pub state: MemNodeState,
 }
@@ -70,6 +75,11 @@ pub struct Region {
     /// is empty.
     #[serde(default)]
     pub pending: Vec<MemNodeId>,
+    /// Promoted, and its new primary's primary-only words (lock words,
+    /// chunk counter) not yet rebuilt: out of the clients' map until a
+    /// promoter says `region_restored`.
+    #[serde(default)]
+    pub restoring: bool,
 }
 
 impl Region {

@@ -66,8 +66,83 @@ fn regions_are_placed_on_distinct_roomiest_active_nodes() {
         s.audit.back().map(|e| e.outcome.starts_with("cannot place")),
         Some(true)
     );
+    // Not allocated yet: out of the clients' map, in the full one.
     let map = s.map().unwrap();
-    assert_eq!((map.epoch(), map.regions().len(), map.nodes().len()), (1, 1, 3));
+    assert_eq!((map.epoch(), map.regions().len(), map.nodes().len()), (1, 0, 3));
+    assert_eq!(s.full_map().unwrap().regions().len(), 1);
+    for r in &a.replicas {
+        s.apply(&req(
+            6,
+            Command::ReplicaReady {
+                region: a.id,
+                node: r.node,
+            },
+        ))
+        .unwrap();
+    }
+    let map = s.map().unwrap();
+    assert_eq!(
+        (map.epoch(), map.regions().len()),
+        (3, 1),
+        "each report is a routing change"
+    );
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn a_promoted_region_leaves_the_map_until_it_is_restored() {
+    let mut s = cluster(2, 1 << 30);
+    let r = region(&mut s, 4096, 2);
+    for x in &r.replicas {
+        s.apply(&req(
+            4,
+            Command::ReplicaReady {
+                region: r.id,
+                node: x.node,
+            },
+        ))
+        .unwrap();
+    }
+    let backup = r.replicas[1].node;
+    let Ok(Outcome::Region(p)) = s.apply(&req(
+        5,
+        Command::PromoteBackup {
+            region: r.id,
+            node: backup,
+        },
+    )) else {
+        panic!("promote")
+    };
+    assert!(p.restoring && p.primary() == backup);
+    assert!(s.map().unwrap().regions().is_empty());
+    let again = s.apply(&req(
+        6,
+        Command::PromoteBackup {
+            region: r.id,
+            node: r.replicas[0].node,
+        },
+    ));
+    assert!(matches!(again, Err(CommandError::Conflict(_))), "{again:?}");
+    // Nodes report the epoch they fence at; never beyond the map's.
+    let e = s.epoch;
+    s.apply(&req(6, Command::MemNodeEpoch { id: backup, epoch: e }))
+        .unwrap();
+    assert_eq!(s.memnodes[&backup].epoch, e);
+    assert!(s
+        .apply(&req(
+            6,
+            Command::MemNodeEpoch {
+                id: backup,
+                epoch: e + 1
+            }
+        ))
+        .is_err());
+    s.apply(&req(7, Command::RegionRestored { region: r.id }))
+        .unwrap();
+    assert_eq!((s.map().unwrap().regions().len(), s.epoch), (1, e + 1));
+    assert!(s
+        .apply(&req(8, Command::RegionRestored { region: r.id }))
+        .is_err());
     assert_eq!(s.check(), Ok(()));
 }
 

@@ -113,12 +113,23 @@ pub enum RegionCommand {
     },
     /// Show regions and where their replicas live.
     List,
-    /// Make a backup the primary, e.g. when the primary's node is failing.
+    /// Make a backup the primary while clients keep working: roles swap at a new epoch, every
+    /// replica's node fences it, the new primary's lock words and chunk counter are rebuilt and
+    /// every log finished, then the region is published again. Needs the memory nodes reachable
+    /// from here (their shm images, or tcp).
     Promote {
         /// The region.
         region: RegionId,
         /// The memory node holding the backup to promote.
         node: MemNodeId,
+        /// Only finish a promotion of REGION that was left part-way (the region stays out of
+        /// the clients' map until it is finished); NODE is ignored.
+        #[arg(long)]
+        resume: bool,
+        /// Only commit the role change; the region stays out of the clients' map until
+        /// `promote --resume` rebuilds it (for when the memory nodes are not reachable from here).
+        #[arg(long, conflicts_with = "resume")]
+        no_restore: bool,
     },
     /// Add a backup, e.g. to restore 1 + f replicas after a node died.
     AddBackup {

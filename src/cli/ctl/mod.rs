@@ -14,7 +14,7 @@ use std::time::Duration;
 use anyhow::Context;
 use control_plane::api::{ClientError, ControlClient, MemberInfo};
 use control_plane::config::millis;
-use control_plane::state::Command;
+use control_plane::state::{Command, MemNodeId};
 use serde::Serialize;
 
 use self::args::{ClientCommand, CtlCommand, IndexCommand, MembersCommand, MemnodeCommand, RegionCommand};
@@ -72,9 +72,10 @@ pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
         .token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| anyhow::anyhow!("no bearer token: pass --token or set {TOKEN_ENV}"))?;
-    let client = ControlClient::new(&args.endpoint, Some(token))?;
+    let client = ControlClient::new(&args.endpoint, Some(token.clone()))?;
     let api = Api {
         client,
+        token,
         timeout: args.timeout,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -88,6 +89,7 @@ pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
 /// The client with the bound on every call, and errors worded for operators.
 struct Api {
     client: ControlClient,
+    token: String,
     timeout: Duration,
 }
 
@@ -199,11 +201,63 @@ async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result
             size_bytes: size,
             replicas,
         },
-        RegionCommand::Promote { region, node } => Command::PromoteBackup { region, node },
+        RegionCommand::Promote {
+            region,
+            node,
+            no_restore: true,
+            ..
+        } => Command::PromoteBackup { region, node },
+        RegionCommand::Promote { region, node, resume, .. } => return promote(api, region, node, resume, json).await,
         RegionCommand::AddBackup { region, node } => Command::AddBackup { region, node },
         RegionCommand::RemoveBackup { region, node } => Command::RemoveBackup { region, node },
     };
     api.write(command, json).await
+}
+
+/// A planned promotion, run from here as a client of the cluster.
+async fn promote(api: &Api, region: fabric::RegionId, node: MemNodeId, resume: bool, json: bool) -> anyhow::Result<()> {
+    let options = cluster::ClusterOptions {
+        name: format!("ctl-promote-{region}"),
+        owner_ids: 1,
+        ..cluster::ClusterOptions::default()
+    };
+    let endpoints = [api.client.endpoint().to_owned()];
+    let promoter = cluster::Cluster::connect_with(&endpoints, &api.token, options)
+        .await
+        .context("joining the cluster to promote")?;
+    let done = if resume {
+        promoter.finish_promotion(region).await
+    } else {
+        promoter.promote(region, node).await
+    };
+    let closed = promoter.close().await;
+    let p = done?;
+    closed?;
+    if json {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "{}",
+            serde_json::json!({
+                "region": p.region, "primary": p.primary, "epoch": p.epoch,
+                "published_epoch": p.published_epoch, "lock_words": p.lock_words,
+                "fenced_ms": ms(p.fenced), "restored_ms": ms(p.restored), "published_ms": ms(p.published),
+            })
+        );
+    } else {
+        println!(
+            "region {} has primary {} (epoch {}): every replica fenced after {:.1} ms, {} lock words rebuilt \
+             and every log finished after {:.1} ms, published at epoch {} after {:.1} ms",
+            p.region,
+            p.primary,
+            p.epoch,
+            p.fenced.as_secs_f64() * 1e3,
+            p.lock_words,
+            p.restored.as_secs_f64() * 1e3,
+            p.published_epoch,
+            p.published.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
 }
 
 async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result<()> {

@@ -86,6 +86,8 @@ pub fn command(c: &Command) -> String {
         Command::RemoveBackup { region, node } => {
             format!("remove the backup of region {region} on node {node}")
         }
+        Command::MemNodeEpoch { id, epoch } => format!("memory node {id} fences at epoch {epoch}"),
+        Command::RegionRestored { region } => format!("region {region} restored after its promotion"),
         Command::ReplicaReady { region, node } => {
             format!("node {node} has allocated its replica of region {region}")
         }

@@ -1,0 +1,209 @@
+//! A planned promotion (`kintsugi ctl region promote`): a backup becomes
+//! the primary of a region while clients keep working, and nothing
+//! acknowledged is lost.
+//!
+//! Lock words and the exact chunk counter live on the primary only
+//! (`docs/txn.md` §8), so a promoted backup must have them rebuilt before
+//! anyone uses it, and no verb of the old epoch may land meanwhile:
+//!
+//! 1. `promote_backup` commits: roles swap at a new epoch `E`, and the
+//!    region leaves the clients' map (`restoring`).
+//! 2. Wait until every replica's node reports fencing at `E` or later:
+//!    from then on a batch of an older map is refused by each of them.
+//! 3. On the new primary, routed by the full map: rebuild the chunk
+//!    counter and every lock word, unlocked at a version floor above any
+//!    the old primary held (`Heap::restore_after_promotion`); bring every
+//!    backup's metas to the new primary's (`Heap::align_backups`: the
+//!    demoted primary may miss a write cut off before its primary CAS);
+//!    then finish the last log of every owner id (a DOING commit is rolled
+//!    forward, an INIT one aborted: its locks vanished with the rebuild).
+//! 4. `region_restored` commits: the region is back in the map at a newer
+//!    epoch. Clients waiting in their handles' retry loop run their
+//!    operation again (their own cut-off commits were finished in step 3).
+//!
+//! Every step is idempotent: a promoter that dies part-way leaves the
+//! region out of the map, and running the promotion's steps 2–4 again
+//! (`Cluster::finish_promotion`) completes it.
+
+use std::time::{Duration, Instant};
+
+use control_plane::state::{Command, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
+use fabric::{ClusterMap, Epoch, NodeInfo, RegionId, RegionInfo};
+use txn::{Heap, LockWord, RepairOutcome, TxClient};
+
+use crate::client::Cluster;
+use crate::ClusterError;
+
+/// Longest wait for every replica's node to fence at the promotion's epoch,
+/// and for a commit under a live lease to finish.
+pub const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Pause between looks while waiting.
+const PROMOTE_POLL: Duration = Duration::from_millis(2);
+
+/// What a promotion did and how long each step took.
+#[derive(Clone, Debug)]
+pub struct Promotion {
+    /// The region.
+    pub region: RegionId,
+    /// Its new primary.
+    pub primary: MemNodeId,
+    /// The epoch the roles changed at.
+    pub epoch: Epoch,
+    /// The epoch the region was published at again.
+    pub published_epoch: Epoch,
+    /// When `promote_backup` was known committed.
+    pub committed_at: Instant,
+    /// From the commit until every replica's node fenced.
+    pub fenced: Duration,
+    /// From the commit until the new primary was rebuilt and every log finished.
+    pub restored: Duration,
+    /// From the commit until the region was back in the map.
+    pub published: Duration,
+    /// Lock words rebuilt.
+    pub lock_words: u64,
+}
+
+impl Cluster {
+    /// Makes `node`, a backup of `region`, its primary while clients keep
+    /// working (see the module docs). Refused for a region holding an
+    /// `optimal` index: its locks live on the primary only and nothing can
+    /// rebuild them.
+    pub async fn promote(&self, region: RegionId, node: MemNodeId) -> Result<Promotion, ClusterError> {
+        let indexes = self.members.call("listing indexes", |c| async move { c.indexes().await }).await?;
+        if let Some(x) = indexes
+            .iter()
+            .find(|x| x.region == region && x.variant == IndexVariant::Optimal)
+        {
+            return Err(ClusterError::Map(format!(
+                "region {region} holds the optimal index {:?}: its locks live on the primary only, so a \
+                 promotion would lose them; only rtx indexes can be promoted",
+                x.name
+            )));
+        }
+        let promote = Command::PromoteBackup { region, node };
+        let r = match self.command(&format!("promoting node {node} in region {region}"), &promote).await? {
+            Outcome::Region(r) => r,
+            other => return Err(ClusterError::Map(format!("unexpected answer to the promotion: {other:?}"))),
+        };
+        let committed_at = Instant::now();
+        tracing::info!(region, primary = node, epoch = r.epoch, "promotion committed; restoring");
+        self.restore_promoted(region, committed_at).await
+    }
+
+    /// Steps 2–4 of a promotion of `region` (see the module docs): what a
+    /// promotion left part-way needs. Durations count from this call.
+    pub async fn finish_promotion(&self, region: RegionId) -> Result<Promotion, ClusterError> {
+        self.restore_promoted(region, Instant::now()).await
+    }
+
+    async fn restore_promoted(&self, region: RegionId, start: Instant) -> Result<Promotion, ClusterError> {
+        if !self.lease_holds() {
+            return Err(ClusterError::LeaseLost("the promoter's lease is not certain".into()));
+        }
+        let (epoch, primary) = self.await_fenced(region).await?;
+        let fenced = start.elapsed();
+        let map = self.full_map().await?;
+        let mut fabric = fabric::Client::new(map, self.transport.clone());
+        let mut lock_words = 0;
+        // A region without a heap (made by `ctl region create`) has no
+        // primary-only words of ours.
+        if let Ok(heap) = Heap::open(&mut fabric, region).await {
+            let floor = LockWord::promotion_floor(txn::now_tick(&fabric));
+            lock_words = heap.restore_after_promotion(&mut fabric, floor).await?.lock_words;
+            heap.align_backups(&mut fabric).await?;
+            let owner = self
+                .owners
+                .take()
+                .ok_or(ClusterError::OwnerIdsExhausted(self.me.owners.count))?;
+            let mut tx = TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+            for id in 1..OWNER_ID_END {
+                let deadline = Instant::now() + PROMOTE_TIMEOUT;
+                while tx.finish_owner_log(id).await? == RepairOutcome::Busy {
+                    if Instant::now() >= deadline {
+                        return Err(ClusterError::Timeout {
+                            what: format!("owner {id}'s commit in region {region} to finish"),
+                            after: humantime::format_duration(PROMOTE_TIMEOUT).to_string(),
+                        });
+                    }
+                    tokio::time::sleep(PROMOTE_POLL).await;
+                }
+            }
+        }
+        let restored = start.elapsed();
+        let publish = Command::RegionRestored { region };
+        let published_epoch = match self.command(&format!("publishing region {region}"), &publish).await {
+            Ok(Outcome::Region(r)) => r.epoch,
+            Ok(other) => return Err(ClusterError::Map(format!("unexpected answer: {other:?}"))),
+            Err(e) => return Err(e),
+        };
+        tracing::info!(region, primary, published_epoch, lock_words, "region restored and published");
+        Ok(Promotion {
+            region,
+            primary,
+            epoch,
+            published_epoch,
+            committed_at: start,
+            fenced,
+            restored,
+            published: start.elapsed(),
+            lock_words,
+        })
+    }
+
+    /// Waits until every node holding `region` fences at the region's
+    /// epoch. Returns that epoch and the primary.
+    async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
+        let deadline = Instant::now() + PROMOTE_TIMEOUT;
+        loop {
+            let status = self.members.call("reading the status", |c| async move { c.status().await }).await?;
+            let r = status
+                .regions
+                .iter()
+                .find(|r| r.id == region)
+                .ok_or_else(|| ClusterError::Map(format!("no region {region}")))?;
+            if !r.restoring {
+                return Err(ClusterError::Map(format!("region {region} is not being promoted")));
+            }
+            let behind: Vec<MemNodeId> = r
+                .replicas
+                .iter()
+                .filter(|l| status.memnodes.iter().all(|n| n.id != l.node || n.epoch < r.epoch))
+                .map(|l| l.node)
+                .collect();
+            if behind.is_empty() {
+                return Ok((r.epoch, r.primary()));
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout {
+                    what: format!("memory node(s) {behind:?} to fence at epoch {}", r.epoch),
+                    after: humantime::format_duration(PROMOTE_TIMEOUT).to_string(),
+                });
+            }
+            tokio::time::sleep(PROMOTE_POLL).await;
+        }
+    }
+
+    /// Every node and region, the ones being restored included.
+    async fn full_map(&self) -> Result<ClusterMap, ClusterError> {
+        let status = self.members.call("reading the status", |c| async move { c.status().await }).await?;
+        let nodes = status
+            .memnodes
+            .iter()
+            .map(|n| NodeInfo {
+                id: n.id,
+                endpoint: n.endpoint.clone(),
+            })
+            .collect();
+        let regions = status
+            .regions
+            .iter()
+            .map(|r| RegionInfo {
+                id: r.id,
+                size: r.size_bytes,
+                replicas: r.replicas.clone(),
+            })
+            .collect();
+        ClusterMap::new(status.epoch, nodes, regions).map_err(|e| ClusterError::Map(e.to_string()))
+    }
+}
