@@ -256,7 +256,10 @@ fn ctl_operates_a_three_member_cluster_across_a_leader_crash() {
     );
     assert!(stdout.is_empty(), "errors leave stdout alone: {stdout}");
 
-    let promoted = ctl_json(&first, &["region", "promote", "--no-restore", &region, &backup.to_string()]);
+    let promoted = ctl_json(
+        &first,
+        &["region", "promote", "--no-restore", &region, &backup.to_string()],
+    );
     assert_eq!(promoted["value"]["replicas"][0]["node"], backup, "{promoted}");
 
     // Clients: the list is read from this member's applied state, which

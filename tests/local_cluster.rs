@@ -325,7 +325,11 @@ fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     stdout
 }
 
@@ -367,8 +371,18 @@ async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_ackno
     };
     ops_beyond(2_000).await;
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
-    let x = api.indexes().await.unwrap().into_iter().find(|x| x.name == "orders").unwrap();
-    let replicas: Vec<u16> = api.regions().await.unwrap()[0].replicas.iter().map(|r| r.node).collect();
+    let x = api
+        .indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap();
+    let replicas: Vec<u16> = api.regions().await.unwrap()[0]
+        .replicas
+        .iter()
+        .map(|r| r.node)
+        .collect();
 
     // Twice, to each backup in turn, while the load runs.
     for &to in &replicas[1..] {
@@ -386,9 +400,15 @@ async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_ackno
     }
     stop.store(true, Ordering::Relaxed);
     let report = running.await.unwrap().unwrap();
-    assert!(report.errors.is_empty(), "no error reached the application: {:?}", report.errors);
+    assert!(
+        report.errors.is_empty(),
+        "no error reached the application: {:?}",
+        report.errors
+    );
     assert!(report.retries > 0, "the clients were fenced and retried");
-    let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked).await.unwrap();
+    let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked)
+        .await
+        .unwrap();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     let mut tree = c.btree("orders").await.unwrap();
     assert!(tree.inner().check().await.unwrap().is_ok());

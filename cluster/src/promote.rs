@@ -70,7 +70,10 @@ impl Cluster {
     /// `optimal` index: its locks live on the primary only and nothing can
     /// rebuild them.
     pub async fn promote(&self, region: RegionId, node: MemNodeId) -> Result<Promotion, ClusterError> {
-        let indexes = self.members.call("listing indexes", |c| async move { c.indexes().await }).await?;
+        let indexes = self
+            .members
+            .call("listing indexes", |c| async move { c.indexes().await })
+            .await?;
         if let Some(x) = indexes
             .iter()
             .find(|x| x.region == region && x.variant == IndexVariant::Optimal)
@@ -82,12 +85,24 @@ impl Cluster {
             )));
         }
         let promote = Command::PromoteBackup { region, node };
-        let r = match self.command(&format!("promoting node {node} in region {region}"), &promote).await? {
+        let r = match self
+            .command(&format!("promoting node {node} in region {region}"), &promote)
+            .await?
+        {
             Outcome::Region(r) => r,
-            other => return Err(ClusterError::Map(format!("unexpected answer to the promotion: {other:?}"))),
+            other => {
+                return Err(ClusterError::Map(format!(
+                    "unexpected answer to the promotion: {other:?}"
+                )))
+            }
         };
         let committed_at = Instant::now();
-        tracing::info!(region, primary = node, epoch = r.epoch, "promotion committed; restoring");
+        tracing::info!(
+            region,
+            primary = node,
+            epoch = r.epoch,
+            "promotion committed; restoring"
+        );
         self.restore_promoted(region, committed_at).await
     }
 
@@ -99,7 +114,9 @@ impl Cluster {
 
     async fn restore_promoted(&self, region: RegionId, start: Instant) -> Result<Promotion, ClusterError> {
         if !self.lease_holds() {
-            return Err(ClusterError::LeaseLost("the promoter's lease is not certain".into()));
+            return Err(ClusterError::LeaseLost(
+                "the promoter's lease is not certain".into(),
+            ));
         }
         let (epoch, primary) = self.await_fenced(region).await?;
         let fenced = start.elapsed();
@@ -132,12 +149,21 @@ impl Cluster {
         }
         let restored = start.elapsed();
         let publish = Command::RegionRestored { region };
-        let published_epoch = match self.command(&format!("publishing region {region}"), &publish).await {
+        let published_epoch = match self
+            .command(&format!("publishing region {region}"), &publish)
+            .await
+        {
             Ok(Outcome::Region(r)) => r.epoch,
             Ok(other) => return Err(ClusterError::Map(format!("unexpected answer: {other:?}"))),
             Err(e) => return Err(e),
         };
-        tracing::info!(region, primary, published_epoch, lock_words, "region restored and published");
+        tracing::info!(
+            region,
+            primary,
+            published_epoch,
+            lock_words,
+            "region restored and published"
+        );
         Ok(Promotion {
             region,
             primary,
@@ -156,19 +182,29 @@ impl Cluster {
     async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
-            let status = self.members.call("reading the status", |c| async move { c.status().await }).await?;
+            let status = self
+                .members
+                .call("reading the status", |c| async move { c.status().await })
+                .await?;
             let r = status
                 .regions
                 .iter()
                 .find(|r| r.id == region)
                 .ok_or_else(|| ClusterError::Map(format!("no region {region}")))?;
             if !r.restoring {
-                return Err(ClusterError::Map(format!("region {region} is not being promoted")));
+                return Err(ClusterError::Map(format!(
+                    "region {region} is not being promoted"
+                )));
             }
             let behind: Vec<MemNodeId> = r
                 .replicas
                 .iter()
-                .filter(|l| status.memnodes.iter().all(|n| n.id != l.node || n.epoch < r.epoch))
+                .filter(|l| {
+                    status
+                        .memnodes
+                        .iter()
+                        .all(|n| n.id != l.node || n.epoch < r.epoch)
+                })
                 .map(|l| l.node)
                 .collect();
             if behind.is_empty() {
@@ -186,7 +222,10 @@ impl Cluster {
 
     /// Every node and region, the ones being restored included.
     async fn full_map(&self) -> Result<ClusterMap, ClusterError> {
-        let status = self.members.call("reading the status", |c| async move { c.status().await }).await?;
+        let status = self
+            .members
+            .call("reading the status", |c| async move { c.status().await })
+            .await?;
         let nodes = status
             .memnodes
             .iter()

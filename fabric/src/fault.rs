@@ -79,6 +79,9 @@ struct State {
     /// Called once the next batch with a CAS has run (see
     /// [`Faulty::arm_after_next_cas`]).
     after_next_cas: Option<AfterCas>,
+    /// Which swapping CASes fire `after_next_cas` (`None`: any), by their
+    /// expected and new words.
+    after_cas_filter: Option<fn(u64, u64) -> bool>,
 }
 
 /// What runs once the next batch holding a CAS has run.
@@ -156,7 +159,23 @@ impl<T: Transport> Faulty<T> {
     /// can (a chaos experiment's pause-client raises SIGSTOP there).
     /// Replaces a hook not yet run.
     pub fn arm_after_next_cas(&self, hook: impl FnOnce() + Send + 'static) {
-        self.state().after_next_cas = Some(AfterCas(Box::new(hook)));
+        let mut s = self.state();
+        s.after_next_cas = Some(AfterCas(Box::new(hook)));
+        s.after_cas_filter = None;
+    }
+
+    /// [`Faulty::arm_after_next_cas`], for the next swapping CAS whose
+    /// expected and new words satisfy `which` only: a caller that knows
+    /// what a lock word looks like stops the client right after it takes
+    /// one (the fabric does not know lock words).
+    pub fn arm_after_next_cas_where(
+        &self,
+        which: fn(u64, u64) -> bool,
+        hook: impl FnOnce() + Send + 'static,
+    ) {
+        let mut s = self.state();
+        s.after_next_cas = Some(AfterCas(Box::new(hook)));
+        s.after_cas_filter = Some(which);
     }
 
     /// Why the client crashed, if it did.
@@ -288,10 +307,15 @@ impl<T: Transport> Transport for Faulty<T> {
             });
         }
         result?;
+        let filter = self.state().after_cas_filter;
+        let fires = |op: &Op| match (op.kind, filter) {
+            (OpKind::Cas { expect, new }, Some(which)) => which(expect, new),
+            _ => true,
+        };
         if ops
             .iter()
             .zip(out.as_slice())
-            .any(|(op, c)| op.kind.cas_swapped(c))
+            .any(|(op, c)| op.kind.cas_swapped(c) && fires(op))
         {
             let hook = self.state().after_next_cas.take();
             if let Some(AfterCas(hook)) = hook {

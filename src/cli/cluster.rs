@@ -42,7 +42,7 @@ Examples:
 Prints `running` once the first operation completed, progress on stderr, and at the end one line:
 `done OPS WRITES RETRIES`. Exits 1 if an operation failed (after the library's retries).
 
-With --die-after D, the process SIGKILLs itself right after its first lock-taking CAS past D:
+With --die-after D, the process SIGKILLs itself right after its first CAS past D that takes a lock:
 it dies mid-operation holding a lock, for a survivor to repair.
 
 Examples:
@@ -309,7 +309,8 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                     if let (Some(d), Some(f), false) = (die_after, &faults, armed) {
                         if said && started.elapsed() >= d {
                             armed = true;
-                            f.arm_after_next_cas(|| {
+                            let takes_a_lock = |_: u64, new: u64| txn::LockWord::from_raw(new).is_locked();
+                            f.arm_after_next_cas_where(takes_a_lock, || {
                                 let _ = nix::sys::signal::kill(
                                     nix::unistd::Pid::this(),
                                     nix::sys::signal::Signal::SIGKILL,

@@ -207,7 +207,9 @@ async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result
             no_restore: true,
             ..
         } => Command::PromoteBackup { region, node },
-        RegionCommand::Promote { region, node, resume, .. } => return promote(api, region, node, resume, json).await,
+        RegionCommand::Promote {
+            region, node, resume, ..
+        } => return promote(api, region, node, resume, json).await,
         RegionCommand::AddBackup { region, node } => Command::AddBackup { region, node },
         RegionCommand::RemoveBackup { region, node } => Command::RemoveBackup { region, node },
     };
@@ -215,7 +217,13 @@ async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result
 }
 
 /// A planned promotion, run from here as a client of the cluster.
-async fn promote(api: &Api, region: fabric::RegionId, node: MemNodeId, resume: bool, json: bool) -> anyhow::Result<()> {
+async fn promote(
+    api: &Api,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    resume: bool,
+    json: bool,
+) -> anyhow::Result<()> {
     let options = cluster::ClusterOptions {
         name: format!("ctl-promote-{region}"),
         owner_ids: 1,
