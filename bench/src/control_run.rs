@@ -281,6 +281,9 @@ struct RegionTrack {
     id: RegionId,
     primary: MemNodeId,
     backup: MemNodeId,
+    /// Promoted and not yet published again: the next command is the
+    /// `RegionRestored` a promoter would send.
+    restoring: bool,
 }
 
 impl RegionTrack {
@@ -293,6 +296,7 @@ impl RegionTrack {
             .find(|r| r.id == self.id)
             .ok_or_else(|| crate::msg!("region {} has disappeared", self.id))?;
         self.primary = r.primary();
+        self.restoring = r.restoring;
         self.backup = r
             .replicas
             .iter()
@@ -302,9 +306,28 @@ impl RegionTrack {
         Ok(())
     }
 
-    /// Promotes the backup (the primary becomes the backup) and checks the
-    /// answer says so. Returns the epoch the change created.
+    /// Promotes the backup (the primary becomes the backup), or publishes
+    /// the region promoted by the previous call (`RegionRestored`, as the
+    /// promoter does once it rebuilt the new primary), and checks the answer
+    /// says so. Returns the epoch the change created: both change the map.
     async fn promote(&mut self, client: &ControlClient) -> crate::Result<Epoch> {
+        if self.restoring {
+            let command = Command::RegionRestored { region: self.id };
+            let outcome = match tokio::time::timeout(COMMAND_TIMEOUT, client.command(&command)).await {
+                Ok(r) => r.with_context(|| format!("{command:?} at {}", client.endpoint()))?,
+                Err(_) => crate::bail!(
+                    "{command:?} at {}: no answer within {COMMAND_TIMEOUT:?}",
+                    client.endpoint()
+                ),
+            };
+            return match outcome {
+                Outcome::Region(r) if r.id == self.id && !r.restoring => {
+                    self.restoring = false;
+                    Ok(r.epoch)
+                }
+                other => crate::bail!("{command:?} answered {other:?}, not the region published"),
+            };
+        }
         let command = Command::PromoteBackup {
             region: self.id,
             node: self.backup,
@@ -321,6 +344,7 @@ impl RegionTrack {
                 if r.id == self.id && r.replicas.first().map(|p| p.node) == Some(self.backup) =>
             {
                 std::mem::swap(&mut self.primary, &mut self.backup);
+                self.restoring = true;
                 Ok(r.epoch)
             }
             other => {
@@ -344,6 +368,7 @@ async fn create_region(leader: &ControlClient, nodes: [MemNodeId; 2]) -> crate::
                 id: r.id,
                 primary: p.node,
                 backup: b.node,
+                restoring: r.restoring,
             }),
             _ => crate::bail!(
                 "region {} was placed on {:?}, not on the two bench nodes",

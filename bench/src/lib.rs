@@ -11,6 +11,7 @@
 //! | `bench ycsb`    | [`ycsb_plan`]      | [`ycsb_run`] ([`ycsb_measure`]) | [`ycsb_report`] |
 //! | `bench rehash`  | [`rehash_plan`]    | [`rehash_run`]      | [`rehash_report`]    |
 //! | `bench control` | [`control_plan`]   | [`control_run`]     | [`control_report`]   |
+//! | `bench promote` | [`promote_plan`]   | [`promote_run`]     | [`promote_report`]   |
 //!
 //! Shared: [`cluster`] (a heap of objects on fresh memory and a transaction
 //! client per owner id), [`worker`] (one client's loop of transactions),
@@ -36,6 +37,9 @@ pub mod lease_report;
 pub mod lease_run;
 pub mod poll;
 pub mod probe;
+pub mod promote_plan;
+pub mod promote_report;
+pub mod promote_run;
 pub mod rehash_plan;
 pub mod rehash_report;
 pub mod rehash_run;

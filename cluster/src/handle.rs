@@ -164,6 +164,11 @@ impl Tree {
         self.retry.retried
     }
 
+    /// The epoch of the map this process routes by now.
+    pub fn epoch(&self) -> Epoch {
+        self.retry.mandate.epoch()
+    }
+
     /// The index client underneath, for what this handle does not wrap
     /// (its counters, its cache). Operations through it are not retried.
     pub fn inner(&mut self) -> &mut BTree {
@@ -216,6 +221,11 @@ impl Table {
     /// Operations run again after a map change or a lost connection.
     pub fn retries(&self) -> u64 {
         self.retry.retried
+    }
+
+    /// The epoch of the map this process routes by now.
+    pub fn epoch(&self) -> Epoch {
+        self.retry.mandate.epoch()
     }
 
     /// The index client underneath. Operations through it are not retried.

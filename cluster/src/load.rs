@@ -82,12 +82,49 @@ impl Handle {
         }
     }
 
+    /// The epoch of the map this process routes by now.
+    pub fn epoch(&self) -> fabric::Epoch {
+        match self {
+            Handle::Tree(t) => t.epoch(),
+            Handle::Table(t) => t.epoch(),
+        }
+    }
+
     /// Operations retried so far.
     pub fn retries(&self) -> u64 {
         match self {
             Handle::Tree(t) => t.retries(),
             Handle::Table(t) => t.retries(),
         }
+    }
+}
+
+/// When an operation first completed under each newer epoch: how soon the
+/// clients were served again after a map change.
+#[derive(Debug, Default)]
+pub struct Firsts {
+    newest: AtomicU64,
+    seen: std::sync::Mutex<Vec<(fabric::Epoch, Instant)>>,
+}
+
+impl Firsts {
+    /// An operation completed now, with the process at `epoch`.
+    pub fn note(&self, epoch: fabric::Epoch) {
+        // The common case, nothing new, is one load.
+        if epoch <= self.newest.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if self.newest.fetch_max(epoch, Ordering::AcqRel) < epoch {
+            seen.push((epoch, now));
+        }
+    }
+
+    /// When an operation first completed at `epoch` or later.
+    pub fn first_at(&self, epoch: fabric::Epoch) -> Option<Instant> {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter().filter(|(e, _)| *e >= epoch).map(|(_, t)| *t).min()
     }
 }
 
@@ -104,6 +141,18 @@ pub async fn run(
     stop: Arc<AtomicBool>,
     ops: Arc<AtomicU64>,
 ) -> Result<LoadReport, ClusterError> {
+    run_observed(cluster, spec, stop, ops, Arc::default()).await
+}
+
+/// [`run`], noting in `firsts` when operations first complete under each
+/// newer epoch.
+pub async fn run_observed(
+    cluster: &Cluster,
+    spec: &LoadSpec,
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+    firsts: Arc<Firsts>,
+) -> Result<LoadReport, ClusterError> {
     if spec.tasks == 0 || spec.keys_per_task == 0 || spec.keys_per_task > KEYS_PER_TASK_MAX {
         return Err(ClusterError::Map(format!(
             "a load needs at least one task and 1 to {KEYS_PER_TASK_MAX} keys per task"
@@ -116,7 +165,7 @@ pub async fn run(
     let deadline = Instant::now() + spec.duration;
     let mut set = tokio::task::JoinSet::new();
     for (task, mut h) in handles.into_iter().enumerate() {
-        let (spec, stop, ops) = (spec.clone(), stop.clone(), ops.clone());
+        let (spec, stop, ops, firsts) = (spec.clone(), stop.clone(), ops.clone(), firsts.clone());
         set.spawn(async move {
             let mut acked = BTreeMap::new();
             let mut report = LoadReport::default();
@@ -147,6 +196,7 @@ pub async fn run(
                 }
                 report.ops += 1;
                 ops.fetch_add(1, Ordering::Relaxed);
+                firsts.note(h.epoch());
                 // Shm verbs complete inline: let the runtime breathe.
                 if report.ops % 64 == 0 {
                     tokio::task::yield_now().await;

@@ -15,10 +15,11 @@ What it measures (real processes on loopback, default timings: heartbeat 50ms, e
      generated cluster secret and token, forms a cluster (init on member 1, the others added as
      voters), registers two memory nodes (fake endpoints, kept alive by renewals) and one region with
      two replicas per writer.
-  2. Commits: --ops PromoteBackup commands sent to the leader by --concurrency writers, each on its
-     own region, alternating its primary between the two nodes (every command is a map change that
-     keeps the state the same size). Commits/s and per-command latency (send to acknowledgement).
-  3. Watch: min(200, --ops) more PromoteBackups, one at a time, while a watcher long-polls
+  2. Commits: --ops commands sent to the leader by --concurrency writers, each on its own region,
+     alternating PromoteBackup (its primary moves to the other node) and RegionRestored (what a
+     promoter sends once it rebuilt the new primary); every command is a map change that keeps the
+     state the same size. Commits/s and per-command latency (send to acknowledgement).
+  3. Watch: min(200, --ops) more such commands, one at a time, while a watcher long-polls
      GET /v1/map on a follower. Per map change: the time from the writer's acknowledgement to the
      watcher receiving that epoch (0 when the watcher saw it first), against the yardstick of one
      GET /v1/status round trip to that follower. Target: visible within one round trip after commit.

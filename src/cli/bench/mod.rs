@@ -6,13 +6,15 @@
 //! - `bench lease`: the paper's Figure 18, expired leases of live clients;
 //! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing;
 //! - `bench rehash`: growing a full RACE hash table, inserts meanwhile;
-//! - `bench control`: the control plane's commits, watches and failovers.
+//! - `bench control`: the control plane's commits, watches and failovers;
+//! - `bench promote`: planned promotions under YCSB A on a local cluster.
 //!
 //! [`common`] holds the flags `txn` and `lease` share.
 
 mod common;
 mod control_args;
 mod lease_args;
+mod promote_args;
 mod rehash_args;
 mod txn_args;
 mod ycsb_args;
@@ -24,6 +26,7 @@ use bench::rehash_plan::JsonTo;
 
 pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
+pub use promote_args::PromoteArgs;
 pub use rehash_args::RehashArgs;
 pub use txn_args::TxnArgs;
 pub use ycsb_args::YcsbArgs;
@@ -47,6 +50,9 @@ pub enum BenchCommand {
     /// Rehash of a full RACE hash table, per variant: how long growing it (every subtable split
     /// once) takes, what it costs in verbs and bytes, and the throughput of clients inserting meanwhile.
     Rehash(RehashArgs),
+    /// Planned promotions under YCSB A on a local cluster: how long from a promotion's commit until
+    /// every replica fenced, the new primary was rebuilt, the region published, and a client served.
+    Promote(PromoteArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -77,6 +83,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let report = bench::control_run::run(&plan)?;
             super::print_report(plan.json, || report.json(), || report.table())?;
             Ok(ExitCode::SUCCESS)
+        }
+        BenchCommand::Promote(args) => {
+            let plan = args.validate()?;
+            let report = bench::promote_run::run(&plan)?;
+            super::print_report(plan.json, || report.json(), || report.table())?;
+            fail_on(report.failure())
         }
         BenchCommand::Rehash(args) => {
             let plan = args.validate()?;

@@ -1,0 +1,80 @@
+//! The command line of `kintsugi bench promote` and its validation into a [`PromotePlan`].
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bench::promote_plan::{PromotePlan, KEYS_PER_TASK_MAX, ROUNDS_MAX};
+
+/// Arguments of `kintsugi bench promote`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+What it measures (real processes: a local cluster of 3 control members and --replicas memory nodes
+on shm, placed by the control plane, started by this binary in a temporary directory):
+  1. A client process's tasks (this one, through the client library) load --keys keys each into an
+     rtx B+tree whose region has --replicas replicas, then run YCSB A (half reads, half writes, each
+     task on its own keys) for the whole run.
+  2. --rounds times, --between apart: a planned promotion of the next backup (what `kintsugi ctl
+     region promote` does): the commit, every replica's node fencing the new epoch, the new primary
+     rebuilt (lock words, chunk counter), the backups aligned to it, every log finished, the region
+     published again. Times are from the promotion's commit to each step, and to the first client
+     operation that completed at the published epoch.
+  3. At the end, every acknowledged write is read back.
+
+Output: the medians, p99 and max of each step on stdout (or one JSON object with --json, every
+round listed). Exits 1 if an acknowledged write was lost or an error reached the application.
+
+Examples:
+  kintsugi bench promote
+  kintsugi bench promote --rounds 50 --keys 250000 --tasks 4")]
+pub struct PromoteArgs {
+    /// Promotions.
+    #[arg(long, default_value_t = 20)]
+    rounds: u32,
+    /// Client tasks running YCSB A, one owner id each.
+    #[arg(long, default_value_t = 4)]
+    tasks: usize,
+    /// Keys each task owns (all loaded first).
+    #[arg(long, default_value_t = 25_000)]
+    keys: u64,
+    /// Replicas of the index's region, each on its own memory node (2 or 3).
+    #[arg(long, default_value_t = 3)]
+    replicas: u8,
+    /// The load runs this long between promotions.
+    #[arg(long, default_value = "200ms", value_parser = crate::cli::units::parse_duration)]
+    between: Duration,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+impl PromoteArgs {
+    pub fn validate(self) -> anyhow::Result<PromotePlan> {
+        if !(1..=ROUNDS_MAX).contains(&self.rounds) {
+            bail!("--rounds must be 1 to {ROUNDS_MAX}");
+        }
+        if !(1..=64).contains(&self.tasks) {
+            bail!("--tasks must be 1 to 64");
+        }
+        if !(1..=KEYS_PER_TASK_MAX).contains(&self.keys) {
+            bail!("--keys must be 1 to {KEYS_PER_TASK_MAX}");
+        }
+        if !(2..=3).contains(&self.replicas) {
+            bail!("--replicas must be 2 or 3: a promotion needs a backup");
+        }
+        // About 1.5 KiB of region per key (a leaf of 40 entries, half full
+        // after splits, is 1 KiB plus its meta), doubled for the blocks that
+        // commits replace, at least 64 MiB.
+        let keys = self.tasks as u64 * self.keys;
+        let region_bytes = (keys * 3 * 1024).max(64 << 20).next_multiple_of(1 << 20);
+        Ok(PromotePlan {
+            exe: std::env::current_exe().context("cannot find the kintsugi binary")?,
+            rounds: self.rounds,
+            tasks: self.tasks,
+            keys_per_task: self.keys,
+            replicas: self.replicas,
+            between: self.between,
+            region_bytes,
+            json: self.json,
+        })
+    }
+}
