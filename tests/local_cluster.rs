@@ -416,3 +416,77 @@ async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_ackno
     Arc::try_unwrap(c).unwrap().close().await.unwrap();
     drop(local);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_errors_that_name_their_cause_and_leave_nothing_half_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 1, 1, "1s");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+
+    // A token the members do not know.
+    let err = Cluster::connect(&file.control, "not-a-token-of-this-cluster")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("401") && err.contains("unknown bearer token"),
+        "{err}"
+    );
+
+    // A member that is down is passed over; all of them down is an error naming them.
+    let mut endpoints = vec!["127.0.0.1:1".to_owned()];
+    endpoints.extend(file.control.iter().cloned());
+    let c = Cluster::connect_with(&endpoints, &file.client_token, options("c", &file))
+        .await
+        .unwrap();
+    let down = Cluster::connect(&["127.0.0.1:1"], &file.client_token)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        down.contains("no control-plane member answered") && down.contains("127.0.0.1:1"),
+        "{down}"
+    );
+
+    // An unknown name, when creating is not asked for.
+    let strict = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            create_missing: false,
+            ..options("strict", &file)
+        },
+    )
+    .await
+    .unwrap();
+    let unknown = strict.btree("nope").await.unwrap_err().to_string();
+    assert!(unknown.contains("no index named \"nope\""), "{unknown}");
+    drop(strict);
+
+    // A region that cannot be placed: nothing is recorded.
+    let greedy = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            replicas: 3,
+            ..options("greedy", &file)
+        },
+    )
+    .await
+    .unwrap();
+    let placed = greedy.btree("wide").await.unwrap_err().to_string();
+    assert!(placed.contains("cannot place 3 replicas"), "{placed}");
+    assert!(ops.indexes().await.unwrap().is_empty());
+    assert!(ops.regions().await.unwrap().is_empty());
+    drop(greedy);
+
+    // A name taken by another kind.
+    let t = c.btree("orders").await.unwrap();
+    drop(t);
+    let kind = c.hash("orders").await.unwrap_err().to_string();
+    assert!(kind.contains("is a btree, not a hash"), "{kind}");
+    c.close().await.unwrap();
+    drop(local);
+}

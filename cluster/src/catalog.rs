@@ -58,6 +58,9 @@ impl Cluster {
                 .call("listing indexes", |c| async move { c.indexes().await })
                 .await?;
             let record = match indexes.into_iter().find(|x| x.name == name) {
+                None if !self.options.create_missing => {
+                    return Err(ClusterError::UnknownIndex(name.to_owned()))
+                }
                 None => match self.create(name, kind).await? {
                     Some(r) => r,
                     None => continue, // created by another meanwhile

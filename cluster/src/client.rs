@@ -37,6 +37,9 @@ pub struct ClusterOptions {
     pub variant: IndexVariant,
     /// Keys a new hash table is sized for.
     pub hash_keys: u64,
+    /// Create an index that does not exist when it is opened (otherwise
+    /// opening it is an error: [`ClusterError::UnknownIndex`]).
+    pub create_missing: bool,
     /// rTX settings of every handle.
     pub tx: TxConfig,
     /// Faults to inject into every verb of the process (chaos tests:
@@ -54,6 +57,7 @@ impl Default for ClusterOptions {
             index_bytes: 256 << 20,
             variant: IndexVariant::Rtx,
             hash_keys: 1 << 20,
+            create_missing: true,
             tx: TxConfig::default(),
             faults: None,
         }

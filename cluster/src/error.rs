@@ -25,6 +25,9 @@ pub enum ClusterError {
         #[source]
         source: ClientError,
     },
+    /// No index has this name (and creating it was not asked for).
+    #[error("no index named {0:?} (ctl index list shows them)")]
+    UnknownIndex(String),
     /// An index exists under this name with another kind or variant.
     #[error("index {name:?} is a {found}, not a {asked}")]
     WrongKind {

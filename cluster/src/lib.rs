@@ -41,4 +41,4 @@ pub use error::ClusterError;
 pub use handle::{Table, Tree, MAP_WAIT, RETRIES_MAX};
 pub use index::btree::Written;
 pub use members::Members;
-pub use promote::{Promotion, PROMOTE_TIMEOUT};
+pub use promote::{Promotion, FENCE_SETTLE, PROMOTE_TIMEOUT};

@@ -9,12 +9,16 @@
 //! 1. `promote_backup` commits: roles swap at a new epoch `E`, and the
 //!    region leaves the clients' map (`restoring`).
 //! 2. Wait until every replica's node reports fencing at `E` or later:
-//!    from then on a batch of an older map is refused by each of them.
+//!    from then on a batch of an older map is refused by each of them;
+//!    then [`FENCE_SETTLE`] for the batches that passed the check just
+//!    before (the residual risk: a client descheduled for longer than that
+//!    between two verbs of one batch).
 //! 3. On the new primary, routed by the full map: rebuild the chunk
 //!    counter and every lock word, unlocked at a version floor above any
 //!    the old primary held (`Heap::restore_after_promotion`); bring every
 //!    backup's metas to the new primary's (`Heap::align_backups`: the
-//!    demoted primary may miss a write cut off before its primary CAS);
+//!    demoted primary may miss a write cut off before its primary CAS),
+//!    pass after pass until one finds nothing to align;
 //!    then finish the last log of every owner id (a DOING commit is rolled
 //!    forward, an INIT one aborted: its locks vanished with the rebuild).
 //! 4. `region_restored` commits: the region is back in the map at a newer
@@ -40,6 +44,19 @@ pub const PROMOTE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pause between looks while waiting.
 const PROMOTE_POLL: Duration = Duration::from_millis(2);
+
+/// How long after every node fenced before anything is rebuilt, and
+/// between passes of aligning the backups. A node checks the epoch once
+/// per batch, so a batch that passed the check just before the fence
+/// still runs its verbs (an `shm` client runs them in its own process);
+/// such a batch is a few microseconds long unless its process is
+/// descheduled for longer than this between two verbs. The passes repeat
+/// until one finds every backup equal to the primary.
+pub const FENCE_SETTLE: Duration = Duration::from_millis(5);
+
+/// Most passes of aligning the backups: the stale batches are the ones in
+/// flight at the fence, so passes after the first find nothing.
+const ALIGN_PASSES_MAX: u32 = 20;
 
 /// What a promotion did and how long each step took.
 #[derive(Clone, Debug)]
@@ -120,6 +137,7 @@ impl Cluster {
         }
         let (epoch, primary) = self.await_fenced(region).await?;
         let fenced = start.elapsed();
+        tokio::time::sleep(FENCE_SETTLE).await;
         let map = self.full_map().await?;
         let mut fabric = fabric::Client::new(map, self.transport.clone());
         let mut lock_words = 0;
@@ -128,7 +146,22 @@ impl Cluster {
         if let Ok(heap) = Heap::open(&mut fabric, region).await {
             let floor = LockWord::promotion_floor(txn::now_tick(&fabric));
             lock_words = heap.restore_after_promotion(&mut fabric, floor).await?.lock_words;
-            heap.align_backups(&mut fabric).await?;
+            let mut passes = 0;
+            loop {
+                passes += 1;
+                let differed = heap.align_backups(&mut fabric).await?;
+                tracing::debug!(region, passes, differed, "backups aligned");
+                if differed == 0 {
+                    break;
+                }
+                if passes >= ALIGN_PASSES_MAX {
+                    return Err(ClusterError::Map(format!(
+                        "region {region}'s backups still differ from the new primary after {passes} passes: \
+                         something writes to the fenced region"
+                    )));
+                }
+                tokio::time::sleep(FENCE_SETTLE).await;
+            }
             let owner = self
                 .owners
                 .take()

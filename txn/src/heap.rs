@@ -465,27 +465,26 @@ impl Heap {
 }
 
 impl Heap {
-    /// Brings every backup's meta chunks to the (just restored) primary's:
-    /// after a planned promotion the demoted primary, now a backup, may be
-    /// behind the new one by writes that reached the backups and not the
-    /// primary (an Opt1 commit cut off between its backup CASes and its
-    /// primary CAS; the backups-first order makes the new primary the one
-    /// ahead), and a backup behind its primary fails the next commit's
-    /// check of every pointer CAS. Data blocks and logs need nothing: blocks
-    /// are written to every replica before any pointer names them, and
-    /// logs are finished afterwards by `finish_owner_log`. Lock words are
-    /// copied too (a backup's are never read). Returns the meta chunks
-    /// copied.
+    /// Brings every backup's meta chunks to the (just restored) primary's
+    /// where they differ: after a planned promotion the demoted primary,
+    /// now a backup, may be behind the new one by writes that reached the
+    /// backups and not the primary (an Opt1 commit cut off between its
+    /// backup CASes and its primary CAS; the backups-first order makes the
+    /// new primary the one ahead), and a backup behind its primary fails
+    /// the next commit's check of every pointer CAS. Data blocks and logs
+    /// need nothing: blocks are written to every replica before any
+    /// pointer names them, and logs are finished by `finish_owner_log`.
+    /// Lock words are not compared (a backup's are never read). Returns
+    /// the metas that differed: a caller that fenced the region repeats
+    /// until a pass finds none, so that a batch that passed its epoch check
+    /// just before the fence and landed during a pass is caught.
     ///
-    /// Not for a region in use: like `restore_after_promotion`, it rewrites
-    /// meta chunks whole.
+    /// Not for a region in use: it rewrites meta chunks whole.
     pub async fn align_backups(&self, client: &mut Client) -> Result<u64, TxError> {
-        let backups = client
-            .map()
-            .region(self.region)
-            .map_or(0, |r| r.replicas.len().saturating_sub(1));
+        let replicas = client.map().region(self.region).map_or(1, |r| r.replicas.len());
         let tags = self.owner_table_of(client).await?;
-        let mut copied = 0;
+        let meta = crate::obj::META_BYTES as usize;
+        let mut differed = 0;
         let mut batch = Batch::new();
         for (i, _) in tags
             .iter()
@@ -494,20 +493,37 @@ impl Heap {
         {
             let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
             batch.clear();
-            let h = batch.read(at, self.chunk_bytes as u32);
+            let h = batch.on(Replica::All).read(at, self.chunk_bytes as u32);
             client.execute(&mut batch).await?;
-            let bytes = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
+            let primary = batch.read_result_of(h, 0).map_err(TxError::Verb)?.to_vec();
+            let mut stale = Vec::new();
+            for b in 1..replicas {
+                let copy = batch.read_result_of(h, b).map_err(TxError::Verb)?;
+                // Pointers only: bytes 8..16 of each meta.
+                let n = primary
+                    .chunks_exact(meta)
+                    .zip(copy.chunks_exact(meta))
+                    .filter(|(p, c)| p[8..16] != c[8..16])
+                    .count();
+                if n > 0 {
+                    differed += n as u64;
+                    stale.push(b - 1);
+                }
+            }
+            if stale.is_empty() {
+                continue;
+            }
             batch.clear();
-            let writes: Vec<_> = (0..backups)
-                .map(|b| batch.on(Replica::Backup(b as u8)).write(at, &bytes))
+            let writes: Vec<_> = stale
+                .iter()
+                .map(|&b| batch.on(Replica::Backup(b as u8)).write(at, &primary))
                 .collect();
             client.execute(&mut batch).await?;
             for h in writes {
                 batch.done(h).map_err(TxError::Verb)?;
             }
-            copied += 1;
         }
-        Ok(copied)
+        Ok(differed)
     }
 }
 
