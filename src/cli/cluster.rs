@@ -49,6 +49,13 @@ Examples:
   kintsugi cluster ycsb --index orders --duration 10s
   kintsugi cluster ycsb --index sessions --kind hash --tasks 8 --die-after 2s")]
     Ycsb(YcsbArgs),
+    /// Give back the owner ids of expired clients: finish their logs and sweep their locks on
+    /// every rtx index, then forget them (each once a lease has passed since its expiry).
+    Reap {
+        /// The cluster's directory.
+        #[arg(long, default_value = DIR_DEFAULT)]
+        dir: PathBuf,
+    },
     /// Show the local cluster in DIR: its processes and the control plane's status.
     Status {
         /// The cluster's directory.
@@ -117,6 +124,7 @@ enum Kind {
 pub fn run(command: ClusterCommand) -> anyhow::Result<ExitCode> {
     match command {
         ClusterCommand::Ycsb(args) => ycsb(args),
+        ClusterCommand::Reap { dir } => reap(&dir),
         ClusterCommand::Up(args) => up(args),
         ClusterCommand::Down { dir } => {
             let file = local::down(&dir)?;
@@ -331,6 +339,32 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
         c.close().await?;
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+fn reap(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let file = ClusterFile::read(dir)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let options = cluster::ClusterOptions {
+            name: "reaper".into(),
+            owner_ids: 1,
+            ..cluster::ClusterOptions::default()
+        };
+        let c = cluster::Cluster::connect_with(&file.control, &file.client_token, options).await?;
+        let forgotten = c.reap_expired().await;
+        c.close().await?;
+        let forgotten = forgotten?;
+        if forgotten.is_empty() {
+            println!("no expired client could be forgotten yet (none expired, or still in quarantine)");
+        } else {
+            let ids: Vec<String> = forgotten.iter().map(ToString::to_string).collect();
+            println!("forgot client(s) {}: their owner ids are free", ids.join(", "));
+        }
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }
