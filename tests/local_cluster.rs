@@ -24,9 +24,14 @@ fn exe() -> &'static Path {
 /// A small cluster in `dir`: 3 members, `nodes` shm memory nodes of 256 MiB,
 /// replication `replicas`, client leases of `lease`.
 fn spec(dir: &Path, nodes: usize, replicas: u8, lease: &str) -> LocalClusterSpec {
+    spec_over(dir, nodes, replicas, lease, "shm")
+}
+
+/// [`spec`] over `transport` (`shm` or `tcp`).
+fn spec_over(dir: &Path, nodes: usize, replicas: u8, lease: &str, transport: &str) -> LocalClusterSpec {
     let text = format!(
-        "dir = {dir:?}\n[memory]\nnodes = {nodes}\ncapacity = \"256MiB\"\n[indexes]\nreplicas = {replicas}\n\
-         [timing]\nclient_lease = \"{lease}\"\n"
+        "dir = {dir:?}\n[memory]\nnodes = {nodes}\ncapacity = \"256MiB\"\ntransport = \"{transport}\"\n\
+         [indexes]\nreplicas = {replicas}\n[timing]\nclient_lease = \"{lease}\"\n"
     );
     LocalClusterSpec::parse(&text, "test").unwrap()
 }
@@ -335,11 +340,20 @@ fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_acknowledged_write() {
+    promotion_under_load("shm").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_promotion_over_tcp_is_followed_too() {
+    promotion_under_load("tcp").await;
+}
+
+async fn promotion_under_load(transport: &str) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec(dir.path(), 3, 3, "1s");
+    let spec = spec_over(dir.path(), 3, 3, "1s", transport);
     let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
     let file = local.file.clone();
     let c = Arc::new(

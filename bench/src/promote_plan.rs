@@ -25,6 +25,8 @@ pub struct PromotePlan {
     pub between: std::time::Duration,
     /// Bytes of the index's region.
     pub region_bytes: u64,
+    /// How the clients reach the memory nodes (`--transport`: shm or tcp).
+    pub transport: harness::TransportKind,
     /// Print JSON instead of the table (`--json`).
     pub json: bool,
 }

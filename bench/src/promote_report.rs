@@ -64,10 +64,11 @@ impl PromoteReport {
     pub fn table(&self) -> String {
         let col = |f: fn(&Round) -> f64| self.rounds.iter().map(f).collect::<Vec<_>>();
         let mut out = format!(
-            "bench promote: {} promotions of an rtx B+tree region ({} replicas, {} keys) under YCSB A \
+            "bench promote: {} promotions of an rtx B+tree region ({} replicas over {}, {} keys) under YCSB A \
              ({} tasks)\n\n",
             self.rounds.len(),
             self.plan.replicas,
+            self.plan.transport,
             self.plan.tasks as u64 * self.plan.keys_per_task,
             self.plan.tasks
         );

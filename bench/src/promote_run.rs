@@ -36,8 +36,9 @@ async fn run_async(plan: &PromotePlan) -> Result<PromoteReport> {
         .prefix("kintsugi-bench-promote-")
         .tempdir()?;
     let text = format!(
-        "dir = {:?}\n[memory]\nnodes = {n}\ncapacity = \"{cap}\"\n[indexes]\nreplicas = {n}\n",
+        "dir = {:?}\n[memory]\nnodes = {n}\ncapacity = \"{cap}\"\ntransport = \"{t}\"\n[indexes]\nreplicas = {n}\n",
         dir.path(),
+        t = plan.transport,
         n = plan.replicas,
         cap = plan.region_bytes * 2,
     );

@@ -9,7 +9,7 @@ use bench::promote_plan::{PromotePlan, KEYS_PER_TASK_MAX, ROUNDS_MAX};
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 What it measures (real processes: a local cluster of 3 control members and --replicas memory nodes
-on shm, placed by the control plane, started by this binary in a temporary directory):
+on shm or tcp, placed by the control plane, started by this binary in a temporary directory):
   1. A client process's tasks (this one, through the client library) load --keys keys each into an
      rtx B+tree whose region has --replicas replicas, then run YCSB A (half reads, half writes, each
      task on its own keys) for the whole run.
@@ -42,6 +42,9 @@ pub struct PromoteArgs {
     /// The load runs this long between promotions.
     #[arg(long, default_value = "200ms", value_parser = crate::cli::units::parse_duration)]
     between: Duration,
+    /// How the clients reach the memory nodes: shm (images mapped here) or tcp (loopback).
+    #[arg(long, value_enum, default_value = "shm")]
+    transport: harness::TransportKind,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -74,6 +77,10 @@ impl PromoteArgs {
             replicas: self.replicas,
             between: self.between,
             region_bytes,
+            transport: self.transport.require(
+                "bench promote",
+                &[harness::TransportKind::Shm, harness::TransportKind::Tcp],
+            )?,
             json: self.json,
         })
     }
