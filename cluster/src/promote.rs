@@ -32,7 +32,7 @@
 use std::time::{Duration, Instant};
 
 use control_plane::state::{Command, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
-use fabric::{ClusterMap, Epoch, NodeInfo, RegionId, RegionInfo};
+use fabric::{ClusterMap, Epoch, RegionId};
 use txn::{Heap, LockWord, RepairOutcome, TxClient};
 
 use crate::client::Cluster;
@@ -167,7 +167,8 @@ impl Cluster {
                 .take()
                 .ok_or(ClusterError::OwnerIdsExhausted(self.me.owners.count))?;
             let mut tx = TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
-            for id in 1..OWNER_ID_END {
+            let open = txn::log::unfinished(&heap, tx.fabric(), 1..OWNER_ID_END).await?;
+            for id in open {
                 let deadline = Instant::now() + PROMOTE_TIMEOUT;
                 while tx.finish_owner_log(id).await? == RepairOutcome::Busy {
                     if Instant::now() >= deadline {
@@ -259,23 +260,7 @@ impl Cluster {
             .members
             .call("reading the status", |c| async move { c.status().await })
             .await?;
-        let nodes = status
-            .memnodes
-            .iter()
-            .map(|n| NodeInfo {
-                id: n.id,
-                endpoint: n.endpoint.clone(),
-            })
-            .collect();
-        let regions = status
-            .regions
-            .iter()
-            .map(|r| RegionInfo {
-                id: r.id,
-                size: r.size_bytes,
-                replicas: r.replicas.clone(),
-            })
-            .collect();
-        ClusterMap::new(status.epoch, nodes, regions).map_err(|e| ClusterError::Map(e.to_string()))
+        control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter())
+            .map_err(|e| ClusterError::Map(e.to_string()))
     }
 }

@@ -410,6 +410,30 @@ impl ControlPlane {
     }
 }
 
+/// Waits until `n` memory nodes are registered and active (they renewed
+/// their lease once), at most [`FORM_TIMEOUT`]; `logs` says where to look
+/// when they are not.
+pub async fn await_memnodes(api: &ControlClient, n: usize, logs: &str) -> Result<(), ControlError> {
+    let deadline = Instant::now() + FORM_TIMEOUT;
+    loop {
+        let nodes = call("listing memory nodes", api.memnodes()).await?;
+        let active = nodes
+            .iter()
+            .filter(|m| m.state == control_plane::state::MemNodeState::Active)
+            .count();
+        if active >= n {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(ControlError::Timeout {
+                what: format!("{n} memory nodes registered and active ({active} are; see {logs})"),
+                within: FORM_TIMEOUT,
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// One API call, bounded by [`CALL_TIMEOUT`].
 pub async fn call<T>(
     what: &str,

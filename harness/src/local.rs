@@ -20,10 +20,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use control_plane::config::{Timing, TOKEN_ENV};
-use control_plane::state::MemNodeState;
 use serde::{Deserialize, Serialize};
 
-use crate::control::{call, ControlError, ControlPlane, MemberLogs, FORM_TIMEOUT, POLL};
+use crate::control::{ControlError, ControlPlane, MemberLogs};
 use crate::launch::{Launch, LaunchError, Process, START_TIMEOUT};
 use crate::TransportKind;
 
@@ -372,7 +371,7 @@ impl LocalCluster {
             });
             memnodes.push(p);
         }
-        await_memnodes(&control, spec.memory.nodes).await?;
+        crate::control::await_memnodes(&control.client(0)?, spec.memory.nodes, "memnode-*.log").await?;
         progress(&format!(
             "{} memory nodes registered and active",
             spec.memory.nodes
@@ -426,24 +425,6 @@ fn shm_dir() -> PathBuf {
         dev_shm.to_owned()
     } else {
         std::env::temp_dir()
-    }
-}
-
-async fn await_memnodes(control: &ControlPlane, n: usize) -> Result<(), LocalError> {
-    let api = control.client(0)?;
-    let deadline = Instant::now() + FORM_TIMEOUT;
-    loop {
-        let nodes = call("listing memory nodes", api.memnodes()).await?;
-        let active = nodes.iter().filter(|m| m.state == MemNodeState::Active).count();
-        if active >= n {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(LocalError::State(format!(
-                "{active} of {n} memory nodes registered and active after {FORM_TIMEOUT:?} (see memnode-*.log)"
-            )));
-        }
-        tokio::time::sleep(POLL).await;
     }
 }
 

@@ -172,10 +172,7 @@ fn up(args: UpArgs) -> anyhow::Result<ExitCode> {
         print_summary(&spec, &file, true);
         return Ok(ExitCode::SUCCESS);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     runtime.block_on(async {
         let shutdown = super::memnode::shutdown_signal()?;
         let cluster = LocalCluster::up(&exe, &spec, |step| tracing::info!("{step}")).await?;
@@ -269,10 +266,7 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     let file = ClusterFile::read(&args.dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     runtime.block_on(async {
         let options = cluster::ClusterOptions {
             name: args.name.clone(),
@@ -345,10 +339,7 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
 
 fn reap(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
     let file = ClusterFile::read(dir)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = runtime()?;
     runtime.block_on(async {
         let options = cluster::ClusterOptions {
             name: "reaper".into(),
@@ -367,4 +358,11 @@ fn reap(dir: &std::path::Path) -> anyhow::Result<ExitCode> {
         }
         anyhow::Ok(ExitCode::SUCCESS)
     })
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
 }

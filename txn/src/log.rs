@@ -110,6 +110,37 @@ impl Log {
     }
 }
 
+/// The owner ids in `owners` whose log slot in `heap` holds a log that is
+/// not finished (INIT, ABORT or DOING on the primary), read in one round
+/// trip: what a promotion must finish (finishing an empty or DONE slot
+/// changes nothing on the primary).
+pub async fn unfinished(
+    heap: &crate::Heap,
+    client: &mut fabric::Client,
+    owners: std::ops::Range<crate::OwnerId>,
+) -> Result<Vec<crate::OwnerId>, crate::TxError> {
+    use crate::word::LogState;
+    let mut batch = fabric::Batch::new();
+    let mut reads = Vec::with_capacity(owners.len());
+    for owner in owners {
+        reads.push((owner, batch.read(heap.log_slot(owner)?.add(HEADER_OFFSET), 8)));
+    }
+    client.execute(&mut batch).await?;
+    let mut open = Vec::new();
+    for (owner, h) in reads {
+        let bytes = batch.read_result(h).map_err(crate::TxError::Verb)?;
+        let raw = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+        // A header that does not decode is left to `finish_owner_log`,
+        // which says what is wrong with it.
+        let done =
+            LogHeader::from_raw(raw).is_some_and(|h| matches!(h.state(), LogState::Empty | LogState::Done));
+        if !done {
+            open.push(owner);
+        }
+    }
+    Ok(open)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

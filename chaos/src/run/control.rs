@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use control_plane::api::{keep_lease_with, ClientError, ControlClient, Leaseholder};
 use control_plane::state::{
-    Client, ClientId, ClientState, Command, MemNodeId, MemNodeState, Outcome, OwnerBlock, OWNER_ID_END,
+    Client, ClientId, ClientState, Command, MemNodeId, Outcome, OwnerBlock, OWNER_ID_END,
 };
 pub use harness::control::CALL_TIMEOUT;
 use serde::Serialize;
@@ -34,10 +34,6 @@ use tokio::sync::oneshot;
 
 use super::RunError;
 
-/// How long the member may take to elect itself after `init`, and the
-/// memory nodes to register and renew once: well under a second on an
-/// idle machine, seconds on a loaded one.
-pub const FORM_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pause between polls of the member while waiting for a decision.
 pub const POLL: Duration = Duration::from_millis(10);
 /// How long the checker waits for the control plane to expire a dead
@@ -68,21 +64,7 @@ pub fn api(endpoint: &str, token: &str) -> Result<ControlClient, RunError> {
 
 /// Waits until `n` memory nodes are registered and active (they renewed).
 pub async fn wait_memnodes(api: &ControlClient, n: usize) -> Result<(), RunError> {
-    let deadline = Instant::now() + FORM_TIMEOUT;
-    loop {
-        let nodes = call("cannot list memory nodes", api.memnodes()).await?;
-        let active = nodes.iter().filter(|m| m.state == MemNodeState::Active).count();
-        if active >= n {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(control(
-                "memory nodes",
-                format!("{active} of {n} registered and active after {FORM_TIMEOUT:?} (see memnode-*.log)"),
-            ));
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    Ok(harness::control::await_memnodes(api, n, "memnode-*.log").await?)
 }
 
 /// Registers a client named `name` with `owner_ids` owner ids and `lease`.

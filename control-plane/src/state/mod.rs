@@ -500,25 +500,11 @@ impl ControlState {
     }
 
     fn map_of(&self, keep: impl Fn(&Region) -> bool) -> Result<ClusterMap, fabric::MapError> {
-        let nodes = self
-            .memnodes
-            .values()
-            .map(|n| NodeInfo {
-                id: n.id,
-                endpoint: n.endpoint.clone(),
-            })
-            .collect();
-        let regions = self
-            .regions
-            .values()
-            .filter(|r| keep(r))
-            .map(|r| RegionInfo {
-                id: r.id,
-                size: r.size_bytes,
-                replicas: r.replicas.clone(),
-            })
-            .collect();
-        ClusterMap::new(self.epoch, nodes, regions)
+        map_of(
+            self.epoch,
+            self.memnodes.values(),
+            self.regions.values().filter(|r| keep(r)),
+        )
     }
 
     /// Checks the invariants in the module docs.
@@ -578,6 +564,30 @@ impl ControlState {
         }
         Ok(())
     }
+}
+
+/// The map of `regions` on `memnodes` at `epoch`: the one translation of
+/// records into what clients route by ([`ControlState::map`], and a
+/// promoter's full map from a status).
+pub fn map_of<'a>(
+    epoch: Epoch,
+    memnodes: impl Iterator<Item = &'a MemNode>,
+    regions: impl Iterator<Item = &'a Region>,
+) -> Result<ClusterMap, fabric::MapError> {
+    let nodes = memnodes
+        .map(|n| NodeInfo {
+            id: n.id,
+            endpoint: n.endpoint.clone(),
+        })
+        .collect();
+    let regions = regions
+        .map(|r| RegionInfo {
+            id: r.id,
+            size: r.size_bytes,
+            replicas: r.replicas.clone(),
+        })
+        .collect();
+    ClusterMap::new(epoch, nodes, regions)
 }
 
 /// Where `node` sits among `r`'s backups; the primary is refused with
