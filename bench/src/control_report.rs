@@ -155,7 +155,7 @@ impl ControlReport {
         let (p, c) = (&self.plan, &self.results.commit);
         let _ = writeln!(
             s,
-            "commits: {} PromoteBackup commands to the leader, {} writer(s)",
+            "commits: {} map changes (PromoteBackup, then RegionRestored, in turn) to the leader, {} writer(s)",
             thousands(p.ops as f64),
             p.concurrency
         );
