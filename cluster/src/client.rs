@@ -137,7 +137,14 @@ impl Cluster {
                 faults = Some(f);
             }
             let mandate = Mandate::new(map, sent + Duration::from_millis(me.lease_ms));
-            let session = Session::start(endpoints.clone(), token.to_owned(), me.id, mandate.clone())?;
+            let session = Session::start(
+                endpoints.clone(),
+                token.to_owned(),
+                me.id,
+                mandate.clone(),
+                true,
+                |_| {},
+            )?;
             Ok::<_, ClusterError>((transport, faults, mandate, session))
         };
         let (transport, faults, mandate, session) = match joined.await {

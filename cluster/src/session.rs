@@ -30,13 +30,16 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// Starts keeping client `id`'s lease and following the map into
-    /// `mandate`, through the members at `endpoints`.
+    /// Starts keeping client `id`'s lease and, with `follow_map`, following
+    /// the map into `mandate`, through the members at `endpoints`.
+    /// `on_lost` hears why, if the lease is lost.
     pub(crate) fn start(
         endpoints: Vec<String>,
         token: String,
         id: ClientId,
         mandate: Arc<Mandate>,
+        follow_map: bool,
+        on_lost: impl FnOnce(&str) + Send + 'static,
     ) -> Result<Session, ClusterError> {
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let (epoch_tx, epochs) = watch::channel(mandate.epoch());
@@ -46,13 +49,14 @@ impl Session {
             .name(format!("kintsugi-session-{id}"))
             .spawn(move || {
                 let why = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt.block_on(keep(endpoints, token, id, &mandate, epoch_tx, stop_rx)),
+                    Ok(rt) => rt.block_on(keep(endpoints, token, id, &mandate, follow_map, epoch_tx, stop_rx)),
                     Err(e) => Some(format!("cannot start the session's runtime: {e}")),
                 };
                 if let Some(why) = why {
                     mandate.revoke();
                     tracing::error!(client = id, reason = %why, "lease lost: this process issues no more verbs");
-                    *lost_by_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                    *lost_by_thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+                    on_lost(&why);
                 }
             })
             .map_err(|source| ClusterError::Io {
@@ -101,6 +105,7 @@ async fn keep(
     token: String,
     id: ClientId,
     mandate: &Mandate,
+    follow_map: bool,
     epochs: watch::Sender<Epoch>,
     stop: oneshot::Receiver<()>,
 ) -> Option<String> {
@@ -118,16 +123,22 @@ async fn keep(
         },
         |sent, lease| mandate.extend(sent + lease),
     );
+    let follow = async {
+        if follow_map {
+            match follow(&members, mandate, &epochs).await {}
+        }
+        std::future::pending::<()>().await;
+    };
     tokio::select! {
         kept = lease => kept.err().map(|e| chain(&e)),
-        never = follow_map(&members, mandate, &epochs) => match never {},
+        () = follow => None,
     }
 }
 
 /// Long-polls the map and installs every newer one. A member serving an
 /// older map than the one installed is refused by the mandate (epochs
 /// never go backwards) and logged, and the next member is asked.
-async fn follow_map(
+async fn follow(
     members: &Members,
     mandate: &Mandate,
     epochs: &watch::Sender<Epoch>,

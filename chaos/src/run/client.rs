@@ -40,7 +40,10 @@ use index::hash::HashTable;
 use index::IndexError;
 use txn::{Heap, TxConfig};
 
-use super::control::{self, LeaseKeeper, Validity};
+use cluster::Lease;
+use fabric::Mandate;
+
+use super::control;
 use super::{unix_ns, Endpoint, RunError, RunSpec, REGION};
 use crate::experiment::IndexKind;
 use crate::history::{Write, WriteKind};
@@ -68,7 +71,7 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
     }
     let stdout: Stdout = Arc::new(Mutex::new(std::io::stdout()));
     let (first_owner, keeper) = take_owner_ids(&spec, client, token, &stdout)?;
-    let validity = keeper.as_ref().map(LeaseKeeper::validity);
+    let validity = keeper.as_ref().map(Lease::validity);
     let go: Go = Arc::default();
     let faults: Faults = Arc::default();
     let (handles, opened) = start_threads(&spec, client, first_owner, validity, &go, &faults, &stdout);
@@ -93,7 +96,7 @@ fn take_owner_ids(
     client: u32,
     token: Option<String>,
     stdout: &Stdout,
-) -> Result<(u16, Option<LeaseKeeper>), RunError> {
+) -> Result<(u16, Option<Lease>), RunError> {
     let threads = u16::try_from(spec.experiment.cluster.threads_per_client)
         .map_err(|_| RunError::Client("more threads per client than owner ids".into()))?;
     let Some(endpoint) = &spec.control else {
@@ -105,12 +108,12 @@ fn take_owner_ids(
         ))
     })?;
     let out = stdout.clone();
-    let (owners, keeper) = control::lease(
-        endpoint,
+    let keeper = Lease::take(
+        std::slice::from_ref(endpoint),
         &token,
         &control::client_name(client),
         threads,
-        spec.experiment.cluster.client_lease,
+        Some(spec.experiment.cluster.client_lease),
         move |why| {
             let _ = say(
                 &out,
@@ -118,8 +121,9 @@ fn take_owner_ids(
             );
             std::process::exit(1);
         },
-    )?;
-    Ok((owners.first, Some(keeper)))
+    )
+    .map_err(|e| RunError::Control(format!("taking owner ids: {e}")))?;
+    Ok((keeper.owners().first, Some(keeper)))
 }
 
 /// Starts one thread per index client: each opens the index (and says so
@@ -129,7 +133,7 @@ fn start_threads(
     spec: &RunSpec,
     client: u32,
     first_owner: u16,
-    validity: Option<Validity>,
+    validity: Option<std::sync::Arc<Mandate>>,
     go: &Go,
     faults: &Faults,
     stdout: &Stdout,
@@ -153,7 +157,7 @@ fn start_threads(
                     client,
                     global,
                     fault: fault.as_deref(),
-                    lease: validity.as_ref(),
+                    lease: validity.as_deref(),
                 };
                 let ops = rt.block_on(run_thread(&spec, me, &mut index, t0_ns, &stdout))?;
                 Ok((ops, index.tx_stats().repairs))
@@ -341,7 +345,7 @@ struct Thread<'a> {
     /// Its fault injector, if its client is a victim.
     fault: Option<&'a Faulty<BaseTransport>>,
     /// Its client's control-plane lease, if the run has a control plane.
-    lease: Option<&'a Validity>,
+    lease: Option<&'a Mandate>,
 }
 
 /// One thread's run: ops until the deadline, counted per bucket, writes
@@ -356,7 +360,7 @@ async fn run_thread(
     // No op starts, and none is acknowledged, once the control-plane lease
     // may have lapsed (it cannot be renewed, say): the owner id may be
     // someone else's by then.
-    let holds = || me.lease.is_none_or(Validity::holds);
+    let holds = || me.lease.is_none_or(Mandate::holds);
     let lapsed =
         || RunError::Client("control-plane lease lapsed: this client's owner ids may be another's".into());
     let mut generator = op_stream(spec, me.global)?;

@@ -2,8 +2,9 @@
 //!
 //! Design §3: owner ids are unique cluster-wide because the control plane
 //! hands each client a block of them with a lease. So the loader, every
-//! client process and the checker register and renew; the memory nodes
-//! register too. When the schedule kills a client its lease lapses and the
+//! client process and the checker register and renew, each through
+//! `cluster::Lease` (the client library's registration and lease keeping,
+//! without its map); the memory nodes register too. When the schedule kills a client its lease lapses and the
 //! leader expires it. The checker waits for that decision before it checks:
 //! repairs go by the rTX leases of the locks, not by the control plane, but
 //! owner ids may be freed only once the control plane has expired their
@@ -19,18 +20,12 @@
 //! not hang it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use control_plane::api::{keep_lease_with, ClientError, ControlClient, Leaseholder};
-use control_plane::state::{
-    Client, ClientId, ClientState, Command, MemNodeId, Outcome, OwnerBlock, OWNER_ID_END,
-};
+use control_plane::api::{ClientError, ControlClient};
+use control_plane::state::{Client, ClientId, ClientState, Command, MemNodeId};
 pub use harness::control::CALL_TIMEOUT;
 use serde::Serialize;
-use tokio::sync::oneshot;
 
 use super::RunError;
 
@@ -65,184 +60,6 @@ pub fn api(endpoint: &str, token: &str) -> Result<ControlClient, RunError> {
 /// Waits until `n` memory nodes are registered and active (they renewed).
 pub async fn wait_memnodes(api: &ControlClient, n: usize) -> Result<(), RunError> {
     Ok(harness::control::await_memnodes(api, n, "memnode-*.log").await?)
-}
-
-/// Registers a client named `name` with `owner_ids` owner ids and `lease`.
-pub async fn register(
-    api: &ControlClient,
-    name: &str,
-    owner_ids: u16,
-    lease: Duration,
-) -> Result<Client, RunError> {
-    let command = Command::RegisterClient {
-        name: name.to_owned(),
-        owner_ids,
-        lease_ms: u64::try_from(lease.as_millis()).unwrap_or(u64::MAX),
-    };
-    match call(&format!("cannot register {name}"), api.command(&command)).await? {
-        Outcome::Client(c) => {
-            check_block(c.owners, owner_ids).map_err(|e| control(format!("registering {name}"), e))?;
-            Ok(c)
-        }
-        other => Err(control(
-            format!("registering {name}"),
-            format!("unexpected answer {other:?}"),
-        )),
-    }
-}
-
-/// An owner-id block the control plane handed out must be the size asked
-/// for and lie in `1..OWNER_ID_END`, or the ids would collide or overflow.
-fn check_block(b: OwnerBlock, asked: u16) -> Result<(), String> {
-    let end = u32::from(b.first) + u32::from(b.count);
-    if b.count != asked || b.first == 0 || end > u32::from(OWNER_ID_END) {
-        return Err(format!(
-            "owner ids {}..{end} are not {asked} id(s) within 1..{OWNER_ID_END}",
-            b.first
-        ));
-    }
-    Ok(())
-}
-
-/// Registers `name` for `owner_ids` owner ids with the member at
-/// `endpoint` and keeps its lease ([`LeaseKeeper`], `on_lost` as there).
-/// For callers outside any runtime (the runner, a client process).
-pub fn lease(
-    endpoint: &str,
-    token: &str,
-    name: &str,
-    owner_ids: u16,
-    lease: Duration,
-    on_lost: impl FnOnce(&str) + Send + 'static,
-) -> Result<(OwnerBlock, LeaseKeeper), RunError> {
-    let rt = super::runtime()?;
-    let api = self::api(endpoint, token)?;
-    let sent = Instant::now();
-    let me = rt.block_on(register(&api, name, owner_ids, lease))?;
-    let keeper = LeaseKeeper::start(endpoint, token, me.id, &me.name, sent + lease, on_lost)?;
-    Ok((me.owners, keeper))
-}
-
-/// Until when a lease certainly holds, shared between the thread that
-/// renews it and the threads that act under it.
-#[derive(Clone, Debug)]
-pub struct Validity {
-    base: Instant,
-    /// Nanoseconds after `base`.
-    until_ns: Arc<AtomicU64>,
-}
-
-impl Validity {
-    fn new(until: Instant) -> Validity {
-        let v = Validity {
-            base: Instant::now(),
-            until_ns: Arc::new(AtomicU64::new(0)),
-        };
-        v.extend(until);
-        v
-    }
-
-    fn extend(&self, until: Instant) {
-        let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
-        self.until_ns.fetch_max(ns, Ordering::Release);
-    }
-
-    /// Whether the lease certainly holds now. Once it does not, the holder
-    /// must not act under its owner ids: the control plane may have expired
-    /// it and handed them to another.
-    pub fn holds(&self) -> bool {
-        let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        now < self.until_ns.load(Ordering::Acquire)
-    }
-}
-
-/// Renews a client's lease on a thread of its own, with a control-plane
-/// client of its own, so that a client whose work never yields (shm verbs
-/// complete inline) still renews in time. (A `ControlClient` made on
-/// another runtime would share that runtime's pooled connections, which
-/// only make progress while that runtime is driven.)
-pub struct LeaseKeeper {
-    stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<Result<(), String>>>,
-    validity: Validity,
-}
-
-impl LeaseKeeper {
-    /// Starts renewing the lease of client `id` (`name`), which holds until
-    /// `until` so far, at the member at `endpoint`. If the control plane
-    /// refuses a renewal (it expired the client), `on_lost` is called with
-    /// the reason: the client must stop using its owner ids.
-    pub fn start(
-        endpoint: &str,
-        token: &str,
-        id: ClientId,
-        name: &str,
-        until: Instant,
-        on_lost: impl FnOnce(&str) + Send + 'static,
-    ) -> Result<LeaseKeeper, RunError> {
-        let api = self::api(endpoint, token)?;
-        let validity = Validity::new(until);
-        let renewed = validity.clone();
-        let name = name.to_owned();
-        let (tx, rx) = oneshot::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(format!("lease-{id}"))
-            .spawn(move || {
-                let lost = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt
-                        .block_on(keep_lease_with(
-                            &[api],
-                            Leaseholder::Client(id),
-                            async {
-                                let _ = rx.await;
-                            },
-                            |sent, lease| renewed.extend(sent + lease),
-                        ))
-                        .map_err(|e| format!("{name}: {e}")),
-                    Err(e) => Err(format!("cannot start the lease's runtime: {e}")),
-                };
-                if let Err(why) = &lost {
-                    on_lost(why);
-                }
-                lost
-            })
-            .map_err(|source| RunError::Io {
-                what: "cannot start the lease thread".into(),
-                source,
-            })?;
-        Ok(LeaseKeeper {
-            stop: Some(tx),
-            thread: Some(thread),
-            validity,
-        })
-    }
-
-    /// Until when the lease certainly holds, for the threads acting under it.
-    pub fn validity(&self) -> Validity {
-        self.validity.clone()
-    }
-
-    /// Stops renewing. `Err` if the lease was lost meanwhile.
-    pub fn stop(mut self) -> Result<(), RunError> {
-        self.halt()
-    }
-
-    fn halt(&mut self) -> Result<(), RunError> {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        match self.thread.take().map(JoinHandle::join) {
-            None | Some(Ok(Ok(()))) => Ok(()),
-            Some(Ok(Err(why))) => Err(control("lease lost", why)),
-            Some(Err(_)) => Err(control("lease", "its thread panicked")),
-        }
-    }
-}
-
-impl Drop for LeaseKeeper {
-    fn drop(&mut self) {
-        let _ = self.halt();
-    }
 }
 
 /// Waits until the control plane has expired every client named in
@@ -424,30 +241,6 @@ pub async fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_owner_block_must_be_what_was_asked_within_the_ids() {
-        let b = |first, count| OwnerBlock { first, count };
-        assert!(check_block(b(2, 3), 3).is_ok());
-        assert!(check_block(b(OWNER_ID_END - 3, 3), 3).is_ok());
-        assert!(check_block(b(2, 2), 3).is_err(), "fewer than asked");
-        assert!(check_block(b(0, 3), 3).is_err(), "owner id 0 is nobody");
-        assert!(check_block(b(OWNER_ID_END - 2, 3), 3).is_err(), "past the end");
-        assert!(check_block(b(u16::MAX, 3), 3).is_err(), "no overflow");
-    }
-
-    #[test]
-    fn a_validity_holds_until_its_latest_extension() {
-        let now = Instant::now();
-        let v = Validity::new(now + Duration::from_secs(3600));
-        assert!(v.holds());
-        v.extend(now); // an older renewal never shortens it
-        assert!(v.holds());
-        let lapsed = Validity::new(now);
-        assert!(!lapsed.holds());
-        lapsed.extend(now + Duration::from_secs(3600));
-        assert!(lapsed.holds());
-    }
 
     #[test]
     fn client_names_round_trip() {

@@ -23,7 +23,7 @@ use tokio::runtime::Runtime;
 use super::check::{check_index, CheckOutcome};
 use super::client::connect;
 use super::cluster::{start_control, start_memnodes, Procs};
-use super::control::{self, ControlOutcome, LeaseKeeper};
+use super::control::{self, ControlOutcome};
 use super::{
     unix_ms, unix_ns, ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US,
     GRACE, LOADER, READY_TIMEOUT,
@@ -149,7 +149,7 @@ fn start_cluster(
     let (loader, keeper) = lease(procs, "loader", e, LOADER)?;
     rt.block_on(load(e, variant, &endpoint, loader))?;
     if let Some(k) = keeper {
-        k.stop()?;
+        k.stop().map_err(|e| RunError::Control(e.to_string()))?;
     }
     let spec = RunSpec {
         experiment: e.clone(),
@@ -315,7 +315,7 @@ fn judge(
     let check = rt.block_on(check_index(spec, checker, &dead.threads, &dead_owners))?;
     // The checker acted under its owner id throughout, or the run fails.
     if let Some(k) = keeper {
-        k.stop()?;
+        k.stop().map_err(|e| RunError::Control(e.to_string()))?;
     }
     let control_plane = match (procs.api(), leases) {
         (Some(api), Some(leases)) => {
@@ -446,12 +446,20 @@ fn lease(
     name: &str,
     e: &Experiment,
     fixed: u16,
-) -> Result<(u16, Option<LeaseKeeper>), RunError> {
+) -> Result<(u16, Option<cluster::Lease>), RunError> {
     let Some((addr, token)) = procs.member() else {
         return Ok((fixed, None));
     };
-    let (owners, keeper) = control::lease(addr, token, name, 1, e.cluster.client_lease, |_| {})?;
-    Ok((owners.first, Some(keeper)))
+    let keeper = cluster::Lease::take(
+        &[addr.to_owned()],
+        token,
+        name,
+        1,
+        Some(e.cluster.client_lease),
+        |_| {},
+    )
+    .map_err(|e| RunError::Control(format!("taking an owner id for the {name}: {e}")))?;
+    Ok((keeper.owners().first, Some(keeper)))
 }
 
 /// Starts client process `c` (its log is the run's record of what it
