@@ -95,7 +95,7 @@ async fn run_async(plan: &PromotePlan) -> Result<PromoteReport> {
         .regions()
         .first()
         .map(|r| r.id)
-        .context_msg("the index's region")?;
+        .ok_or_else(|| crate::msg!("the index's region is not in the map"))?;
     let mut rounds = Vec::new();
     let started = Instant::now();
     for i in 0..plan.rounds {
@@ -178,14 +178,4 @@ async fn preload(c: &Cluster, spec: &LoadSpec) -> Result<()> {
 
 fn ms(d: std::time::Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-trait ContextMsg<T> {
-    fn context_msg(self, what: &str) -> Result<T>;
-}
-
-impl<T> ContextMsg<T> for Option<T> {
-    fn context_msg(self, what: &str) -> Result<T> {
-        self.ok_or_else(|| crate::msg!("{what} is missing"))
-    }
 }

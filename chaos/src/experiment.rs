@@ -172,24 +172,8 @@ pub struct IndexSpec {
     pub expect_violations: Vec<Variant>,
 }
 
-/// The index under test.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
-pub enum IndexKind {
-    /// The Sherman-like B+tree.
-    Btree,
-    /// RACE hashing.
-    Hash,
-}
-
-impl std::fmt::Display for IndexKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            IndexKind::Btree => "btree",
-            IndexKind::Hash => "hash",
-        })
-    }
-}
+/// The index under test: the control plane's catalog names the same two.
+pub use control_plane::state::IndexKind;
 
 /// The workload as the file gives it.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]

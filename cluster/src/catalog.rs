@@ -90,7 +90,10 @@ impl Cluster {
                             client: self.me.id,
                         };
                         // A refusal means someone else claimed it first.
-                        let _ = self.command(&format!("claiming index {name:?}"), &claim).await;
+                        let _ = self
+                            .members
+                            .command(&format!("claiming index {name:?}"), &claim)
+                            .await;
                         continue;
                     }
                 }
@@ -116,7 +119,11 @@ impl Cluster {
             replicas: self.options.replicas,
             client: self.me.id,
         };
-        match self.command(&format!("creating index {name:?}"), &create).await {
+        match self
+            .members
+            .command(&format!("creating index {name:?}"), &create)
+            .await
+        {
             Ok(Outcome::Index(x)) => {
                 tracing::info!(
                     index = name,
@@ -168,7 +175,8 @@ impl Cluster {
             name: x.name.clone(),
             client: self.me.id,
         };
-        self.command(&format!("marking index {:?} ready", x.name), &ready)
+        self.members
+            .command(&format!("marking index {:?} ready", x.name), &ready)
             .await?;
         tracing::info!(index = %x.name, kind = %x.kind, variant = %x.variant, region = x.region, "index created");
         Ok(opened)
@@ -231,14 +239,5 @@ impl Cluster {
         Ok(clients
             .iter()
             .any(|c| c.id == client && c.state == ClientState::Live))
-    }
-
-    pub(crate) async fn command(&self, what: &str, command: &Command) -> Result<Outcome, ClusterError> {
-        self.members
-            .call(what, |c| {
-                let cmd = command.clone();
-                async move { c.command(&cmd).await }
-            })
-            .await
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use control_plane::state::{self as cp, ClientState, Command, IndexKind, IndexVariant, Outcome};
+use control_plane::state::{self as cp, ClientState, Command, IndexKind, IndexVariant};
 use fabric::{AnyTransport, ClusterMap, Mandate, ShmTransport, TcpTransport};
 use txn::TxConfig;
 
@@ -103,28 +103,9 @@ impl Cluster {
     ) -> Result<Cluster, ClusterError> {
         let endpoints: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_owned()).collect();
         let members = Members::new(&endpoints, token)?;
-        let register = Command::RegisterClient {
-            name: options.name.clone(),
-            owner_ids: options.owner_ids,
-            lease_ms: options
-                .lease
-                .map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
-        };
-        let sent = Instant::now();
-        let me = match members
-            .call(&format!("registering client {:?}", options.name), |c| {
-                let r = register.clone();
-                async move { c.command(&r).await }
-            })
-            .await?
-        {
-            Outcome::Client(c) => c,
-            other => {
-                return Err(ClusterError::Map(format!(
-                    "unexpected answer to registration: {other:?}"
-                )))
-            }
-        };
+        let (me, sent) = members
+            .register_client(&options.name, options.owner_ids, options.lease)
+            .await?;
         let joined = async {
             let map = members
                 .call("fetching the map", |c| async move { c.map(None, None).await })
@@ -152,12 +133,7 @@ impl Cluster {
             Err(e) => {
                 // Nothing issued under the ids yet: give them back at once.
                 let leave = Command::DeregisterClient { id: me.id };
-                let _ = members
-                    .call("deregistering", |c| {
-                        let l = leave.clone();
-                        async move { c.command(&l).await }
-                    })
-                    .await;
+                let _ = members.command("deregistering", &leave).await;
                 return Err(e);
             }
         };
@@ -237,12 +213,7 @@ impl Cluster {
         let ids: Vec<u16> = (self.me.owners.first..self.me.owners.end()).collect();
         self.finish_logs(&ids, false).await?;
         let leave = Command::DeregisterClient { id: self.me.id };
-        self.members
-            .call("leaving the cluster", |c| {
-                let l = leave.clone();
-                async move { c.command(&l).await }
-            })
-            .await?;
+        self.members.command("leaving the cluster", &leave).await?;
         self.closed = true;
         self.mandate.revoke();
         self.session.lock().unwrap_or_else(|p| p.into_inner()).stop();
@@ -278,10 +249,7 @@ impl Cluster {
             let forget = Command::ForgetClient { id: c.id };
             match self
                 .members
-                .call(&format!("forgetting client {}", c.id), |m| {
-                    let f = forget.clone();
-                    async move { m.command(&f).await }
-                })
+                .command(&format!("forgetting client {}", c.id), &forget)
                 .await
             {
                 Ok(_) => forgotten.push(c.id),

@@ -5,9 +5,9 @@
 //! transports and the indexes.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use control_plane::state::{self as cp, Command, Outcome, OwnerBlock, OWNER_ID_END};
+use control_plane::state::{self as cp, OwnerBlock};
 use fabric::{ClusterMap, Mandate};
 
 use crate::members::Members;
@@ -52,24 +52,7 @@ impl Lease {
                 source,
             })?;
         let members = Members::new(endpoints, token)?;
-        let register = Command::RegisterClient {
-            name: name.to_owned(),
-            owner_ids,
-            lease_ms: lease.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
-        };
-        let sent = Instant::now();
-        let me = match rt.block_on(members.call(&format!("registering client {name:?}"), |c| {
-            let r = register.clone();
-            async move { c.command(&r).await }
-        }))? {
-            Outcome::Client(c) => c,
-            other => {
-                return Err(ClusterError::Map(format!(
-                    "unexpected answer to registration: {other:?}"
-                )))
-            }
-        };
-        check_block(me.owners, owner_ids)?;
+        let (me, sent) = rt.block_on(members.register_client(name, owner_ids, lease))?;
         let empty =
             ClusterMap::new(0, Vec::new(), Vec::new()).map_err(|e| ClusterError::Map(e.to_string()))?;
         let mandate = Mandate::new(empty, sent + Duration::from_millis(me.lease_ms));
@@ -112,34 +95,5 @@ impl Lease {
             Some(why) => Err(ClusterError::LeaseLost(why)),
             None => Ok(()),
         }
-    }
-}
-
-/// An owner-id block the control plane handed out must be the size asked
-/// for and lie in `1..OWNER_ID_END`, or the ids would collide or overflow.
-fn check_block(b: OwnerBlock, asked: u16) -> Result<(), ClusterError> {
-    let end = u32::from(b.first) + u32::from(b.count);
-    if b.count != asked || b.first == 0 || end > u32::from(OWNER_ID_END) {
-        return Err(ClusterError::Map(format!(
-            "owner ids {}..{end} are not {asked} id(s) within 1..{OWNER_ID_END}",
-            b.first
-        )));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_owner_block_must_be_what_was_asked_within_the_ids() {
-        let b = |first, count| OwnerBlock { first, count };
-        assert!(check_block(b(2, 3), 3).is_ok());
-        assert!(check_block(b(OWNER_ID_END - 3, 3), 3).is_ok());
-        assert!(check_block(b(2, 2), 3).is_err(), "fewer than asked");
-        assert!(check_block(b(0, 3), 3).is_err(), "owner id 0 is nobody");
-        assert!(check_block(b(OWNER_ID_END - 2, 3), 3).is_err(), "past the end");
-        assert!(check_block(b(u16::MAX, 3), 3).is_err(), "no overflow");
     }
 }

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use control_plane::api::{ClientError, ControlClient};
+use control_plane::state::{Client, Command, Outcome, OwnerBlock, OWNER_ID_END};
 
 use crate::ClusterError;
 
@@ -92,6 +93,56 @@ impl Members {
     }
 }
 
+impl Members {
+    /// Sends `command` to the members in turn ([`Members::call`]).
+    pub async fn command(&self, what: &str, command: &Command) -> Result<Outcome, ClusterError> {
+        self.call(what, |c| async move { c.command(command).await }).await
+    }
+
+    /// Registers client `name` for `owner_ids` owner ids with `lease`
+    /// (`None`: the cluster's default). Returns its record and when the
+    /// registration was sent: its lease certainly holds until then plus
+    /// its length. The block is checked to be what was asked.
+    pub async fn register_client(
+        &self,
+        name: &str,
+        owner_ids: u16,
+        lease: Option<std::time::Duration>,
+    ) -> Result<(Client, std::time::Instant), ClusterError> {
+        let register = Command::RegisterClient {
+            name: name.to_owned(),
+            owner_ids,
+            lease_ms: lease.map_or(0, |l| u64::try_from(l.as_millis()).unwrap_or(u64::MAX)),
+        };
+        let sent = std::time::Instant::now();
+        match self
+            .command(&format!("registering client {name:?}"), &register)
+            .await?
+        {
+            Outcome::Client(c) => {
+                check_block(c.owners, owner_ids)?;
+                Ok((c, sent))
+            }
+            other => Err(ClusterError::Map(format!(
+                "unexpected answer to registration: {other:?}"
+            ))),
+        }
+    }
+}
+
+/// An owner-id block the control plane handed out must be the size asked
+/// for and lie in `1..OWNER_ID_END`, or the ids would collide or overflow.
+fn check_block(b: OwnerBlock, asked: u16) -> Result<(), ClusterError> {
+    let end = u32::from(b.first) + u32::from(b.count);
+    if b.count != asked || b.first == 0 || end > u32::from(OWNER_ID_END) {
+        return Err(ClusterError::Map(format!(
+            "owner ids {}..{end} are not {asked} id(s) within 1..{OWNER_ID_END}",
+            b.first
+        )));
+    }
+    Ok(())
+}
+
 /// An error with its causes, `: `-separated (reqwest's say why a request
 /// failed only in their sources).
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
@@ -103,4 +154,20 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_block_must_be_what_was_asked_within_the_ids() {
+        let b = |first, count| OwnerBlock { first, count };
+        assert!(check_block(b(2, 3), 3).is_ok());
+        assert!(check_block(b(OWNER_ID_END - 3, 3), 3).is_ok());
+        assert!(check_block(b(2, 2), 3).is_err(), "fewer than asked");
+        assert!(check_block(b(0, 3), 3).is_err(), "owner id 0 is nobody");
+        assert!(check_block(b(OWNER_ID_END - 2, 3), 3).is_err(), "past the end");
+        assert!(check_block(b(u16::MAX, 3), 3).is_err(), "no overflow");
+    }
 }

@@ -41,13 +41,7 @@ pub async fn register(
         capacity_bytes,
     };
     let what = format!("registering memory node {endpoint}");
-    match members
-        .call(&what, |c| {
-            let r = register.clone();
-            async move { c.command(&r).await }
-        })
-        .await
-    {
+    match members.command(&what, &register).await {
         Ok(Outcome::MemNode(n)) => Ok(n.id),
         Ok(other) => Err(ClusterError::Map(format!(
             "unexpected answer to registration: {other:?}"
@@ -68,6 +62,35 @@ pub async fn register(
         }
         Err(e) => Err(e),
     }
+}
+
+/// What a memory node holding regions of its own (`--region`) runs:
+/// registers (retrying while no member answers) and keeps its lease until
+/// the control plane refuses it (returned). Placements are not followed:
+/// the node's regions are its flags'.
+pub async fn keep_registered(
+    members: Members,
+    endpoint: String,
+    capacity_bytes: u64,
+) -> Result<(), ClusterError> {
+    let id = loop {
+        match register(&members, &endpoint, capacity_bytes).await {
+            Ok(id) => break id,
+            Err(e @ ClusterError::Unreachable { .. }) => {
+                tracing::warn!(error = %e, "cannot register with the control plane; retrying");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    tracing::info!(memnode = id, %endpoint, "registered with the control plane");
+    keep_lease(
+        members.clients(),
+        Leaseholder::MemNode(id),
+        std::future::pending(),
+    )
+    .await
+    .map_err(|e| ClusterError::LeaseLost(chain(&e)))
 }
 
 /// Serves placements to `node` (memory node `id`) until the lease is lost
@@ -160,19 +183,11 @@ async fn apply_placements(
     // Said after the fact: a promoter waits for this before it rebuilds a
     // promoted region, so that no verb of an older epoch lands meanwhile.
     let fenced = Command::MemNodeEpoch { id, epoch: now };
-    members
-        .call("reporting the epoch", |c| {
-            let f = fenced.clone();
-            async move { c.command(&f).await }
-        })
-        .await?;
+    members.command("reporting the epoch", &fenced).await?;
     for region in pending {
         let ready = Command::ReplicaReady { region, node: id };
         members
-            .call(&format!("reporting region {region} ready"), |c| {
-                let r = ready.clone();
-                async move { c.command(&r).await }
-            })
+            .command(&format!("reporting region {region} ready"), &ready)
             .await?;
     }
     Ok(())

@@ -103,6 +103,7 @@ impl Cluster {
         }
         let promote = Command::PromoteBackup { region, node };
         let r = match self
+            .members
             .command(&format!("promoting node {node} in region {region}"), &promote)
             .await?
         {
@@ -184,6 +185,7 @@ impl Cluster {
         let restored = start.elapsed();
         let publish = Command::RegionRestored { region };
         let published_epoch = match self
+            .members
             .command(&format!("publishing region {region}"), &publish)
             .await
         {

@@ -307,17 +307,26 @@ impl<T: Transport> Transport for Faulty<T> {
             });
         }
         result?;
-        let filter = self.state().after_cas_filter;
-        let fires = |op: &Op| match (op.kind, filter) {
-            (OpKind::Cas { expect, new }, Some(which)) => which(expect, new),
-            _ => true,
-        };
-        if ops
+        let mut swapped = ops
             .iter()
             .zip(out.as_slice())
-            .any(|(op, c)| op.kind.cas_swapped(c) && fires(op))
-        {
-            let hook = self.state().after_next_cas.take();
+            .filter(|(op, c)| op.kind.cas_swapped(c))
+            .map(|(op, _)| op)
+            .peekable();
+        // The state is locked only for a batch that swapped something.
+        if swapped.peek().is_some() {
+            let hook = {
+                let mut s = self.state();
+                let fires = |op: &Op| match (op.kind, s.after_cas_filter) {
+                    (OpKind::Cas { expect, new }, Some(which)) => which(expect, new),
+                    _ => true,
+                };
+                if swapped.any(fires) {
+                    s.after_next_cas.take()
+                } else {
+                    None
+                }
+            };
             if let Some(AfterCas(hook)) = hook {
                 hook();
             }

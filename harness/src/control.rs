@@ -228,11 +228,7 @@ impl ControlPlane {
             self.client_token.as_deref().unwrap_or_default()
         );
         std::fs::create_dir_all(&self.dir).map_err(|e| io("cannot create the directory of", e))?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&path).map_err(|e| io("cannot create", e))?;
-        std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|e| io("cannot write", e))?;
+        write_private(&path, &text).map_err(|e| io("cannot write", e))?;
         Ok(path)
     }
 
@@ -408,6 +404,15 @@ impl ControlPlane {
             tokio::time::sleep(POLL).await;
         }
     }
+}
+
+/// Writes `text` to `path` (created or truncated) readable by its owner
+/// only: the files that hold the cluster secret or tokens.
+pub(crate) fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    std::io::Write::write_all(&mut options.open(path)?, text.as_bytes())
 }
 
 /// Waits until `n` memory nodes are registered and active (they renewed

@@ -255,11 +255,7 @@ impl ClusterFile {
         };
         let text =
             serde_json::to_string_pretty(self).map_err(|e| io("cannot encode", std::io::Error::other(e)))?;
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut f = options.open(&path).map_err(|e| io("cannot create", e))?;
-        std::io::Write::write_all(&mut f, text.as_bytes()).map_err(|e| io("cannot write", e))
+        crate::control::write_private(&path, &text).map_err(|e| io("cannot write", e))
     }
 
     /// Whether the supervisor still runs.

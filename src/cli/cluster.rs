@@ -217,28 +217,11 @@ fn print_summary(spec: &LocalClusterSpec, file: &ClusterFile, detached: bool) {
 fn status(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
     let file = ClusterFile::read(dir)?;
     let alive = file.supervisor_alive();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    let mut last = None;
-    let mut status = None;
-    for m in &file.control {
-        let c = control_plane::api::ControlClient::new(m, Some(file.token.clone()))?;
-        match runtime
-            .block_on(async { tokio::time::timeout(std::time::Duration::from_secs(5), c.status()).await })
-        {
-            Ok(Ok(s)) => {
-                status = Some(s);
-                break;
-            }
-            Ok(Err(e)) => last = Some(format!("{m}: {e}")),
-            Err(_) => last = Some(format!("{m}: no answer within 5s")),
-        }
-    }
+    let members = cluster::Members::new(&file.control, &file.token)?;
+    let status = runtime()?.block_on(members.call("reading the status", |c| async move { c.status().await }));
     if json {
-        println!("{}", serde_json::to_string(&status)?);
-        return Ok(if status.is_some() {
+        println!("{}", serde_json::to_string(&status.as_ref().ok())?);
+        return Ok(if status.is_ok() {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
@@ -251,12 +234,12 @@ fn status(dir: &std::path::Path, json: bool) -> anyhow::Result<ExitCode> {
         if alive { "running" } else { "gone" }
     );
     match status {
-        Some(s) => {
+        Ok(s) => {
             println!("{}", tables::status(&s));
             Ok(ExitCode::SUCCESS)
         }
-        None => {
-            println!("no control-plane member answered ({})", last.unwrap_or_default());
+        Err(e) => {
+            println!("{e}");
             Ok(ExitCode::FAILURE)
         }
     }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use cluster::{placement, Members};
-use control_plane::api::{keep_registered, ControlClient};
 use fabric::{Backing, MemoryNode, NodeId, RegionSpec};
 
 use super::units::{parse_bytes, parse_region};
@@ -121,14 +120,15 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         let lease = if args.control.is_empty() {
             None
         } else {
-            let members = args
-                .control
-                .iter()
-                .map(|m| ControlClient::new(m, args.control_token.clone()))
-                .collect::<Result<Vec<_>, _>>()?;
+            // Without a token every request is refused (401), and says so.
+            let members = Members::new(&args.control, args.control_token.as_deref().unwrap_or_default())?;
             let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
             let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
-            Some(tokio::spawn(keep_registered(members, endpoint, capacity_bytes)))
+            Some(tokio::spawn(async move {
+                if let Err(e) = placement::keep_registered(members, endpoint, capacity_bytes).await {
+                    tracing::error!(error = %e, "no longer renewing this node's lease");
+                }
+            }))
         };
         fabric::server::serve(listener, node.clone(), shutdown).await?;
         if let Some(lease) = lease {

@@ -437,11 +437,7 @@ impl Heap {
         }
         restored.next_chunk = wanted;
         let unlocked = crate::word::LockWord::unlocked(floor).raw();
-        for (i, _) in tags
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
-        {
+        for i in meta_chunks(&tags) {
             let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
             batch.clear();
             let h = batch.read(at, self.chunk_bytes as u32);
@@ -486,11 +482,7 @@ impl Heap {
         let meta = crate::obj::META_BYTES as usize;
         let mut differed = 0;
         let mut batch = Batch::new();
-        for (i, _) in tags
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
-        {
+        for i in meta_chunks(&tags) {
             let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
             batch.clear();
             let h = batch.on(Replica::All).read(at, self.chunk_bytes as u32);
@@ -525,6 +517,15 @@ impl Heap {
         }
         Ok(differed)
     }
+}
+
+/// The indexes of the chunks `tags` records as holding metas: where a
+/// promotion finds every meta.
+fn meta_chunks(tags: &[ChunkTag]) -> impl Iterator<Item = usize> + '_ {
+    tags.iter()
+        .enumerate()
+        .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
+        .map(|(i, _)| i)
 }
 
 fn word_at(bytes: &[u8]) -> u64 {

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::{ClientError, ControlClient};
-use crate::state::{ClientId, Command, MemNodeId, Outcome};
+use crate::state::{ClientId, MemNodeId};
 
 /// Pause after a failed renewal before the next try: short against any
 /// lease (at least 1 ms), long enough not to hammer a member that is
@@ -121,57 +121,5 @@ pub async fn keep_lease_with(
             _ = &mut stop => return Ok(()),
             _ = tokio::time::sleep(pause) => {}
         }
-    }
-}
-
-/// Longest wait for one registration attempt at one member.
-pub const REGISTER_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Registers the memory node serving at `endpoint` with the control plane (or finds its record by
-/// endpoint, after a restart) and renews its lease while it serves. A node
-/// the control plane refuses (declared dead, removed) stops renewing and
-/// says so; it keeps serving, since clients with an older map are fenced by
-/// the epoch, not by this process.
-pub async fn keep_registered(members: Vec<ControlClient>, endpoint: String, capacity_bytes: u64) {
-    let register = Command::RegisterMemNode {
-        endpoint: endpoint.clone(),
-        capacity_bytes,
-    };
-    let mut tries = 0usize;
-    let id = loop {
-        let client = &members[tries % members.len()];
-        tries += 1;
-        // A member that accepts and never answers must not hold us forever.
-        let answer = tokio::time::timeout(REGISTER_TIMEOUT, client.command(&register)).await;
-        let Ok(answer) = answer else {
-            tracing::warn!(
-                endpoint = client.endpoint(),
-                "no answer to registration; trying the next member"
-            );
-            continue;
-        };
-        match answer {
-            Ok(Outcome::MemNode(n)) => break n.id,
-            // Registered before this restart: the record is found by endpoint.
-            Err(ClientError::Refused { status, .. }) if status.as_u16() == 409 => {
-                match tokio::time::timeout(REGISTER_TIMEOUT, client.memnodes()).await {
-                    Err(_) => tracing::warn!(endpoint = client.endpoint(), "no answer to the node list"),
-                    Ok(Ok(nodes)) => match nodes.into_iter().find(|n| n.endpoint == endpoint) {
-                        Some(n) => break n.id,
-                        None => {
-                            tracing::warn!(%endpoint, "registration refused, and no record has this endpoint")
-                        }
-                    },
-                    Ok(Err(e)) => tracing::warn!(error = %e, "cannot list memory nodes"),
-                }
-            }
-            Ok(other) => tracing::warn!(?other, "unexpected answer to registration"),
-            Err(e) => tracing::warn!(error = %e, "cannot register with the control plane; retrying"),
-        }
-        tokio::time::sleep(RENEW_RETRY * 10).await;
-    };
-    tracing::info!(memnode = id, %endpoint, "registered with the control plane");
-    if let Err(e) = keep_lease(&members, Leaseholder::MemNode(id), std::future::pending()).await {
-        tracing::error!(error = %e, "lease lost: no longer renewing");
     }
 }

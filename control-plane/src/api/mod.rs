@@ -34,10 +34,7 @@ use crate::state::{Client, IndexRecord, MemNode, Region};
 
 pub use crate::reply::ErrorBody;
 pub use client::{ClientError, ControlClient};
-pub use lease::{
-    keep_lease, keep_lease_with, keep_registered, LeaseLost, Leaseholder, REGISTER_TIMEOUT, RENEW_RETRY,
-    RENEW_TIMEOUT_INITIAL,
-};
+pub use lease::{keep_lease, keep_lease_with, LeaseLost, Leaseholder, RENEW_RETRY, RENEW_TIMEOUT_INITIAL};
 pub(crate) use server::api_router;
 
 /// Largest request body the API accepts, in bytes: the largest request is
