@@ -192,7 +192,23 @@ impl Cluster {
         self.session.lock().unwrap_or_else(|p| p.into_inner()).lost()
     }
 
-    pub(crate) fn epochs(&self) -> tokio::sync::watch::Receiver<fabric::Epoch> {
+    /// The control plane's whole record (memory nodes, regions with the
+    /// replicas being made, clients, indexes), from the first member that
+    /// answers.
+    pub async fn status(&self) -> Result<control_plane::api::Status, ClusterError> {
+        self.members
+            .call("reading the status", |c| async move { c.status().await })
+            .await
+    }
+
+    /// Sends `command` to the control plane (forwarded to the leader).
+    pub async fn command(&self, what: &str, command: &Command) -> Result<cp::Outcome, ClusterError> {
+        self.members.command(what, command).await
+    }
+
+    /// The epochs of the maps this process installs, as they are: a
+    /// watcher wakes on every change of the cluster's routing.
+    pub fn epochs(&self) -> tokio::sync::watch::Receiver<fabric::Epoch> {
         self.session.lock().unwrap_or_else(|p| p.into_inner()).epochs()
     }
 
@@ -267,7 +283,7 @@ impl Cluster {
     /// expired ones: a dead client's log-less locks (a pre-lock, a steal)
     /// carry its owner id, and must be gone before that id is another's,
     /// or their next holder would take them for its own.
-    async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
+    pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
         let indexes = self
             .members
             .call("listing indexes", |c| async move { c.indexes().await })

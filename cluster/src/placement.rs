@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane::api::{keep_lease, Leaseholder};
-use control_plane::state::{Command, MemNodeId, Outcome};
+use control_plane::state::{Command, MemNodeId, MemNodeState, Outcome};
 use fabric::{Epoch, MemoryNode};
 
 use crate::members::{chain, Members};
@@ -41,8 +41,25 @@ pub async fn register(
         capacity_bytes,
     };
     let what = format!("registering memory node {endpoint}");
-    match members.command(&what, &register).await {
-        Ok(Outcome::MemNode(n)) => Ok(n.id),
+    loop {
+        match try_register(members, endpoint, &what, &register).await? {
+            Some(id) => return Ok(id),
+            None => tokio::time::sleep(RETRY_PAUSE).await,
+        }
+    }
+}
+
+/// One registration; `None` while the node's record says dead and still
+/// names replicas (recovery evicts them, then registration takes the node
+/// in again as an empty spare).
+async fn try_register(
+    members: &Members,
+    endpoint: &str,
+    what: &str,
+    register: &Command,
+) -> Result<Option<MemNodeId>, ClusterError> {
+    match members.command(what, register).await {
+        Ok(Outcome::MemNode(n)) => Ok(Some(n.id)),
         Ok(other) => Err(ClusterError::Map(format!(
             "unexpected answer to registration: {other:?}"
         ))),
@@ -50,15 +67,18 @@ pub async fn register(
             let nodes = members
                 .call("listing memory nodes", |c| async move { c.memnodes().await })
                 .await?;
-            nodes
-                .into_iter()
-                .find(|n| n.endpoint == endpoint)
-                .map(|n| n.id)
-                .ok_or_else(|| {
-                    ClusterError::Map(format!(
-                        "registration of {endpoint} refused, and no record has it"
-                    ))
-                })
+            let n = nodes.into_iter().find(|n| n.endpoint == endpoint).ok_or_else(|| {
+                ClusterError::Map(format!(
+                    "registration of {endpoint} refused, and no record has it"
+                ))
+            })?;
+            if n.state == MemNodeState::Dead {
+                // Declared dead while it was away: taken in again as an
+                // empty spare once recovery has evicted its replicas.
+                tracing::info!(memnode = n.id, "declared dead meanwhile; waiting for recovery to evict its replicas");
+                return Ok(None);
+            }
+            Ok(Some(n.id))
         }
         Err(e) => Err(e),
     }
@@ -161,7 +181,7 @@ async fn apply_placements(
         .await?;
     let mut pending = Vec::new();
     for r in regions.iter().filter(|r| r.on(id)) {
-        let Some(loc) = r.replicas.iter().find(|l| l.node == id) else {
+        let Some(loc) = r.replicas.iter().chain(&r.syncing).find(|l| l.node == id) else {
             continue;
         };
         match node.add_region(r.id, r.size_bytes, loc.key) {

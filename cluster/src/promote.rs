@@ -139,8 +139,7 @@ impl Cluster {
         let (epoch, primary) = self.await_fenced(region).await?;
         let fenced = start.elapsed();
         tokio::time::sleep(FENCE_SETTLE).await;
-        let map = self.full_map().await?;
-        let mut fabric = fabric::Client::new(map, self.transport.clone());
+        let mut fabric = self.full_fabric().await?;
         let mut lock_words = 0;
         // A region without a heap (made by `ctl region create`) has no
         // primary-only words of ours.
@@ -214,8 +213,10 @@ impl Cluster {
     }
 
     /// Waits until every node holding `region` fences at the region's
-    /// epoch. Returns that epoch and the primary.
-    async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
+    /// epoch; the region must be out of the clients' map (being restored
+    /// after a promotion, or catching a new replica up). Returns that
+    /// epoch and the primary.
+    pub async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
             let status = self
@@ -227,9 +228,9 @@ impl Cluster {
                 .iter()
                 .find(|r| r.id == region)
                 .ok_or_else(|| ClusterError::Map(format!("no region {region}")))?;
-            if !r.restoring {
+            if !r.restoring && r.catching_up.is_none() {
                 return Err(ClusterError::Map(format!(
-                    "region {region} is not being promoted"
+                    "region {region} is not being restored"
                 )));
             }
             let behind: Vec<MemNodeId> = r
@@ -256,13 +257,23 @@ impl Cluster {
         }
     }
 
+    /// A fabric client routing by the full map (every region, the ones
+    /// out of the clients' map included, with the replicas being made
+    /// listed after the others), outside the process's mandate: what
+    /// recovery restores and copies regions with.
+    pub async fn full_fabric(&self) -> Result<fabric::Client, ClusterError> {
+        let map = self.full_map().await?;
+        self.transport.learn(&map)?;
+        Ok(fabric::Client::new(map, self.transport.clone()))
+    }
+
     /// Every node and region, the ones being restored included.
     async fn full_map(&self) -> Result<ClusterMap, ClusterError> {
         let status = self
             .members
             .call("reading the status", |c| async move { c.status().await })
             .await?;
-        control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter())
+        control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
     }
 }

@@ -68,6 +68,30 @@ pub struct Settings {
     /// Raft and lease timings.
     #[serde(default)]
     pub timing: Timing,
+    /// What the leader's recovery coordinator does.
+    #[serde(default)]
+    pub recovery: RecoverySection,
+}
+
+/// `[recovery]`: the coordinator that acts on the leader's decisions
+/// (crate `recovery`, run by `kintsugi control` while it leads).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RecoverySection {
+    /// Run it: evict dead nodes' replicas, rebuild promoted primaries,
+    /// roll the logs of expired clients and free their ids.
+    pub enabled: bool,
+    /// Also make new replicas, on spare nodes, for regions that lost some.
+    pub rereplicate: bool,
+}
+
+impl Default for RecoverySection {
+    fn default() -> Self {
+        RecoverySection {
+            enabled: true,
+            rereplicate: true,
+        }
+    }
 }
 
 /// A bearer token and the name it acts under.
@@ -215,6 +239,7 @@ impl Settings {
             cluster_secret,
             tokens,
             timing: Timing::default(),
+            recovery: RecoverySection::default(),
         };
         settings.validate()?;
         Ok(settings)

@@ -152,6 +152,14 @@ impl Member {
         self.local_addr
     }
 
+    /// A probe of whether this member leads, to carry into a task.
+    pub fn leadership(&self) -> Leadership {
+        Leadership {
+            raft: self.node.raft.clone(),
+            id: self.node.id,
+        }
+    }
+
     /// Its Raft handle (metrics, waits).
     pub fn raft(&self) -> &Raft {
         &self.node.raft
@@ -377,6 +385,25 @@ impl Node {
 /// Milliseconds since the Unix epoch (0 on a clock set before 1970).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, millis)
+}
+
+/// Whether a member leads: what its lease judge and its recovery
+/// coordinator act on.
+#[derive(Clone)]
+pub struct Leadership {
+    raft: Raft,
+    id: MemberId,
+}
+
+impl Leadership {
+    /// The member is the leader and a quorum has acknowledged it: a
+    /// leader restored from its own vote at restart leads on paper until
+    /// it hears its term is over, and must not act before.
+    pub fn holds(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.id) && m.millis_since_quorum_ack.is_some()
+    }
 }
 
 /// The leader's lease judge: every `timing.lease_check`, if this member

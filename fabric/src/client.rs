@@ -132,6 +132,12 @@ impl Client {
             }
             if m.epoch() != self.map.epoch() {
                 self.map = m.map();
+                // A node the new map names for the first time is reached
+                // now; one that cannot be stays unknown, and only the
+                // batches aimed at it fail.
+                if let Err(e) = self.transport.learn(&self.map) {
+                    tracing::warn!(error = %e, "cannot reach every node of the new map");
+                }
             }
         }
         batch.route(&self.map)?;

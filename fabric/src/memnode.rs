@@ -240,6 +240,17 @@ impl MemoryNode {
             if e.size == size && e.key == key {
                 return Ok(false);
             }
+            if e.size == size {
+                // Placed here again after this node lost its replica (it
+                // was declared dead and came back): the control plane
+                // gave the new replica a new key, and recovery copies it
+                // afresh. Verbs with the old key are refused from now on.
+                let i = self.regions.entries().position(|x| x.id == id).unwrap_or_default();
+                let entry = RegionEntry { key, ..*e };
+                self.memory
+                    .write(Header::entry_offset(i) as usize, &Header::encode_entry(&entry));
+                return Ok(true);
+            }
             return Err(NodeError::Regions(format!(
                 "region {id} is held here with {} bytes and another key; the map asks for {size} bytes",
                 e.size

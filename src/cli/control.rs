@@ -6,9 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use control_plane::config::{Role, Settings, Token};
-use control_plane::member::{Member, MemberOptions};
+use control_plane::member::{Leadership, Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
+use recovery::{Coordinator, RecoveryOptions, Step};
+use std::sync::Arc;
 
 pub use control_plane::config::{SECRET_ENV, TOKEN_ENV};
 
@@ -90,6 +92,7 @@ fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
 
 pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(args.config.as_ref())?;
+    let recovery = recovery_plan(&settings)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
@@ -114,11 +117,98 @@ pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
         )?;
         stdout.flush()?;
         drop(stdout);
+        let coordinator = recovery.map(|(token, options)| {
+            let endpoint = args
+                .advertise
+                .clone()
+                .unwrap_or_else(|| member.local_addr().to_string());
+            tokio::spawn(recover_while_leading(endpoint, token, options, member.leadership()))
+        });
         shutdown_signal().await?;
         tracing::info!("stopping");
+        if let Some(c) = coordinator {
+            c.abort();
+        }
         member.shutdown().await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// The token and options of this member's recovery coordinator; `None`
+/// when `[recovery] enabled = false`. A crash after a named step can be
+/// injected for tests (the member aborts, as a `kill -9` would stop it).
+fn recovery_plan(settings: &Settings) -> anyhow::Result<Option<(String, RecoveryOptions)>> {
+    if !settings.recovery.enabled {
+        return Ok(None);
+    }
+    let token = settings
+        .tokens
+        .iter()
+        .find(|t| t.role != Role::Client)
+        .map(|t| t.token.clone())
+        .ok_or_else(|| {
+            anyhow::anyhow!("recovery needs an operator or admin token in the config; or set [recovery] enabled = false")
+        })?;
+    let crash_after: Option<Step> = match std::env::var(RECOVERY_CRASH_ENV) {
+        Ok(s) => Some(s.parse().map_err(|e: String| anyhow::anyhow!("{RECOVERY_CRASH_ENV}: {e}"))?),
+        Err(_) => None,
+    };
+    let on_step: recovery::coordinator::StepHook = Arc::new(move |step, _, what| {
+        if crash_after == Some(step) {
+            tracing::error!(%step, "{what}; crashing as {RECOVERY_CRASH_ENV} asks");
+            std::process::abort();
+        }
+    });
+    Ok(Some((
+        token,
+        RecoveryOptions {
+            rereplicate: settings.recovery.rereplicate,
+            on_step: Some(on_step),
+            ..RecoveryOptions::default()
+        },
+    )))
+}
+
+/// Names a recovery step after which the member aborts: crash points of
+/// recovery itself, for tests.
+pub const RECOVERY_CRASH_ENV: &str = "KINTSUGI_RECOVERY_CRASH_AFTER";
+
+/// Runs a recovery coordinator whenever this member leads: it joins the
+/// cluster as a client when the member takes office and leaves when the
+/// office ends. A coordinator that cannot join yet (no memory node
+/// registered) tries again.
+async fn recover_while_leading(
+    endpoint: String,
+    token: String,
+    options: RecoveryOptions,
+    leadership: Leadership,
+) {
+    let leading = move || leadership.holds();
+    let pause = options.tick;
+    let mut said = false;
+    loop {
+        while !leading() {
+            tokio::time::sleep(pause).await;
+        }
+        match Coordinator::connect(&[endpoint.as_str()], &token, options.clone()).await {
+            Ok(mut c) => {
+                tracing::info!(client = c.cluster().id(), "leading: recovery coordinator started");
+                said = false;
+                c.run(&leading).await;
+                tracing::info!("no longer leading: recovery coordinator stopped");
+                if let Err(e) = c.close().await {
+                    tracing::warn!(error = %e, "recovery coordinator did not leave cleanly");
+                }
+            }
+            Err(e) => {
+                if !said {
+                    tracing::info!(error = %e, "recovery coordinator cannot start yet; retrying");
+                    said = true;
+                }
+                tokio::time::sleep(pause * 10).await;
+            }
+        }
+    }
 }
 
 /// Ctrl-C or SIGTERM.

@@ -38,12 +38,13 @@ impl ControlState {
     pub(super) fn region_restored(&mut self, region: RegionId) -> Response {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
-        if !r.restoring {
+        if !r.restoring && r.catching_up.is_none() {
             return Err(CommandError::Conflict(format!(
                 "region {region} is not being restored"
             )));
         }
         r.restoring = false;
+        r.catching_up = None;
         r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
     }

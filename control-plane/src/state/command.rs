@@ -56,11 +56,32 @@ pub enum Command {
         /// The backup's node.
         node: MemNodeId,
     },
-    /// Adds a backup on an active node.
+    /// Starts a new replica on an active node: allocated there, then
+    /// copied by recovery while clients keep writing the others, then
+    /// joined (`join_backup`).
     AddBackup {
         /// The region.
         region: RegionId,
         /// The node.
+        node: MemNodeId,
+    },
+    /// A replica being made is copied: it joins the replicas clients
+    /// write, and the region leaves their map until recovery has caught
+    /// it up with the writes of the copy's time (`region_restored`).
+    JoinBackup {
+        /// The region.
+        region: RegionId,
+        /// The new replica's node.
+        node: MemNodeId,
+    },
+    /// Recovery drops the replica of a dead node. A dead backup is simply
+    /// dropped; a dead primary's first live backup is promoted, and the
+    /// region is out of the clients' map until its primary-only words are
+    /// rebuilt (`region_restored`).
+    EvictReplica {
+        /// The region.
+        region: RegionId,
+        /// The dead node.
         node: MemNodeId,
     },
     /// Removes a backup (never the primary).
@@ -164,6 +185,8 @@ impl Command {
                 | Command::CreateRegion { .. }
                 | Command::PromoteBackup { .. }
                 | Command::AddBackup { .. }
+                | Command::JoinBackup { .. }
+                | Command::EvictReplica { .. }
                 | Command::RemoveBackup { .. }
                 | Command::CreateIndex { .. }
                 | Command::ReplicaReady { .. }

@@ -19,6 +19,7 @@
 mod catalog;
 mod command;
 mod records;
+mod recovery;
 #[cfg(test)]
 mod tests;
 
@@ -151,6 +152,8 @@ impl ControlState {
             }
             Command::PromoteBackup { region, node } => self.promote(region, node),
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
+            Command::JoinBackup { region, node } => self.join_backup(region, node),
+            Command::EvictReplica { region, node } => self.evict_replica(region, node),
             Command::RemoveBackup { region, node } => self.remove_backup(region, node),
             Command::ReplicaReady { region, node } => self.replica_ready(region, node),
             Command::MemNodeEpoch { id, epoch } => self.memnode_epoch(id, epoch),
@@ -228,9 +231,12 @@ impl ControlState {
             return Err(CommandError::Invalid("capacity must be above 0 bytes".into()));
         }
         if let Some(n) = self.memnodes.values().find(|n| n.endpoint == endpoint) {
+            let id = n.id;
+            if n.state == MemNodeState::Dead {
+                return self.revive_memnode(id, capacity_bytes);
+            }
             return Err(CommandError::Conflict(format!(
-                "memory node {} already has endpoint {endpoint}",
-                n.id
+                "memory node {id} already has endpoint {endpoint}"
             )));
         }
         let id = MemNodeId::try_from(self.next_memnode)
@@ -344,6 +350,9 @@ impl ControlState {
             size_bytes,
             pending: replicas.iter().map(|r| r.node).collect(),
             restoring: false,
+            syncing: Vec::new(),
+            catching_up: None,
+            replication: replicas.len() as u8,
             replicas,
             epoch: self.next_epoch(),
         };
@@ -370,9 +379,9 @@ impl ControlState {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         let i = backup_position(r, node, "is already its primary")?;
-        if r.restoring {
+        if r.restoring || r.catching_up.is_some() {
             return Err(CommandError::Conflict(format!(
-                "region {region} is being restored after a promotion; wait until it is published"
+                "region {region} is being restored; wait until it is published"
             )));
         }
         r.replicas.swap(0, i);
@@ -397,7 +406,7 @@ impl ControlState {
                 "memory node {node} already holds a replica of region {region}"
             )));
         }
-        if r.replicas.len() >= REPLICAS_MAX {
+        if r.replicas.len() + r.syncing.len() >= REPLICAS_MAX {
             return Err(CommandError::Full(format!(
                 "region {region} has {REPLICAS_MAX} replicas already"
             )));
@@ -416,10 +425,15 @@ impl ControlState {
                 available: 0,
             });
         }
+        if r.restoring || r.catching_up.is_some() {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is being restored; add a backup once it is published"
+            )));
+        }
         self.charge(node, size as i128);
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
-        r.replicas.push(ReplicaLoc {
+        r.syncing.push(ReplicaLoc {
             node,
             key: access_key(nonce, region, node),
         });
@@ -490,20 +504,22 @@ impl ControlState {
     /// replicas still name it) and every region that may be used (allocated
     /// on every replica, not being restored), at the current epoch.
     pub fn map(&self) -> Result<ClusterMap, fabric::MapError> {
-        self.map_of(|r| r.ready() && !r.restoring)
+        self.map_of(Region::usable, false)
     }
 
-    /// The map of every region, usable or not: what a promoter routes by
-    /// while it restores a region the clients' map leaves out.
+    /// The map of every region, usable or not, with the replicas being
+    /// made listed after the others: what recovery routes by while it
+    /// restores a region the clients' map leaves out, or copies one.
     pub fn full_map(&self) -> Result<ClusterMap, fabric::MapError> {
-        self.map_of(|_| true)
+        self.map_of(|_| true, true)
     }
 
-    fn map_of(&self, keep: impl Fn(&Region) -> bool) -> Result<ClusterMap, fabric::MapError> {
+    fn map_of(&self, keep: impl Fn(&Region) -> bool, syncing: bool) -> Result<ClusterMap, fabric::MapError> {
         map_of(
             self.epoch,
             self.memnodes.values(),
             self.regions.values().filter(|r| keep(r)),
+            syncing,
         )
     }
 
@@ -520,17 +536,24 @@ impl ControlState {
                     r.id, r.epoch, self.epoch
                 ));
             }
-            for (i, x) in r.replicas.iter().enumerate() {
+            let all: Vec<&ReplicaLoc> = r.replicas.iter().chain(&r.syncing).collect();
+            for (i, x) in all.iter().enumerate() {
                 if !self.memnodes.contains_key(&x.node) {
                     return Err(format!(
                         "region {} has a replica on unknown node {}",
                         r.id, x.node
                     ));
                 }
-                if r.replicas[..i].iter().any(|y| y.node == x.node) {
+                if all[..i].iter().any(|y| y.node == x.node) {
                     return Err(format!("region {} has two replicas on node {}", r.id, x.node));
                 }
                 *allocated.entry(x.node).or_default() += r.size_bytes;
+            }
+            if let Some(n) = r.catching_up.filter(|&n| !r.serves(n)) {
+                return Err(format!(
+                    "region {} catches up node {n}, which it does not write",
+                    r.id
+                ));
             }
             if let Some(n) = r.pending.iter().find(|&&n| !r.on(n)) {
                 return Err(format!(
@@ -573,6 +596,7 @@ pub fn map_of<'a>(
     epoch: Epoch,
     memnodes: impl Iterator<Item = &'a MemNode>,
     regions: impl Iterator<Item = &'a Region>,
+    syncing: bool,
 ) -> Result<ClusterMap, fabric::MapError> {
     let nodes = memnodes
         .map(|n| NodeInfo {
@@ -584,7 +608,11 @@ pub fn map_of<'a>(
         .map(|r| RegionInfo {
             id: r.id,
             size: r.size_bytes,
-            replicas: r.replicas.clone(),
+            replicas: if syncing {
+                r.replicas.iter().chain(&r.syncing).copied().collect()
+            } else {
+                r.replicas.clone()
+            },
         })
         .collect();
     ClusterMap::new(epoch, nodes, regions)

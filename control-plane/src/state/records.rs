@@ -80,12 +80,44 @@ pub struct Region {
     /// promoter says `region_restored`.
     #[serde(default)]
     pub restoring: bool,
+    /// Replicas being made (re-replication): allocated on their node (once
+    /// out of `pending`) and copied from the primary by recovery, but not
+    /// yet written by clients, who route by `replicas` alone. Recovery's
+    /// full map lists them after the replicas.
+    #[serde(default)]
+    pub syncing: Vec<ReplicaLoc>,
+    /// A copied replica that joined `replicas` (`join_backup`) and is being
+    /// caught up with the writes that landed during its copy: the region
+    /// is out of the clients' map until `region_restored`.
+    #[serde(default)]
+    pub catching_up: Option<MemNodeId>,
+    /// Replicas it should have (1 + f): recovery makes new ones while it
+    /// has fewer. 0 in records made before this field: the count at
+    /// creation is unknown, and the current count is taken.
+    #[serde(default)]
+    pub replication: u8,
 }
 
 impl Region {
-    /// Every replica is allocated on its node: the region may be used.
+    /// Every replica clients write is allocated on its node: the region
+    /// may be used (replicas being made do not hold it back).
     pub fn ready(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.iter().all(|&n| !self.replicas.iter().any(|r| r.node == n))
+    }
+
+    /// In the clients' map: allocated, not being restored after a
+    /// promotion, not catching a new replica up.
+    pub fn usable(&self) -> bool {
+        self.ready() && !self.restoring && self.catching_up.is_none()
+    }
+
+    /// Replicas it should have.
+    pub fn replication_target(&self) -> usize {
+        if self.replication == 0 {
+            self.replicas.len()
+        } else {
+            usize::from(self.replication)
+        }
     }
 
     /// The primary's node.
@@ -93,8 +125,14 @@ impl Region {
         self.replicas[0].node
     }
 
-    /// True when `node` holds a replica of this region.
+    /// True when `node` holds a replica of this region, one being made
+    /// included.
     pub fn on(&self, node: MemNodeId) -> bool {
+        self.replicas.iter().chain(&self.syncing).any(|r| r.node == node)
+    }
+
+    /// True when `node` holds one of the replicas clients write.
+    pub fn serves(&self, node: MemNodeId) -> bool {
         self.replicas.iter().any(|r| r.node == node)
     }
 }

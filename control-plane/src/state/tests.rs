@@ -221,6 +221,15 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
         Err(CommandError::Conflict(_))
     ));
     let spare = (0..4).find(|n| !promoted.on(*n)).unwrap();
+    let add = Command::AddBackup {
+        region: r.id,
+        node: spare,
+    };
+    assert!(
+        matches!(s.apply(&req(6, add)), Err(CommandError::Conflict(_))),
+        "a new replica of a region still being restored"
+    );
+    s.apply(&req(6, Command::RegionRestored { region: r.id })).unwrap();
     s.apply(&req(
         6,
         Command::AddBackup {
@@ -229,8 +238,33 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
         },
     ))
     .unwrap();
-    assert_eq!((s.regions[&r.id].replicas.len(), s.epoch), (3, 3));
+    // A new replica is made beside the ones clients write, then joined.
+    let x = &s.regions[&r.id];
+    assert_eq!((x.replicas.len(), x.syncing.len(), s.epoch), (2, 1, 4));
     assert_eq!(s.memnodes[&spare].allocated_bytes, 4096);
+    assert_eq!(s.full_map().unwrap().region(r.id).unwrap().replicas.len(), 3);
+    let join = Command::JoinBackup {
+        region: r.id,
+        node: spare,
+    };
+    assert!(
+        matches!(s.apply(&req(6, join.clone())), Err(CommandError::Conflict(_))),
+        "joined before it is allocated"
+    );
+    s.apply(&req(
+        6,
+        Command::ReplicaReady {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    s.apply(&req(6, join)).unwrap();
+    let x = &s.regions[&r.id];
+    assert_eq!((x.replicas.len(), x.catching_up, s.epoch), (3, Some(spare), 6));
+    assert!(!x.usable(), "out of the clients' map while caught up");
+    s.apply(&req(6, Command::RegionRestored { region: r.id })).unwrap();
+    assert_eq!(s.regions[&r.id].catching_up, None);
     s.apply(&req(
         7,
         Command::RemoveBackup {
@@ -239,7 +273,7 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
         },
     ))
     .unwrap();
-    assert_eq!((s.regions[&r.id].replicas.len(), s.epoch), (2, 4));
+    assert_eq!((s.regions[&r.id].replicas.len(), s.epoch), (2, 8));
     assert_eq!(s.memnodes[&p].allocated_bytes, 0);
     // Failed commands never bump it.
     assert!(s
@@ -254,7 +288,7 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
     assert!(s
         .apply(&req(8, Command::PromoteBackup { region: 77, node: p }))
         .is_err());
-    assert_eq!(s.epoch, 4);
+    assert_eq!(s.epoch, 8);
     assert_eq!(s.check(), Ok(()));
 }
 
@@ -635,5 +669,114 @@ fn a_creation_left_by_an_expired_client_is_claimed_and_nothing_is_placed_half() 
     );
     assert!(!s.indexes.contains_key("huge"));
     assert_eq!(s.regions.len(), 1);
+    assert_eq!(s.check(), Ok(()));
+}
+
+/// A region whose nodes are all allocated and in the clients' map.
+fn ready_region(s: &mut ControlState, replicas: u8) -> Region {
+    let r = region(s, 4096, replicas);
+    for x in &r.replicas {
+        s.apply(&req(
+            3,
+            Command::ReplicaReady {
+                region: r.id,
+                node: x.node,
+            },
+        ))
+        .unwrap();
+    }
+    s.regions[&r.id].clone()
+}
+
+fn dead(s: &mut ControlState, id: MemNodeId) {
+    s.apply(&req(10, Command::SuspectMemNode { id })).unwrap();
+    s.apply(&req(10, Command::DeclareMemNodeDead { id })).unwrap();
+}
+
+#[test]
+fn a_dead_primary_is_evicted_and_its_first_live_backup_promoted() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 3);
+    let nodes: Vec<MemNodeId> = r.replicas.iter().map(|x| x.node).collect();
+    let evict = |node| Command::EvictReplica { region: r.id, node };
+    assert!(
+        matches!(s.apply(&req(11, evict(nodes[0]))), Err(CommandError::Conflict(_))),
+        "a live node's replica is never evicted"
+    );
+    // The first backup died too: the second is the heir.
+    dead(&mut s, nodes[0]);
+    dead(&mut s, nodes[1]);
+    let before = s.epoch;
+    let Ok(Outcome::Region(x)) = s.apply(&req(11, evict(nodes[0]))) else {
+        panic!("evict the primary")
+    };
+    assert_eq!(x.primary(), nodes[2]);
+    assert_eq!(x.replicas.iter().map(|l| l.node).collect::<Vec<_>>(), vec![nodes[2], nodes[1]]);
+    assert!(x.restoring && !x.usable());
+    assert_eq!((x.epoch, s.epoch), (before + 1, before + 1));
+    assert_eq!(s.memnodes[&nodes[0]].allocated_bytes, 0);
+    // The dead backup is dropped; evicting twice is refused.
+    s.apply(&req(11, evict(nodes[1]))).unwrap();
+    assert!(matches!(s.apply(&req(11, evict(nodes[1]))), Err(CommandError::Conflict(_))));
+    assert_eq!(s.regions[&r.id].replicas.len(), 1);
+    // With no live backup left, the region's loss is refused, not hidden.
+    dead(&mut s, nodes[2]);
+    assert!(matches!(s.apply(&req(11, evict(nodes[2]))), Err(CommandError::Conflict(_))));
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn a_dead_node_registers_again_as_an_empty_spare_once_evicted() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let p = r.primary();
+    let endpoint = s.memnodes[&p].endpoint.clone();
+    dead(&mut s, p);
+    let again = Command::RegisterMemNode {
+        endpoint,
+        capacity_bytes: 1 << 20,
+    };
+    assert!(
+        matches!(s.apply(&req(12, again.clone())), Err(CommandError::Conflict(_))),
+        "it still holds a replica"
+    );
+    s.apply(&req(12, Command::EvictReplica { region: r.id, node: p }))
+        .unwrap();
+    let Ok(Outcome::MemNode(n)) = s.apply(&req(12, again.clone())) else {
+        panic!("register again")
+    };
+    assert_eq!((n.id, n.state, n.allocated_bytes), (p, MemNodeState::Joining, 0));
+    assert!(!s.regions[&r.id].on(p));
+    // Live, it is a duplicate endpoint again.
+    assert!(matches!(s.apply(&req(12, again)), Err(CommandError::Conflict(_))));
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn a_join_cut_by_the_primary_s_death_goes_back_to_being_made() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let spare = (0..4).find(|n| !r.on(*n)).unwrap();
+    for c in [
+        Command::AddBackup { region: r.id, node: spare },
+        Command::ReplicaReady { region: r.id, node: spare },
+        Command::JoinBackup { region: r.id, node: spare },
+    ] {
+        s.apply(&req(13, c)).unwrap();
+    }
+    dead(&mut s, r.primary());
+    s.apply(&req(
+        13,
+        Command::EvictReplica {
+            region: r.id,
+            node: r.primary(),
+        },
+    ))
+    .unwrap();
+    let x = &s.regions[&r.id];
+    assert_eq!(x.primary(), r.replicas[1].node);
+    assert_eq!((x.replicas.len(), x.catching_up), (1, None));
+    assert_eq!(x.syncing.iter().map(|l| l.node).collect::<Vec<_>>(), vec![spare]);
+    assert!(x.restoring);
     assert_eq!(s.check(), Ok(()));
 }

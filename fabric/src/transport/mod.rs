@@ -7,6 +7,7 @@
 //! doorbells and then polls its completion queue) and must fill exactly one
 //! completion per op, in op order.
 
+mod later;
 mod local;
 mod shm;
 mod tcp;
@@ -14,6 +15,7 @@ mod tcp;
 use std::future::Future;
 use std::sync::Arc;
 
+pub use later::NODES_JOINED_MAX;
 pub use local::LocalTransport;
 pub use shm::ShmTransport;
 pub use tcp::TcpTransport;
@@ -115,6 +117,26 @@ impl AnyTransport {
 }
 
 impl AnyTransport {
+    /// Takes on the nodes of `map` this transport has not reached yet
+    /// (they joined the cluster after it was made): `shm` maps their
+    /// images now, `tcp` connects at their first batch. Called by a client
+    /// whenever its map changes. Returns how many nodes were taken on.
+    pub fn learn(&self, map: &crate::map::ClusterMap) -> Result<usize, FabricError> {
+        let base = match self {
+            AnyTransport::Base(b) => b,
+            AnyTransport::Faulty(f) => f.inner(),
+        };
+        match base {
+            // In-process nodes are all there from the start.
+            BaseTransport::Local(_) => Ok(0),
+            BaseTransport::Shm(t) => t.learn(map).map_err(|e| FabricError::Protocol {
+                node: 0,
+                reason: e.to_string(),
+            }),
+            BaseTransport::Tcp(t) => t.learn(map),
+        }
+    }
+
     /// Prefetches `[offset, offset + len)` of `region` on `node` when this
     /// process maps that memory (see [`crate::Client::prefetch`]).
     pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {

@@ -13,11 +13,16 @@ use crate::map::ClusterMap;
 use crate::memnode::{execute_inline, MemoryNode};
 use crate::transport::Transport;
 use crate::verb::{Completions, Op};
+use crate::transport::later::{Later, NODES_JOINED_MAX};
 
 /// Attached memory images; verbs execute on the calling thread.
 #[derive(Clone, Debug)]
 pub struct ShmTransport {
     nodes: Arc<[MemoryNode]>,
+    /// Images of nodes that joined the map after the transport was made
+    /// ([`ShmTransport::learn`]), appended once and never removed: the
+    /// verb path finds a node without a lock.
+    later: Arc<Later<MemoryNode>>,
 }
 
 impl ShmTransport {
@@ -34,7 +39,13 @@ impl ShmTransport {
         }
         let epoch = descriptors.iter().map(|(d, _)| d.epoch).max().unwrap_or(1);
         let map = ClusterMap::from_descriptors(epoch, &descriptors).map_err(|e| NodeError::Regions(e.0))?;
-        Ok((ShmTransport { nodes: nodes.into() }, map))
+        Ok((
+            ShmTransport {
+                nodes: nodes.into(),
+                later: Arc::new(Later::new()),
+            },
+            map,
+        ))
     }
 
     /// Maps the image of every node of `map` (each node's endpoint is its
@@ -44,7 +55,15 @@ impl ShmTransport {
         let mut nodes = Vec::new();
         for n in map.nodes() {
             let path = PathBuf::from(&n.endpoint);
-            let node = MemoryNode::attach(&path)?;
+            // A node that died may have taken its image with it; the map
+            // routes around it once recovery has moved its replicas.
+            let node = match MemoryNode::attach(&path) {
+                Ok(node) => node,
+                Err(e) => {
+                    tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "cannot map this node's image; skipped");
+                    continue;
+                }
+            };
             if node.id() != n.id {
                 return Err(NodeError::Regions(format!(
                     "{} is the image of memory node {}, the map says {}",
@@ -55,7 +74,40 @@ impl ShmTransport {
             }
             nodes.push(node);
         }
-        Ok(ShmTransport { nodes: nodes.into() })
+        Ok(ShmTransport {
+            nodes: nodes.into(),
+            later: Arc::new(Later::new()),
+        })
+    }
+
+    /// Maps the image of every node of `map` not attached yet (a node that
+    /// joined the cluster after this transport was made). Returns how many
+    /// were attached.
+    pub fn learn(&self, map: &ClusterMap) -> Result<usize, NodeError> {
+        let mut attached = 0;
+        for n in map.nodes() {
+            if self.node(n.id).is_some() {
+                continue;
+            }
+            let made = self.later.append(
+                |x| x.id() == n.id,
+                || {
+                    let node = MemoryNode::attach(&PathBuf::from(&n.endpoint))?;
+                    if node.id() != n.id {
+                        return Err(NodeError::Regions(format!(
+                            "{} is the image of memory node {}, the map says {}",
+                            n.endpoint,
+                            node.id(),
+                            n.id
+                        )));
+                    }
+                    Ok(node)
+                },
+                || NodeError::Regions(format!("this process reached {NODES_JOINED_MAX} nodes after it started")),
+            )?;
+            attached += usize::from(made);
+        }
+        Ok(attached)
     }
 
     /// Maps every page of every attached image into this process now
@@ -68,7 +120,10 @@ impl ShmTransport {
 
     /// The attached node with this id.
     pub fn node(&self, id: NodeId) -> Option<&MemoryNode> {
-        self.nodes.iter().find(|n| n.id() == id)
+        self.nodes
+            .iter()
+            .find(|n| n.id() == id)
+            .or_else(|| self.later.iter().find(|n| n.id() == id))
     }
 }
 

@@ -26,6 +26,7 @@ use crate::addr::{Epoch, NodeId};
 use crate::error::FabricError;
 use crate::map::ClusterMap;
 use crate::memnode::NodeDescriptor;
+use crate::transport::later::{Later, NODES_JOINED_MAX};
 use crate::transport::Transport;
 use crate::verb::{Completions, Op, Outcome};
 use crate::wire::{self, Response, FRAME_BYTES_MAX};
@@ -46,6 +47,9 @@ pub const RECONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from
 #[derive(Clone, Debug)]
 pub struct TcpTransport {
     slots: Arc<[Slot]>,
+    /// Nodes that joined the map after the transport was made
+    /// ([`TcpTransport::learn`]), connected at their first batch.
+    later: Arc<Later<Slot>>,
 }
 
 /// One node's connection, replaced by a new one when it broke.
@@ -75,20 +79,59 @@ struct Pending {
 
 impl TcpTransport {
     /// Connects to every node of `map` at its endpoint and checks that each
-    /// endpoint is the node the map says it is.
+    /// endpoint is the node the map says it is. A node that cannot be
+    /// reached (it died; recovery will route around it) is connected at its
+    /// next batch instead.
     pub async fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
         let mut conns = Vec::new();
         for n in map.nodes() {
-            let (conn, d) = Connection::open(&n.endpoint, n.id, 1).await?;
-            if d.node != n.id {
-                return Err(FabricError::Protocol {
-                    node: n.id,
-                    reason: format!("{} is memory node {}, the map says {}", n.endpoint, d.node, n.id),
-                });
+            match Connection::open(&n.endpoint, n.id, 1).await {
+                Ok((_, d)) if d.node != n.id => {
+                    return Err(FabricError::Protocol {
+                        node: n.id,
+                        reason: format!("{} is memory node {}, the map says {}", n.endpoint, d.node, n.id),
+                    });
+                }
+                Ok((conn, _)) => conns.push(Slot::new(conn, n.endpoint.clone())),
+                Err(e) => {
+                    tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "memory node unreachable; connecting at its next batch");
+                    conns.push(Slot::unconnected(n.id, n.endpoint.clone()));
+                }
             }
-            conns.push(Slot::new(conn, n.endpoint.clone()));
         }
-        Ok(TcpTransport { slots: conns.into() })
+        Ok(TcpTransport {
+            slots: conns.into(),
+            later: Arc::new(Later::new()),
+        })
+    }
+
+    /// Takes on every node of `map` this transport does not know (it
+    /// joined the cluster later), to be connected at its first batch.
+    /// Returns how many.
+    pub fn learn(&self, map: &ClusterMap) -> Result<usize, FabricError> {
+        let mut learned = 0;
+        for n in map.nodes() {
+            if self.slot(n.id).is_some() {
+                continue;
+            }
+            let made = self.later.append(
+                |s| s.node == n.id,
+                || Ok(Slot::unconnected(n.id, n.endpoint.clone())),
+                || FabricError::Protocol {
+                    node: n.id,
+                    reason: format!("this process reached {NODES_JOINED_MAX} nodes after it started"),
+                },
+            )?;
+            learned += usize::from(made);
+        }
+        Ok(learned)
+    }
+
+    fn slot(&self, node: NodeId) -> Option<&Slot> {
+        self.slots
+            .iter()
+            .find(|s| s.node == node)
+            .or_else(|| self.later.iter().find(|s| s.node == node))
     }
 
     /// Connects to each address, asks each node what it holds, and builds
@@ -107,16 +150,18 @@ impl TcpTransport {
             node: 0,
             reason: e.to_string(),
         })?;
-        Ok((TcpTransport { slots: conns.into() }, map))
+        Ok((
+            TcpTransport {
+                slots: conns.into(),
+                later: Arc::new(Later::new()),
+            },
+            map,
+        ))
     }
 
     /// The live connection to `node`, connecting again if it broke.
     async fn conn(&self, node: NodeId) -> Result<Arc<Connection>, FabricError> {
-        let slot = self
-            .slots
-            .iter()
-            .find(|s| s.node == node)
-            .ok_or(FabricError::UnknownNode { node })?;
+        let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
         slot.live().await
     }
 
@@ -124,7 +169,7 @@ impl TcpTransport {
     /// batches waiting on them fail, and the next batch for each node
     /// connects again.
     pub fn drop_all(&self) {
-        for slot in self.slots.iter() {
+        for slot in self.slots.iter().chain(self.later.iter()) {
             // A slot being reconnected right now holds a fresh connection.
             if let Ok(conn) = slot.current.try_lock() {
                 conn.fail("connection dropped".into());
@@ -134,7 +179,7 @@ impl TcpTransport {
 
     /// Connections made again after one broke, over all nodes.
     pub fn reconnects(&self) -> u64 {
-        self.slots.iter().map(Slot::reconnects).sum()
+        self.slots.iter().chain(self.later.iter()).map(Slot::reconnects).sum()
     }
 }
 
@@ -144,6 +189,15 @@ impl Slot {
             node: conn.node,
             endpoint,
             current: tokio::sync::Mutex::new(conn),
+        }
+    }
+
+    /// A slot for `node` whose first batch connects.
+    fn unconnected(node: NodeId, endpoint: String) -> Self {
+        Slot {
+            node,
+            endpoint,
+            current: tokio::sync::Mutex::new(Arc::new(Connection::unconnected(node))),
         }
     }
 
@@ -195,6 +249,22 @@ impl Slot {
 }
 
 impl Connection {
+    /// A placeholder that is broken from the start, so that the first
+    /// batch for its node connects (generation 1).
+    fn unconnected(node: NodeId) -> Connection {
+        let (frames, _) = mpsc::unbounded_channel();
+        Connection {
+            node,
+            generation: 0,
+            frames,
+            next_id: AtomicU64::new(1),
+            pending: Mutex::new(Pending {
+                waiters: HashMap::new(),
+                broken: Some("not connected yet".into()),
+            }),
+        }
+    }
+
     /// Connects, says hello, and starts the reader and writer tasks.
     async fn open(
         addr: &str,

@@ -1,0 +1,136 @@
+//! What recovery asks of the state: a dead node's replicas evicted (a
+//! backup dropped, a primary replaced by its first live backup), a copied
+//! replica joined, a dead node that came back taken in again as an empty
+//! spare. Each is one command, applied atomically, so a coordinator that
+//! dies between two of them leaves a state the next one resumes from.
+
+use super::{ControlState, MemNodeState, Outcome, Response};
+use crate::state::{CommandError, MemNodeId, RegionId};
+
+impl ControlState {
+    /// Drops `node`'s replica of `region`; `node` must be dead. A dead
+    /// primary is replaced by the first backup that is on a live node and
+    /// allocated, and the region is out of the clients' map until the
+    /// new primary's primary-only words are rebuilt (`restoring`). A join
+    /// in progress is undone: the joining replica was not caught up, so it
+    /// goes back to being made.
+    pub(super) fn evict_replica(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let n = self
+            .memnodes
+            .get(&node)
+            .ok_or(CommandError::UnknownMemNode { id: node })?;
+        if n.state != MemNodeState::Dead {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} is {}, not dead: only a dead node's replicas are evicted",
+                n.state
+            )));
+        }
+        let live = |s: &ControlState, id: MemNodeId| {
+            s.memnodes
+                .get(&id)
+                .is_some_and(|n| n.state != MemNodeState::Dead)
+        };
+        let epoch = self.next_epoch();
+        let r = self
+            .regions
+            .get(&region)
+            .ok_or(CommandError::UnknownRegion { id: region })?;
+        if !r.on(node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} holds no replica of region {region}"
+            )));
+        }
+        let mut r = r.clone();
+        if let Some(i) = r.syncing.iter().position(|x| x.node == node) {
+            r.syncing.remove(i);
+        } else {
+            if let Some(j) = r.catching_up.take() {
+                if j != node {
+                    let at = r
+                        .replicas
+                        .iter()
+                        .position(|x| x.node == j)
+                        .ok_or_else(|| CommandError::Conflict(format!("region {region} catches up {j}, not a replica")))?;
+                    let back = r.replicas.remove(at);
+                    r.syncing.push(back);
+                }
+            }
+            let at = r
+                .replicas
+                .iter()
+                .position(|x| x.node == node)
+                .ok_or_else(|| CommandError::Conflict(format!("node {node} is not a replica of region {region}")))?;
+            if at == 0 {
+                let heir = r.replicas[1..]
+                    .iter()
+                    .position(|x| live(self, x.node) && !r.pending.contains(&x.node))
+                    .map(|i| i + 1)
+                    .ok_or_else(|| {
+                        CommandError::Conflict(format!(
+                            "region {region} has no live, allocated backup: its contents are lost with node {node}"
+                        ))
+                    })?;
+                r.replicas.swap(0, heir);
+                r.restoring = true;
+                r.replicas.remove(heir);
+            } else {
+                r.replicas.remove(at);
+            }
+        }
+        r.pending.retain(|&p| p != node);
+        r.epoch = epoch;
+        let size = r.size_bytes;
+        self.regions.insert(region, r.clone());
+        self.charge(node, -(size as i128));
+        Ok(Outcome::Region(r))
+    }
+
+    /// Moves `node`'s copied replica of `region` into the replicas
+    /// clients write; the region leaves their map until recovery has
+    /// caught the replica up (`region_restored`).
+    pub(super) fn join_backup(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        let Some(i) = r.syncing.iter().position(|x| x.node == node) else {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} is not making a replica of region {region}"
+            )));
+        };
+        if r.pending.contains(&node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} has not allocated region {region} yet"
+            )));
+        }
+        if r.restoring || r.catching_up.is_some() {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is being restored; join once it is published"
+            )));
+        }
+        let x = r.syncing.remove(i);
+        r.replicas.push(x);
+        r.catching_up = Some(node);
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
+    /// A dead node registers again (it restarted): taken in as joining,
+    /// holding nothing, once recovery has evicted all its replicas.
+    /// Whatever its memory kept is never served again: a new replica on
+    /// it is copied afresh.
+    pub(super) fn revive_memnode(&mut self, id: MemNodeId, capacity_bytes: u64) -> Response {
+        if let Some(r) = self.regions.values().find(|r| r.on(id)) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {id} is dead and still named by region {}: recovery has not evicted it yet; retry",
+                r.id
+            )));
+        }
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        debug_assert_eq!(n.allocated_bytes, 0);
+        n.state = MemNodeState::Joining;
+        n.capacity_bytes = capacity_bytes;
+        Ok(Outcome::MemNode(n.clone()))
+    }
+}

@@ -1,0 +1,386 @@
+//! The coordinator: one pass reads the replicated state and takes the
+//! first step it calls for; [`Coordinator::run`] repeats passes while
+//! this process's control-plane member leads.
+//!
+//! Steps, in the order a pass looks for them (module docs of the crate):
+//!
+//! 1. a replica on a dead node: `evict_replica` ([`Step::Evicted`]);
+//! 2. a region being restored after a promotion: the new primary's
+//!    primary-only words rebuilt, every log finished, `region_restored`
+//!    ([`Step::Restored`], `cluster::Cluster::finish_promotion`);
+//! 3. a region catching a joined replica up: [`crate::copy::catch_up`],
+//!    `region_restored` ([`Step::CaughtUp`]);
+//! 4. an expired client: its logs rolled at once ([`Step::RolledClient`]),
+//!    and once its quarantine is over, rolled again and forgotten
+//!    ([`Step::ForgotClient`]), which frees its owner ids;
+//! 5. a region with fewer replicas than it was made with: `add_backup` on
+//!    the roomiest spare ([`Step::AddedBackup`]), the copy
+//!    ([`Step::Copied`]), `join_backup` ([`Step::Joined`]).
+//!
+//! What a pass decides depends on the replicated state only (and on the
+//! checksums of a copy this coordinator made, which only save work), so a
+//! coordinator that dies after any step leaves the next leader's one the
+//! same work to finish.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::{Cluster, ClusterOptions};
+use control_plane::state::{ClientId, ClientState, Command, MemNodeId, MemNodeState, Region};
+use fabric::RegionId;
+
+use crate::copy::{self, Copied};
+use crate::RecoveryError;
+
+/// Longest pause between passes when nothing wakes the coordinator
+/// earlier (a map change wakes it at once): client expiries and
+/// quarantines do not change the map.
+pub const TICK: Duration = Duration::from_millis(20);
+
+/// A step of recovery, as taken (and as a test may stop the coordinator
+/// right after).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Step {
+    /// A dead node's replica was evicted.
+    Evicted,
+    /// A promoted primary was rebuilt and its region published.
+    Restored,
+    /// A joined replica was caught up and its region published.
+    CaughtUp,
+    /// An expired client's logs were rolled.
+    RolledClient,
+    /// An expired client was forgotten after its quarantine.
+    ForgotClient,
+    /// A new replica was placed on a spare node.
+    AddedBackup,
+    /// A new replica was copied.
+    Copied,
+    /// A copied replica joined the ones clients write.
+    Joined,
+}
+
+impl Step {
+    /// Every step, in the order of the module docs.
+    pub const ALL: [Step; 8] = [
+        Step::Evicted,
+        Step::Restored,
+        Step::CaughtUp,
+        Step::RolledClient,
+        Step::ForgotClient,
+        Step::AddedBackup,
+        Step::Copied,
+        Step::Joined,
+    ];
+
+    /// Its name in configs and logs (`evicted`, `caught-up`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Evicted => "evicted",
+            Step::Restored => "restored",
+            Step::CaughtUp => "caught-up",
+            Step::RolledClient => "rolled-client",
+            Step::ForgotClient => "forgot-client",
+            Step::AddedBackup => "added-backup",
+            Step::Copied => "copied",
+            Step::Joined => "joined",
+        }
+    }
+}
+
+impl std::fmt::Display for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Step {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Step, String> {
+        Step::ALL.into_iter().find(|x| x.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Step::ALL.iter().map(|x| x.name()).collect();
+            format!("unknown recovery step {s:?}; one of {}", names.join(", "))
+        })
+    }
+}
+
+/// Called after every step taken, with the step, the region or client it
+/// was about, and what it did in words.
+pub type StepHook = Arc<dyn Fn(Step, u64, &str) + Send + Sync>;
+
+/// How the coordinator works.
+#[derive(Clone)]
+pub struct RecoveryOptions {
+    /// Longest pause between passes.
+    pub tick: Duration,
+    /// Make new replicas for regions that lost some.
+    pub rereplicate: bool,
+    /// Called after each step (logging, a timeline, or a test's crash).
+    pub on_step: Option<StepHook>,
+}
+
+impl Default for RecoveryOptions {
+    fn default() -> Self {
+        RecoveryOptions {
+            tick: TICK,
+            rereplicate: true,
+            on_step: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RecoveryOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecoveryOptions")
+            .field("tick", &self.tick)
+            .field("rereplicate", &self.rereplicate)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A recovery coordinator: a cluster client of its own that acts on the
+/// control plane's decisions.
+pub struct Coordinator {
+    cluster: Cluster,
+    options: RecoveryOptions,
+    /// Copies this coordinator made, by region and node: their checksums
+    /// spare the catch-up reading the new replica.
+    copies: HashMap<(RegionId, MemNodeId), Copied>,
+    /// Expired clients whose logs this coordinator has rolled.
+    rolled: BTreeSet<ClientId>,
+}
+
+impl Coordinator {
+    /// Joins the cluster at `endpoints` with `token` (which must be an
+    /// operator's: recovery moves replicas).
+    pub async fn connect<S: AsRef<str>>(
+        endpoints: &[S],
+        token: &str,
+        options: RecoveryOptions,
+    ) -> Result<Coordinator, RecoveryError> {
+        let cluster = Cluster::connect_with(
+            endpoints,
+            token,
+            ClusterOptions {
+                name: "recovery".into(),
+                ..ClusterOptions::default()
+            },
+        )
+        .await?;
+        Ok(Coordinator {
+            cluster,
+            options,
+            copies: HashMap::new(),
+            rolled: BTreeSet::new(),
+        })
+    }
+
+    /// The cluster client recovery works through.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Leaves the cluster.
+    pub async fn close(self) -> Result<(), RecoveryError> {
+        Ok(self.cluster.close().await?)
+    }
+
+    /// Runs passes while `leading()` holds; returns when it stops holding.
+    /// A failed pass is logged and tried again after a tick.
+    pub async fn run(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) {
+        let mut epochs = self.cluster.epochs();
+        while leading() {
+            match self.pass().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "recovery step failed; trying again"),
+            }
+            tokio::select! {
+                _ = epochs.changed() => {}
+                _ = tokio::time::sleep(self.options.tick) => {}
+            }
+        }
+    }
+
+    /// Looks at the state once and takes the first step it calls for
+    /// (module docs). `None` when there is nothing to do.
+    pub async fn pass(&mut self) -> Result<Option<Step>, RecoveryError> {
+        let status = self.cluster.status().await?;
+        let dead: BTreeSet<MemNodeId> = status
+            .memnodes
+            .iter()
+            .filter(|n| n.state == MemNodeState::Dead)
+            .map(|n| n.id)
+            .collect();
+        for r in &status.regions {
+            if let Some(l) = r.replicas.iter().chain(&r.syncing).find(|l| dead.contains(&l.node)) {
+                return self.evict(r, l.node).await.map(Some);
+            }
+        }
+        for r in &status.regions {
+            if r.restoring {
+                let p = self.cluster.finish_promotion(r.id).await?;
+                let what = format!(
+                    "region {} restored on node {} ({} lock words rebuilt) in {} ms",
+                    r.id,
+                    p.primary,
+                    p.lock_words,
+                    p.published.as_millis()
+                );
+                return Ok(Some(self.took(Step::Restored, u64::from(r.id), &what)));
+            }
+            if let Some(node) = r.catching_up {
+                return self.catch_up(r.id, node).await.map(Some);
+            }
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        self.rolled
+            .retain(|id| status.clients.iter().any(|c| c.id == *id));
+        for c in &status.clients {
+            let ClientState::Expired { at_ms } = c.state else {
+                continue;
+            };
+            let ids: Vec<u16> = (c.owners.first..c.owners.end()).collect();
+            if !self.rolled.contains(&c.id) {
+                if self.cluster.finish_logs(&ids, true).await? {
+                    self.rolled.insert(c.id);
+                    let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
+                    return Ok(Some(self.took(Step::RolledClient, u64::from(c.id), &what)));
+                }
+                continue; // a commit under a live lease: next pass
+            }
+            if now_ms >= at_ms.saturating_add(c.lease_ms) && self.cluster.finish_logs(&ids, true).await? {
+                let forget = Command::ForgetClient { id: c.id };
+                self.cluster
+                    .command(&format!("forgetting client {}", c.id), &forget)
+                    .await?;
+                self.rolled.remove(&c.id);
+                let what = format!("client {} forgotten; owner ids {:?} free", c.id, c.owners);
+                return Ok(Some(self.took(Step::ForgotClient, u64::from(c.id), &what)));
+            }
+        }
+        if self.options.rereplicate {
+            for r in status.regions.iter().filter(|r| r.usable()) {
+                if let Some(step) = self.rereplicate(r, &status.memnodes).await? {
+                    return Ok(Some(step));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn evict(&mut self, r: &Region, node: MemNodeId) -> Result<Step, RecoveryError> {
+        let evict = Command::EvictReplica { region: r.id, node };
+        self.cluster
+            .command(&format!("evicting node {node} from region {}", r.id), &evict)
+            .await?;
+        self.copies.remove(&(r.id, node));
+        let role = if r.primary() == node { "primary" } else { "backup" };
+        let what = format!("dead node {node}'s replica ({role}) of region {} evicted", r.id);
+        Ok(self.took(Step::Evicted, u64::from(r.id), &what))
+    }
+
+    async fn catch_up(&mut self, region: RegionId, node: MemNodeId) -> Result<Step, RecoveryError> {
+        let start = Instant::now();
+        self.cluster.await_fenced(region).await?;
+        tokio::time::sleep(cluster::FENCE_SETTLE).await;
+        let mut fabric = self.cluster.full_fabric().await?;
+        let copied = self.copies.remove(&(region, node));
+        let done = copy::catch_up(&mut fabric, region, node, copied.as_ref()).await?;
+        let publish = Command::RegionRestored { region };
+        self.cluster
+            .command(&format!("publishing region {region}"), &publish)
+            .await?;
+        let what = format!(
+            "node {node}'s replica of region {region} caught up: {} of {} chunks written again; {} ms out of the map{}",
+            done.chunks_written,
+            done.chunks,
+            start.elapsed().as_millis(),
+            if copied.is_some() { "" } else { " (compared whole: the copy was another coordinator's)" }
+        );
+        Ok(self.took(Step::CaughtUp, u64::from(region), &what))
+    }
+
+    async fn rereplicate(
+        &mut self,
+        r: &Region,
+        memnodes: &[control_plane::state::MemNode],
+    ) -> Result<Option<Step>, RecoveryError> {
+        // A copied replica joins; an allocated one is copied.
+        for l in &r.syncing {
+            if r.pending.contains(&l.node) {
+                continue; // its node has not allocated it yet
+            }
+            if self.copies.contains_key(&(r.id, l.node)) {
+                let join = Command::JoinBackup {
+                    region: r.id,
+                    node: l.node,
+                };
+                self.cluster
+                    .command(&format!("joining node {} to region {}", l.node, r.id), &join)
+                    .await?;
+                let what = format!("node {}'s copy of region {} joined", l.node, r.id);
+                return Ok(Some(self.took(Step::Joined, u64::from(r.id), &what)));
+            }
+            let mut fabric = self.cluster.full_fabric().await?;
+            let mut shown = 0;
+            let copied = copy::copy_replica(&mut fabric, r.id, l.node, &mut |done, total| {
+                // Progress in tenths, for an operator tailing the log.
+                let tenth = done * 10 / total.max(1);
+                if tenth > shown {
+                    shown = tenth;
+                    tracing::info!(region = r.id, node = l.node, done, total, "copying a new replica");
+                }
+            })
+            .await?;
+            let what = format!(
+                "region {} copied to node {}: {} bytes in {} ms ({:.2} GiB/s)",
+                r.id,
+                l.node,
+                copied.bytes,
+                copied.elapsed.as_millis(),
+                copied.rate_bytes_per_s() / f64::from(1u32 << 30)
+            );
+            self.copies.insert((r.id, l.node), copied);
+            return Ok(Some(self.took(Step::Copied, u64::from(r.id), &what)));
+        }
+        if r.replicas.len() + r.syncing.len() >= r.replication_target() {
+            return Ok(None);
+        }
+        let mut spares: Vec<&control_plane::state::MemNode> = memnodes
+            .iter()
+            .filter(|n| n.state == MemNodeState::Active && !r.on(n.id))
+            .filter(|n| n.capacity_bytes.saturating_sub(n.allocated_bytes) >= r.size_bytes)
+            .collect();
+        spares.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));
+        let Some(spare) = spares.first() else {
+            return Ok(None); // no room anywhere: it stays short until a node joins
+        };
+        let add = Command::AddBackup {
+            region: r.id,
+            node: spare.id,
+        };
+        self.cluster
+            .command(&format!("placing a new replica of region {} on node {}", r.id, spare.id), &add)
+            .await?;
+        let what = format!(
+            "region {} has {} of {} replicas: a new one placed on node {}",
+            r.id,
+            r.replicas.len(),
+            r.replication_target(),
+            spare.id
+        );
+        Ok(Some(self.took(Step::AddedBackup, u64::from(r.id), &what)))
+    }
+
+    fn took(&self, step: Step, about: u64, what: &str) -> Step {
+        tracing::info!(step = step.name(), about, "{what}");
+        if let Some(hook) = &self.options.on_step {
+            hook(step, about, what);
+        }
+        step
+    }
+}
