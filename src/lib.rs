@@ -36,5 +36,6 @@ pub use control_plane;
 pub use fabric;
 pub use harness;
 pub use index;
+pub use recovery;
 pub use txn;
 pub use workload;

@@ -269,6 +269,12 @@ impl Cluster {
                 .await
             {
                 Ok(_) => forgotten.push(c.id),
+                // Forgotten meanwhile by recovery, which does the same.
+                Err(ClusterError::Refused { source, .. })
+                    if source.status().is_some_and(|s| s.as_u16() == 404) =>
+                {
+                    forgotten.push(c.id)
+                }
                 Err(ClusterError::Refused { source, .. })
                     if source.status().is_some_and(|s| s.as_u16() == 409) => {}
                 Err(e) => return Err(e),

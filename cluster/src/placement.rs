@@ -67,15 +67,21 @@ async fn try_register(
             let nodes = members
                 .call("listing memory nodes", |c| async move { c.memnodes().await })
                 .await?;
-            let n = nodes.into_iter().find(|n| n.endpoint == endpoint).ok_or_else(|| {
-                ClusterError::Map(format!(
-                    "registration of {endpoint} refused, and no record has it"
-                ))
-            })?;
+            let n = nodes
+                .into_iter()
+                .find(|n| n.endpoint == endpoint)
+                .ok_or_else(|| {
+                    ClusterError::Map(format!(
+                        "registration of {endpoint} refused, and no record has it"
+                    ))
+                })?;
             if n.state == MemNodeState::Dead {
                 // Declared dead while it was away: taken in again as an
                 // empty spare once recovery has evicted its replicas.
-                tracing::info!(memnode = n.id, "declared dead meanwhile; waiting for recovery to evict its replicas");
+                tracing::info!(
+                    memnode = n.id,
+                    "declared dead meanwhile; waiting for recovery to evict its replicas"
+                );
                 return Ok(None);
             }
             Ok(Some(n.id))

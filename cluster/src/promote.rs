@@ -130,7 +130,42 @@ impl Cluster {
         self.restore_promoted(region, Instant::now()).await
     }
 
+    /// Steps 2–4, or what another promoter (the recovery coordinator, which
+    /// finishes any promotion it sees) made of them: two promoters of one
+    /// region race harmlessly, every step being idempotent, and the one
+    /// that finds the region published already reports it done.
     async fn restore_promoted(&self, region: RegionId, start: Instant) -> Result<Promotion, ClusterError> {
+        match self.restore_promoted_here(region, start).await {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let status = self.status().await?;
+                match status.regions.iter().find(|r| r.id == region) {
+                    Some(r) if r.usable() => {
+                        tracing::info!(region, error = %e, "the promotion was finished by another promoter");
+                        let took = start.elapsed();
+                        Ok(Promotion {
+                            region,
+                            primary: r.primary(),
+                            epoch: r.epoch,
+                            published_epoch: r.epoch,
+                            committed_at: start,
+                            fenced: took,
+                            restored: took,
+                            published: took,
+                            lock_words: 0,
+                        })
+                    }
+                    _ => Err(e),
+                }
+            }
+        }
+    }
+
+    async fn restore_promoted_here(
+        &self,
+        region: RegionId,
+        start: Instant,
+    ) -> Result<Promotion, ClusterError> {
         if !self.lease_holds() {
             return Err(ClusterError::LeaseLost(
                 "the promoter's lease is not certain".into(),

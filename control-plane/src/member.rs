@@ -402,7 +402,9 @@ impl Leadership {
     pub fn holds(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
-        m.state == ServerState::Leader && m.current_leader == Some(self.id) && m.millis_since_quorum_ack.is_some()
+        m.state == ServerState::Leader
+            && m.current_leader == Some(self.id)
+            && m.millis_since_quorum_ack.is_some()
     }
 }
 

@@ -237,7 +237,8 @@ impl MemoryNode {
     pub fn add_region(&self, id: RegionId, size: u64, key: AccessKey) -> Result<bool, NodeError> {
         let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = self.regions.find(id) {
-            if e.size == size && e.key == key {
+            let now = self.regions.find_keyed(id).map(|(_, k)| k);
+            if e.size == size && now == Some(key) {
                 return Ok(false);
             }
             if e.size == size {
@@ -245,10 +246,15 @@ impl MemoryNode {
                 // was declared dead and came back): the control plane
                 // gave the new replica a new key, and recovery copies it
                 // afresh. Verbs with the old key are refused from now on.
-                let i = self.regions.entries().position(|x| x.id == id).unwrap_or_default();
+                let i = self
+                    .regions
+                    .entries()
+                    .position(|x| x.id == id)
+                    .unwrap_or_default();
                 let entry = RegionEntry { key, ..*e };
                 self.memory
                     .write(Header::entry_offset(i) as usize, &Header::encode_entry(&entry));
+                self.regions.rekey(id, key);
                 return Ok(true);
             }
             return Err(NodeError::Regions(format!(
@@ -301,6 +307,15 @@ impl MemoryNode {
     /// them are refused as unknown regions.
     fn refresh(&self) {
         let count = self.memory.load(REGION_COUNT_OFFSET as usize) as usize;
+        // Keys first: an entry's key word is the one word that changes.
+        for (i, e) in self.regions.entries().enumerate() {
+            let mut words = [0u8; 32];
+            self.memory.read(Header::entry_offset(i) as usize, &mut words);
+            let key = u64::from_le_bytes(words[24..32].try_into().unwrap_or_default());
+            if let Ok(key) = AccessKey::try_from(key) {
+                self.regions.rekey(e.id, key);
+            }
+        }
         if count <= self.regions.len() {
             return;
         }
@@ -399,7 +414,7 @@ impl MemoryNode {
                 .map(|r| RegionDescriptor {
                     id: r.id,
                     size: r.size,
-                    key: r.key,
+                    key: self.regions.find_keyed(r.id).map_or(r.key, |(_, k)| k),
                 })
                 .collect(),
         }
@@ -509,18 +524,19 @@ impl MemoryNode {
 
     /// The checks of one verb: region known, key, size limit, bounds, alignment.
     fn check(&self, op: &Op) -> Result<&RegionEntry, VerbError> {
-        let entry = match self.regions.find(op.region) {
-            Some(e) => e,
-            None => {
-                // A region taken since this table was read (an attached
-                // image whose node took one): re-read, then decide.
+        let (entry, key) = match self.regions.find_keyed(op.region) {
+            Some(found) if found.1 == op.key => found,
+            _ => {
+                // A region taken (or placed here again under a new key)
+                // since this table was read, by the node of an attached
+                // image: re-read, then decide.
                 self.refresh();
                 self.regions
-                    .find(op.region)
+                    .find_keyed(op.region)
                     .ok_or(VerbError::UnknownRegion { region: op.region })?
             }
         };
-        if entry.key != op.key {
+        if key != op.key {
             return Err(VerbError::BadKey);
         }
         let len = op.kind.len();

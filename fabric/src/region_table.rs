@@ -9,16 +9,21 @@
 //! from a region keeps its memory until the node restarts): so an entry a
 //! reader found stays valid for as long as it holds the table.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::addr::RegionId;
+use crate::addr::{AccessKey, RegionId};
 use crate::image::{RegionEntry, REGIONS_PER_NODE_MAX};
 
 /// Up to [`REGIONS_PER_NODE_MAX`] entries, appended, never changed.
 #[derive(Debug)]
 pub(crate) struct RegionTable {
     slots: Box<[OnceLock<RegionEntry>]>,
+    /// The key each region is reached with now. It starts as the entry's
+    /// and changes when the region is placed on the node again after the
+    /// node lost its replica ([`RegionTable::rekey`]): the only change an
+    /// entry ever sees.
+    keys: Box<[AtomicU32]>,
     len: AtomicUsize,
 }
 
@@ -32,6 +37,7 @@ impl RegionTable {
         assert!(entries.len() <= REGIONS_PER_NODE_MAX);
         let table = RegionTable {
             slots: (0..REGIONS_PER_NODE_MAX).map(|_| OnceLock::new()).collect(),
+            keys: (0..REGIONS_PER_NODE_MAX).map(|_| AtomicU32::new(0)).collect(),
             len: AtomicUsize::new(0),
         };
         for &e in entries {
@@ -43,6 +49,24 @@ impl RegionTable {
     /// The entry of region `id`, if published.
     pub(crate) fn find(&self, id: RegionId) -> Option<&RegionEntry> {
         self.entries().find(|e| e.id == id)
+    }
+
+    /// The entry of region `id` with the key it is reached with now.
+    pub(crate) fn find_keyed(&self, id: RegionId) -> Option<(&RegionEntry, AccessKey)> {
+        let (i, e) = self.entries().enumerate().find(|(_, e)| e.id == id)?;
+        Some((e, self.keys[i].load(Ordering::Acquire)))
+    }
+
+    /// Region `id` is reached with `key` from now on; `false` if it is not
+    /// in the table.
+    pub(crate) fn rekey(&self, id: RegionId, key: AccessKey) -> bool {
+        match self.entries().position(|e| e.id == id) {
+            Some(i) => {
+                self.keys[i].store(key, Ordering::Release);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The published entries, in image order.
@@ -65,6 +89,7 @@ impl RegionTable {
     pub(crate) fn push(&self, entry: RegionEntry) {
         let at = self.len.load(Ordering::Acquire);
         assert!(at < REGIONS_PER_NODE_MAX, "region table full");
+        self.keys[at].store(entry.key, Ordering::Release);
         assert!(self.slots[at].set(entry).is_ok(), "concurrent region appends");
         self.len.store(at + 1, Ordering::Release);
     }

@@ -277,6 +277,9 @@ pub struct LocalCluster {
     pub file: ClusterFile,
     dir: PathBuf,
     memnodes: Vec<Process>,
+    /// How each memory node was started (the listen address its first
+    /// start was given), to start it again.
+    launches: Vec<MemNodeLaunch>,
     /// Dropped after the memory nodes: they deregister nothing, but their
     /// renewals then fail quietly instead of logging errors.
     control: ControlPlane,
@@ -328,19 +331,20 @@ impl LocalCluster {
         let capacity = spec.capacity_bytes()?;
         let mut memnodes = Vec::with_capacity(spec.memory.nodes);
         let mut advertised = Vec::with_capacity(spec.memory.nodes);
+        let mut launches = Vec::with_capacity(spec.memory.nodes);
         for i in 1..=spec.memory.nodes {
-            let mut launch = Launch::new(exe, format!("memory node {i}"))
-                .args([
-                    "memnode",
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--control",
-                    &endpoints.join(","),
-                ])
-                .args(["--capacity", &capacity.to_string()])
-                .env(TOKEN_ENV, &control.token)
-                .env("RUST_LOG", "info")
-                .log_to(dir.join(format!("memnode-{i}.log")));
+            let mut how = MemNodeLaunch {
+                exe: exe.to_owned(),
+                i,
+                listen: "127.0.0.1:0".into(),
+                control: endpoints.join(","),
+                capacity,
+                token: control.token.clone(),
+                log: dir.join(format!("memnode-{i}.log")),
+                image: None,
+                persist: spec.memory.persist,
+                shm: spec.memory.transport == TransportKind::Shm,
+            };
             let image = match (spec.memory.persist, spec.memory.transport) {
                 (true, _) => Some(dir.join(format!("memnode-{i}.img"))),
                 (false, TransportKind::Shm) => {
@@ -351,16 +355,11 @@ impl LocalCluster {
                 }
                 (false, _) => None,
             };
-            if let Some(image) = &image {
-                let flag = if spec.memory.persist { "--persist" } else { "--shm" };
-                launch = launch.arg(flag).arg(image);
-                if spec.memory.transport == TransportKind::Shm {
-                    // Clients on this host map the image.
-                    launch = launch.arg("--advertise").arg(image);
-                }
-            }
-            let mut p = launch.spawn()?;
+            how.image = image.clone();
+            let mut p = how.launch().spawn()?;
             let addr = p.await_listening(START_TIMEOUT)?;
+            how.listen = addr.clone();
+            launches.push(how);
             advertised.push(match (&image, spec.memory.transport) {
                 (Some(image), TransportKind::Shm) => image.display().to_string(),
                 _ => addr,
@@ -386,8 +385,24 @@ impl LocalCluster {
             file,
             dir,
             memnodes,
+            launches,
             control,
         })
+    }
+
+    /// Starts memory node `i` (counting from 0) again, after it was killed,
+    /// at the address (and with the image) of its first start: with
+    /// `persist`, it comes back with what its image kept, and registers
+    /// again under its old id. Returns once it listens.
+    pub fn restart_memnode(&mut self, i: usize) -> Result<(), LocalError> {
+        let how = self
+            .launches
+            .get(i)
+            .ok_or_else(|| LocalError::State(format!("no memory node {i}")))?;
+        let mut p = how.launch().spawn()?;
+        p.await_listening(START_TIMEOUT)?;
+        self.memnodes[i] = p;
+        Ok(())
     }
 
     /// The cluster's directory.
@@ -410,6 +425,42 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         crate::launch::stop_all(self.memnodes.iter_mut());
         let _ = std::fs::remove_file(self.dir.join(STATE_FILE));
+    }
+}
+
+/// How a memory node of a local cluster is started.
+#[derive(Clone, Debug)]
+struct MemNodeLaunch {
+    exe: PathBuf,
+    /// 1-based, in file names.
+    i: usize,
+    listen: String,
+    control: String,
+    capacity: u64,
+    token: String,
+    log: PathBuf,
+    image: Option<PathBuf>,
+    persist: bool,
+    shm: bool,
+}
+
+impl MemNodeLaunch {
+    fn launch(&self) -> Launch {
+        let mut launch = Launch::new(&self.exe, format!("memory node {}", self.i))
+            .args(["memnode", "--listen", &self.listen, "--control", &self.control])
+            .args(["--capacity", &self.capacity.to_string()])
+            .env(TOKEN_ENV, &self.token)
+            .env("RUST_LOG", "info")
+            .log_to(&self.log);
+        if let Some(image) = &self.image {
+            let flag = if self.persist { "--persist" } else { "--shm" };
+            launch = launch.arg(flag).arg(image);
+            if self.shm {
+                // Clients on this host map the image.
+                launch = launch.arg("--advertise").arg(image);
+            }
+        }
+        launch
     }
 }
 

@@ -214,7 +214,12 @@ impl Coordinator {
             .map(|n| n.id)
             .collect();
         for r in &status.regions {
-            if let Some(l) = r.replicas.iter().chain(&r.syncing).find(|l| dead.contains(&l.node)) {
+            if let Some(l) = r
+                .replicas
+                .iter()
+                .chain(&r.syncing)
+                .find(|l| dead.contains(&l.node))
+            {
                 return self.evict(r, l.node).await.map(Some);
             }
         }
@@ -248,7 +253,7 @@ impl Coordinator {
                 if self.cluster.finish_logs(&ids, true).await? {
                     self.rolled.insert(c.id);
                     let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
-                    return Ok(Some(self.took(Step::RolledClient, u64::from(c.id), &what)));
+                    return Ok(Some(self.took(Step::RolledClient, c.id, &what)));
                 }
                 continue; // a commit under a live lease: next pass
             }
@@ -259,7 +264,7 @@ impl Coordinator {
                     .await?;
                 self.rolled.remove(&c.id);
                 let what = format!("client {} forgotten; owner ids {:?} free", c.id, c.owners);
-                return Ok(Some(self.took(Step::ForgotClient, u64::from(c.id), &what)));
+                return Ok(Some(self.took(Step::ForgotClient, c.id, &what)));
             }
         }
         if self.options.rereplicate {
@@ -364,7 +369,10 @@ impl Coordinator {
             node: spare.id,
         };
         self.cluster
-            .command(&format!("placing a new replica of region {} on node {}", r.id, spare.id), &add)
+            .command(
+                &format!("placing a new replica of region {} on node {}", r.id, spare.id),
+                &add,
+            )
             .await?;
         let what = format!(
             "region {} has {} of {} replicas: a new one placed on node {}",

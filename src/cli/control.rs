@@ -122,7 +122,12 @@ pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
                 .advertise
                 .clone()
                 .unwrap_or_else(|| member.local_addr().to_string());
-            tokio::spawn(recover_while_leading(endpoint, token, options, member.leadership()))
+            tokio::spawn(recover_while_leading(
+                endpoint,
+                token,
+                options,
+                member.leadership(),
+            ))
         });
         shutdown_signal().await?;
         tracing::info!("stopping");
@@ -147,10 +152,15 @@ fn recovery_plan(settings: &Settings) -> anyhow::Result<Option<(String, Recovery
         .find(|t| t.role != Role::Client)
         .map(|t| t.token.clone())
         .ok_or_else(|| {
-            anyhow::anyhow!("recovery needs an operator or admin token in the config; or set [recovery] enabled = false")
+            anyhow::anyhow!(
+                "recovery needs an operator or admin token in the config; or set [recovery] enabled = false"
+            )
         })?;
     let crash_after: Option<Step> = match std::env::var(RECOVERY_CRASH_ENV) {
-        Ok(s) => Some(s.parse().map_err(|e: String| anyhow::anyhow!("{RECOVERY_CRASH_ENV}: {e}"))?),
+        Ok(s) => Some(
+            s.parse()
+                .map_err(|e: String| anyhow::anyhow!("{RECOVERY_CRASH_ENV}: {e}"))?,
+        ),
         Err(_) => None,
     };
     let on_step: recovery::coordinator::StepHook = Arc::new(move |step, _, what| {

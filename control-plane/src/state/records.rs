@@ -102,7 +102,9 @@ impl Region {
     /// Every replica clients write is allocated on its node: the region
     /// may be used (replicas being made do not hold it back).
     pub fn ready(&self) -> bool {
-        self.pending.iter().all(|&n| !self.replicas.iter().any(|r| r.node == n))
+        self.pending
+            .iter()
+            .all(|&n| !self.replicas.iter().any(|r| r.node == n))
     }
 
     /// In the clients' map: allocated, not being restored after a

@@ -26,9 +26,7 @@ impl ControlState {
             )));
         }
         let live = |s: &ControlState, id: MemNodeId| {
-            s.memnodes
-                .get(&id)
-                .is_some_and(|n| n.state != MemNodeState::Dead)
+            s.memnodes.get(&id).is_some_and(|n| n.state != MemNodeState::Dead)
         };
         let epoch = self.next_epoch();
         let r = self
@@ -46,20 +44,16 @@ impl ControlState {
         } else {
             if let Some(j) = r.catching_up.take() {
                 if j != node {
-                    let at = r
-                        .replicas
-                        .iter()
-                        .position(|x| x.node == j)
-                        .ok_or_else(|| CommandError::Conflict(format!("region {region} catches up {j}, not a replica")))?;
+                    let at = r.replicas.iter().position(|x| x.node == j).ok_or_else(|| {
+                        CommandError::Conflict(format!("region {region} catches up {j}, not a replica"))
+                    })?;
                     let back = r.replicas.remove(at);
                     r.syncing.push(back);
                 }
             }
-            let at = r
-                .replicas
-                .iter()
-                .position(|x| x.node == node)
-                .ok_or_else(|| CommandError::Conflict(format!("node {node} is not a replica of region {region}")))?;
+            let at = r.replicas.iter().position(|x| x.node == node).ok_or_else(|| {
+                CommandError::Conflict(format!("node {node} is not a replica of region {region}"))
+            })?;
             if at == 0 {
                 let heir = r.replicas[1..]
                     .iter()

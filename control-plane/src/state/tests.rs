@@ -229,7 +229,8 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
         matches!(s.apply(&req(6, add)), Err(CommandError::Conflict(_))),
         "a new replica of a region still being restored"
     );
-    s.apply(&req(6, Command::RegionRestored { region: r.id })).unwrap();
+    s.apply(&req(6, Command::RegionRestored { region: r.id }))
+        .unwrap();
     s.apply(&req(
         6,
         Command::AddBackup {
@@ -263,7 +264,8 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
     let x = &s.regions[&r.id];
     assert_eq!((x.replicas.len(), x.catching_up, s.epoch), (3, Some(spare), 6));
     assert!(!x.usable(), "out of the clients' map while caught up");
-    s.apply(&req(6, Command::RegionRestored { region: r.id })).unwrap();
+    s.apply(&req(6, Command::RegionRestored { region: r.id }))
+        .unwrap();
     assert_eq!(s.regions[&r.id].catching_up, None);
     s.apply(&req(
         7,
@@ -711,17 +713,26 @@ fn a_dead_primary_is_evicted_and_its_first_live_backup_promoted() {
         panic!("evict the primary")
     };
     assert_eq!(x.primary(), nodes[2]);
-    assert_eq!(x.replicas.iter().map(|l| l.node).collect::<Vec<_>>(), vec![nodes[2], nodes[1]]);
+    assert_eq!(
+        x.replicas.iter().map(|l| l.node).collect::<Vec<_>>(),
+        vec![nodes[2], nodes[1]]
+    );
     assert!(x.restoring && !x.usable());
     assert_eq!((x.epoch, s.epoch), (before + 1, before + 1));
     assert_eq!(s.memnodes[&nodes[0]].allocated_bytes, 0);
     // The dead backup is dropped; evicting twice is refused.
     s.apply(&req(11, evict(nodes[1]))).unwrap();
-    assert!(matches!(s.apply(&req(11, evict(nodes[1]))), Err(CommandError::Conflict(_))));
+    assert!(matches!(
+        s.apply(&req(11, evict(nodes[1]))),
+        Err(CommandError::Conflict(_))
+    ));
     assert_eq!(s.regions[&r.id].replicas.len(), 1);
     // With no live backup left, the region's loss is refused, not hidden.
     dead(&mut s, nodes[2]);
-    assert!(matches!(s.apply(&req(11, evict(nodes[2]))), Err(CommandError::Conflict(_))));
+    assert!(matches!(
+        s.apply(&req(11, evict(nodes[2]))),
+        Err(CommandError::Conflict(_))
+    ));
     assert_eq!(s.check(), Ok(()));
 }
 
@@ -740,8 +751,14 @@ fn a_dead_node_registers_again_as_an_empty_spare_once_evicted() {
         matches!(s.apply(&req(12, again.clone())), Err(CommandError::Conflict(_))),
         "it still holds a replica"
     );
-    s.apply(&req(12, Command::EvictReplica { region: r.id, node: p }))
-        .unwrap();
+    s.apply(&req(
+        12,
+        Command::EvictReplica {
+            region: r.id,
+            node: p,
+        },
+    ))
+    .unwrap();
     let Ok(Outcome::MemNode(n)) = s.apply(&req(12, again.clone())) else {
         panic!("register again")
     };
@@ -758,9 +775,18 @@ fn a_join_cut_by_the_primary_s_death_goes_back_to_being_made() {
     let r = ready_region(&mut s, 2);
     let spare = (0..4).find(|n| !r.on(*n)).unwrap();
     for c in [
-        Command::AddBackup { region: r.id, node: spare },
-        Command::ReplicaReady { region: r.id, node: spare },
-        Command::JoinBackup { region: r.id, node: spare },
+        Command::AddBackup {
+            region: r.id,
+            node: spare,
+        },
+        Command::ReplicaReady {
+            region: r.id,
+            node: spare,
+        },
+        Command::JoinBackup {
+            region: r.id,
+            node: spare,
+        },
     ] {
         s.apply(&req(13, c)).unwrap();
     }

@@ -18,7 +18,9 @@ pub const NODES_JOINED_MAX: usize = 64;
 impl<T> Later<T> {
     pub(crate) fn new() -> Self {
         Later {
-            slots: (0..NODES_JOINED_MAX).map(|_| std::sync::OnceLock::new()).collect(),
+            slots: (0..NODES_JOINED_MAX)
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
             append: std::sync::Mutex::new(()),
         }
     }
@@ -48,4 +50,3 @@ impl<T> Later<T> {
         Ok(true)
     }
 }
-

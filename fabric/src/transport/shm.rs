@@ -11,9 +11,9 @@ use crate::addr::{Epoch, NodeId};
 use crate::error::{FabricError, NodeError};
 use crate::map::ClusterMap;
 use crate::memnode::{execute_inline, MemoryNode};
+use crate::transport::later::{Later, NODES_JOINED_MAX};
 use crate::transport::Transport;
 use crate::verb::{Completions, Op};
-use crate::transport::later::{Later, NODES_JOINED_MAX};
 
 /// Attached memory images; verbs execute on the calling thread.
 #[derive(Clone, Debug)]
@@ -103,7 +103,11 @@ impl ShmTransport {
                     }
                     Ok(node)
                 },
-                || NodeError::Regions(format!("this process reached {NODES_JOINED_MAX} nodes after it started")),
+                || {
+                    NodeError::Regions(format!(
+                        "this process reached {NODES_JOINED_MAX} nodes after it started"
+                    ))
+                },
             )?;
             attached += usize::from(made);
         }

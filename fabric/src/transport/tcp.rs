@@ -179,7 +179,11 @@ impl TcpTransport {
 
     /// Connections made again after one broke, over all nodes.
     pub fn reconnects(&self) -> u64 {
-        self.slots.iter().chain(self.later.iter()).map(Slot::reconnects).sum()
+        self.slots
+            .iter()
+            .chain(self.later.iter())
+            .map(Slot::reconnects)
+            .sum()
     }
 }
 

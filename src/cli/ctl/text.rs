@@ -82,14 +82,22 @@ pub fn command(c: &Command) -> String {
         Command::PromoteBackup { region, node } => {
             format!("promote the backup of region {region} on node {node}")
         }
-        Command::AddBackup { region, node } => format!("start a new replica of region {region} on node {node}"),
-        Command::JoinBackup { region, node } => format!("join node {node}'s copied replica of region {region}"),
-        Command::EvictReplica { region, node } => format!("evict dead node {node}'s replica of region {region}"),
+        Command::AddBackup { region, node } => {
+            format!("start a new replica of region {region} on node {node}")
+        }
+        Command::JoinBackup { region, node } => {
+            format!("join node {node}'s copied replica of region {region}")
+        }
+        Command::EvictReplica { region, node } => {
+            format!("evict dead node {node}'s replica of region {region}")
+        }
         Command::RemoveBackup { region, node } => {
             format!("remove the backup of region {region} on node {node}")
         }
         Command::MemNodeEpoch { id, epoch } => format!("memory node {id} fences at epoch {epoch}"),
-        Command::RegionRestored { region } => format!("region {region} restored (after a promotion or a join)"),
+        Command::RegionRestored { region } => {
+            format!("region {region} restored (after a promotion or a join)")
+        }
         Command::ReplicaReady { region, node } => {
             format!("node {node} has allocated its replica of region {region}")
         }
