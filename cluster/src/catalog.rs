@@ -47,16 +47,10 @@ impl Cluster {
         name: &str,
         kind: IndexKind,
     ) -> Result<(Opened, Owner, IndexRecord), ClusterError> {
-        let owner = self
-            .owners
-            .take()
-            .ok_or(ClusterError::OwnerIdsExhausted(self.me.owners.count))?;
+        let owner = self.take_owner()?;
         let deadline = Instant::now() + OPEN_TIMEOUT;
         loop {
-            let indexes = self
-                .members
-                .call("listing indexes", |c| async move { c.indexes().await })
-                .await?;
+            let indexes = self.indexes().await?;
             let record = match indexes.into_iter().find(|x| x.name == name) {
                 None if !self.options.create_missing => {
                     return Err(ClusterError::UnknownIndex(name.to_owned()))

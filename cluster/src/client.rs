@@ -201,6 +201,20 @@ impl Cluster {
             .await
     }
 
+    /// The named indexes of the catalog.
+    pub async fn indexes(&self) -> Result<Vec<cp::IndexRecord>, ClusterError> {
+        self.members
+            .call("listing indexes", |c| async move { c.indexes().await })
+            .await
+    }
+
+    /// One of this process's owner ids, for as long as the guard lives.
+    pub(crate) fn take_owner(&self) -> Result<crate::owners::Owner, ClusterError> {
+        self.owners
+            .take()
+            .ok_or(ClusterError::OwnerIdsExhausted(self.me.owners.count))
+    }
+
     /// Sends `command` to the control plane (forwarded to the leader).
     pub async fn command(&self, what: &str, command: &Command) -> Result<cp::Outcome, ClusterError> {
         self.members.command(what, command).await
@@ -226,7 +240,7 @@ impl Cluster {
                 "{open} index handle(s) still open: drop them before closing"
             )));
         }
-        let ids: Vec<u16> = (self.me.owners.first..self.me.owners.end()).collect();
+        let ids = self.me.owners.ids();
         self.finish_logs(&ids, false).await?;
         let leave = Command::DeregisterClient { id: self.me.id };
         self.members.command("leaving the cluster", &leave).await?;
@@ -238,49 +252,61 @@ impl Cluster {
     }
 
     /// Finishes the logs of expired clients on every rtx index and then
-    /// forgets them, which frees their owner ids: what recovery does for a
-    /// dead client. Returns the clients forgotten. A client still in its
-    /// quarantine, or with a commit still running under a live lease, is
-    /// left for a later call.
+    /// forgets them, which frees their owner ids (`kintsugi cluster
+    /// reap`; the recovery coordinator does the same on its own). Returns
+    /// the clients forgotten. A client still in its quarantine, or with a
+    /// commit still running under a live lease, is left for a later call.
     pub async fn reap_expired(&self) -> Result<Vec<cp::ClientId>, ClusterError> {
         let clients = self
             .members
             .call("listing clients", |c| async move { c.clients().await })
             .await?;
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let mut forgotten = Vec::new();
         for c in clients {
-            let ClientState::Expired { at_ms } = c.state else {
-                continue;
-            };
-            if now_ms < at_ms.saturating_add(c.lease_ms) {
-                continue; // quarantined: something it sent may still land
-            }
-            let ids: Vec<u16> = (c.owners.first..c.owners.end()).collect();
-            if !self.finish_logs(&ids, true).await? {
-                continue;
-            }
-            let forget = Command::ForgetClient { id: c.id };
-            match self
-                .members
-                .command(&format!("forgetting client {}", c.id), &forget)
-                .await
-            {
-                Ok(_) => forgotten.push(c.id),
-                // Forgotten meanwhile by recovery, which does the same.
-                Err(ClusterError::Refused { source, .. })
-                    if source.status().is_some_and(|s| s.as_u16() == 404) =>
-                {
-                    forgotten.push(c.id)
-                }
-                Err(ClusterError::Refused { source, .. })
-                    if source.status().is_some_and(|s| s.as_u16() == 409) => {}
-                Err(e) => return Err(e),
+            if self.forget_expired(&c).await? {
+                forgotten.push(c.id);
             }
         }
         Ok(forgotten)
+    }
+
+    /// Forgets expired client `c` once its quarantine is over and its logs
+    /// are finished (finished again here: something it sent before it
+    /// stopped may have landed since). `true` once it is gone, whoever
+    /// forgot it; `false` if it is live, quarantined or still committing.
+    pub async fn forget_expired(&self, c: &cp::Client) -> Result<bool, ClusterError> {
+        let ClientState::Expired { at_ms } = c.state else {
+            return Ok(false);
+        };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if now_ms < at_ms.saturating_add(c.lease_ms) {
+            return Ok(false); // quarantined: something it sent may still land
+        }
+        if !self.finish_logs(&c.owners.ids(), true).await? {
+            return Ok(false);
+        }
+        let forget = Command::ForgetClient { id: c.id };
+        match self
+            .members
+            .command(&format!("forgetting client {}", c.id), &forget)
+            .await
+        {
+            Ok(_) => Ok(true),
+            // Forgotten meanwhile by another reaper.
+            Err(ClusterError::Refused { source, .. })
+                if source.status().is_some_and(|s| s.as_u16() == 404) =>
+            {
+                Ok(true)
+            }
+            Err(ClusterError::Refused { source, .. })
+                if source.status().is_some_and(|s| s.as_u16() == 409) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx
@@ -290,13 +316,8 @@ impl Cluster {
     /// carry its owner id, and must be gone before that id is another's,
     /// or their next holder would take them for its own.
     pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
-        let indexes = self
-            .members
-            .call("listing indexes", |c| async move { c.indexes().await })
-            .await?;
-        let Some(owner) = self.owners.take() else {
-            return Err(ClusterError::OwnerIdsExhausted(self.me.owners.count));
-        };
+        let indexes = self.indexes().await?;
+        let owner = self.take_owner()?;
         for x in indexes
             .iter()
             .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)

@@ -87,10 +87,7 @@ impl Cluster {
     /// `optimal` index: its locks live on the primary only and nothing can
     /// rebuild them.
     pub async fn promote(&self, region: RegionId, node: MemNodeId) -> Result<Promotion, ClusterError> {
-        let indexes = self
-            .members
-            .call("listing indexes", |c| async move { c.indexes().await })
-            .await?;
+        let indexes = self.indexes().await?;
         if let Some(x) = indexes
             .iter()
             .find(|x| x.region == region && x.variant == IndexVariant::Optimal)
@@ -197,10 +194,7 @@ impl Cluster {
                 }
                 tokio::time::sleep(FENCE_SETTLE).await;
             }
-            let owner = self
-                .owners
-                .take()
-                .ok_or(ClusterError::OwnerIdsExhausted(self.me.owners.count))?;
+            let owner = self.take_owner()?;
             let mut tx = TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
             let open = txn::log::unfinished(&heap, tx.fabric(), 1..OWNER_ID_END).await?;
             for id in open {
@@ -254,10 +248,7 @@ impl Cluster {
     pub async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
-            let status = self
-                .members
-                .call("reading the status", |c| async move { c.status().await })
-                .await?;
+            let status = self.status().await?;
             let r = status
                 .regions
                 .iter()
@@ -304,10 +295,7 @@ impl Cluster {
 
     /// Every node and region, the ones being restored included.
     async fn full_map(&self) -> Result<ClusterMap, ClusterError> {
-        let status = self
-            .members
-            .call("reading the status", |c| async move { c.status().await })
-            .await?;
+        let status = self.status().await?;
         control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
     }

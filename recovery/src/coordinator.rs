@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::{Cluster, ClusterOptions};
-use control_plane::state::{ClientId, ClientState, Command, MemNodeId, MemNodeState, Region};
+use control_plane::state::{candidates, ClientId, ClientState, Command, MemNodeId, MemNodeState, Region};
 use fabric::RegionId;
 
 use crate::copy::{self, Copied};
@@ -239,29 +239,18 @@ impl Coordinator {
                 return self.catch_up(r.id, node).await.map(Some);
             }
         }
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         self.rolled
             .retain(|id| status.clients.iter().any(|c| c.id == *id));
-        for c in &status.clients {
-            let ClientState::Expired { at_ms } = c.state else {
-                continue;
-            };
-            let ids: Vec<u16> = (c.owners.first..c.owners.end()).collect();
+        for c in status.clients.iter().filter(|c| c.state != ClientState::Live) {
             if !self.rolled.contains(&c.id) {
-                if self.cluster.finish_logs(&ids, true).await? {
+                if self.cluster.finish_logs(&c.owners.ids(), true).await? {
                     self.rolled.insert(c.id);
                     let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
                     return Ok(Some(self.took(Step::RolledClient, c.id, &what)));
                 }
                 continue; // a commit under a live lease: next pass
             }
-            if now_ms >= at_ms.saturating_add(c.lease_ms) && self.cluster.finish_logs(&ids, true).await? {
-                let forget = Command::ForgetClient { id: c.id };
-                self.cluster
-                    .command(&format!("forgetting client {}", c.id), &forget)
-                    .await?;
+            if self.cluster.forget_expired(c).await? {
                 self.rolled.remove(&c.id);
                 let what = format!("client {} forgotten; owner ids {:?} free", c.id, c.owners);
                 return Ok(Some(self.took(Step::ForgotClient, c.id, &what)));
@@ -355,22 +344,17 @@ impl Coordinator {
         if r.replicas.len() + r.syncing.len() >= r.replication_target() {
             return Ok(None);
         }
-        let mut spares: Vec<&control_plane::state::MemNode> = memnodes
-            .iter()
-            .filter(|n| n.state == MemNodeState::Active && !r.on(n.id))
-            .filter(|n| n.capacity_bytes.saturating_sub(n.allocated_bytes) >= r.size_bytes)
-            .collect();
-        spares.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));
-        let Some(spare) = spares.first() else {
+        let holders: Vec<MemNodeId> = r.replicas.iter().chain(&r.syncing).map(|l| l.node).collect();
+        let Some(&spare) = candidates(memnodes.iter(), r.size_bytes, &holders).first() else {
             return Ok(None); // no room anywhere: it stays short until a node joins
         };
         let add = Command::AddBackup {
             region: r.id,
-            node: spare.id,
+            node: spare,
         };
         self.cluster
             .command(
-                &format!("placing a new replica of region {} on node {}", r.id, spare.id),
+                &format!("placing a new replica of region {} on node {}", r.id, spare),
                 &add,
             )
             .await?;
@@ -379,7 +363,7 @@ impl Coordinator {
             r.id,
             r.replicas.len(),
             r.replication_target(),
-            spare.id
+            spare
         );
         Ok(Some(self.took(Step::AddedBackup, u64::from(r.id), &what)))
     }

@@ -289,17 +289,8 @@ impl ControlState {
         Ok(Outcome::Removed)
     }
 
-    /// Nodes that may take a new replica of `size_bytes`, roomiest first
-    /// (ties by id, so every member picks the same).
     fn candidates(&self, size_bytes: u64, exclude: &[MemNodeId]) -> Vec<MemNodeId> {
-        let mut nodes: Vec<&MemNode> = self
-            .memnodes
-            .values()
-            .filter(|n| n.state == MemNodeState::Active && !exclude.contains(&n.id))
-            .filter(|n| n.capacity_bytes - n.allocated_bytes >= size_bytes)
-            .collect();
-        nodes.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));
-        nodes.into_iter().map(|n| n.id).collect()
+        candidates(self.memnodes.values(), size_bytes, exclude)
     }
 
     fn create_region(&mut self, size_bytes: u64, replicas: u8, nonce: u64) -> Response {
@@ -616,6 +607,22 @@ pub fn map_of<'a>(
         })
         .collect();
     ClusterMap::new(epoch, nodes, regions)
+}
+
+/// Nodes of `memnodes` that may take a new replica of `size_bytes`
+/// (active, with room, not in `exclude`), roomiest first, ties by id: how
+/// regions are placed, and where recovery puts a new replica.
+pub fn candidates<'a>(
+    memnodes: impl Iterator<Item = &'a MemNode>,
+    size_bytes: u64,
+    exclude: &[MemNodeId],
+) -> Vec<MemNodeId> {
+    let mut nodes: Vec<&MemNode> = memnodes
+        .filter(|n| n.state == MemNodeState::Active && !exclude.contains(&n.id))
+        .filter(|n| n.capacity_bytes.saturating_sub(n.allocated_bytes) >= size_bytes)
+        .collect();
+    nodes.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));
+    nodes.into_iter().map(|n| n.id).collect()
 }
 
 /// Where `node` sits among `r`'s backups; the primary is refused with

@@ -154,6 +154,11 @@ impl OwnerBlock {
         self.first + self.count
     }
 
+    /// Every id of the block.
+    pub fn ids(self) -> Vec<u16> {
+        (self.first..self.end()).collect()
+    }
+
     pub(crate) fn overlaps(self, other: OwnerBlock) -> bool {
         self.first < other.end() && other.first < self.end()
     }

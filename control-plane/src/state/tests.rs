@@ -33,6 +33,22 @@ fn region(s: &mut ControlState, size_bytes: u64, replicas: u8) -> Region {
     }
 }
 
+/// A region whose nodes are all allocated and in the clients' map.
+fn ready_region(s: &mut ControlState, replicas: u8) -> Region {
+    let r = region(s, 4096, replicas);
+    for x in &r.replicas {
+        s.apply(&req(
+            3,
+            Command::ReplicaReady {
+                region: r.id,
+                node: x.node,
+            },
+        ))
+        .unwrap();
+    }
+    s.regions[&r.id].clone()
+}
+
 #[test]
 fn regions_are_placed_on_distinct_roomiest_active_nodes() {
     let mut s = cluster(3, 1 << 30);
@@ -92,17 +108,7 @@ fn regions_are_placed_on_distinct_roomiest_active_nodes() {
 #[test]
 fn a_promoted_region_leaves_the_map_until_it_is_restored() {
     let mut s = cluster(2, 1 << 30);
-    let r = region(&mut s, 4096, 2);
-    for x in &r.replicas {
-        s.apply(&req(
-            4,
-            Command::ReplicaReady {
-                region: r.id,
-                node: x.node,
-            },
-        ))
-        .unwrap();
-    }
+    let r = ready_region(&mut s, 2);
     let backup = r.replicas[1].node;
     let Ok(Outcome::Region(p)) = s.apply(&req(
         5,
@@ -672,22 +678,6 @@ fn a_creation_left_by_an_expired_client_is_claimed_and_nothing_is_placed_half() 
     assert!(!s.indexes.contains_key("huge"));
     assert_eq!(s.regions.len(), 1);
     assert_eq!(s.check(), Ok(()));
-}
-
-/// A region whose nodes are all allocated and in the clients' map.
-fn ready_region(s: &mut ControlState, replicas: u8) -> Region {
-    let r = region(s, 4096, replicas);
-    for x in &r.replicas {
-        s.apply(&req(
-            3,
-            Command::ReplicaReady {
-                region: r.id,
-                node: x.node,
-            },
-        ))
-        .unwrap();
-    }
-    s.regions[&r.id].clone()
 }
 
 fn dead(s: &mut ControlState, id: MemNodeId) {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::addr::{Epoch, NodeId};
 use crate::error::{FabricError, NodeError};
-use crate::map::ClusterMap;
+use crate::map::{ClusterMap, NodeInfo};
 use crate::memnode::{execute_inline, MemoryNode};
 use crate::transport::later::{Later, NODES_JOINED_MAX};
 use crate::transport::Transport;
@@ -54,25 +54,16 @@ impl ShmTransport {
     pub fn attach_map(map: &ClusterMap) -> Result<Self, NodeError> {
         let mut nodes = Vec::new();
         for n in map.nodes() {
-            let path = PathBuf::from(&n.endpoint);
             // A node that died may have taken its image with it; the map
             // routes around it once recovery has moved its replicas.
-            let node = match MemoryNode::attach(&path) {
+            let node = match MemoryNode::attach(&PathBuf::from(&n.endpoint)) {
                 Ok(node) => node,
                 Err(e) => {
                     tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "cannot map this node's image; skipped");
                     continue;
                 }
             };
-            if node.id() != n.id {
-                return Err(NodeError::Regions(format!(
-                    "{} is the image of memory node {}, the map says {}",
-                    n.endpoint,
-                    node.id(),
-                    n.id
-                )));
-            }
-            nodes.push(node);
+            nodes.push(is_node(node, n)?);
         }
         Ok(ShmTransport {
             nodes: nodes.into(),
@@ -91,18 +82,7 @@ impl ShmTransport {
             }
             let made = self.later.append(
                 |x| x.id() == n.id,
-                || {
-                    let node = MemoryNode::attach(&PathBuf::from(&n.endpoint))?;
-                    if node.id() != n.id {
-                        return Err(NodeError::Regions(format!(
-                            "{} is the image of memory node {}, the map says {}",
-                            n.endpoint,
-                            node.id(),
-                            n.id
-                        )));
-                    }
-                    Ok(node)
-                },
+                || is_node(MemoryNode::attach(&PathBuf::from(&n.endpoint))?, n),
                 || {
                     NodeError::Regions(format!(
                         "this process reached {NODES_JOINED_MAX} nodes after it started"
@@ -142,6 +122,19 @@ impl ShmTransport {
     ) -> Result<(), FabricError> {
         execute_inline(|id| self.node(id), epoch, ops, payload, out)
     }
+}
+
+/// `node`, if its image is the node `n` of the map says it is.
+fn is_node(node: MemoryNode, n: &NodeInfo) -> Result<MemoryNode, NodeError> {
+    if node.id() != n.id {
+        return Err(NodeError::Regions(format!(
+            "{} is the image of memory node {}, the map says {}",
+            n.endpoint,
+            node.id(),
+            n.id
+        )));
+    }
+    Ok(node)
 }
 
 impl Transport for ShmTransport {
