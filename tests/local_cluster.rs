@@ -10,12 +10,13 @@ mod orders;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use control_plane::api::ControlClient;
 use control_plane::state::{ClientState, OwnerBlock};
 use harness::local::{ClusterFile, LocalCluster, LocalClusterSpec};
 use kintsugi::cluster::{Cluster, ClusterOptions};
+use support::cluster::{eventually, RunningLoad};
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kintsugi"))
@@ -42,18 +43,6 @@ fn options(name: &str, file: &ClusterFile) -> ClusterOptions {
         replicas: file.replicas,
         index_bytes: 32 << 20,
         ..ClusterOptions::default()
-    }
-}
-
-/// Polls `f` until it is `Some`, for at most `within`.
-async fn eventually<T>(what: &str, within: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -350,7 +339,6 @@ async fn a_promotion_over_tcp_is_followed_too() {
 }
 
 async fn promotion_under_load(transport: &str) {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
@@ -370,21 +358,8 @@ async fn promotion_under_load(transport: &str) {
         duration: Duration::from_secs(120),
         seed: 7,
     };
-    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let running = {
-        let (c, load, stop, ops) = (c.clone(), load.clone(), stop.clone(), ops.clone());
-        tokio::spawn(async move { kintsugi::cluster::load::run(&c, &load, stop, ops).await })
-    };
-    let ops_beyond = |n: u64| {
-        let ops = ops.clone();
-        async move {
-            eventually("the load to go on", Duration::from_secs(60), async || {
-                (ops.load(Ordering::Relaxed) >= n).then_some(())
-            })
-            .await
-        }
-    };
-    ops_beyond(2_000).await;
+    let running = RunningLoad::start(&c, &load);
+    running.beyond(2_000).await;
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
     let x = api
         .indexes()
@@ -411,10 +386,9 @@ async fn promotion_under_load(transport: &str) {
         let region = api.regions().await.unwrap().remove(0);
         assert_eq!((region.primary(), region.restoring), (to, false));
         // Every client follows: the load goes on past the promotion.
-        ops_beyond(ops.load(Ordering::Relaxed) + 2_000).await;
+        running.more(2_000).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    let report = running.await.unwrap().unwrap();
+    let report = running.stop().await;
     assert!(
         report.errors.is_empty(),
         "no error reached the application: {:?}",

@@ -5,29 +5,19 @@
 //! back as an empty spare that the next re-replication fills.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+mod support;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use control_plane::api::ControlClient;
 use control_plane::state::{MemNodeState, Region};
 use harness::local::{LocalCluster, LocalClusterSpec};
 use kintsugi::cluster::{Cluster, ClusterOptions};
+use support::cluster::{eventually, RunningLoad};
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kintsugi"))
-}
-
-/// Polls `f` until it is `Some`, for at most `within`.
-async fn eventually<T>(what: &str, within: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn region_of(api: &ControlClient, name: &str) -> Region {
@@ -85,21 +75,8 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
         duration: Duration::from_secs(300),
         seed: 11,
     };
-    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let running = {
-        let (c, load, stop, ops) = (c.clone(), load.clone(), stop.clone(), ops.clone());
-        tokio::spawn(async move { kintsugi::cluster::load::run(&c, &load, stop, ops).await })
-    };
-    let ops_beyond = |n: u64| {
-        let ops = ops.clone();
-        async move {
-            eventually("the load to go on", Duration::from_secs(60), async || {
-                (ops.load(Ordering::Relaxed) >= n).then_some(())
-            })
-            .await
-        }
-    };
-    ops_beyond(1_000).await;
+    let running = RunningLoad::start(&c, &load);
+    running.beyond(1_000).await;
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
     let process_of = |node: u16, memnodes: &[control_plane::state::MemNode]| {
         let endpoint = &memnodes.iter().find(|n| n.id == node).unwrap().endpoint;
@@ -126,10 +103,9 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
         before.replicas[1].node,
         "the first live backup took over"
     );
-    ops_beyond(ops.load(Ordering::Relaxed) + 1_000).await;
+    running.more(1_000).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let report = running.await.unwrap().unwrap();
+    let report = running.stop().await;
     assert!(
         report.errors.is_empty(),
         "no error reached the application: {:?}",

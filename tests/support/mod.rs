@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses a different subset
 
+pub mod cluster;
+
 use std::path::Path;
 use std::process::Command;
 
