@@ -311,8 +311,9 @@ impl Cluster {
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx
     /// index. `false` if one is still committing under a live lease. With
-    /// `sweep`, then meets every lock of each index and repairs the
-    /// expired ones: a dead client's log-less locks (a pre-lock, a steal)
+    /// `sweep`, then (hash tables) converges the slots a dead writer left
+    /// on the primary only, and meets every lock of each index and repairs
+    /// the expired ones: a dead client's log-less locks (a pre-lock, a steal)
     /// carry its owner id, and must be gone before that id is another's,
     /// or their next holder would take them for its own.
     pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
@@ -343,10 +344,14 @@ impl Cluster {
                             .await?
                     }
                     IndexKind::Hash => {
-                        index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone())
-                            .await?
-                            .repair_expired_locks()
-                            .await?
+                        let mut table =
+                            index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone())
+                                .await?;
+                        // A dead writer stopped between a slot's primary
+                        // CAS and its backups' left them apart.
+                        let converged = table.converge_backups().await?;
+                        tracing::info!(index = %x.name, converged, "hash slots converged on the backups");
+                        table.repair_expired_locks().await?
                     }
                 };
                 tracing::info!(index = %x.name, repaired, "expired locks swept");

@@ -31,7 +31,7 @@
 
 use std::time::{Duration, Instant};
 
-use control_plane::state::{Command, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
+use control_plane::state::{Command, IndexKind, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
 use fabric::{ClusterMap, Epoch, RegionId};
 use txn::{Heap, LockWord, RepairOutcome, TxClient};
 
@@ -208,6 +208,19 @@ impl Cluster {
                     }
                     tokio::time::sleep(PROMOTE_POLL).await;
                 }
+            }
+            // RACE slots are CASed on the primary, then on the backups: a
+            // writer cut off between the two left the survivors apart.
+            let hashed =
+                self.indexes().await?.into_iter().any(|x| {
+                    x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx
+                });
+            if hashed {
+                let fabric = tx.fabric().fork();
+                let mut table =
+                    index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone()).await?;
+                let moved = table.converge_backups().await?;
+                tracing::debug!(region, moved, "hash slots converged on the backups");
             }
         }
         let restored = start.elapsed();

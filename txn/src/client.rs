@@ -39,10 +39,6 @@ pub struct TxClient {
     pub(crate) hints: Arc<HintCache>,
     /// This owner's last log while it is not known to be DONE (`settle.rs`).
     pub(crate) open_log: Option<OpenLog>,
-    /// The lock word of this owner's last commit, if that commit stopped on
-    /// a fabric error: a lock left with it is repaired at once when this
-    /// owner meets it again, since nothing of that commit still runs.
-    abandoned_lock: Option<LockWord>,
 }
 
 impl TxClient {
@@ -61,7 +57,6 @@ impl TxClient {
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
             open_log: None,
-            abandoned_lock: None,
         })
     }
 
@@ -123,9 +118,20 @@ impl TxClient {
         &self.fabric
     }
 
-    /// Starts a transaction by hand; prefer [`TxClient::run`].
+    /// Starts a transaction by hand; prefer [`TxClient::run`]. Call
+    /// [`TxClient::settle`] before each, as `run` does.
     pub fn begin(&mut self) -> Tx<'_> {
         Tx::new(self)
+    }
+
+    /// A transaction of this owner stopped on a fabric error: its open log
+    /// (if it wrote one) is settled before the next transaction. (The locks
+    /// it left are this owner's to repair when it meets them:
+    /// [`TxClient::may_repair`].)
+    pub(crate) fn cut_off(&mut self) {
+        if let Some(open) = &mut self.open_log {
+            open.interrupted = true;
+        }
     }
 
     /// Runs `body` as a transaction until it commits, retrying on abort with
@@ -147,7 +153,7 @@ impl TxClient {
             // A commit that stopped on a fabric error left its log (and
             // maybe locks) behind: finish it before anything else, now that
             // the fabric answers again.
-            let result = match self.settle_if_interrupted().await {
+            let result = match self.settle().await {
                 Err(e) => Err(e),
                 Ok(()) => {
                     let mut tx = self.begin();
@@ -164,12 +170,10 @@ impl TxClient {
                 Ok(value) => return Ok(value),
                 Err(TxError::Abort(reason)) => reason,
                 Err(e) => {
+                    // A body's own fabric error (its commit and rollback
+                    // record theirs).
                     if matches!(e, TxError::Fabric(_)) {
-                        if let Some(open) = &mut self.open_log {
-                            open.interrupted = true;
-                        }
-                        let last = self.lock_leases.last_tick();
-                        self.abandoned_lock = (last > 0).then(|| LockWord::locked(self.owner, last));
+                        self.cut_off();
                     }
                     return Err(e);
                 }
@@ -269,15 +273,18 @@ impl TxClient {
     }
 
     /// True if a lock found held as `lock` may be repaired by this client
-    /// now: its lease expired by this client's clock, or it is the lock of
-    /// this owner's own commit that stopped on a fabric error (which a lease
-    /// of this owner's own would otherwise make it wait out). Never another
-    /// live lock of this owner's: that is a pre-lock of the running
-    /// transaction.
-    pub(crate) fn may_repair(&self, lock: LockWord) -> bool {
+    /// now, while its running transaction holds its locks as `running`:
+    /// the lease expired by this client's clock, or the lock is this
+    /// owner's and not `running`. An owner runs one transaction at a time,
+    /// so its only live lock word is the running one's; any other of its
+    /// words was left by a transaction that stopped on an error (a fabric
+    /// error cut its commit or its release off, or a repair it was running),
+    /// and nothing of that one still runs: waiting out its lease would only
+    /// stall this owner (issue 22: a backup's death stalled writers so).
+    pub(crate) fn may_repair(&self, lock: LockWord, running: Option<LockWord>) -> bool {
         debug_assert!(lock.is_locked());
         if lock.owner() == self.owner {
-            return Some(lock) == self.abandoned_lock;
+            return Some(lock) != running;
         }
         lock.is_expired(self.now_tick())
     }

@@ -48,7 +48,20 @@ use crate::word::{DataPtr, LockWord, LogHeader, LogState};
 impl Tx<'_> {
     /// Commits, or aborts with the reason. On abort nothing of this
     /// transaction is visible and none of its locks is held.
+    ///
+    /// A fabric error (a lost connection, a stale epoch) may leave this
+    /// transaction's locks held and its log open: the client then repairs
+    /// its own lock when it meets it and settles the log before its next
+    /// transaction ([`TxClient::settle`](crate::TxClient::settle)).
     pub async fn commit(mut self) -> Result<(), TxError> {
+        let result = self.try_commit().await;
+        if matches!(result, Err(TxError::Fabric(_))) {
+            self.c.cut_off();
+        }
+        result
+    }
+
+    async fn try_commit(&mut self) -> Result<(), TxError> {
         if self.writes.is_empty() && self.fresh.is_empty() {
             self.validate_reads(None).await?;
             self.c.stats.commits += 1;
@@ -57,7 +70,7 @@ impl Tx<'_> {
         let n = self.writes.len();
         if n > LOG_ENTRIES_MAX {
             let objects = n;
-            self.rollback().await?;
+            self.try_rollback().await?;
             return Err(TxError::WriteSetTooLarge {
                 objects,
                 max: LOG_ENTRIES_MAX,
@@ -232,7 +245,16 @@ impl Tx<'_> {
 
     /// Abandons the transaction: releases pre-locks and frees what it
     /// allocated. Nothing of it was visible.
+    /// On a fabric error, what [`Tx::commit`] says of one holds.
     pub async fn rollback(mut self) -> Result<(), TxError> {
+        let result = self.try_rollback().await;
+        if matches!(result, Err(TxError::Fabric(_))) {
+            self.c.cut_off();
+        }
+        result
+    }
+
+    async fn try_rollback(&mut self) -> Result<(), TxError> {
         if let Some(lock) = self.prelock {
             self.abort_holding(lock, false).await?;
         } else {

@@ -85,9 +85,13 @@ impl TxClient {
         Err(TxError::Abort(AbortReason::LogInUse))
     }
 
-    /// Settles this owner's log if its last commit stopped on a fabric error
-    /// (nothing to do otherwise).
-    pub(crate) async fn settle_if_interrupted(&mut self) -> Result<(), TxError> {
+    /// Finishes what this owner's last transaction left behind if it
+    /// stopped on a fabric error (its log: rolled forward if DOING, aborted
+    /// if INIT); nothing otherwise. Until then other owners wait out the
+    /// leases of its locks, so a client that drives transactions by hand
+    /// ([`TxClient::begin`]) calls it before each, as [`TxClient::run`]
+    /// does.
+    pub async fn settle(&mut self) -> Result<(), TxError> {
         if self.open_log.as_ref().is_some_and(|o| o.interrupted) {
             self.settle_log().await?;
         }

@@ -362,7 +362,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok(());
             }
-            if !self.c.may_repair(lock) {
+            if !self.c.may_repair(lock, self.prelock) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -425,7 +425,7 @@ impl<'c> Tx<'c> {
             if !lock.is_locked() {
                 return Ok((lock, dptr));
             }
-            if !self.c.may_repair(lock) {
+            if !self.c.may_repair(lock, self.prelock) {
                 return Err(TxError::Abort(AbortReason::Locked));
             }
             self.c.stats.expired_seen += 1;
@@ -441,7 +441,7 @@ impl<'c> Tx<'c> {
         if !found.is_locked() {
             return TxError::Abort(AbortReason::Changed);
         }
-        if !self.c.may_repair(found) {
+        if !self.c.may_repair(found, self.prelock) {
             return TxError::Abort(AbortReason::Locked);
         }
         self.c.stats.expired_seen += 1;

@@ -49,6 +49,10 @@ pub struct ReplicaCheck {
     pub differences: u64,
     /// The first of them.
     pub listed: Vec<String>,
+    /// Hash slots a dead writer left on the primary only (stopped between
+    /// its primary CAS and its backups'), converged before the comparison
+    /// as recovery would (`HashTable::converge_backups`).
+    pub converged: u64,
 }
 
 impl CheckOutcome {
@@ -94,7 +98,7 @@ pub async fn check_index(
         .repair_expired_locks()
         .await
         .map_err(RunError::index("cannot repair"))?;
-    let replicas = check_replicas(spec, owner, &index, dead_owners).await?;
+    let replicas = check_replicas(spec, owner, &mut index, dead_owners).await?;
     let (violations, locks_held, present): (Vec<String>, u64, BTreeMap<u64, u64>) = match &mut index {
         IndexClient::BTree(t) => {
             let r = t.check().await.map_err(RunError::index("cannot check"))?;
@@ -137,7 +141,7 @@ pub async fn check_index(
 async fn check_replicas(
     spec: &RunSpec,
     owner: u16,
-    index: &IndexClient,
+    index: &mut IndexClient,
     dead_owners: &[u16],
 ) -> Result<ReplicaCheck, RunError> {
     let mut fabric = connect(&spec.endpoint).await?;
@@ -154,6 +158,13 @@ async fn check_replicas(
                 .map_err(RunError::index(format!("cannot finish the log of owner {dead}")))?;
         }
     }
+    let converged = match index {
+        IndexClient::Hash(t) => t
+            .converge_backups()
+            .await
+            .map_err(RunError::index("cannot converge the hash slots"))?,
+        IndexClient::BTree(_) => 0,
+    };
     let object_bytes = match index {
         IndexClient::BTree(_) => index::btree::node::NODE_BYTES as u32,
         IndexClient::Hash(t) => u32::try_from(t.subtable_bytes()).unwrap_or(u32::MAX),
@@ -175,5 +186,6 @@ async fn check_replicas(
             .take(VIOLATIONS_LISTED_MAX)
             .map(ToString::to_string)
             .collect(),
+        converged,
     })
 }

@@ -24,6 +24,7 @@ mod check;
 pub mod layout;
 mod load;
 mod ops;
+mod replicate;
 mod split;
 mod wait;
 
@@ -130,6 +131,11 @@ pub struct HashStats {
     pub settled: u64,
     /// Duplicate inserts of one key resolved after the re-read.
     pub duplicates: u64,
+    /// Slot CASes carried to the backups (rtx with replicas).
+    pub slot_replications: u64,
+    /// Backup slots found holding another writer's value and converged to
+    /// the primary's (`replicate.rs`).
+    pub slot_convergences: u64,
 }
 
 /// How a client reaches DM.

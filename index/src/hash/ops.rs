@@ -217,6 +217,7 @@ impl HashTable {
                 }
                 Published::Unsettled => {
                     self.settle(view.loc, pos, new, h).await?;
+                    self.replicate_settled(&view, pos, Slot::EMPTY, new).await?;
                     match self.where_is(key).await? {
                         Some(s) if s == new => return Ok(true),
                         Some(_) => return Ok(false),
@@ -285,6 +286,7 @@ impl HashTable {
                 Published::Stable(_) => return Ok(Some(new)),
                 Published::Unsettled => {
                     self.settle(view.loc, pos, new, h).await?;
+                    self.replicate_settled(&view, pos, old, new).await?;
                     let now = self.where_is(key).await?;
                     let done = if new.is_empty() {
                         now.is_none()
@@ -437,12 +439,9 @@ impl HashTable {
     ) -> Result<Published, IndexError> {
         let rtx = self.info.variant == Variant::Rtx;
         let base = view.loc.base;
+        let at = base.add(Geometry::slot_offset(pos.bucket, pos.slot));
         let mut batch = self.fabric().take_batch();
-        let cas = batch.cas(
-            base.add(Geometry::slot_offset(pos.bucket, pos.slot)),
-            old.0,
-            new.0,
-        );
+        let cas = batch.cas(at, old.0, new.0);
         // What tells whether a split overlapped the CAS: rtx the meta, optimal
         // the header of the bucket the CAS went to (from the buckets when an
         // insert re-reads them anyway for duplicates).
@@ -486,7 +485,34 @@ impl HashTable {
             })
         });
         self.fabric().give_batch(batch);
+        // A slot in the subtable's live block: the backups follow before
+        // the write counts (an unsettled one is replicated once settled).
+        if let Ok(Published::Stable(_)) = &out {
+            self.replicate_slot(at, old, new).await?;
+        }
         out
+    }
+
+    /// After `settle`: if the subtable's block is still the one the CAS at
+    /// `pos` went to (the split that overlapped it was rolled back, or the
+    /// lock was a repair's), the backups follow it there; a block a split
+    /// replaced was copied to every replica by the split's rTX.
+    async fn replicate_settled(
+        &mut self,
+        view: &View,
+        pos: Pos,
+        old: Slot,
+        new: Slot,
+    ) -> Result<(), IndexError> {
+        if self.info.variant != Variant::Rtx {
+            return Ok(());
+        }
+        let (_, dptr) = self.read_meta(GlobalAddr::from_raw(view.loc.sub)).await?;
+        if Some(dptr) == view.loc.dptr {
+            let at = view.loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot));
+            self.replicate_slot(at, old, new).await?;
+        }
+        Ok(())
     }
 
     /// After an insert's CAS: if another slot of the two combined buckets
@@ -526,10 +552,18 @@ impl HashTable {
             .filter(|(p, _)| *p != winner);
         let base = after.loc.base;
         let mut batch = Batch::new();
-        for (p, s) in losers {
-            batch.cas(base.add(Geometry::slot_offset(p.bucket, p.slot)), s.0, 0);
-        }
+        let emptied: Vec<_> = losers
+            .map(|(p, s)| {
+                let at = base.add(Geometry::slot_offset(p.bucket, p.slot));
+                (at, s, batch.cas(at, s.0, 0))
+            })
+            .collect();
         self.fabric().execute(&mut batch).await?;
+        for (at, s, h) in emptied {
+            if batch.cas_succeeded(h).map_err(IndexError::Verb)? {
+                self.replicate_slot(at, s, Slot::EMPTY).await?;
+            }
+        }
         Ok(winner == ours)
     }
 
