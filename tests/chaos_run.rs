@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::path::Path;
 use support::{kintsugi, path_str};
 
 const EXPERIMENT: &str = r#"
@@ -283,4 +284,98 @@ fn demo_quick_runs_and_cleans_up() {
             "hash-timeline.png"
         ]
     );
+}
+
+/// Runs a shipped memory-node experiment (shortened) and returns its
+/// summary.json; the run must pass.
+fn run_memnode_experiment(file: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(file))
+        .unwrap()
+        .replace("keys = 20000", "keys = 4000");
+    let path = dir.path().join("e.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&path), "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("re-replicated after"), "{stdout}");
+    assert!(out.join("timeline.png").exists() && out.join("timeline.csv").exists());
+    let csv = std::fs::read_to_string(out.join("timeline.csv")).unwrap();
+    for phase in ["kill-memnode", "detected", "serving", "re-replicated"] {
+        assert!(csv.contains(phase), "the timeline marks {phase}");
+    }
+    serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap()
+}
+
+fn assert_recovered(summary: &serde_json::Value) {
+    assert_eq!(summary["passed"], true, "{summary}");
+    let check = &summary["check"];
+    assert_eq!(check["errors"].as_array().unwrap().len(), 0, "{check}");
+    assert_eq!(check["lost"], 0, "{check}");
+    assert_eq!(check["structure_violations"], 0, "{check}");
+    assert_eq!(check["replicas"]["replicas"], 3, "{check}");
+    assert_eq!(check["replicas"]["differences"], 0, "{check}");
+    let kill = &summary["faults"][0];
+    for phase in ["detected_ms", "evicted_ms", "serving_ms", "rereplicated_ms"] {
+        assert!(kill["phases"][phase].as_f64().is_some(), "{phase}: {kill}");
+    }
+    let p = &kill["phases"];
+    assert!(p["detected_ms"].as_f64() <= p["serving_ms"].as_f64(), "{kill}");
+    assert!(
+        p["serving_ms"].as_f64() <= p["rereplicated_ms"].as_f64(),
+        "{kill}"
+    );
+}
+
+#[test]
+fn kill_primary_promotes_a_backup_and_re_replicates_losing_nothing() {
+    let s = run_memnode_experiment("deploy/experiments/kill-primary.toml");
+    assert_recovered(&s);
+    assert_eq!(s["faults"][0]["role"], "primary");
+}
+
+#[test]
+fn restart_primary_on_a_hash_table_brings_the_node_back_as_a_spare() {
+    let s = run_memnode_experiment("deploy/experiments/restart-primary-hash.toml");
+    assert_recovered(&s);
+    let restart = &s["faults"][1];
+    assert_eq!(restart["kind"], "restart-memnode");
+    assert_eq!(restart["node"], s["faults"][0]["node"]);
+    assert!(restart["phases"]["active_ms"].as_f64().is_some(), "{restart}");
+}
+
+#[test]
+fn memnode_faults_refuse_what_cannot_survive_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/experiments/kill-backup.toml"),
+    )
+    .unwrap();
+    for (from, to, says) in [
+        (
+            "variants = [\"rtx\"]",
+            "variants = [\"optimal\", \"rtx\"]",
+            "index.variants",
+        ),
+        ("memory_nodes = 3", "memory_nodes = 1", "cluster.memory_nodes"),
+        ("role = \"backup\"\n", "", "faults[0].role"),
+        ("ycsb = \"a\"", "ycsb = \"b\"", "workload"),
+        (
+            "memnode_lease = \"100ms\"",
+            "memnode_lease = \"10ms\"",
+            "cluster.memnode_lease",
+        ),
+        (
+            "kind = \"kill-memnode\"",
+            "kind = \"restart-memnode\"",
+            "faults[0]",
+        ),
+    ] {
+        assert!(base.contains(from), "{from}");
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, base.replacen(from, to, 1)).unwrap();
+        let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&path)]);
+        assert_ne!(code, 0, "{from} -> {to}: {stdout}");
+        assert!(stderr.contains(says), "{from} -> {to}: {stderr}");
+    }
 }

@@ -36,6 +36,26 @@
 //! for = "100ms"
 //! ```
 //!
+//! Faults on memory nodes (`kill-memnode`, `restart-memnode`) run on a
+//! local cluster whose data path follows the control plane's map, with the
+//! recovery coordinator on its leader (`run::replica`):
+//!
+//! ```toml
+//! [cluster]
+//! memory_nodes = 3           # the region's replicas
+//! spares = 1                 # memory nodes holding nothing at first
+//! memnode_lease = "100ms"    # how soon a silent memory node is dead
+//!
+//! [[faults]]
+//! kind = "kill-memnode"      # SIGKILL the node holding a replica of the index
+//! role = "primary"           # or "backup"
+//! at = "1s"
+//!
+//! [[faults]]
+//! kind = "restart-memnode"   # the last killed node, from its image
+//! at = "3s"
+//! ```
+//!
 //! [`Experiment::from_toml`] parses and validates; every error names the
 //! field and the rule.
 
@@ -65,6 +85,9 @@ pub const DURATION_MAX: Duration = Duration::from_secs(600);
 pub const CLIENT_LEASE_MS_MIN: u64 = 100;
 /// Most faults in one schedule.
 pub const FAULTS_MAX: usize = 64;
+/// Shortest memory-node lease: renewals go every third of it, and the
+/// leader checks leases every 20 ms.
+pub const MEMNODE_LEASE_MS_MIN: u64 = 60;
 /// Shortest pause that can outlive a lease: the rTX lease is an operation's
 /// share plus an 8 ms drift (`txn::TxConfig`), so anything shorter may
 /// never be suspected.
@@ -127,6 +150,19 @@ pub struct ClusterSpec {
     /// it. (The rTX lease of a lock is another, of milliseconds.)
     #[serde(default = "default_client_lease", with = "humantime_serde")]
     pub client_lease: Duration,
+    /// Memory nodes beyond `memory_nodes` that hold no replica at first:
+    /// where recovery re-replicates a dead node's region (memory-node
+    /// faults only).
+    #[serde(default)]
+    pub spares: u32,
+    /// The control plane's lease of each memory node: one that has not
+    /// renewed for this long is dead (memory-node faults only).
+    #[serde(default = "default_memnode_lease", with = "humantime_serde")]
+    pub memnode_lease: Duration,
+}
+
+fn default_memnode_lease() -> Duration {
+    Duration::from_millis(100)
 }
 
 fn one() -> u32 {
@@ -198,8 +234,12 @@ fn uniform() -> String {
 pub struct Fault {
     /// What to do.
     pub kind: FaultKind,
-    /// To which client process (0-based).
+    /// To which client process (0-based; client faults only).
+    #[serde(default)]
     pub client: u32,
+    /// Which replica's node (`kill-memnode` only).
+    #[serde(default)]
+    pub role: Option<ReplicaRole>,
     /// When, from the clients' common start.
     #[serde(with = "humantime_serde")]
     pub at: Duration,
@@ -219,6 +259,20 @@ pub enum FaultKind {
     /// `for` after the fault's time: it is suspected dead (its lease
     /// expires), repaired around, and then carries on mid-operation.
     PauseClient,
+    /// SIGKILL the memory node holding the index's primary or a backup
+    /// (`role`): recovery must promote or drop it and make the region
+    /// whole again on a spare.
+    KillMemnode,
+    /// Start the last killed memory node again from its image: it must
+    /// come back as an empty spare, never with its stale replica.
+    RestartMemnode,
+}
+
+impl FaultKind {
+    /// Whether the fault is on a memory node (run by `run::replica`).
+    pub fn on_memnode(self) -> bool {
+        matches!(self, FaultKind::KillMemnode | FaultKind::RestartMemnode)
+    }
 }
 
 impl std::fmt::Display for FaultKind {
@@ -226,6 +280,27 @@ impl std::fmt::Display for FaultKind {
         f.write_str(match self {
             FaultKind::KillClient => "kill-client",
             FaultKind::PauseClient => "pause-client",
+            FaultKind::KillMemnode => "kill-memnode",
+            FaultKind::RestartMemnode => "restart-memnode",
+        })
+    }
+}
+
+/// A replica's role in its region.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaRole {
+    /// The first replica: every decision is made on it.
+    Primary,
+    /// The first backup.
+    Backup,
+}
+
+impl std::fmt::Display for ReplicaRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplicaRole::Primary => "primary",
+            ReplicaRole::Backup => "backup",
         })
     }
 }
@@ -378,15 +453,33 @@ impl Experiment {
         Ok(())
     }
 
+    /// Whether the schedule faults memory nodes (such a run is a
+    /// `run::replica` one).
+    pub fn on_memnodes(&self) -> bool {
+        self.faults.iter().any(|f| f.kind.on_memnode())
+    }
+
     /// The fault schedule: in time order, within the duration, one per client.
     fn validate_faults(&self) -> Result<(), ExperimentError> {
         let c = &self.cluster;
         if self.faults.len() > FAULTS_MAX {
             return Err(invalid("faults", format!("at most {FAULTS_MAX}")));
         }
+        if self.on_memnodes() {
+            return self.validate_memnode_faults();
+        }
+        if c.spares > 0 {
+            return Err(invalid(
+                "cluster.spares",
+                "only a run with memory-node faults has spares",
+            ));
+        }
         let mut faulted = Vec::new();
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
+            if f.role.is_some() {
+                return Err(invalid(field("role"), "only a kill-memnode fault has a role"));
+            }
             if f.client >= c.clients {
                 return Err(invalid(
                     field("client"),
@@ -438,6 +531,96 @@ impl Experiment {
                 ));
             }
             faulted.push(f.client);
+        }
+        Ok(())
+    }
+
+    /// A schedule of memory-node faults: on rtx, replicated, with a
+    /// control plane and a YCSB-A load; kills before restarts.
+    fn validate_memnode_faults(&self) -> Result<(), ExperimentError> {
+        let c = &self.cluster;
+        if let Some(i) = self.faults.iter().position(|f| !f.kind.on_memnode()) {
+            return Err(invalid(
+                format!("faults[{i}].kind"),
+                "client faults and memory-node faults run on different runners: one kind per file",
+            ));
+        }
+        if !c.control_plane {
+            return Err(invalid(
+                "cluster.control_plane",
+                "memory-node faults need the control plane (it decides a node is dead and recovery acts)",
+            ));
+        }
+        if self.index.variants != [Variant::Rtx] {
+            return Err(invalid(
+                "index.variants",
+                "memory-node faults run on [\"rtx\"] only: optimal keeps its locks on the primary and \
+                 its writes unreplicated, so a memory node's death is fatal to it",
+            ));
+        }
+        if c.memory_nodes < 2 {
+            return Err(invalid(
+                "cluster.memory_nodes",
+                "at least 2 replicas to survive a memory node",
+            ));
+        }
+        if c.spares > 2 {
+            return Err(invalid("cluster.spares", "0 to 2"));
+        }
+        let lease_ms = c.memnode_lease.as_millis();
+        if !(u128::from(MEMNODE_LEASE_MS_MIN)..=u128::from(LEASE_MS_MAX)).contains(&lease_ms) {
+            return Err(invalid(
+                "cluster.memnode_lease",
+                format!("{MEMNODE_LEASE_MS_MIN}ms to {LEASE_MS_MAX}ms"),
+            ));
+        }
+        if self.workload.ycsb != "a" || self.workload.distribution != "uniform" {
+            return Err(invalid(
+                "workload",
+                "memory-node faults run YCSB a, uniform (the load whose acknowledged writes are checked)",
+            ));
+        }
+        let mut killed = 0;
+        for (i, f) in self.faults.iter().enumerate() {
+            let field = |name: &str| format!("faults[{i}].{name}");
+            if f.at >= self.duration {
+                return Err(invalid(field("at"), "must fall within the duration"));
+            }
+            if i > 0 && f.at < self.faults[i - 1].at {
+                return Err(invalid(field("at"), "faults must be listed in time order"));
+            }
+            if f.pause.is_some() {
+                return Err(invalid(field("for"), "only a pause-client fault lasts"));
+            }
+            match (f.kind, f.role) {
+                (FaultKind::KillMemnode, None) => {
+                    return Err(invalid(field("role"), "\"primary\" or \"backup\""));
+                }
+                (FaultKind::KillMemnode, Some(_)) => killed += 1,
+                (FaultKind::RestartMemnode, Some(_)) => {
+                    return Err(invalid(field("role"), "a restart takes the last killed node"));
+                }
+                (FaultKind::RestartMemnode, None) if killed == 0 => {
+                    return Err(invalid(
+                        field("kind"),
+                        "a restart-memnode needs a kill-memnode before it",
+                    ));
+                }
+                (FaultKind::RestartMemnode, None) => killed -= 1,
+                _ => {}
+            }
+        }
+        if self
+            .faults
+            .iter()
+            .filter(|f| f.kind == FaultKind::KillMemnode)
+            .count() as u32
+            > c.memory_nodes - 1 + c.spares
+        {
+            return Err(invalid(
+                "faults",
+                "more memory nodes killed than the cluster can lose",
+            ));
         }
         Ok(())
     }

@@ -209,19 +209,7 @@ impl Cluster {
                     tokio::time::sleep(PROMOTE_POLL).await;
                 }
             }
-            // RACE slots are CASed on the primary, then on the backups: a
-            // writer cut off between the two left the survivors apart.
-            let hashed =
-                self.indexes().await?.into_iter().any(|x| {
-                    x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx
-                });
-            if hashed {
-                let fabric = tx.fabric().fork();
-                let mut table =
-                    index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone()).await?;
-                let moved = table.converge_backups().await?;
-                tracing::debug!(region, moved, "hash slots converged on the backups");
-            }
+            self.converge_hash(region, tx.fabric()).await?;
         }
         let restored = start.elapsed();
         let publish = Command::RegionRestored { region };
@@ -252,6 +240,34 @@ impl Cluster {
             published: start.elapsed(),
             lock_words,
         })
+    }
+
+    /// If `region` holds an rtx hash table: brings every backup's slots to
+    /// the primary's (`HashTable::converge_backups`) through `fabric` (the
+    /// full map: the region may be out of the clients'). RACE slots are
+    /// CASed on the primary, then on the backups, so a writer cut off
+    /// between the two (its primary or a backup died) left them apart.
+    /// Returns the words moved.
+    pub async fn converge_hash(
+        &self,
+        region: RegionId,
+        fabric: &mut fabric::Client,
+    ) -> Result<u64, ClusterError> {
+        let hashed = self
+            .indexes()
+            .await?
+            .into_iter()
+            .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx);
+        if !hashed {
+            return Ok(0);
+        }
+        let heap = Heap::open(fabric, region).await?;
+        let owner = self.take_owner()?;
+        let mut table =
+            index::hash::HashTable::open(fabric.fork(), heap, owner.id(), self.options.tx.clone()).await?;
+        let moved = table.converge_backups().await?;
+        tracing::debug!(region, moved, "hash slots converged on the backups");
+        Ok(moved)
     }
 
     /// Waits until every node holding `region` fences at the region's

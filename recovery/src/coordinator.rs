@@ -284,12 +284,15 @@ impl Coordinator {
         let mut fabric = self.cluster.full_fabric().await?;
         let copied = self.copies.remove(&(region, node));
         let done = copy::catch_up(&mut fabric, region, node, copied.as_ref()).await?;
+        // A writer cut off by the death that called for this replica may
+        // have left a hash slot on some replicas only.
+        let converged = self.cluster.converge_hash(region, &mut fabric).await?;
         let publish = Command::RegionRestored { region };
         self.cluster
             .command(&format!("publishing region {region}"), &publish)
             .await?;
         let what = format!(
-            "node {node}'s replica of region {region} caught up: {} of {} chunks written again; {} ms out of the map{}",
+            "node {node}'s replica of region {region} caught up: {} of {} chunks written again, {converged} hash word(s) converged; {} ms out of the map{}",
             done.chunks_written,
             done.chunks,
             start.elapsed().as_millis(),

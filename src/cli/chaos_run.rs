@@ -7,7 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chaos::experiment::Experiment;
+use chaos::experiment::FaultKind;
 use chaos::run::control::{ControlOutcome, LeaseSeen};
+use chaos::run::replica::ReplicaSummary;
 use chaos::run::{Fate, Options, Summary, VariantOutcome};
 
 /// Arguments of `kintsugi chaos run`.
@@ -75,6 +77,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         progress: true,
     };
+    if experiment.on_memnodes() {
+        let summary = chaos::run::replica::run(experiment, &options)?;
+        print!("{}", replica_report(&summary));
+        println!(
+            "outputs: {0}/timeline.png, timeline.csv, summary.json",
+            out.display()
+        );
+        return Ok(if summary.passed {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let summary = chaos::run::run(experiment, &options)?;
     print!("{}", report(&summary));
     println!(
@@ -91,6 +106,74 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 pub fn client(args: ClientArgs) -> anyhow::Result<ExitCode> {
     chaos::run::client::main(&args.spec, args.client, args.control_token)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report of a run with memory-node faults.
+fn replica_report(s: &ReplicaSummary) -> String {
+    let mut out = String::new();
+    let ms = |t: Option<f64>| t.map_or_else(|| "never".to_owned(), |t| format!("{t:.0} ms"));
+    let verdict = if s.passed { "PASSED" } else { "FAILED" };
+    let _ = writeln!(
+        out,
+        "{}\nrtx: {} ops, {} ops/s on average, {} operation(s) retried after a map change or a lost connection: {verdict}",
+        s.experiment.headline(),
+        s.ops,
+        rate(s.ops_per_sec),
+        s.retries
+    );
+    for f in &s.faults {
+        let p = &f.phases;
+        let who = match f.role {
+            Some(r) => format!("{} {} ({r})", f.kind, f.node),
+            None => format!("{} {}", f.kind, f.node),
+        };
+        let _ = match f.kind {
+            FaultKind::RestartMemnode => writeln!(
+                out,
+                "  {who} at {:.1} s: active again (an empty spare) after {}",
+                f.at_ms / 1e3,
+                ms(p.active_ms)
+            ),
+            _ => writeln!(
+                out,
+                "  {who} at {:.1} s: dead after {}, evicted after {}, serving after {} ({} from the dead decision), \
+                 re-replicated after {}; {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.detected_ms),
+                ms(p.evicted_ms),
+                ms(p.serving_ms),
+                ms(f.dead_to_serving_ms),
+                ms(p.rereplicated_ms),
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
+            ),
+        };
+    }
+    let c = &s.check;
+    let _ = writeln!(
+        out,
+        "  checks: {} error(s) reached the application; {} acknowledged key(s): {} lost; structure: {} violation(s); \
+         replicas: {} backup(s) against the primary, {} words and {} objects compared, {} difference(s)",
+        c.errors.len(),
+        c.acked_keys,
+        c.lost,
+        c.structure_violations,
+        c.replicas.replicas.saturating_sub(1),
+        c.replicas.words_compared,
+        c.replicas.objects,
+        c.replicas.differences
+    );
+    for v in c
+        .errors
+        .iter()
+        .chain(&c.lost_listed)
+        .chain(&c.structure)
+        .chain(&c.replicas.listed)
+        .take(5)
+    {
+        let _ = writeln!(out, "    {v}");
+    }
+    out
 }
 
 fn fate(f: &Fate) -> String {

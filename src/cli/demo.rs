@@ -54,6 +54,8 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
             threads_per_client: 1,
             control_plane: true,
             client_lease: Duration::from_secs(1),
+            spares: 0,
+            memnode_lease: Duration::from_millis(100),
         },
         index: IndexSpec {
             kind,
@@ -68,6 +70,7 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
         faults: vec![Fault {
             kind: FaultKind::KillClient,
             client: 2,
+            role: None,
             at: duration * 2 / 5,
             pause: None,
         }],

@@ -31,6 +31,7 @@ pub mod client;
 pub mod cluster;
 pub mod control;
 pub mod output;
+pub mod replica;
 mod variant;
 
 use std::path::{Path, PathBuf};
@@ -314,6 +315,11 @@ pub fn run(mut experiment: Experiment, options: &Options) -> Result<Summary, Run
         experiment.seed = seed;
     }
     experiment.validate()?;
+    if experiment.on_memnodes() {
+        return Err(RunError::Process(
+            "an experiment with memory-node faults runs with run::replica::run".into(),
+        ));
+    }
     std::fs::create_dir_all(&options.out).map_err(|e| RunError::io(&options.out, e))?;
     let mut variants = Vec::new();
     for &v in &experiment.index.variants.clone() {

@@ -685,7 +685,8 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
                 actions.push((f.at + p, c, Action::Signal(Signal::SIGCONT)));
             }
-            (FaultKind::PauseClient, None) => {}
+            // Memory-node faults are `run::replica`'s.
+            (FaultKind::PauseClient, None) | (FaultKind::KillMemnode | FaultKind::RestartMemnode, _) => {}
         }
     }
     actions.sort_by_key(|a| a.0);
