@@ -36,6 +36,67 @@ async fn region_of(api: &ControlClient, name: &str) -> Region {
         .unwrap()
 }
 
+/// A local cluster of real processes (tcp, `--persist`, 4 memory nodes, 3
+/// replicas, memory-node lease 100 ms) with a YCSB-A load running on an
+/// index `orders` that has done 1,000 operations.
+struct Setup {
+    dir: tempfile::TempDir,
+    local: LocalCluster,
+    file: harness::local::ClusterFile,
+    c: Arc<Cluster>,
+    api: ControlClient,
+    load: kintsugi::cluster::load::LoadSpec,
+    running: RunningLoad,
+}
+
+impl Setup {
+    async fn under_load(kind: IndexKind, seed: u64) -> Setup {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "dir = {:?}\n[memory]\nnodes = 4\ncapacity = \"128MiB\"\ntransport = \"tcp\"\npersist = true\n\
+             [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"100ms\"\nclient_lease = \"1s\"\n",
+            dir.path()
+        );
+        let spec = LocalClusterSpec::parse(&text, "test").unwrap();
+        let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+        let file = local.file.clone();
+        let c = Arc::new(
+            Cluster::connect_with(
+                &file.control,
+                &file.client_token,
+                ClusterOptions {
+                    name: "load".into(),
+                    replicas: 3,
+                    index_bytes: 16 << 20,
+                    ..ClusterOptions::default()
+                },
+            )
+            .await
+            .unwrap(),
+        );
+        let load = kintsugi::cluster::load::LoadSpec {
+            index: "orders".into(),
+            kind,
+            tasks: 4,
+            keys_per_task: 200,
+            duration: Duration::from_secs(300),
+            seed,
+        };
+        let running = RunningLoad::start(&c, &load);
+        running.beyond(1_000).await;
+        let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+        Setup {
+            dir,
+            local,
+            file,
+            c,
+            api,
+            load,
+            running,
+        }
+    }
+}
+
 /// Whole again: three replicas clients write, none being made, in the map.
 fn whole(r: &Region) -> bool {
     r.usable() && r.replicas.len() == 3 && r.syncing.is_empty()
@@ -44,40 +105,15 @@ fn whole(r: &Region) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restarted_node_refills_a_dead_backup(
 ) {
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "dir = {:?}\n[memory]\nnodes = 4\ncapacity = \"128MiB\"\ntransport = \"tcp\"\npersist = true\n\
-         [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"100ms\"\nclient_lease = \"1s\"\n",
-        dir.path()
-    );
-    let spec = LocalClusterSpec::parse(&text, "test").unwrap();
-    let mut local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
-    let file = local.file.clone();
-    let c = Arc::new(
-        Cluster::connect_with(
-            &file.control,
-            &file.client_token,
-            ClusterOptions {
-                name: "load".into(),
-                replicas: 3,
-                index_bytes: 16 << 20,
-                ..ClusterOptions::default()
-            },
-        )
-        .await
-        .unwrap(),
-    );
-    let load = kintsugi::cluster::load::LoadSpec {
-        index: "orders".into(),
-        kind: kintsugi::cluster::IndexKind::Btree,
-        tasks: 4,
-        keys_per_task: 200,
-        duration: Duration::from_secs(300),
-        seed: 11,
-    };
-    let running = RunningLoad::start(&c, &load);
-    running.beyond(1_000).await;
-    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let Setup {
+        dir: _dir,
+        mut local,
+        file,
+        c,
+        api,
+        load,
+        running,
+    } = Setup::under_load(IndexKind::Btree, 11).await;
     let process_of = |node: u16, memnodes: &[control_plane::state::MemNode]| {
         let endpoint = &memnodes.iter().find(|n| n.id == node).unwrap().endpoint;
         file.memnodes.iter().position(|e| e == endpoint).unwrap()
@@ -214,40 +250,15 @@ async fn a_hash_tables_killed_backup_is_replaced_under_load() {
 /// application, nothing acknowledged lost, the structure sound, the 3
 /// replicas equal.
 async fn replica_killed_under_load(kind: IndexKind, replica: usize, seed: u64) {
-    let dir = tempfile::tempdir().unwrap();
-    let text = format!(
-        "dir = {:?}\n[memory]\nnodes = 4\ncapacity = \"128MiB\"\ntransport = \"tcp\"\n\
-         [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"100ms\"\nclient_lease = \"1s\"\n",
-        dir.path()
-    );
-    let spec = LocalClusterSpec::parse(&text, "test").unwrap();
-    let mut local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
-    let file = local.file.clone();
-    let c = Arc::new(
-        Cluster::connect_with(
-            &file.control,
-            &file.client_token,
-            ClusterOptions {
-                name: "load".into(),
-                replicas: 3,
-                index_bytes: 16 << 20,
-                ..ClusterOptions::default()
-            },
-        )
-        .await
-        .unwrap(),
-    );
-    let load = kintsugi::cluster::load::LoadSpec {
-        index: "orders".into(),
-        kind,
-        tasks: 4,
-        keys_per_task: 200,
-        duration: Duration::from_secs(300),
-        seed,
-    };
-    let running = RunningLoad::start(&c, &load);
-    running.beyond(1_000).await;
-    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let Setup {
+        dir: _dir,
+        mut local,
+        file,
+        c,
+        api,
+        load,
+        running,
+    } = Setup::under_load(kind, seed).await;
     let before = region_of(&api, "orders").await;
     let dead = before.replicas[replica].node;
     let memnodes = api.memnodes().await.unwrap();

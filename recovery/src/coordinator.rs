@@ -38,6 +38,10 @@ use crate::RecoveryError;
 /// quarantines do not change the map.
 pub const TICK: Duration = Duration::from_millis(20);
 
+/// The name the coordinator joins the cluster under (it holds owner ids
+/// for its repairs like any client, and shows in `ctl clients`).
+pub const CLIENT_NAME: &str = "recovery";
+
 /// A step of recovery, as taken (and as a test may stop the coordinator
 /// right after).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -163,7 +167,7 @@ impl Coordinator {
             endpoints,
             token,
             ClusterOptions {
-                name: "recovery".into(),
+                name: CLIENT_NAME.into(),
                 ..ClusterOptions::default()
             },
         )
