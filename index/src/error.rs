@@ -43,3 +43,12 @@ pub enum IndexError {
     #[error("gave up after {0} attempts")]
     TooManyAttempts(u32),
 }
+
+impl From<fabric::ReadError> for IndexError {
+    fn from(e: fabric::ReadError) -> Self {
+        match e {
+            fabric::ReadError::Fabric(e) => IndexError::Fabric(e),
+            fabric::ReadError::Verb(e) => IndexError::Verb(e),
+        }
+    }
+}

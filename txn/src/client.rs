@@ -118,8 +118,7 @@ impl TxClient {
         &self.fabric
     }
 
-    /// Starts a transaction by hand; prefer [`TxClient::run`]. Call
-    /// [`TxClient::settle`] before each, as `run` does.
+    /// Starts a transaction by hand; prefer [`TxClient::run`].
     pub fn begin(&mut self) -> Tx<'_> {
         Tx::new(self)
     }
@@ -150,33 +149,20 @@ impl TxClient {
         let mut attempt = 0u32;
         loop {
             attempt += 1;
-            // A commit that stopped on a fabric error left its log (and
-            // maybe locks) behind: finish it before anything else, now that
-            // the fabric answers again.
-            let result = match self.settle().await {
-                Err(e) => Err(e),
-                Ok(()) => {
-                    let mut tx = self.begin();
-                    match body(&mut tx).await {
-                        Ok(value) => tx.commit().await.map(|()| value),
-                        Err(e) => match tx.rollback().await {
-                            Ok(()) => Err(e),
-                            Err(rollback) => Err(rollback),
-                        },
-                    }
-                }
+            // (A commit that stopped on a fabric error left its log behind:
+            // the next commit finishes it first, `Tx::commit`.)
+            let mut tx = self.begin();
+            let result = match body(&mut tx).await {
+                Ok(value) => tx.commit().await.map(|()| value),
+                Err(e) => match tx.rollback().await {
+                    Ok(()) => Err(e),
+                    Err(rollback) => Err(rollback),
+                },
             };
             let reason = match result {
                 Ok(value) => return Ok(value),
                 Err(TxError::Abort(reason)) => reason,
-                Err(e) => {
-                    // A body's own fabric error (its commit and rollback
-                    // record theirs).
-                    if matches!(e, TxError::Fabric(_)) {
-                        self.cut_off();
-                    }
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             };
             // `TxStats::aborts` was documented but never counted.
             self.stats.aborts += 1;

@@ -52,7 +52,7 @@ impl Tx<'_> {
     /// A fabric error (a lost connection, a stale epoch) may leave this
     /// transaction's locks held and its log open: the client then repairs
     /// its own lock when it meets it and settles the log before its next
-    /// transaction ([`TxClient::settle`](crate::TxClient::settle)).
+    /// commit (`settle.rs`).
     pub async fn commit(mut self) -> Result<(), TxError> {
         let result = self.try_commit().await;
         if matches!(result, Err(TxError::Fabric(_))) {
@@ -70,7 +70,7 @@ impl Tx<'_> {
         let n = self.writes.len();
         if n > LOG_ENTRIES_MAX {
             let objects = n;
-            self.try_rollback().await?;
+            self.release().await?;
             return Err(TxError::WriteSetTooLarge {
                 objects,
                 max: LOG_ENTRIES_MAX,
@@ -83,8 +83,10 @@ impl Tx<'_> {
         };
 
         // The slot is written only once the last log in it is DONE, which
-        // may also free blocks for this commit's allocations.
-        if logged {
+        // may also free blocks for this commit's allocations; a log a
+        // fabric error cut off is finished before any commit, logged or
+        // not (until then other owners wait out its locks' leases).
+        if logged || self.c.log_interrupted() {
             if let Err(e) = self.c.settle_log().await {
                 if let Some(pre) = self.prelock {
                     self.abort_holding(pre, false).await?;
@@ -244,17 +246,14 @@ impl Tx<'_> {
     }
 
     /// Abandons the transaction: releases pre-locks and frees what it
-    /// allocated. Nothing of it was visible.
-    /// On a fabric error, what [`Tx::commit`] says of one holds.
+    /// allocated. Nothing of it was visible. (A pre-lock a fabric error
+    /// left held is this owner's to repair when it meets it:
+    /// `TxClient::may_repair`.)
     pub async fn rollback(mut self) -> Result<(), TxError> {
-        let result = self.try_rollback().await;
-        if matches!(result, Err(TxError::Fabric(_))) {
-            self.c.cut_off();
-        }
-        result
+        self.release().await
     }
 
-    async fn try_rollback(&mut self) -> Result<(), TxError> {
+    async fn release(&mut self) -> Result<(), TxError> {
         if let Some(lock) = self.prelock {
             self.abort_holding(lock, false).await?;
         } else {

@@ -23,7 +23,7 @@ use fabric::{Batch, GlobalAddr, Replica, VerbHandle};
 
 use crate::client::{le_word, TxClient};
 use crate::error::TxError;
-use crate::word::{LockWord, LogHeader, LogState};
+use crate::word::{LockWord, LogHeader};
 
 /// Rounds of reading and CASing backups in one convergence: each round
 /// moves a backup at least one stage forward unless someone else moved it,
@@ -111,7 +111,7 @@ impl TxClient {
         self.fabric.execute(&mut batch).await?;
         let primary = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
         let finished = LogHeader::from_raw(le_word(&primary, 0))
-            .is_some_and(|hd| matches!(hd.state(), LogState::Done | LogState::Empty));
+            .is_some_and(LogHeader::is_finished);
         if !finished {
             return Ok(());
         }

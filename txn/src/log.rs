@@ -15,6 +15,7 @@
 
 use fabric::GlobalAddr;
 
+use crate::client::le_word;
 use crate::word::{DataPtr, LockWord, LogHeader};
 
 /// Bytes of one log slot.
@@ -110,31 +111,34 @@ impl Log {
     }
 }
 
-/// The owner ids in `owners` whose log slot in `heap` holds a log that is
-/// not finished (INIT, ABORT or DOING on the primary), read in one round
-/// trip: what a promotion must finish (finishing an empty or DONE slot
-/// changes nothing on the primary).
+/// The owner ids in `owners` whose log slot in `heap` a promotion must
+/// finish, read in one round trip: a log not finished (INIT, ABORT or
+/// DOING) on some replica, or a header that differs between replicas (a
+/// log WRITE that reached some replicas only, which `finish_owner_log`
+/// copies whole from the primary). Finishing a slot that is empty or DONE
+/// everywhere changes nothing.
 pub async fn unfinished(
     heap: &crate::Heap,
     client: &mut fabric::Client,
     owners: std::ops::Range<crate::OwnerId>,
 ) -> Result<Vec<crate::OwnerId>, crate::TxError> {
-    use crate::word::LogState;
     let mut batch = fabric::Batch::new();
     let mut reads = Vec::with_capacity(owners.len());
     for owner in owners {
-        reads.push((owner, batch.read(heap.log_slot(owner)?.add(HEADER_OFFSET), 8)));
+        let at = heap.log_slot(owner)?.add(HEADER_OFFSET);
+        reads.push((owner, batch.on(fabric::Replica::All).read(at, 8)));
     }
     client.execute(&mut batch).await?;
     let mut open = Vec::new();
     for (owner, h) in reads {
-        let bytes = batch.read_result(h).map_err(crate::TxError::Verb)?;
-        let raw = u64::from_le_bytes(bytes.try_into().unwrap_or_default());
+        let mut raws = Vec::with_capacity(batch.completions(h).len());
+        for r in 0..batch.completions(h).len() {
+            raws.push(le_word(batch.read_result_of(h, r).map_err(crate::TxError::Verb)?, 0));
+        }
         // A header that does not decode is left to `finish_owner_log`,
         // which says what is wrong with it.
-        let done =
-            LogHeader::from_raw(raw).is_some_and(|h| matches!(h.state(), LogState::Empty | LogState::Done));
-        if !done {
+        let finished = |raw: &u64| LogHeader::from_raw(*raw).is_some_and(LogHeader::is_finished);
+        if !raws.iter().all(finished) || raws.iter().any(|r| *r != raws[0]) {
             open.push(owner);
         }
     }

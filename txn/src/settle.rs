@@ -22,7 +22,7 @@ use crate::client::TxClient;
 use crate::error::{AbortReason, TxError};
 use crate::log::HEADER_OFFSET;
 use crate::repair::RepairOutcome;
-use crate::word::{LogHeader, LogState};
+use crate::word::LogHeader;
 
 /// Rounds of reading the own slot and acting on it in one settle: an INIT
 /// log takes two (abort, finish), a DOING one one; more means someone else
@@ -66,7 +66,7 @@ impl TxClient {
         let slot = self.heap.log_slot(self.owner)?;
         for _ in 0..SETTLE_ROUNDS_MAX {
             let log = match self.read_log(slot).await? {
-                Some(log) if !matches!(log.header.state(), LogState::Done | LogState::Empty) => log,
+                Some(log) if !log.header.is_finished() => log,
                 // DONE; or the log WRITE never landed, so nothing of it
                 // was visible.
                 _ => {
@@ -85,17 +85,10 @@ impl TxClient {
         Err(TxError::Abort(AbortReason::LogInUse))
     }
 
-    /// Finishes what this owner's last transaction left behind if it
-    /// stopped on a fabric error (its log: rolled forward if DOING, aborted
-    /// if INIT); nothing otherwise. Until then other owners wait out the
-    /// leases of its locks, so a client that drives transactions by hand
-    /// ([`TxClient::begin`]) calls it before each, as [`TxClient::run`]
-    /// does.
-    pub async fn settle(&mut self) -> Result<(), TxError> {
-        if self.open_log.as_ref().is_some_and(|o| o.interrupted) {
-            self.settle_log().await?;
-        }
-        Ok(())
+    /// True while this owner's last commit stopped on a fabric error with
+    /// its log unfinished: the next commit of any kind settles it first.
+    pub(crate) fn log_interrupted(&self) -> bool {
+        self.open_log.as_ref().is_some_and(|o| o.interrupted)
     }
 
     /// The log is DONE: it is closed, and its parked blocks can come back.

@@ -251,6 +251,11 @@ impl LogHeader {
         self.0
     }
 
+    /// Whether nothing is left to do of the log (empty or DONE).
+    pub fn is_finished(self) -> bool {
+        matches!(self.state(), LogState::Empty | LogState::Done)
+    }
+
     /// The state.
     pub fn state(self) -> LogState {
         match self.0 >> 48 {

@@ -233,15 +233,6 @@ impl BTree {
             let located = self.locate(key).await?;
             let Located { path, hint, .. } = &located;
             let root = self.root;
-            match self.store.settle().await {
-                // Someone else is finishing the log: come back.
-                Err(IndexError::Tx(txn::TxError::Abort(_))) => {
-                    self.stats.retries += 1;
-                    tokio::task::yield_now().await;
-                    continue;
-                }
-                settled => settled?,
-            }
             let mut t = self.store.begin();
             let mut splits = 0;
             let step = match modify(&mut t, root, &located, key, value, mode, &mut splits).await {

@@ -134,17 +134,7 @@ impl Store {
         }
     }
 
-    /// Finishes what this client's last modification left if a fabric
-    /// error stopped it (rtx: its log; `TxClient::settle`). Optimal has
-    /// nothing to finish: its locks wait out their holders.
-    pub(crate) async fn settle(&mut self) -> Result<(), IndexError> {
-        match self {
-            Store::Optimal(_) => Ok(()),
-            Store::Rtx(c) => c.settle().await.map_err(IndexError::Tx),
-        }
-    }
-
-    /// Starts a modification ([`Store::settle`] first).
+    /// Starts a modification.
     pub(crate) fn begin(&mut self) -> NodeTxn<'_> {
         match self {
             Store::Optimal(o) => NodeTxn::Optimal(OptimalTxn::new(o)),

@@ -84,11 +84,8 @@ impl HashTable {
         if self.info.variant != Variant::Rtx {
             return Ok(0);
         }
-        self.reload_dir().await?;
+        let subs = self.subtables().await?;
         let mut objs = vec![self.dir_obj()];
-        let mut subs = self.dir.clone();
-        subs.sort_unstable();
-        subs.dedup();
         objs.extend(subs.into_iter().map(|s| self.sub_obj(s)));
         let mut repaired = 0;
         for obj in objs {

@@ -410,6 +410,15 @@ impl HashTable {
         }
     }
 
+    /// Every distinct subtable the directory names, read afresh.
+    pub(crate) async fn subtables(&mut self) -> Result<Vec<u64>, IndexError> {
+        self.reload_dir().await?;
+        let mut subs = self.dir.clone();
+        subs.sort_unstable();
+        subs.dedup();
+        Ok(subs)
+    }
+
     /// Reads the whole directory into the cache.
     pub(crate) async fn reload_dir(&mut self) -> Result<(), IndexError> {
         let region = self.heap.region();

@@ -216,8 +216,7 @@ impl HashTable {
                     return self.keep_one_copy(key, pos, new, &after).await;
                 }
                 Published::Unsettled => {
-                    self.settle(view.loc, pos, new, h).await?;
-                    self.replicate_settled(&view, pos, Slot::EMPTY, new).await?;
+                    self.settle(view.loc, pos, Slot::EMPTY, new, h).await?;
                     match self.where_is(key).await? {
                         Some(s) if s == new => return Ok(true),
                         Some(_) => return Ok(false),
@@ -285,8 +284,7 @@ impl HashTable {
                 Published::Lost => self.stats.retries += 1,
                 Published::Stable(_) => return Ok(Some(new)),
                 Published::Unsettled => {
-                    self.settle(view.loc, pos, new, h).await?;
-                    self.replicate_settled(&view, pos, old, new).await?;
+                    self.settle(view.loc, pos, old, new, h).await?;
                     let now = self.where_is(key).await?;
                     let done = if new.is_empty() {
                         now.is_none()
@@ -493,28 +491,6 @@ impl HashTable {
         out
     }
 
-    /// After `settle`: if the subtable's block is still the one the CAS at
-    /// `pos` went to (the split that overlapped it was rolled back, or the
-    /// lock was a repair's), the backups follow it there; a block a split
-    /// replaced was copied to every replica by the split's rTX.
-    async fn replicate_settled(
-        &mut self,
-        view: &View,
-        pos: Pos,
-        old: Slot,
-        new: Slot,
-    ) -> Result<(), IndexError> {
-        if self.info.variant != Variant::Rtx {
-            return Ok(());
-        }
-        let (_, dptr) = self.read_meta(GlobalAddr::from_raw(view.loc.sub)).await?;
-        if Some(dptr) == view.loc.dptr {
-            let at = view.loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot));
-            self.replicate_slot(at, old, new).await?;
-        }
-        Ok(())
-    }
-
     /// After an insert's CAS: if another slot of the two combined buckets
     /// holds the same key (two inserts raced), the copy at the lowest
     /// position stays and the others are emptied, by whichever inserter sees
@@ -567,16 +543,24 @@ impl HashTable {
         Ok(winner == ours)
     }
 
-    /// Waits for the split that overlapped a CAS at `pos` to end. Optimal:
-    /// if the slot still holds `ours` in a bucket that no longer covers the
-    /// key, takes it out (it would be a stray copy the split did not move).
-    async fn settle(&mut self, loc: Loc, pos: Pos, ours: Slot, h: u64) -> Result<(), IndexError> {
+    /// Waits for the split that overlapped a CAS from `old` to `ours` at
+    /// `pos` to end. rtx: if the subtable's block is still the one the CAS
+    /// went to (the split was rolled back, or the lock was a repair's), the
+    /// backups follow it there; a block a split replaced was copied to
+    /// every replica by the split's rTX. Optimal: if the slot still holds
+    /// `ours` in a bucket that no longer covers the key, takes it out (it
+    /// would be a stray copy the split did not move).
+    async fn settle(&mut self, loc: Loc, pos: Pos, old: Slot, ours: Slot, h: u64) -> Result<(), IndexError> {
         self.stats.settled += 1;
         for attempt in 1..=self.attempts_max {
             match self.info.variant {
                 Variant::Rtx => {
-                    let (lock, _) = self.read_meta(GlobalAddr::from_raw(loc.sub)).await?;
+                    let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(loc.sub)).await?;
                     if !lock.is_locked() {
+                        if Some(dptr) == loc.dptr {
+                            let at = loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot));
+                            self.replicate_slot(at, old, ours).await?;
+                        }
                         return Ok(());
                     }
                     self.overcome(Obstacle::Held { sub: loc.sub, lock }, attempt)

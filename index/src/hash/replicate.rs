@@ -14,6 +14,14 @@
 //! on), and never to a value the primary did not hold; and once the writer
 //! is done every backup holds its value or a later one of the primary's.
 //!
+//! One value repeats: the empty slot (a non-empty one names a KV block,
+//! which is never published twice). So a deleter that finds a backup
+//! already empty cannot tell "my delete is there" from "the insert I
+//! delete has not reached it yet"; an inserter whose backup CAS from empty
+//! landed therefore reads the primary once more and converges the backup
+//! if the slot moved on meanwhile (a late insert would otherwise bring a
+//! deleted key back on the backup).
+//!
 //! What this does not give: a reader of the primary may see a slot value
 //! that no backup holds yet (its writer is between the two steps); a
 //! promotion in that window loses a value that was read though never
@@ -23,8 +31,10 @@
 
 use fabric::{Batch, GlobalAddr, Replica};
 
+use crate::btree::Variant;
 use crate::error::IndexError;
 use crate::hash::layout::{word, Slot};
+use crate::hash::split::read_block;
 use crate::hash::HashTable;
 
 /// Rounds of converging one backup's slot: each round that fails saw
@@ -32,48 +42,61 @@ use crate::hash::HashTable;
 /// than a round trip outruns it; then the write reports `TooManyAttempts`.
 const CONVERGE_ROUNDS_MAX: u32 = 64;
 
-impl HashTable {
-    /// Backups of this table's region (0 without replication).
-    fn backups(&mut self) -> usize {
-        let region = self.heap.region();
-        self.fabric()
-            .map()
-            .region(region)
-            .map_or(0, |r| r.replicas.len().saturating_sub(1))
-    }
+/// Most backups a region has (`fabric`'s replication limit, less the
+/// primary): the handles of one slot's backup CASes live on the stack.
+const BACKUPS_MAX: usize = fabric::REPLICAS_MAX - 1;
 
+impl HashTable {
     /// After this client's CAS of the primary's slot at `at` from `old` to
     /// `new` won: brings every backup's slot there to `new` or to a later
     /// value of the primary's (module docs). Optimal tables and unreplicated
     /// regions have nothing to do.
-    pub(crate) async fn replicate_slot(
-        &mut self,
-        at: GlobalAddr,
-        old: Slot,
-        new: Slot,
-    ) -> Result<(), IndexError> {
-        if self.info.variant != crate::btree::Variant::Rtx {
+    pub(crate) async fn replicate_slot(&mut self, at: GlobalAddr, old: Slot, new: Slot) -> Result<(), IndexError> {
+        if self.info.variant != Variant::Rtx {
             return Ok(());
         }
-        let backups = self.backups();
+        let region = self.heap.region();
+        let backups = self
+            .fabric()
+            .map()
+            .region(region)
+            .map_or(0, |r| r.replicas.len().saturating_sub(1));
         if backups == 0 {
             return Ok(());
         }
+        debug_assert!(backups <= BACKUPS_MAX);
         self.stats.slot_replications += 1;
-        let mut batch = Batch::new();
-        let hs: Vec<_> = (0..backups)
-            .map(|b| batch.on(Replica::Backup(b as u8)).cas(at, old.0, new.0))
-            .collect();
-        self.fabric().execute(&mut batch).await?;
-        let mut behind = Vec::new();
-        for (b, h) in hs.into_iter().enumerate() {
-            let found = batch.old_value(h).map_err(IndexError::Verb)?;
-            if found != old.0 && found != new.0 {
-                behind.push((b, found));
+        let mut batch = self.fabric().take_batch();
+        let mut hs = [None; BACKUPS_MAX];
+        for (b, h) in hs.iter_mut().enumerate().take(backups) {
+            *h = Some(batch.on(Replica::Backup(b as u8)).cas(at, old.0, new.0));
+        }
+        let r = self.fabric().execute(&mut batch).await;
+        let found = r.map_err(IndexError::from).and_then(|()| {
+            let mut found = [0u64; BACKUPS_MAX];
+            for (f, h) in found.iter_mut().zip(hs.iter().flatten()) {
+                *f = batch.old_value(*h).map_err(IndexError::Verb)?;
+            }
+            Ok(found)
+        });
+        self.fabric().give_batch(batch);
+        let found = found?;
+        let found = &found[..backups];
+        for (b, &f) in found.iter().enumerate() {
+            if f != old.0 && f != new.0 {
+                self.converge_slot(at, b, f).await?;
             }
         }
-        for (b, found) in behind {
-            self.converge_slot(at, b, found).await?;
+        // Ours landed from empty: if the primary moved on meanwhile, a
+        // deleter may have taken our backup CAS's absence for its own
+        // (module docs).
+        if old.is_empty() && found.contains(&old.0) {
+            let primary = word(&read_block(self.fabric(), at, 8).await?, 0);
+            if primary != new.0 {
+                for (b, _) in found.iter().enumerate().filter(|(_, &f)| f == old.0) {
+                    self.converge_slot(at, b, new.0).await?;
+                }
+            }
         }
         Ok(())
     }
@@ -82,45 +105,24 @@ impl HashTable {
     /// over every subtable the directory names (each word as
     /// `converge_slot` moves one, so live writers may run beside it): what
     /// a writer stopped between its primary CAS and its backups' left
-    /// behind. Recovery runs it when a promotion is restored and after a
-    /// dead client's logs are finished; the chaos checker before it
-    /// compares the replicas. Returns the words moved.
+    /// behind. Recovery runs it when a promotion is restored and when a new
+    /// replica is caught up, after a dead client's locks are swept; the
+    /// chaos checker before it compares the replicas. Returns the words
+    /// moved.
     pub async fn converge_backups(&mut self) -> Result<u64, IndexError> {
-        if self.info.variant != crate::btree::Variant::Rtx {
+        if self.info.variant != Variant::Rtx {
             return Ok(0);
         }
-        let backups = self.backups();
-        if backups == 0 {
-            return Ok(0);
-        }
-        self.reload_dir().await?;
-        let mut subs = self.dir.clone();
-        subs.sort_unstable();
-        subs.dedup();
         let bytes = self.subtable_bytes();
-        let len = u32::try_from(bytes)
-            .ok()
-            .filter(|&l| l <= fabric::VERB_BYTES_MAX)
-            .ok_or_else(|| {
-                IndexError::Corrupt(format!("a subtable of {bytes} bytes is more than one READ"))
-            })?;
         let mut moved = 0;
-        for sub in subs {
+        for sub in self.subtables().await? {
             self.data_of.remove(&sub);
             let loc = self.locate(sub).await?;
-            let mut batch = Batch::new();
-            let h = batch.on(Replica::All).read(loc.base, len);
-            self.fabric().execute(&mut batch).await?;
-            let copies = (0..=backups)
-                .map(|i| batch.read_result_of(h, i).map(<[u8]>::to_vec))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(IndexError::Verb)?;
+            let copies = self.fabric().read_range(loc.base, bytes, Replica::All).await?;
             for (b, copy) in copies.iter().enumerate().skip(1) {
                 for w in 0..copy.len() / 8 {
                     let (primary, backup) = (word(&copies[0], w), word(copy, w));
-                    if primary != backup {
-                        self.converge_slot(loc.base.add(w as u64 * 8), b - 1, backup)
-                            .await?;
+                    if primary != backup && self.converge_slot(loc.base.add(w as u64 * 8), b - 1, backup).await? {
                         moved += 1;
                     }
                 }
@@ -131,26 +133,40 @@ impl HashTable {
 
     /// Moves backup `b`'s slot at `at`, seen holding `seen`, to the
     /// primary's value read after it, until a CAS lands or it already holds
-    /// that.
-    async fn converge_slot(&mut self, at: GlobalAddr, b: usize, mut seen: u64) -> Result<(), IndexError> {
-        self.stats.slot_convergences += 1;
-        let mut batch = Batch::new();
+    /// that. Returns whether this call moved it.
+    async fn converge_slot(&mut self, at: GlobalAddr, b: usize, seen: u64) -> Result<bool, IndexError> {
+        let mut batch = self.fabric().take_batch();
+        let moved = self.converge_rounds(&mut batch, at, b, seen).await;
+        self.fabric().give_batch(batch);
+        moved
+    }
+
+    async fn converge_rounds(
+        &mut self,
+        batch: &mut Batch,
+        at: GlobalAddr,
+        b: usize,
+        mut seen: u64,
+    ) -> Result<bool, IndexError> {
         for _ in 0..CONVERGE_ROUNDS_MAX {
             batch.clear();
             let p = batch.read(at, 8);
-            self.fabric().execute(&mut batch).await?;
+            self.fabric().execute(batch).await?;
             let primary = word(batch.read_result(p).map_err(IndexError::Verb)?, 0);
             if primary == seen {
-                return Ok(());
+                return Ok(false);
             }
             batch.clear();
             let c = batch.on(Replica::Backup(b as u8)).cas(at, seen, primary);
-            self.fabric().execute(&mut batch).await?;
-            let found = batch.old_value(c).map_err(IndexError::Verb)?;
-            if found == seen || found == primary {
-                return Ok(());
+            self.fabric().execute(batch).await?;
+            match batch.old_value(c).map_err(IndexError::Verb)? {
+                found if found == seen => {
+                    self.stats.slot_convergences += 1;
+                    return Ok(true);
+                }
+                found if found == primary => return Ok(false),
+                found => seen = found,
             }
-            seen = found;
             tokio::task::yield_now().await;
         }
         Err(IndexError::TooManyAttempts(CONVERGE_ROUNDS_MAX))

@@ -78,10 +78,7 @@ impl HashTable {
     /// splits this client made. What a full table's resize is in the
     /// paper's rehash experiment. Other clients may keep working meanwhile.
     pub async fn grow(&mut self) -> Result<u64, IndexError> {
-        self.reload_dir().await?;
-        let mut subs = self.dir.clone();
-        subs.sort_unstable();
-        subs.dedup();
+        let subs = self.subtables().await?;
         let before = self.stats.splits;
         for sub in subs {
             let loc = self.locate(sub).await?;
