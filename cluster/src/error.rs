@@ -52,6 +52,10 @@ pub enum ClusterError {
     /// This process's lease was lost: it issues no verb any more.
     #[error("this process's lease was lost ({0}); connect again")]
     LeaseLost(String),
+    /// A promotion's or a catch-up's restore was asked of a region that
+    /// is not being restored (published already, or never promoted).
+    #[error("region {0} is not being restored")]
+    NotRestoring(fabric::RegionId),
     /// The map the control plane serves does not route what is needed.
     #[error("cluster map: {0}")]
     Map(String),

@@ -119,10 +119,15 @@ impl Members {
             .command(&format!("registering client {name:?}"), &register)
             .await?
         {
-            Outcome::Client(c) => {
-                check_block(c.owners, owner_ids)?;
-                Ok((c, sent))
-            }
+            Outcome::Client(c) => match check_block(c.owners, owner_ids) {
+                Ok(()) => Ok((c, sent)),
+                Err(e) => {
+                    // Nothing issued under the ids: give them back at once.
+                    let leave = Command::DeregisterClient { id: c.id };
+                    let _ = self.command("deregistering", &leave).await;
+                    Err(e)
+                }
+            },
             other => Err(ClusterError::Map(format!(
                 "unexpected answer to registration: {other:?}"
             ))),

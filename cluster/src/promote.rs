@@ -118,23 +118,39 @@ impl Cluster {
             epoch = r.epoch,
             "promotion committed; restoring"
         );
-        self.restore_promoted(region, committed_at).await
+        self.restore_promoted(region, committed_at, true).await
     }
 
     /// Steps 2–4 of a promotion of `region` (see the module docs): what a
     /// promotion left part-way needs. Durations count from this call.
     pub async fn finish_promotion(&self, region: RegionId) -> Result<Promotion, ClusterError> {
-        self.restore_promoted(region, Instant::now()).await
+        let start = Instant::now();
+        let restoring = self
+            .status()
+            .await?
+            .regions
+            .iter()
+            .any(|r| r.id == region && r.being_restored());
+        self.restore_promoted(region, start, restoring).await
     }
 
     /// Steps 2–4, or what another promoter (the recovery coordinator, which
     /// finishes any promotion it sees) made of them: two promoters of one
     /// region race harmlessly, every step being idempotent, and the one
-    /// that finds the region published already reports it done.
-    async fn restore_promoted(&self, region: RegionId, start: Instant) -> Result<Promotion, ClusterError> {
+    /// that finds the region published already (not being restored when it
+    /// waits for the fence, or its `region_restored` refused as a conflict)
+    /// reports it done, if the region was being restored when this
+    /// promoter began (`was_restoring`: a `finish_promotion` of a region
+    /// never promoted fails).
+    async fn restore_promoted(
+        &self,
+        region: RegionId,
+        start: Instant,
+        was_restoring: bool,
+    ) -> Result<Promotion, ClusterError> {
         match self.restore_promoted_here(region, start).await {
             Ok(p) => Ok(p),
-            Err(e) => {
+            Err(e) if was_restoring && published_meanwhile(&e) => {
                 let status = self.status().await?;
                 match status.regions.iter().find(|r| r.id == region) {
                     Some(r) if r.usable() => {
@@ -155,6 +171,7 @@ impl Cluster {
                     _ => Err(e),
                 }
             }
+            Err(e) => Err(e),
         }
     }
 
@@ -209,7 +226,9 @@ impl Cluster {
                     tokio::time::sleep(PROMOTE_POLL).await;
                 }
             }
-            self.converge_hash(region, tx.fabric()).await?;
+            if self.holds_rtx_hash(region).await? {
+                self.converge_hash_as(heap, owner.id(), tx.fabric()).await?;
+            }
         }
         let restored = start.elapsed();
         let publish = Command::RegionRestored { region };
@@ -253,18 +272,34 @@ impl Cluster {
         region: RegionId,
         fabric: &mut fabric::Client,
     ) -> Result<u64, ClusterError> {
-        let hashed = self
-            .indexes()
-            .await?
-            .into_iter()
-            .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx);
-        if !hashed {
+        if !self.holds_rtx_hash(region).await? {
             return Ok(0);
         }
         let heap = Heap::open(fabric, region).await?;
         let owner = self.take_owner()?;
+        self.converge_hash_as(heap, owner.id(), fabric).await
+    }
+
+    async fn holds_rtx_hash(&self, region: RegionId) -> Result<bool, ClusterError> {
+        Ok(self
+            .indexes()
+            .await?
+            .into_iter()
+            .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx))
+    }
+
+    /// [`Cluster::converge_hash`] of the table in `heap`, as `owner` (a
+    /// promotion's, which holds one already: `ctl region promote` connects
+    /// with one).
+    async fn converge_hash_as(
+        &self,
+        heap: Heap,
+        owner: txn::OwnerId,
+        fabric: &mut fabric::Client,
+    ) -> Result<u64, ClusterError> {
+        let region = heap.region();
         let mut table =
-            index::hash::HashTable::open(fabric.fork(), heap, owner.id(), self.options.tx.clone()).await?;
+            index::hash::HashTable::open(fabric.fork(), heap, owner, self.options.tx.clone()).await?;
         let moved = table.converge_backups().await?;
         tracing::debug!(region, moved, "hash slots converged on the backups");
         Ok(moved)
@@ -283,10 +318,8 @@ impl Cluster {
                 .iter()
                 .find(|r| r.id == region)
                 .ok_or_else(|| ClusterError::Map(format!("no region {region}")))?;
-            if !r.restoring && r.catching_up.is_none() {
-                return Err(ClusterError::Map(format!(
-                    "region {region} is not being restored"
-                )));
+            if !r.being_restored() {
+                return Err(ClusterError::NotRestoring(region));
             }
             let behind: Vec<MemNodeId> = r
                 .replicas
@@ -327,5 +360,16 @@ impl Cluster {
         let status = self.status().await?;
         control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
+    }
+}
+
+/// Whether `e` is how a promoter learns that another one published the
+/// region first: the region is no longer being restored, or its
+/// `region_restored` was refused as a conflict.
+fn published_meanwhile(e: &ClusterError) -> bool {
+    match e {
+        ClusterError::NotRestoring(_) => true,
+        ClusterError::Refused { source, .. } => source.status().map(|s| s.as_u16()) == Some(409),
+        _ => false,
     }
 }

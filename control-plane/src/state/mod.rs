@@ -370,7 +370,7 @@ impl ControlState {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         let i = backup_position(r, node, "is already its primary")?;
-        if r.restoring || r.catching_up.is_some() {
+        if r.being_restored() {
             return Err(CommandError::Conflict(format!(
                 "region {region} is being restored; wait until it is published"
             )));
@@ -416,7 +416,7 @@ impl ControlState {
                 available: 0,
             });
         }
-        if r.restoring || r.catching_up.is_some() {
+        if r.being_restored() {
             return Err(CommandError::Conflict(format!(
                 "region {region} is being restored; add a backup once it is published"
             )));
@@ -437,6 +437,12 @@ impl ControlState {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         let i = backup_position(r, node, "is its primary: promote a backup first")?;
+        // A replica being caught up must stay until it is published.
+        if r.being_restored() {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is being restored; remove a backup once it is published"
+            )));
+        }
         r.replicas.remove(i);
         r.pending.retain(|&n| n != node);
         r.epoch = epoch;

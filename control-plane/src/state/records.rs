@@ -107,10 +107,21 @@ impl Region {
             .all(|&n| !self.replicas.iter().any(|r| r.node == n))
     }
 
-    /// In the clients' map: allocated, not being restored after a
-    /// promotion, not catching a new replica up.
+    /// Out of the clients' map while recovery works on it: being restored
+    /// after a promotion, or catching a new replica up.
+    pub fn being_restored(&self) -> bool {
+        self.restoring || self.catching_up.is_some()
+    }
+
+    /// In the clients' map: allocated and not being restored.
     pub fn usable(&self) -> bool {
-        self.ready() && !self.restoring && self.catching_up.is_none()
+        self.ready() && !self.being_restored()
+    }
+
+    /// Whole: usable, with as many replicas as it was made with and none
+    /// being made.
+    pub fn whole(&self) -> bool {
+        self.usable() && self.replicas.len() >= self.replication_target() && self.syncing.is_empty()
     }
 
     /// Replicas it should have.

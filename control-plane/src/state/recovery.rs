@@ -95,7 +95,7 @@ impl ControlState {
                 "memory node {node} has not allocated region {region} yet"
             )));
         }
-        if r.restoring || r.catching_up.is_some() {
+        if r.being_restored() {
             return Err(CommandError::Conflict(format!(
                 "region {region} is being restored; join once it is published"
             )));

@@ -1,6 +1,10 @@
 //! What a transport reached after it was made: memory nodes that joined
 //! the map later (a spare given a new replica, a node that came back).
 
+use crate::addr::NodeId;
+use crate::error::FabricError;
+use crate::map::{ClusterMap, NodeInfo};
+
 /// An append-only set of at most [`NODES_JOINED_MAX`] items, read without
 /// locks: what a transport reached after it was made.
 #[derive(Debug)]
@@ -16,6 +20,45 @@ pub(crate) struct Later<T> {
 pub const NODES_JOINED_MAX: usize = 64;
 
 impl<T> Later<T> {
+    /// Takes on every node of `map` that `known` does not find, made by
+    /// `make`. A node `make` cannot reach is skipped with a warning (it may
+    /// be dead: recovery routes around it, and the next map tries again),
+    /// so one unreachable node never hides the others. Returns how many
+    /// were taken on; fails only when [`NODES_JOINED_MAX`] is reached.
+    pub(crate) fn learn<E: std::fmt::Display>(
+        &self,
+        map: &ClusterMap,
+        known: impl Fn(NodeId) -> bool,
+        id_of: impl Fn(&T) -> NodeId,
+        make: impl Fn(&NodeInfo) -> Result<T, E>,
+    ) -> Result<usize, FabricError> {
+        enum Missed {
+            Unreachable(String),
+            Full,
+        }
+        let mut learned = 0;
+        for n in map.nodes().iter().filter(|n| !known(n.id)) {
+            let made = self.append(
+                |x| id_of(x) == n.id,
+                || make(n).map_err(|e| Missed::Unreachable(e.to_string())),
+                || Missed::Full,
+            );
+            match made {
+                Ok(made) => learned += usize::from(made),
+                Err(Missed::Unreachable(e)) => {
+                    tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "cannot reach a node of the map; skipped");
+                }
+                Err(Missed::Full) => {
+                    return Err(FabricError::Protocol {
+                        node: n.id,
+                        reason: format!("this process reached {NODES_JOINED_MAX} nodes after it started"),
+                    })
+                }
+            }
+        }
+        Ok(learned)
+    }
+
     pub(crate) fn new() -> Self {
         Later {
             slots: (0..NODES_JOINED_MAX)

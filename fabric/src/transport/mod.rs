@@ -129,10 +129,7 @@ impl AnyTransport {
         match base {
             // In-process nodes are all there from the start.
             BaseTransport::Local(_) => Ok(0),
-            BaseTransport::Shm(t) => t.learn(map).map_err(|e| FabricError::Protocol {
-                node: 0,
-                reason: e.to_string(),
-            }),
+            BaseTransport::Shm(t) => t.learn(map),
             BaseTransport::Tcp(t) => t.learn(map),
         }
     }

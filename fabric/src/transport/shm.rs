@@ -11,7 +11,7 @@ use crate::addr::{Epoch, NodeId};
 use crate::error::{FabricError, NodeError};
 use crate::map::{ClusterMap, NodeInfo};
 use crate::memnode::{execute_inline, MemoryNode};
-use crate::transport::later::{Later, NODES_JOINED_MAX};
+use crate::transport::later::Later;
 use crate::transport::Transport;
 use crate::verb::{Completions, Op};
 
@@ -72,26 +72,15 @@ impl ShmTransport {
     }
 
     /// Maps the image of every node of `map` not attached yet (a node that
-    /// joined the cluster after this transport was made). Returns how many
-    /// were attached.
-    pub fn learn(&self, map: &ClusterMap) -> Result<usize, NodeError> {
-        let mut attached = 0;
-        for n in map.nodes() {
-            if self.node(n.id).is_some() {
-                continue;
-            }
-            let made = self.later.append(
-                |x| x.id() == n.id,
-                || is_node(MemoryNode::attach(&PathBuf::from(&n.endpoint))?, n),
-                || {
-                    NodeError::Regions(format!(
-                        "this process reached {NODES_JOINED_MAX} nodes after it started"
-                    ))
-                },
-            )?;
-            attached += usize::from(made);
-        }
-        Ok(attached)
+    /// joined the cluster after this transport was made; one whose image
+    /// cannot be mapped is skipped). Returns how many were attached.
+    pub fn learn(&self, map: &ClusterMap) -> Result<usize, FabricError> {
+        self.later.learn(
+            map,
+            |id| self.node(id).is_some(),
+            MemoryNode::id,
+            |n| is_node(MemoryNode::attach(&PathBuf::from(&n.endpoint))?, n),
+        )
     }
 
     /// Maps every page of every attached image into this process now

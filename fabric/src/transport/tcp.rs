@@ -26,7 +26,7 @@ use crate::addr::{Epoch, NodeId};
 use crate::error::FabricError;
 use crate::map::ClusterMap;
 use crate::memnode::NodeDescriptor;
-use crate::transport::later::{Later, NODES_JOINED_MAX};
+use crate::transport::later::Later;
 use crate::transport::Transport;
 use crate::verb::{Completions, Op, Outcome};
 use crate::wire::{self, Response, FRAME_BYTES_MAX};
@@ -109,22 +109,12 @@ impl TcpTransport {
     /// joined the cluster later), to be connected at its first batch.
     /// Returns how many.
     pub fn learn(&self, map: &ClusterMap) -> Result<usize, FabricError> {
-        let mut learned = 0;
-        for n in map.nodes() {
-            if self.slot(n.id).is_some() {
-                continue;
-            }
-            let made = self.later.append(
-                |s| s.node == n.id,
-                || Ok(Slot::unconnected(n.id, n.endpoint.clone())),
-                || FabricError::Protocol {
-                    node: n.id,
-                    reason: format!("this process reached {NODES_JOINED_MAX} nodes after it started"),
-                },
-            )?;
-            learned += usize::from(made);
-        }
-        Ok(learned)
+        self.later.learn(
+            map,
+            |id| self.slot(id).is_some(),
+            |s| s.node,
+            |n| Ok::<_, FabricError>(Slot::unconnected(n.id, n.endpoint.clone())),
+        )
     }
 
     fn slot(&self, node: NodeId) -> Option<&Slot> {
