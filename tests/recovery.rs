@@ -13,6 +13,7 @@ use std::time::Duration;
 use control_plane::api::ControlClient;
 use control_plane::state::{MemNodeState, Region};
 use harness::local::{LocalCluster, LocalClusterSpec};
+use kintsugi::cluster::load::{Handle, LoadReport, LoadSpec};
 use kintsugi::cluster::{Cluster, ClusterOptions, IndexKind};
 use support::cluster::{eventually, RunningLoad};
 
@@ -45,7 +46,7 @@ struct Setup {
     file: harness::local::ClusterFile,
     c: Arc<Cluster>,
     api: ControlClient,
-    load: kintsugi::cluster::load::LoadSpec,
+    load: LoadSpec,
     running: RunningLoad,
 }
 
@@ -74,7 +75,7 @@ impl Setup {
             .await
             .unwrap(),
         );
-        let load = kintsugi::cluster::load::LoadSpec {
+        let load = LoadSpec {
             index: "orders".into(),
             kind,
             tasks: 4,
@@ -141,32 +142,9 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
     );
     running.more(1_000).await;
 
-    let report = running.stop().await;
-    assert!(
-        report.errors.is_empty(),
-        "no error reached the application: {:?}",
-        report.errors
-    );
-    let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked)
-        .await
-        .unwrap();
-    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    let mut tree = c.btree("orders").await.unwrap();
-    let check = tree.inner().check().await.unwrap();
-    assert!(check.is_ok(), "{check:?}");
-    drop(tree);
+    let report = stop_with_nothing_lost(running, &c, &load).await;
     // The replicas agree word for word wherever they must.
-    let agree = async |n: usize| {
-        let mut fabric = c.fabric();
-        let heap = kintsugi::txn::Heap::open(&mut fabric, after.id).await.unwrap();
-        let replicas = heap
-            .compare_replicas(&mut fabric, &|_| None, &|_| true)
-            .await
-            .unwrap();
-        assert_eq!(replicas.replicas, n);
-        assert_eq!(replicas.differences, 0, "{:?}", replicas.listed);
-    };
-    agree(3).await;
+    replicas_agree(&c, after.id, 3).await;
 
     // The first victim comes back from its image (an empty spare, never a
     // primary); then a backup dies: it is dropped, and the node that came
@@ -211,7 +189,7 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
         dead,
         "a node that came back is never made primary"
     );
-    agree(3).await;
+    replicas_agree(&c, after.id, 3).await;
     let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked)
         .await
         .unwrap();
@@ -277,34 +255,45 @@ async fn replica_killed_under_load(kind: IndexKind, replica: usize, seed: u64) {
     };
     assert_eq!(after.primary(), heir);
     running.more(1_000).await;
+    stop_with_nothing_lost(running, &c, &load).await;
+    replicas_agree(&c, after.id, 3).await;
+}
+
+/// Stops the load and checks what the application saw: no error reached
+/// it, nothing it was told was written is lost, the index's structure is
+/// sound. Returns the load's report.
+async fn stop_with_nothing_lost(running: RunningLoad, c: &Cluster, load: &LoadSpec) -> LoadReport {
     let report = running.stop().await;
     assert!(
         report.errors.is_empty(),
         "no error reached the application: {:?}",
         report.errors
     );
-    let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked)
+    let lost = kintsugi::cluster::load::lost(c, &load.index, load.kind, &report.acked)
         .await
         .unwrap();
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    match kind {
-        IndexKind::Btree => {
-            let mut tree = c.btree("orders").await.unwrap();
+    match Handle::open(c, &load.index, load.kind).await.unwrap() {
+        Handle::Tree(mut tree) => {
             let check = tree.inner().check().await.unwrap();
             assert!(check.is_ok(), "{check:?}");
         }
-        IndexKind::Hash => {
-            let mut table = c.hash("orders").await.unwrap();
+        Handle::Table(mut table) => {
             let check = table.inner().check().await.unwrap();
             assert!(check.is_ok(), "{check:?}");
         }
     }
+    report
+}
+
+/// The `n` replicas of `region` agree word for word wherever they must.
+async fn replicas_agree(c: &Cluster, region: u16, n: usize) {
     let mut fabric = c.fabric();
-    let heap = kintsugi::txn::Heap::open(&mut fabric, after.id).await.unwrap();
+    let heap = kintsugi::txn::Heap::open(&mut fabric, region).await.unwrap();
     let replicas = heap
         .compare_replicas(&mut fabric, &|_| None, &|_| true)
         .await
         .unwrap();
-    assert_eq!(replicas.replicas, 3);
+    assert_eq!(replicas.replicas, n);
     assert_eq!(replicas.differences, 0, "{:?}", replicas.listed);
 }

@@ -44,7 +44,7 @@
 //! [cluster]
 //! memory_nodes = 3           # the region's replicas
 //! spares = 1                 # memory nodes holding nothing at first
-//! memnode_lease = "100ms"    # how soon a silent memory node is dead
+//! memnode_lease = "100ms"    # a silent memory node is suspect after it, dead after two
 //!
 //! [[faults]]
 //! kind = "kill-memnode"      # SIGKILL the node holding a replica of the index
@@ -156,7 +156,8 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub spares: u32,
     /// The control plane's lease of each memory node: one that has not
-    /// renewed for this long is dead (memory-node faults only).
+    /// renewed for this long is suspect, for twice this long dead
+    /// (memory-node faults only).
     #[serde(default = "default_memnode_lease", with = "humantime_serde")]
     pub memnode_lease: Duration,
 }
@@ -465,6 +466,20 @@ impl Experiment {
         if self.faults.len() > FAULTS_MAX {
             return Err(invalid("faults", format!("at most {FAULTS_MAX}")));
         }
+        for (i, f) in self.faults.iter().enumerate() {
+            if f.at >= self.duration {
+                return Err(invalid(
+                    format!("faults[{i}].at"),
+                    "must fall within the duration",
+                ));
+            }
+            if i > 0 && f.at < self.faults[i - 1].at {
+                return Err(invalid(
+                    format!("faults[{i}].at"),
+                    "faults must be listed in time order",
+                ));
+            }
+        }
         if self.on_memnodes() {
             return self.validate_memnode_faults();
         }
@@ -485,12 +500,6 @@ impl Experiment {
                     field("client"),
                     format!("{} is not a client (0..{})", f.client, c.clients),
                 ));
-            }
-            if f.at >= self.duration {
-                return Err(invalid(field("at"), "must fall within the duration"));
-            }
-            if i > 0 && f.at < self.faults[i - 1].at {
-                return Err(invalid(field("at"), "faults must be listed in time order"));
             }
             match (f.kind, f.pause) {
                 (FaultKind::KillClient, Some(_)) => {
@@ -580,15 +589,10 @@ impl Experiment {
                 "memory-node faults run YCSB a, uniform (the load whose acknowledged writes are checked)",
             ));
         }
-        let mut killed = 0;
+        // Kills in all, and nodes down (killed, not restarted) so far.
+        let (mut kills, mut down) = (0, 0);
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
-            if f.at >= self.duration {
-                return Err(invalid(field("at"), "must fall within the duration"));
-            }
-            if i > 0 && f.at < self.faults[i - 1].at {
-                return Err(invalid(field("at"), "faults must be listed in time order"));
-            }
             if f.pause.is_some() {
                 return Err(invalid(field("for"), "only a pause-client fault lasts"));
             }
@@ -596,27 +600,25 @@ impl Experiment {
                 (FaultKind::KillMemnode, None) => {
                     return Err(invalid(field("role"), "\"primary\" or \"backup\""));
                 }
-                (FaultKind::KillMemnode, Some(_)) => killed += 1,
+                (FaultKind::KillMemnode, Some(_)) => {
+                    kills += 1;
+                    down += 1;
+                }
                 (FaultKind::RestartMemnode, Some(_)) => {
                     return Err(invalid(field("role"), "a restart takes the last killed node"));
                 }
-                (FaultKind::RestartMemnode, None) if killed == 0 => {
+                (FaultKind::RestartMemnode, None) if down == 0 => {
                     return Err(invalid(
                         field("kind"),
                         "a restart-memnode needs a kill-memnode before it",
                     ));
                 }
-                (FaultKind::RestartMemnode, None) => killed -= 1,
-                _ => {}
+                (FaultKind::RestartMemnode, None) => down -= 1,
+                // Refused above: one kind of fault per file.
+                (FaultKind::KillClient | FaultKind::PauseClient, _) => {}
             }
         }
-        if self
-            .faults
-            .iter()
-            .filter(|f| f.kind == FaultKind::KillMemnode)
-            .count() as u32
-            > c.memory_nodes - 1 + c.spares
-        {
+        if kills > c.memory_nodes - 1 + c.spares {
             return Err(invalid(
                 "faults",
                 "more memory nodes killed than the cluster can lose",

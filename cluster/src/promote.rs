@@ -137,11 +137,9 @@ impl Cluster {
     /// Steps 2–4, or what another promoter (the recovery coordinator, which
     /// finishes any promotion it sees) made of them: two promoters of one
     /// region race harmlessly, every step being idempotent, and the one
-    /// that finds the region published already (not being restored when it
-    /// waits for the fence, or its `region_restored` refused as a conflict)
-    /// reports it done, if the region was being restored when this
-    /// promoter began (`was_restoring`: a `finish_promotion` of a region
-    /// never promoted fails).
+    /// that fails and finds the region published reports it done, if the
+    /// region was being restored when this promoter began (`was_restoring`:
+    /// a `finish_promotion` of a region never promoted fails).
     async fn restore_promoted(
         &self,
         region: RegionId,
@@ -150,8 +148,14 @@ impl Cluster {
     ) -> Result<Promotion, ClusterError> {
         match self.restore_promoted_here(region, start).await {
             Ok(p) => Ok(p),
-            Err(e) if was_restoring && published_meanwhile(&e) => {
-                let status = self.status().await?;
+            Err(e) if was_restoring => {
+                // Any step may fail once another promoter published (a
+                // stale epoch, the region no longer being restored, a
+                // refused `region_restored`); the region in the map says
+                // it was published.
+                let Ok(status) = self.status().await else {
+                    return Err(e);
+                };
                 match status.regions.iter().find(|r| r.id == region) {
                     Some(r) if r.usable() => {
                         tracing::info!(region, error = %e, "the promotion was finished by another promoter");
@@ -360,16 +364,5 @@ impl Cluster {
         let status = self.status().await?;
         control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
-    }
-}
-
-/// Whether `e` is how a promoter learns that another one published the
-/// region first: the region is no longer being restored, or its
-/// `region_restored` was refused as a conflict.
-fn published_meanwhile(e: &ClusterError) -> bool {
-    match e {
-        ClusterError::NotRestoring(_) => true,
-        ClusterError::Refused { source, .. } => source.status().map(|s| s.as_u16()) == Some(409),
-        _ => false,
     }
 }

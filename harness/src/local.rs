@@ -344,6 +344,7 @@ impl LocalCluster {
                 image: None,
                 persist: spec.memory.persist,
                 shm: spec.memory.transport == TransportKind::Shm,
+                restarts: 0,
             };
             let image = match (spec.memory.persist, spec.memory.transport) {
                 (true, _) => Some(dir.join(format!("memnode-{i}.img"))),
@@ -397,8 +398,9 @@ impl LocalCluster {
     pub fn restart_memnode(&mut self, i: usize) -> Result<(), LocalError> {
         let how = self
             .launches
-            .get(i)
+            .get_mut(i)
             .ok_or_else(|| LocalError::State(format!("no memory node {i}")))?;
+        how.restarts += 1;
         let mut p = how.launch().spawn()?;
         p.await_listening(START_TIMEOUT)?;
         self.memnodes[i] = p;
@@ -442,16 +444,23 @@ struct MemNodeLaunch {
     image: Option<PathBuf>,
     persist: bool,
     shm: bool,
+    /// Restarts so far: each logs to a file of its own
+    /// (`memnode-<i>.restart-<n>.log`), keeping what the dead one wrote.
+    restarts: u32,
 }
 
 impl MemNodeLaunch {
     fn launch(&self) -> Launch {
+        let log = match self.restarts {
+            0 => self.log.clone(),
+            n => self.log.with_extension(format!("restart-{n}.log")),
+        };
         let mut launch = Launch::new(&self.exe, format!("memory node {}", self.i))
             .args(["memnode", "--listen", &self.listen, "--control", &self.control])
             .args(["--capacity", &self.capacity.to_string()])
             .env(TOKEN_ENV, &self.token)
             .env("RUST_LOG", "info")
-            .log_to(&self.log);
+            .log_to(log);
         if let Some(image) = &self.image {
             let flag = if self.persist { "--persist" } else { "--shm" };
             launch = launch.arg(flag).arg(image);

@@ -44,8 +44,7 @@ pub const CLIENT_NAME: &str = "recovery";
 
 /// A step of recovery, as taken (and as a test may stop the coordinator
 /// right after).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Step {
     /// A dead node's replica was evicted.
     Evicted,

@@ -60,8 +60,6 @@ pub struct CaughtUp {
     pub chunks: u64,
     /// Chunks written again because the primary's had changed.
     pub chunks_written: u64,
-    /// How long it took.
-    pub elapsed: Duration,
 }
 
 /// The backup index (0-based, after the primary) `node` has in `region`
@@ -137,7 +135,6 @@ pub async fn catch_up(
     let backup = backup_of(fabric, region, node)?;
     let total = region_bytes(fabric, region, node)?;
     let sums = copied.filter(|c| c.region == region && c.node == node && c.bytes == total);
-    let start = Instant::now();
     let mut out = CaughtUp::default();
     let mut batch = Batch::new();
     let mut data = Vec::with_capacity(COPY_CHUNK_BYTES as usize);
@@ -163,7 +160,6 @@ pub async fn catch_up(
         done += len;
         chunk += 1;
     }
-    out.elapsed = start.elapsed();
     Ok(out)
 }
 

@@ -123,10 +123,7 @@ fn replica_report(s: &ReplicaSummary) -> String {
     );
     for f in &s.faults {
         let p = &f.phases;
-        let who = match f.role {
-            Some(r) => format!("{} {} ({r})", f.kind, f.node),
-            None => format!("{} {}", f.kind, f.node),
-        };
+        let who = f.label();
         let _ = match f.kind {
             FaultKind::RestartMemnode => writeln!(
                 out,

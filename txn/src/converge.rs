@@ -110,8 +110,7 @@ impl TxClient {
             .read(slot, crate::log::LOG_SLOT_BYTES as u32);
         self.fabric.execute(&mut batch).await?;
         let primary = batch.read_result(h).map_err(TxError::Verb)?.to_vec();
-        let finished = LogHeader::from_raw(le_word(&primary, 0))
-            .is_some_and(LogHeader::is_finished);
+        let finished = LogHeader::from_raw(le_word(&primary, 0)).is_some_and(LogHeader::is_finished);
         if !finished {
             return Ok(());
         }

@@ -133,7 +133,10 @@ pub async fn unfinished(
     for (owner, h) in reads {
         let mut raws = Vec::with_capacity(batch.completions(h).len());
         for r in 0..batch.completions(h).len() {
-            raws.push(le_word(batch.read_result_of(h, r).map_err(crate::TxError::Verb)?, 0));
+            raws.push(le_word(
+                batch.read_result_of(h, r).map_err(crate::TxError::Verb)?,
+                0,
+            ));
         }
         // A header that does not decode is left to `finish_owner_log`,
         // which says what is wrong with it.

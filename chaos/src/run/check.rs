@@ -169,10 +169,29 @@ async fn check_replicas(
         IndexClient::BTree(_) => index::btree::node::NODE_BYTES as u32,
         IndexClient::Hash(t) => u32::try_from(t.subtable_bytes()).unwrap_or(u32::MAX),
     };
+    compare_replicas(
+        &mut fabric,
+        &heap,
+        object_bytes,
+        &|o| dead_owners.contains(&o),
+        converged,
+    )
+    .await
+}
+
+/// Every backup of `heap` against its primary (`txn::Heap::compare_replicas`),
+/// each object's data for `object_bytes` (a B+tree node, a hash subtable), a
+/// chunk taken on some replicas only allowed of `half_taken_ok` owners;
+/// `converged` is what was converged before (reported).
+pub async fn compare_replicas(
+    fabric: &mut fabric::Client,
+    heap: &txn::Heap,
+    object_bytes: u32,
+    half_taken_ok: &dyn Fn(u16) -> bool,
+    converged: u64,
+) -> Result<ReplicaCheck, RunError> {
     let report = heap
-        .compare_replicas(&mut fabric, &|_| Some(object_bytes), &|o| {
-            dead_owners.contains(&o)
-        })
+        .compare_replicas(fabric, &|_| Some(object_bytes), half_taken_ok)
         .await
         .map_err(RunError::index("cannot compare the replicas"))?;
     Ok(ReplicaCheck {

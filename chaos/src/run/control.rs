@@ -11,9 +11,10 @@
 //! holder and what it left is repaired. Then the control plane forgets the
 //! dead clients, which frees their owner ids.
 //!
-//! The data path still takes its cluster map from the memory nodes
-//! themselves (each describes its regions); the control plane's region
-//! table is not used by a run.
+//! The data path of a run with client faults still takes its cluster map
+//! from the memory nodes themselves (each describes its regions); the
+//! control plane's region table is not used there. A run with memory-node
+//! faults (`run::replica`) routes by the control plane's map instead.
 //!
 //! Every call to the member is bounded by [`CALL_TIMEOUT`], every wait by a
 //! deadline: a member that accepts and never answers fails the run, it does

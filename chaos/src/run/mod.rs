@@ -310,17 +310,13 @@ pub struct Summary {
 
 /// Runs `experiment`: every variant, then the outputs. Returns the summary
 /// (whose `passed` says whether the checks held).
-pub fn run(mut experiment: Experiment, options: &Options) -> Result<Summary, RunError> {
-    if let Some(seed) = options.seed {
-        experiment.seed = seed;
-    }
-    experiment.validate()?;
+pub fn run(experiment: Experiment, options: &Options) -> Result<Summary, RunError> {
+    let experiment = prepare(experiment, options)?;
     if experiment.on_memnodes() {
         return Err(RunError::Process(
             "an experiment with memory-node faults runs with run::replica::run".into(),
         ));
     }
-    std::fs::create_dir_all(&options.out).map_err(|e| RunError::io(&options.out, e))?;
     let mut variants = Vec::new();
     for &v in &experiment.index.variants.clone() {
         variants.push(run_variant(&experiment, v, options)?);
@@ -334,4 +330,15 @@ pub fn run(mut experiment: Experiment, options: &Options) -> Result<Summary, Run
     };
     output::write_all(&summary, &options.out)?;
     Ok(summary)
+}
+
+/// What both runners do first: the seed override, validation, the output
+/// directory.
+pub(crate) fn prepare(mut experiment: Experiment, options: &Options) -> Result<Experiment, RunError> {
+    if let Some(seed) = options.seed {
+        experiment.seed = seed;
+    }
+    experiment.validate()?;
+    std::fs::create_dir_all(&options.out).map_err(|e| RunError::io(&options.out, e))?;
+    Ok(experiment)
 }

@@ -29,15 +29,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::load::LoadSpec;
+use cluster::load::{Handle, LoadSpec};
 use cluster::{Cluster, ClusterOptions};
-use control_plane::api::ControlClient;
-use control_plane::state::{IndexKind, MemNodeId, MemNodeState, Region};
-use harness::local::{LocalCluster, LocalClusterSpec};
+use control_plane::config::Timing;
+use control_plane::state::{MemNodeId, MemNodeState, Region};
+use harness::local::{IndexSection, LocalCluster, LocalClusterSpec, MemorySection};
 use index::Variant;
 use serde::Serialize;
 
-use super::check::ReplicaCheck;
+use super::check::{compare_replicas, ReplicaCheck};
+use super::output::{PLOT_HEIGHT, PLOT_WIDTH, SMOOTH_BUCKETS};
 use super::{Options, RunError, BUCKET_US};
 use crate::experiment::{Experiment, FaultKind, ReplicaRole};
 use crate::plot::{render_png, Marker, Series, TimelinePlot};
@@ -96,6 +97,51 @@ pub struct MemnodeFault {
     pub ops_per_sec_after: f64,
 }
 
+impl MemnodeFault {
+    /// What and whom: `kill-memnode 2 (primary)`.
+    pub fn label(&self) -> String {
+        match self.role {
+            Some(r) => format!("{} {} ({r})", self.kind, self.node),
+            None => format!("{} {}", self.kind, self.node),
+        }
+    }
+}
+
+/// A fault as injected, before the timeline is known.
+struct Injected {
+    kind: FaultKind,
+    role: Option<ReplicaRole>,
+    node: MemNodeId,
+    at_ms: f64,
+    phases: Phases,
+}
+
+impl Injected {
+    /// The fault with its rates read off `timeline` (1 ms buckets): the
+    /// second before it, and the second from the region serving again (a
+    /// restart: from the node active again).
+    fn outcome(self, timeline: &[u64]) -> MemnodeFault {
+        let per_sec = 1e3 / (BUCKET_US as f64 / 1e3);
+        let second = (1e3 / (BUCKET_US as f64 / 1e3)) as usize;
+        let b = (self.at_ms as usize).min(timeline.len());
+        let a = (self.at_ms + self.phases.serving_ms.or(self.phases.active_ms).unwrap_or(0.0)) as usize;
+        MemnodeFault {
+            kind: self.kind,
+            role: self.role,
+            node: self.node,
+            at_ms: self.at_ms,
+            dead_to_serving_ms: self
+                .phases
+                .detected_ms
+                .zip(self.phases.serving_ms)
+                .map(|(d, s)| s - d),
+            phases: self.phases,
+            ops_per_sec_before: crate::timeline::mean(timeline, b.saturating_sub(second)..b) * per_sec,
+            ops_per_sec_after: crate::timeline::mean(timeline, a..a + second) * per_sec,
+        }
+    }
+}
+
 /// The final check.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplicaRunCheck {
@@ -148,14 +194,10 @@ pub struct ReplicaSummary {
     pub passed: bool,
 }
 
-/// Runs `experiment` (memory-node faults; validated) and writes its
-/// outputs in `options.out`.
-pub fn run(mut experiment: Experiment, options: &Options) -> Result<ReplicaSummary, RunError> {
-    if let Some(seed) = options.seed {
-        experiment.seed = seed;
-    }
-    experiment.validate()?;
-    std::fs::create_dir_all(&options.out).map_err(|e| RunError::io(&options.out, e))?;
+/// Runs `experiment` (memory-node faults) and writes its outputs in
+/// `options.out`.
+pub fn run(experiment: Experiment, options: &Options) -> Result<ReplicaSummary, RunError> {
+    let experiment = super::prepare(experiment, options)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
@@ -175,27 +217,41 @@ fn say(options: &Options, line: &str) {
     }
 }
 
+/// The local cluster an experiment asks for, in `dir`.
+fn cluster_spec(e: &Experiment, dir: &Path) -> LocalClusterSpec {
+    let c = &e.cluster;
+    LocalClusterSpec {
+        dir: dir.to_owned(),
+        memory: MemorySection {
+            nodes: (c.memory_nodes + c.spares) as usize,
+            capacity: CAPACITY.into(),
+            transport: c.transport,
+            persist: true,
+        },
+        indexes: IndexSection {
+            replicas: c.memory_nodes as u8,
+        },
+        timing: Timing {
+            memnode_lease: c.memnode_lease,
+            client_lease: c.client_lease,
+            ..Timing::default()
+        },
+        ..LocalClusterSpec::default()
+    }
+}
+
 async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaSummary, RunError> {
     let e = &experiment;
     let c = &e.cluster;
     let dir = options.out.join(Variant::Rtx.to_string());
     std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
-    let text = format!(
-        "dir = {:?}\n[memory]\nnodes = {}\ncapacity = {CAPACITY:?}\ntransport = \"{}\"\npersist = true\n\
-         [indexes]\nreplicas = {}\n[timing]\nmemnode_lease = \"{}\"\nclient_lease = \"{}\"\n",
-        dir.join("cluster"),
-        c.memory_nodes + c.spares,
-        c.transport_name(),
-        c.memory_nodes,
-        humantime::format_duration(c.memnode_lease),
-        humantime::format_duration(c.client_lease),
-    );
-    let spec = LocalClusterSpec::parse(&text, "the experiment").map_err(local_error)?;
+    let spec = cluster_spec(e, &dir.join("cluster"));
+    spec.validate().map_err(local_error)?;
     say(
         options,
         &format!(
-            "starting {} memory node(s) and 3 control-plane members",
-            c.memory_nodes + c.spares
+            "starting {} memory node(s) and {} control-plane members",
+            spec.memory.nodes, spec.control.members
         ),
     );
     let mut local = LocalCluster::up(&options.exe, &spec, |_| {})
@@ -219,8 +275,6 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .await
         .map_err(RunError::index("cannot join the cluster"))?,
     );
-    let api = ControlClient::new(&file.control[0], Some(file.token.clone()))
-        .map_err(|e| RunError::Control(format!("cannot make a client of the control plane: {e}")))?;
     let load = LoadSpec {
         index: INDEX.into(),
         kind: e.index.kind,
@@ -230,21 +284,10 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         seed: e.seed,
     };
     // Creates the index before the clock starts.
-    match e.index.kind {
-        IndexKind::Btree => drop(
-            cluster
-                .btree(INDEX)
-                .await
-                .map_err(RunError::index("cannot create the index"))?,
-        ),
-        IndexKind::Hash => drop(
-            cluster
-                .hash(INDEX)
-                .await
-                .map_err(RunError::index("cannot create the index"))?,
-        ),
-    }
-    let target = region_of(&api, INDEX).await?.replication_target();
+    Handle::open(&cluster, INDEX, load.kind)
+        .await
+        .map_err(RunError::index("cannot create the index"))?;
+    let region = Status::read(&cluster).await?.region_of(INDEX)?.id;
     say(
         options,
         &format!(
@@ -266,47 +309,55 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         tokio::spawn(async move { sample(t0, &ops, &stop).await })
     };
 
-    let mut faults = Vec::new();
+    // Faults in order, each watched until its last phase (or
+    // PHASE_TIMEOUT): a fault due meanwhile goes late, and its `at_ms`
+    // says when it went.
+    let mut injected = Vec::new();
     let mut killed: Vec<(usize, MemNodeId)> = Vec::new();
     for f in &e.faults {
         tokio::time::sleep_until((t0 + f.at).into()).await;
-        let at_ms = t0.elapsed().as_secs_f64() * 1e3;
-        match f.kind {
+        let done = match f.kind {
             FaultKind::KillMemnode => {
-                let r = region_of(&api, INDEX).await?;
-                let replica = match f.role {
-                    Some(ReplicaRole::Backup) => 1,
-                    _ => 0,
-                };
-                let node = r.replicas[replica].node;
-                let process = process_of(&api, &file.memnodes, node).await?;
+                let status = Status::read(&cluster).await?;
+                let r = status.region(region)?;
+                let replica = usize::from(f.role == Some(ReplicaRole::Backup));
+                let node = r
+                    .replicas
+                    .get(replica)
+                    .ok_or_else(|| {
+                        RunError::Process(format!("region {region} has no replica {replica}: {r:?}"))
+                    })?
+                    .node;
+                let process = local_process(&cluster, &file.memnodes, node).await?;
                 local
                     .memnode(process)
                     .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?
                     .kill()?;
-                say(
-                    options,
-                    &format!(
-                        "killed memory node {node} ({}) at {:.0} ms",
-                        f.role.unwrap_or(ReplicaRole::Primary),
-                        at_ms
-                    ),
-                );
+                let at = Instant::now();
                 killed.push((process, node));
-                let phases = watch_kill(&api, node, target).await?;
-                faults.push(fault(f.kind, f.role, node, at_ms, phases));
+                let phases = watch_kill(&cluster, region, node, at).await?;
+                Injected {
+                    kind: f.kind,
+                    role: f.role,
+                    node,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
             }
             FaultKind::RestartMemnode => {
                 let (process, node) = killed
                     .pop()
                     .ok_or_else(|| RunError::Process("a restart with no node killed".into()))?;
                 local.restart_memnode(process).map_err(local_error)?;
-                say(
-                    options,
-                    &format!("restarted memory node {node} at {:.0} ms", at_ms),
-                );
-                let phases = watch_restart(&api, node).await?;
-                faults.push(fault(f.kind, None, node, at_ms, phases));
+                let at = Instant::now();
+                let phases = watch_restart(&cluster, node, at).await?;
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
             }
             FaultKind::KillClient | FaultKind::PauseClient => {
                 return Err(RunError::Process(format!(
@@ -314,10 +365,15 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                     f.kind
                 )));
             }
-        }
-        for p in faults.last().map(|f: &MemnodeFault| &f.phases).into_iter() {
-            say(options, &format!("  phases: {p:?}"));
-        }
+        };
+        say(
+            options,
+            &format!(
+                "{} {} at {:.0} ms: {:?}",
+                done.kind, done.node, done.at_ms, done.phases
+            ),
+        );
+        injected.push(done);
     }
 
     let report = task
@@ -326,22 +382,16 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .map_err(RunError::index("the load failed"))?;
     stop.store(true, Ordering::Relaxed);
     let timeline = sampler.await.unwrap_or_default();
-    let elapsed = t0.elapsed();
+    let faults: Vec<MemnodeFault> = injected.into_iter().map(|i| i.outcome(&timeline)).collect();
     say(options, &format!("{} ops; checking", report.ops));
-    for f in &mut faults {
-        let b = (f.at_ms as usize).min(timeline.len());
-        f.ops_per_sec_before = crate::timeline::mean(&timeline, b.saturating_sub(1000)..b) * 1000.0;
-        let from = f.at_ms + f.phases.serving_ms.or(f.phases.active_ms).unwrap_or(0.0);
-        let a = from as usize;
-        f.ops_per_sec_after = crate::timeline::mean(&timeline, a..a + 1000) * 1000.0;
-    }
 
     // The region whole again before anything is compared.
     let deadline = Instant::now() + PHASE_TIMEOUT;
-    let region = loop {
-        let r = region_of(&api, INDEX).await?;
-        if whole(&r, target) {
-            break r;
+    loop {
+        let status = Status::read(&cluster).await?;
+        let r = status.region(region)?;
+        if r.whole() {
+            break;
         }
         if Instant::now() >= deadline {
             return Err(RunError::Process(format!(
@@ -349,15 +399,8 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
             )));
         }
         tokio::time::sleep(PHASE_POLL).await;
-    };
-    let check = check(
-        &cluster,
-        e.index.kind,
-        &report.acked,
-        report.errors.clone(),
-        region.id,
-    )
-    .await?;
+    }
+    let check = check(&cluster, &load, &report.acked, report.errors.clone(), region).await?;
     let passed = check.is_ok()
         && faults.iter().all(|f| match f.kind {
             FaultKind::KillMemnode => f.phases.rereplicated_ms.is_some(),
@@ -368,7 +411,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     drop(local);
     Ok(ReplicaSummary {
         ops: report.ops,
-        ops_per_sec: report.ops as f64 / elapsed.as_secs_f64(),
+        ops_per_sec: report.ops as f64 / e.duration.as_secs_f64(),
         retries: report.retries,
         timeline,
         faults,
@@ -380,25 +423,6 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
 
 fn local_error(e: harness::local::LocalError) -> RunError {
     RunError::Process(format!("local cluster: {e}"))
-}
-
-fn fault(
-    kind: FaultKind,
-    role: Option<ReplicaRole>,
-    node: MemNodeId,
-    at_ms: f64,
-    phases: Phases,
-) -> MemnodeFault {
-    MemnodeFault {
-        kind,
-        role,
-        node,
-        at_ms,
-        dead_to_serving_ms: phases.detected_ms.zip(phases.serving_ms).map(|(d, s)| s - d),
-        phases,
-        ops_per_sec_before: 0.0,
-        ops_per_sec_after: 0.0,
-    }
 }
 
 /// Ops per [`BUCKET_US`] bucket until `stop`.
@@ -415,30 +439,48 @@ async fn sample(t0: Instant, ops: &AtomicU64, stop: &AtomicBool) -> Vec<u64> {
     timeline
 }
 
-async fn region_of(api: &ControlClient, name: &str) -> Result<Region, RunError> {
-    let cp = |e: control_plane::api::ClientError| RunError::Control(e.to_string());
-    let x = api
-        .indexes()
-        .await
-        .map_err(cp)?
-        .into_iter()
-        .find(|x| x.name == name)
-        .ok_or_else(|| RunError::Control(format!("no index {name}")))?;
-    api.regions()
-        .await
-        .map_err(cp)?
-        .into_iter()
-        .find(|r| r.id == x.region)
-        .ok_or_else(|| RunError::Control(format!("no region {}", x.region)))
+/// One read of the control plane's state (bounded, from any member that
+/// answers: `Cluster::status`).
+struct Status(control_plane::api::Status);
+
+impl Status {
+    async fn read(cluster: &Cluster) -> Result<Status, RunError> {
+        cluster
+            .status()
+            .await
+            .map(Status)
+            .map_err(|e| RunError::Control(e.to_string()))
+    }
+
+    fn region_of(&self, index: &str) -> Result<&Region, RunError> {
+        let x = self
+            .0
+            .indexes
+            .iter()
+            .find(|x| x.name == index)
+            .ok_or_else(|| RunError::Control(format!("no index {index}")))?;
+        self.region(x.region)
+    }
+
+    fn region(&self, id: fabric::RegionId) -> Result<&Region, RunError> {
+        self.0
+            .regions
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| RunError::Control(format!("no region {id}")))
+    }
+
+    fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
+        self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
+    }
 }
 
 /// The local cluster's process index of memory node `node`.
-async fn process_of(api: &ControlClient, endpoints: &[String], node: MemNodeId) -> Result<usize, RunError> {
-    let nodes = api
-        .memnodes()
-        .await
-        .map_err(|e| RunError::Control(e.to_string()))?;
-    let endpoint = nodes
+async fn local_process(cluster: &Cluster, endpoints: &[String], node: MemNodeId) -> Result<usize, RunError> {
+    let status = Status::read(cluster).await?;
+    let endpoint = status
+        .0
+        .memnodes
         .iter()
         .find(|n| n.id == node)
         .map(|n| n.endpoint.clone())
@@ -450,36 +492,29 @@ async fn process_of(api: &ControlClient, endpoints: &[String], node: MemNodeId) 
     })
 }
 
-fn whole(r: &Region, target: usize) -> bool {
-    r.usable() && r.replicas.len() >= target && r.syncing.is_empty()
-}
-
-async fn node_state(api: &ControlClient, node: MemNodeId) -> Result<Option<MemNodeState>, RunError> {
-    let nodes = api
-        .memnodes()
-        .await
-        .map_err(|e| RunError::Control(e.to_string()))?;
-    Ok(nodes.iter().find(|n| n.id == node).map(|n| n.state))
-}
-
-/// Polls the control plane from a kill until the region is whole without
-/// `node`.
-async fn watch_kill(api: &ControlClient, node: MemNodeId, target: usize) -> Result<Phases, RunError> {
-    let start = Instant::now();
+/// Polls the control plane from a kill at `start` until `region` is
+/// whole without `node`.
+async fn watch_kill(
+    cluster: &Cluster,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+) -> Result<Phases, RunError> {
     let ms = || start.elapsed().as_secs_f64() * 1e3;
     let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        if p.detected_ms.is_none() && node_state(api, node).await? == Some(MemNodeState::Dead) {
+        let status = Status::read(cluster).await?;
+        if p.detected_ms.is_none() && status.node_state(node) == Some(MemNodeState::Dead) {
             p.detected_ms = Some(ms());
         }
-        let r = region_of(api, INDEX).await?;
+        let r = status.region(region)?;
         if p.evicted_ms.is_none() && !r.on(node) {
             p.evicted_ms = Some(ms());
         }
         if p.evicted_ms.is_some() && p.serving_ms.is_none() && r.usable() {
             p.serving_ms = Some(ms());
         }
-        if p.evicted_ms.is_some() && whole(&r, target) {
+        if p.evicted_ms.is_some() && r.whole() {
             p.rereplicated_ms = Some(ms());
             // A detection the poll missed is no later than the eviction.
             p.detected_ms = p.detected_ms.or(p.evicted_ms);
@@ -490,12 +525,12 @@ async fn watch_kill(api: &ControlClient, node: MemNodeId, target: usize) -> Resu
     Ok(p)
 }
 
-/// Polls the control plane from a restart until the node is active.
-async fn watch_restart(api: &ControlClient, node: MemNodeId) -> Result<Phases, RunError> {
-    let start = Instant::now();
+/// Polls the control plane from a restart at `start` until the node is
+/// active.
+async fn watch_restart(cluster: &Cluster, node: MemNodeId, start: Instant) -> Result<Phases, RunError> {
     let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        if node_state(api, node).await? == Some(MemNodeState::Active) {
+        if Status::read(cluster).await?.node_state(node) == Some(MemNodeState::Active) {
             p.active_ms = Some(start.elapsed().as_secs_f64() * 1e3);
             return Ok(p);
         }
@@ -507,40 +542,34 @@ async fn watch_restart(api: &ControlClient, node: MemNodeId) -> Result<Phases, R
 /// The final check (module docs, step 4).
 async fn check(
     cluster: &Cluster,
-    kind: IndexKind,
+    load: &LoadSpec,
     acked: &BTreeMap<u64, u64>,
     errors: Vec<String>,
     region: fabric::RegionId,
 ) -> Result<ReplicaRunCheck, RunError> {
-    let lost = cluster::load::lost(cluster, INDEX, kind, acked)
+    let lost = cluster::load::lost(cluster, INDEX, load.kind, acked)
         .await
         .map_err(RunError::index("cannot read the acknowledged keys back"))?;
-    let (structure_violations, structure) = match kind {
-        IndexKind::Btree => {
-            let mut t = cluster
-                .btree(INDEX)
-                .await
-                .map_err(RunError::index("cannot open the index"))?;
+    let (structure, object_bytes) = match Handle::open(cluster, INDEX, load.kind)
+        .await
+        .map_err(RunError::index("cannot open the index"))?
+    {
+        Handle::Tree(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            (r.violations.len() as u64, r.violations)
+            (r.violations, index::btree::node::NODE_BYTES as u32)
         }
-        IndexKind::Hash => {
-            let mut t = cluster
-                .hash(INDEX)
-                .await
-                .map_err(RunError::index("cannot open the index"))?;
+        Handle::Table(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            (r.violations.len() as u64, r.violations)
+            let bytes = u32::try_from(t.inner().subtable_bytes()).unwrap_or(u32::MAX);
+            (r.violations, bytes)
         }
     };
     let mut fabric = cluster.fabric();
     let heap = txn::Heap::open(&mut fabric, region)
         .await
         .map_err(RunError::index("cannot open the heap"))?;
-    let report = heap
-        .compare_replicas(&mut fabric, &|_| None, &|_| true)
-        .await
-        .map_err(RunError::index("cannot compare the replicas"))?;
+    // Any owner may have been cut off by the dead node while taking a chunk.
+    let replicas = compare_replicas(&mut fabric, &heap, object_bytes, &|_| true, 0).await?;
     Ok(ReplicaRunCheck {
         errors,
         acked_keys: acked.len() as u64,
@@ -550,16 +579,9 @@ async fn check(
             .take(10)
             .map(|(k, found, want)| format!("key {k}: found {found:?}, acknowledged {want}"))
             .collect(),
-        structure_violations,
+        structure_violations: structure.len() as u64,
         structure: structure.into_iter().take(10).collect(),
-        replicas: ReplicaCheck {
-            replicas: report.replicas,
-            words_compared: report.words_compared,
-            objects: report.objects,
-            differences: report.differences,
-            listed: report.listed.iter().take(10).map(ToString::to_string).collect(),
-            converged: 0,
-        },
+        replicas,
     })
 }
 
@@ -568,11 +590,7 @@ async fn check(
 fn write_outputs(s: &ReplicaSummary, out: &Path) -> Result<(), RunError> {
     let mut marks: Vec<(f64, String)> = Vec::new();
     for f in &s.faults {
-        let what = match f.role {
-            Some(r) => format!("{} {} ({r})", f.kind, f.node),
-            None => format!("{} {}", f.kind, f.node),
-        };
-        marks.push((f.at_ms, what));
+        marks.push((f.at_ms, f.label()));
         let p = &f.phases;
         for (name, t) in [
             ("detected", p.detected_ms),
@@ -615,15 +633,15 @@ fn write_outputs(s: &ReplicaSummary, out: &Path) -> Result<(), RunError> {
         &TimelinePlot {
             title: &title,
             bucket_ms,
-            smooth_buckets: 10,
+            smooth_buckets: SMOOTH_BUCKETS,
             series: &[Series {
                 label: "rtx".into(),
                 ops_per_bucket: s.timeline.clone(),
             }],
             markers: &markers,
         },
-        1200,
-        600,
+        PLOT_WIDTH,
+        PLOT_HEIGHT,
     )?;
     let path = out.join("summary.json");
     let json = serde_json::to_string_pretty(s).map_err(RunError::json("summary.json"))?;

@@ -51,7 +51,12 @@ impl HashTable {
     /// `new` won: brings every backup's slot there to `new` or to a later
     /// value of the primary's (module docs). Optimal tables and unreplicated
     /// regions have nothing to do.
-    pub(crate) async fn replicate_slot(&mut self, at: GlobalAddr, old: Slot, new: Slot) -> Result<(), IndexError> {
+    pub(crate) async fn replicate_slot(
+        &mut self,
+        at: GlobalAddr,
+        old: Slot,
+        new: Slot,
+    ) -> Result<(), IndexError> {
         if self.info.variant != Variant::Rtx {
             return Ok(());
         }
@@ -122,7 +127,11 @@ impl HashTable {
             for (b, copy) in copies.iter().enumerate().skip(1) {
                 for w in 0..copy.len() / 8 {
                     let (primary, backup) = (word(&copies[0], w), word(copy, w));
-                    if primary != backup && self.converge_slot(loc.base.add(w as u64 * 8), b - 1, backup).await? {
+                    if primary != backup
+                        && self
+                            .converge_slot(loc.base.add(w as u64 * 8), b - 1, backup)
+                            .await?
+                    {
                         moved += 1;
                     }
                 }
