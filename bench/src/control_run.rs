@@ -331,6 +331,7 @@ impl RegionTrack {
         let command = Command::PromoteBackup {
             region: self.id,
             node: self.backup,
+            restorer: None,
         };
         let outcome = match tokio::time::timeout(COMMAND_TIMEOUT, client.command(&command)).await {
             Ok(r) => r.with_context(|| format!("{command:?} at {}", client.endpoint()))?,

@@ -98,7 +98,11 @@ impl Cluster {
                 x.name
             )));
         }
-        let promote = Command::PromoteBackup { region, node };
+        let promote = Command::PromoteBackup {
+            region,
+            node,
+            restorer: Some(self.me.id),
+        };
         let r = match self
             .members
             .command(&format!("promoting node {node} in region {region}"), &promote)
@@ -125,12 +129,7 @@ impl Cluster {
     /// promotion left part-way needs. Durations count from this call.
     pub async fn finish_promotion(&self, region: RegionId) -> Result<Promotion, ClusterError> {
         let start = Instant::now();
-        let restoring = self
-            .status()
-            .await?
-            .regions
-            .iter()
-            .any(|r| r.id == region && r.being_restored());
+        let restoring = self.restoring(region).await?;
         self.restore_promoted(region, start, restoring).await
     }
 
@@ -189,7 +188,7 @@ impl Cluster {
                 "the promoter's lease is not certain".into(),
             ));
         }
-        let (epoch, primary) = self.await_fenced(region).await?;
+        let (epoch, primary) = self.claim_and_fence(region).await?;
         let fenced = start.elapsed();
         tokio::time::sleep(FENCE_SETTLE).await;
         let mut fabric = self.full_fabric().await?;
@@ -309,11 +308,39 @@ impl Cluster {
         Ok(moved)
     }
 
+    /// Claims the restore of `region` for this process
+    /// (`Command::ClaimRestore`, at a new epoch), then waits until every
+    /// replica's node fences at that epoch: from then on no verb of an
+    /// earlier claimant lands (a promoter that published nothing yet, a
+    /// coordinator of a leader that lost office), so two restorers never
+    /// write the region at once, nor one after the other published it.
+    /// Refused while another live client holds the claim. Returns the
+    /// epoch and the primary.
+    pub async fn claim_and_fence(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
+        let claim = Command::ClaimRestore {
+            region,
+            client: self.me.id,
+        };
+        self.members
+            .command(&format!("claiming the restore of region {region}"), &claim)
+            .await?;
+        self.await_fenced(region).await
+    }
+
+    async fn restoring(&self, region: RegionId) -> Result<bool, ClusterError> {
+        Ok(self
+            .status()
+            .await?
+            .regions
+            .iter()
+            .any(|r| r.id == region && r.being_restored()))
+    }
+
     /// Waits until every node holding `region` fences at the region's
     /// epoch; the region must be out of the clients' map (being restored
     /// after a promotion, or catching a new replica up). Returns that
     /// epoch and the primary.
-    pub async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
+    async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
             let status = self.status().await?;

@@ -149,7 +149,15 @@ async fn operator_api_refuses_bad_requests_and_changes_nothing() {
             "1 to",
         ),
         (Command::DrainMemNode { id: 77 }, 404, "no memory node 77"),
-        (Command::PromoteBackup { region: 9, node: 0 }, 404, "no region 9"),
+        (
+            Command::PromoteBackup {
+                region: 9,
+                node: 0,
+                restorer: None,
+            },
+            404,
+            "no region 9",
+        ),
         (Command::ExpireClient { id: 5 }, 404, "no client 5"),
         (
             Command::RegisterMemNode {

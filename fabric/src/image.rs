@@ -151,6 +151,13 @@ impl Header {
         (FIXED_WORDS + i as u64 * ENTRY_WORDS) * 8
     }
 
+    /// Byte offset of entry `i`'s access key: its last word, the one word
+    /// of an entry that changes (a region placed here again is re-keyed),
+    /// so it is written and read as one atomic word.
+    pub fn key_offset(i: usize) -> u64 {
+        Self::entry_offset(i) + (ENTRY_WORDS - 1) * 8
+    }
+
     /// The words of one region entry, as [`Header::encode`] lays them out.
     pub fn encode_entry(r: &RegionEntry) -> [u8; (ENTRY_WORDS * 8) as usize] {
         let mut out = [0u8; (ENTRY_WORDS * 8) as usize];
@@ -282,6 +289,8 @@ mod tests {
         let at = Header::entry_offset(0) as usize;
         assert_eq!(at, 48);
         assert_eq!(&page[at..at + 32], &Header::encode_entry(&e));
+        let key = Header::key_offset(0) as usize;
+        assert_eq!((key, page[key]), (72, 0xCC), "the key is the entry's last word");
         assert_eq!(page[REGION_COUNT_OFFSET as usize], 1);
         assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
     }

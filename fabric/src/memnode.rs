@@ -246,15 +246,20 @@ impl MemoryNode {
                 // was declared dead and came back): the control plane
                 // gave the new replica a new key, and recovery copies it
                 // afresh. Verbs with the old key are refused from now on.
-                let i = self
+                let (i, old) = self
                     .regions
                     .entries()
                     .position(|x| x.id == id)
-                    .unwrap_or_default();
-                let entry = RegionEntry { key, ..*e };
+                    .zip(now)
+                    .ok_or_else(|| NodeError::Regions(format!("region {id} vanished from the table")))?;
                 self.memory
-                    .write(Header::entry_offset(i) as usize, &Header::encode_entry(&entry));
+                    .cas(Header::key_offset(i) as usize, u64::from(old), u64::from(key));
                 self.regions.rekey(id, key);
+                if self.memory.is_file_backed() {
+                    self.memory
+                        .flush(0, PAGE_BYTES as usize)
+                        .map_err(|e| NodeError::Map(e, PAGE_BYTES))?;
+                }
                 return Ok(true);
             }
             return Err(NodeError::Regions(format!(
@@ -309,9 +314,7 @@ impl MemoryNode {
         let count = self.memory.load(REGION_COUNT_OFFSET as usize) as usize;
         // Keys first: an entry's key word is the one word that changes.
         for (i, e) in self.regions.entries().enumerate() {
-            let mut words = [0u8; 32];
-            self.memory.read(Header::entry_offset(i) as usize, &mut words);
-            let key = u64::from_le_bytes(words[24..32].try_into().unwrap_or_default());
+            let key = self.memory.load(Header::key_offset(i) as usize);
             if let Ok(key) = AccessKey::try_from(key) {
                 self.regions.rekey(e.id, key);
             }

@@ -226,7 +226,18 @@ impl Coordinator {
                 return self.evict(r, l.node).await.map(Some);
             }
         }
-        for r in &status.regions {
+        // A region another live client is restoring (a `ctl region promote`)
+        // is its to finish; if it dies, its claim lapses with its lease.
+        let claimed_by_other = |r: &control_plane::state::Region| {
+            r.restorer.is_some_and(|h| {
+                h != self.cluster.id()
+                    && status
+                        .clients
+                        .iter()
+                        .any(|c| c.id == h && c.state == ClientState::Live)
+            })
+        };
+        for r in status.regions.iter().filter(|r| !claimed_by_other(r)) {
             if r.restoring {
                 let p = self.cluster.finish_promotion(r.id).await?;
                 let what = format!(
@@ -282,7 +293,7 @@ impl Coordinator {
 
     async fn catch_up(&mut self, region: RegionId, node: MemNodeId) -> Result<Step, RecoveryError> {
         let start = Instant::now();
-        self.cluster.await_fenced(region).await?;
+        self.cluster.claim_and_fence(region).await?;
         tokio::time::sleep(cluster::FENCE_SETTLE).await;
         let mut fabric = self.cluster.full_fabric().await?;
         let copied = self.copies.remove(&(region, node));

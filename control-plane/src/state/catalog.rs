@@ -45,6 +45,7 @@ impl ControlState {
         }
         r.restoring = false;
         r.catching_up = None;
+        r.restorer = None;
         r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
     }

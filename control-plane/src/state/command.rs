@@ -55,6 +55,20 @@ pub enum Command {
         region: RegionId,
         /// The backup's node.
         node: MemNodeId,
+        /// The client that will restore it, claimed with the promotion
+        /// (`ClaimRestore`); none: whoever claims it first.
+        #[serde(default)]
+        restorer: Option<ClientId>,
+    },
+    /// Claims the restore of a region being restored for `client`, at a
+    /// new epoch: refused while another live client holds the claim. A
+    /// claimant waits until every replica's node fences at that epoch
+    /// before it writes, so an earlier claimant's verbs are refused.
+    ClaimRestore {
+        /// The region.
+        region: RegionId,
+        /// The claimant.
+        client: ClientId,
     },
     /// Starts a new replica on an active node: allocated there, then
     /// copied by recovery while clients keep writing the others, then
@@ -184,6 +198,7 @@ impl Command {
                 | Command::RemoveMemNode { .. }
                 | Command::CreateRegion { .. }
                 | Command::PromoteBackup { .. }
+                | Command::ClaimRestore { .. }
                 | Command::AddBackup { .. }
                 | Command::JoinBackup { .. }
                 | Command::EvictReplica { .. }

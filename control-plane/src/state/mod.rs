@@ -150,7 +150,12 @@ impl ControlState {
             Command::CreateRegion { size_bytes, replicas } => {
                 self.create_region(size_bytes, replicas, req.nonce)
             }
-            Command::PromoteBackup { region, node } => self.promote(region, node),
+            Command::PromoteBackup {
+                region,
+                node,
+                restorer,
+            } => self.promote(region, node, restorer),
+            Command::ClaimRestore { region, client } => self.claim_restore(region, client),
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
             Command::JoinBackup { region, node } => self.join_backup(region, node),
             Command::EvictReplica { region, node } => self.evict_replica(region, node),
@@ -343,6 +348,7 @@ impl ControlState {
             restoring: false,
             syncing: Vec::new(),
             catching_up: None,
+            restorer: None,
             replication: replicas.len() as u8,
             replicas,
             epoch: self.next_epoch(),
@@ -363,7 +369,7 @@ impl ControlState {
             .ok_or(CommandError::UnknownRegion { id })
     }
 
-    fn promote(&mut self, region: RegionId, node: MemNodeId) -> Response {
+    fn promote(&mut self, region: RegionId, node: MemNodeId, restorer: Option<ClientId>) -> Response {
         if !self.memnodes.contains_key(&node) {
             return Err(CommandError::UnknownMemNode { id: node });
         }
@@ -380,6 +386,7 @@ impl ControlState {
         // Out of the map until the new primary's primary-only words are
         // rebuilt (`region_restored`).
         r.restoring = true;
+        r.restorer = restorer;
         Ok(Outcome::Region(r.clone()))
     }
 
@@ -549,6 +556,12 @@ impl ControlState {
             if let Some(n) = r.catching_up.filter(|&n| !r.serves(n)) {
                 return Err(format!(
                     "region {} catches up node {n}, which it does not write",
+                    r.id
+                ));
+            }
+            if let Some(c) = r.restorer.filter(|_| !r.being_restored()) {
+                return Err(format!(
+                    "region {} is claimed by restorer {c} but not being restored",
                     r.id
                 ));
             }

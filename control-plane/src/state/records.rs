@@ -91,6 +91,12 @@ pub struct Region {
     /// is out of the clients' map until `region_restored`.
     #[serde(default)]
     pub catching_up: Option<MemNodeId>,
+    /// The client restoring it while it is being restored
+    /// (`claim_restore`): one promoter at a time, so that none rebuilds
+    /// lock words or aligns backups after another has published the
+    /// region and clients write it again.
+    #[serde(default)]
+    pub restorer: Option<ClientId>,
     /// Replicas it should have (1 + f): recovery makes new ones while it
     /// has fewer. 0 in records made before this field: the count at
     /// creation is unknown, and the current count is taken.

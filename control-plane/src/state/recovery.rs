@@ -5,7 +5,7 @@
 //! dies between two of them leaves a state the next one resumes from.
 
 use super::{ControlState, MemNodeState, Outcome, Response};
-use crate::state::{CommandError, MemNodeId, RegionId};
+use crate::state::{ClientId, ClientState, CommandError, MemNodeId, RegionId};
 
 impl ControlState {
     /// Drops `node`'s replica of `region`; `node` must be dead. A dead
@@ -66,6 +66,9 @@ impl ControlState {
                     })?;
                 r.replicas.swap(0, heir);
                 r.restoring = true;
+                // Whoever restored the last promotion works on a map
+                // this one replaced: the next claim fences it.
+                r.restorer = None;
                 r.replicas.remove(heir);
             } else {
                 r.replicas.remove(at);
@@ -103,6 +106,39 @@ impl ControlState {
         let x = r.syncing.remove(i);
         r.replicas.push(x);
         r.catching_up = Some(node);
+        r.restorer = None;
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
+    /// `client` claims the restore of `region` (see `Region::restorer`):
+    /// granted while the region is being restored and no other live
+    /// client holds the claim; a new epoch, which the claimant waits for
+    /// every replica's node to fence at before it writes.
+    pub(super) fn claim_restore(&mut self, region: RegionId, client: ClientId) -> Response {
+        let r = self
+            .regions
+            .get(&region)
+            .ok_or(CommandError::UnknownRegion { id: region })?;
+        if !r.being_restored() {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is not being restored"
+            )));
+        }
+        if let Some(holder) = r.restorer.filter(|&h| h != client) {
+            if self
+                .clients
+                .get(&holder)
+                .is_some_and(|c| c.state == ClientState::Live)
+            {
+                return Err(CommandError::Conflict(format!(
+                    "region {region} is being restored by client {holder}"
+                )));
+            }
+        }
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        r.restorer = Some(client);
         r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
     }

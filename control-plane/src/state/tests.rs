@@ -115,6 +115,7 @@ fn a_promoted_region_leaves_the_map_until_it_is_restored() {
         Command::PromoteBackup {
             region: r.id,
             node: backup,
+            restorer: None,
         },
     )) else {
         panic!("promote")
@@ -126,6 +127,7 @@ fn a_promoted_region_leaves_the_map_until_it_is_restored() {
         Command::PromoteBackup {
             region: r.id,
             node: r.replicas[0].node,
+            restorer: None,
         },
     ));
     assert!(matches!(again, Err(CommandError::Conflict(_))), "{again:?}");
@@ -199,6 +201,7 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
             Command::PromoteBackup {
                 region: r.id,
                 node: b,
+                restorer: None,
             },
         ))
         .unwrap();
@@ -211,7 +214,8 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
             5,
             Command::PromoteBackup {
                 region: r.id,
-                node: b
+                node: b,
+                restorer: None
             }
         )),
         Err(CommandError::Conflict(_))
@@ -294,7 +298,14 @@ fn promote_add_and_remove_backups_bump_the_epoch() {
         ))
         .is_err());
     assert!(s
-        .apply(&req(8, Command::PromoteBackup { region: 77, node: p }))
+        .apply(&req(
+            8,
+            Command::PromoteBackup {
+                region: 77,
+                node: p,
+                restorer: None
+            }
+        ))
         .is_err());
     assert_eq!(s.epoch, 8);
     assert_eq!(s.check(), Ok(()));
@@ -794,5 +805,63 @@ fn a_join_cut_by_the_primary_s_death_goes_back_to_being_made() {
     assert_eq!((x.replicas.len(), x.catching_up), (1, None));
     assert_eq!(x.syncing.iter().map(|l| l.node).collect::<Vec<_>>(), vec![spare]);
     assert!(x.restoring);
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn one_live_restorer_claims_a_region_at_a_time_at_a_new_epoch() {
+    let mut s = cluster(2, 1 << 30);
+    let r = ready_region(&mut s, 2);
+    let register = |s: &mut ControlState, name: &str| match s.apply(&req(
+        5,
+        Command::RegisterClient {
+            name: name.into(),
+            owner_ids: 1,
+            lease_ms: 1000,
+        },
+    )) {
+        Ok(Outcome::Client(c)) => c.id,
+        other => panic!("{other:?}"),
+    };
+    let (promoter, coordinator) = (register(&mut s, "ctl"), register(&mut s, "recovery"));
+    let claim =
+        |s: &mut ControlState, client| s.apply(&req(6, Command::ClaimRestore { region: r.id, client }));
+    // Nothing to claim while the region serves.
+    assert!(matches!(
+        claim(&mut s, coordinator),
+        Err(CommandError::Conflict(_))
+    ));
+    // The promoter claims with its promotion, and again (a new epoch).
+    s.apply(&req(
+        6,
+        Command::PromoteBackup {
+            region: r.id,
+            node: r.replicas[1].node,
+            restorer: Some(promoter),
+        },
+    ))
+    .unwrap();
+    let e = s.epoch;
+    let Ok(Outcome::Region(c)) = claim(&mut s, promoter) else {
+        panic!("the holder claims again")
+    };
+    assert!(c.epoch > e && c.restorer == Some(promoter));
+    // Another client may not while the holder lives...
+    assert!(matches!(
+        claim(&mut s, coordinator),
+        Err(CommandError::Conflict(_))
+    ));
+    // ...and may once it expired: the claim moves, at a newer epoch.
+    s.apply(&req(7, Command::ExpireClient { id: promoter })).unwrap();
+    let Ok(Outcome::Region(c2)) = claim(&mut s, coordinator) else {
+        panic!("an expired holder's claim lapses")
+    };
+    assert!(c2.epoch > c.epoch && c2.restorer == Some(coordinator));
+    assert_eq!(s.check(), Ok(()));
+    // Publishing ends the claim.
+    let Ok(Outcome::Region(done)) = s.apply(&req(8, Command::RegionRestored { region: r.id })) else {
+        panic!("published")
+    };
+    assert_eq!(done.restorer, None);
     assert_eq!(s.check(), Ok(()));
 }

@@ -206,7 +206,11 @@ async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result
             node,
             no_restore: true,
             ..
-        } => Command::PromoteBackup { region, node },
+        } => Command::PromoteBackup {
+            region,
+            node,
+            restorer: None,
+        },
         RegionCommand::Promote {
             region, node, resume, ..
         } => return promote(api, region, node, resume, json).await,

@@ -79,8 +79,11 @@ pub fn command(c: &Command) -> String {
                 bytes(*size_bytes)
             )
         }
-        Command::PromoteBackup { region, node } => {
+        Command::PromoteBackup { region, node, .. } => {
             format!("promote the backup of region {region} on node {node}")
+        }
+        Command::ClaimRestore { region, client } => {
+            format!("claim the restore of region {region} for client {client}")
         }
         Command::AddBackup { region, node } => {
             format!("start a new replica of region {region} on node {node}")
