@@ -245,7 +245,13 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     let c = &e.cluster;
     let dir = options.out.join(Variant::Rtx.to_string());
     std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
-    let spec = cluster_spec(e, &dir.join("cluster"));
+    // The cluster is this run's own: images a previous run left there
+    // (`--persist`) would come back as stale nodes.
+    let cluster_dir = dir.join("cluster");
+    if cluster_dir.exists() {
+        std::fs::remove_dir_all(&cluster_dir).map_err(|err| RunError::io(&cluster_dir, err))?;
+    }
+    let spec = cluster_spec(e, &cluster_dir);
     spec.validate().map_err(local_error)?;
     say(
         options,
