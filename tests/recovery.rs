@@ -52,13 +52,20 @@ struct Setup {
 
 impl Setup {
     async fn under_load(kind: IndexKind, seed: u64) -> Setup {
+        Setup::under_load_with(kind, seed, Vec::new()).await
+    }
+
+    /// [`Setup::under_load`] with `env` in every control-plane member's
+    /// environment.
+    async fn under_load_with(kind: IndexKind, seed: u64, env: Vec<(String, String)>) -> Setup {
         let dir = tempfile::tempdir().unwrap();
         let text = format!(
             "dir = {:?}\n[memory]\nnodes = 4\ncapacity = \"128MiB\"\ntransport = \"tcp\"\npersist = true\n\
              [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"100ms\"\nclient_lease = \"1s\"\n",
             dir.path()
         );
-        let spec = LocalClusterSpec::parse(&text, "test").unwrap();
+        let mut spec = LocalClusterSpec::parse(&text, "test").unwrap();
+        spec.control.env = env;
         let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
         let file = local.file.clone();
         let c = Arc::new(
@@ -220,6 +227,92 @@ async fn a_hash_tables_killed_primary_loses_nothing_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hash_tables_killed_backup_is_replaced_under_load() {
     replica_killed_under_load(IndexKind::Hash, 2, 14).await;
+}
+
+/// Crash points of recovery itself: the coordinator (the Raft leader's)
+/// dies right after each of its steps in turn, once each, while a
+/// B+tree's primary is replaced under load. Dead members are started
+/// again only when the majority is gone, so each next leader is as often
+/// another member as the restarted one; each resumes from the replicated
+/// state, and the dead coordinators' own client registrations are rolled
+/// and forgotten like any dead client's. Same checks as a kill without
+/// crashes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn recovery_finishes_though_its_coordinator_dies_after_each_of_its_steps() {
+    coordinator_dies_after_each_step(IndexKind::Btree, 15).await;
+}
+
+/// The same crash points while a hash table's primary is replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hash_tables_recovery_finishes_though_its_coordinator_dies_after_each_step() {
+    coordinator_dies_after_each_step(IndexKind::Hash, 16).await;
+}
+
+async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
+    use kintsugi::recovery::coordinator::{Step, RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
+    let marks = tempfile::tempdir().unwrap();
+    let env = vec![
+        (RECOVERY_CRASH_ENV.to_owned(), "each".to_owned()),
+        (
+            RECOVERY_CRASH_ONCE_ENV.to_owned(),
+            marks.path().display().to_string(),
+        ),
+        // Each step in the members' logs, for a run that fails.
+        ("RUST_LOG".to_owned(), "warn,recovery=info".to_owned()),
+    ];
+    let Setup {
+        dir: _dir,
+        mut local,
+        file,
+        c,
+        api,
+        load,
+        running,
+    } = Setup::under_load_with(kind, seed, env).await;
+    let before = region_of(&api, "orders").await;
+    let dead = before.primary();
+    let memnodes = api.memnodes().await.unwrap();
+    let endpoint = &memnodes.iter().find(|n| n.id == dead).unwrap().endpoint;
+    let victim = file.memnodes.iter().position(|e| e == endpoint).unwrap();
+    local.memnode(victim).unwrap().kill().unwrap();
+
+    let crashed = |step: Step| marks.path().join(step.name()).exists();
+    let after = eventually(
+        "recovery through a crash after each of its steps",
+        Duration::from_secs(120),
+        async || {
+            // A dead member is started again only once the cluster has
+            // lost its majority, so that the others lead in between.
+            let n = local.control().members.len();
+            let down: Vec<usize> = (0..n)
+                .filter(|&i| local.control().exited(i) || !local.control().members[i].alive())
+                .collect();
+            if n - down.len() <= n / 2 {
+                for i in down {
+                    local.control().restart(i).await.unwrap();
+                }
+            }
+            // From any member that answers: member 1 may be down.
+            let status = c.status().await.unwrap();
+            let index = status.indexes.iter().find(|x| x.name == "orders").unwrap();
+            let r = status
+                .regions
+                .iter()
+                .find(|r| r.id == index.region)
+                .unwrap()
+                .clone();
+            // Each step's mark is made just before its member aborts: it
+            // is done once that member is seen gone and started again.
+            let all_crashed = Step::ALL.into_iter().all(crashed)
+                && (0..n).all(|i| !local.control().exited(i) && local.control().members[i].alive());
+            (all_crashed && whole(&r) && !r.on(dead)).then_some(r)
+        },
+    )
+    .await;
+    assert_eq!(after.primary(), before.replicas[1].node);
+    running.more(1_000).await;
+    stop_with_nothing_lost(running, &c, &load).await;
+    replicas_agree(&c, after.id, 3).await;
 }
 
 /// Kills the node of replica `replica` (0: the primary) of an index of

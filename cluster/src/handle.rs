@@ -7,7 +7,9 @@
 //! map: the handle waits for the map that has it again), then runs the
 //! operation again (rTX settles a commit cut
 //! off this way before its next transaction: `docs/txn.md`). A lost
-//! connection is reconnected by the transport on the next batch. The
+//! connection is reconnected by the transport on the next batch, and a
+//! lease that lapsed because no renewal got through in time (the control
+//! plane between leaders) is waited for until a renewal lands. The
 //! application sees neither, only the time they took; after
 //! [`RETRIES_MAX`] it sees the error.
 
@@ -75,6 +77,10 @@ impl Retry {
                 let waited = tokio::time::timeout(MAP_WAIT, self.epochs.wait_for(|&e| e > now)).await;
                 matches!(waited, Ok(Ok(_)))
             }
+            // The process could not renew its lease in time (no leader
+            // for a moment): no verb was issued. A renewal that arrives
+            // lets it go on; a lease that is lost for good does not.
+            Some(FabricError::LeaseUncertain) => self.mandate.held_within(MAP_WAIT).await,
             Some(FabricError::Disconnected { .. }) => {
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 true

@@ -10,9 +10,11 @@
 //! again: a client that cannot prove its lease holds (it could not renew,
 //! or it was paused past it) stops before the control plane may expire it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::addr::Epoch;
 use crate::map::{ClusterMap, MapError};
@@ -27,6 +29,10 @@ pub struct Mandate {
     /// Nanoseconds after `base` until which the lease certainly holds;
     /// 0: not (yet, or any more).
     until_ns: AtomicU64,
+    /// Set for good by [`Mandate::revoke`]: no extension brings it back.
+    revoked: AtomicBool,
+    /// Wakes [`Mandate::held_within`] on every extension and revocation.
+    changed: Notify,
 }
 
 impl Mandate {
@@ -37,6 +43,8 @@ impl Mandate {
             map: RwLock::new(Arc::new(map)),
             base: Instant::now(),
             until_ns: AtomicU64::new(0),
+            revoked: AtomicBool::new(false),
+            changed: Notify::new(),
         };
         m.extend(until);
         Arc::new(m)
@@ -79,18 +87,44 @@ impl Mandate {
     pub fn extend(&self, until: Instant) {
         let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
         self.until_ns.fetch_max(ns, Ordering::AcqRel);
+        self.changed.notify_waiters();
     }
 
     /// The lease is lost (the control plane refused it, or the process is
-    /// closing): no verb is issued under this mandate again.
+    /// closing): no verb is issued under this mandate again, whatever
+    /// renewal arrives late.
     pub fn revoke(&self) {
+        self.revoked.store(true, Ordering::Release);
         self.until_ns.store(0, Ordering::Release);
+        self.changed.notify_waiters();
     }
 
     /// Whether the lease certainly holds now.
     pub fn holds(&self) -> bool {
         let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        now < self.until_ns.load(Ordering::Acquire)
+        now < self.until_ns.load(Ordering::Acquire) && !self.revoked.load(Ordering::Acquire)
+    }
+
+    /// Waits, at most `within`, until the lease certainly holds again (a
+    /// renewal that was late arrives); false if it does not by then or is
+    /// revoked. A lease that lapsed only because the control plane was
+    /// briefly without a leader comes back this way.
+    pub async fn held_within(&self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            // Registered before the check, so an extension between the
+            // check and the wait is not missed.
+            let changed = self.changed.notified();
+            if self.holds() {
+                return true;
+            }
+            if self.revoked.load(Ordering::Acquire) {
+                return false;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return self.holds();
+            }
+        }
     }
 }
 
@@ -136,5 +170,31 @@ mod tests {
         assert!(m.holds(), "an older renewal never shortens it");
         m.revoke();
         assert!(!m.holds());
+        m.extend(now + Duration::from_secs(7200));
+        assert!(
+            !m.holds(),
+            "a renewal arriving after a revocation does not bring it back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_is_waited_for_until_extended_or_revoked() {
+        let now = Instant::now();
+        let m = Mandate::new(map(1), now);
+        assert!(!m.held_within(Duration::ZERO).await, "lapsed, nothing extends it");
+        let waiting = {
+            let m = m.clone();
+            tokio::spawn(async move { m.held_within(Duration::from_secs(3600)).await })
+        };
+        tokio::task::yield_now().await;
+        m.extend(now + Duration::from_secs(3600));
+        assert!(waiting.await.unwrap(), "an extension ends the wait");
+        let lapsed = Mandate::new(map(1), now);
+        let waiting = {
+            let m = lapsed.clone();
+            tokio::spawn(async move { m.held_within(Duration::from_secs(3600)).await })
+        };
+        lapsed.revoke();
+        assert!(!waiting.await.unwrap(), "a revocation ends the wait");
     }
 }

@@ -101,6 +101,10 @@ pub struct Member {
     pub data_dir: PathBuf,
     /// `None` once killed.
     process: Option<Process>,
+    /// Times it was started again: a restarted member logs to a file of
+    /// its own (`control-plane-<id>.restart-<n>.log`), keeping what the
+    /// dead one wrote.
+    restarts: u32,
 }
 
 impl Member {
@@ -126,6 +130,8 @@ pub struct ControlPlane {
     /// The members' settings file, when started configured.
     config: Option<PathBuf>,
     exe: PathBuf,
+    /// Added to every member's environment.
+    env: Vec<(String, String)>,
     logs: MemberLogs,
     dir: PathBuf,
     /// Declared last: removed after the members are gone.
@@ -139,21 +145,23 @@ impl ControlPlane {
     /// formed cluster refuses to form a new one). They are not a cluster
     /// yet: [`ControlPlane::form`].
     pub fn start(exe: &Path, n: usize, dir: Option<&Path>, logs: MemberLogs) -> Result<Self, ControlError> {
-        Self::start_inner(exe, n, dir, logs, None)
+        Self::start_inner(exe, n, dir, logs, None, &[])
     }
 
     /// [`ControlPlane::start`] with `timing`, and a second, client-role
     /// token ([`ControlPlane::client_token`]): the members read both
     /// tokens, the secret and the timing from `DIR/control.toml` (mode
-    /// 0600).
+    /// 0600). Every member is started (and restarted) with `env` added
+    /// to its environment.
     pub fn start_configured(
         exe: &Path,
         n: usize,
         dir: &Path,
         logs: MemberLogs,
         timing: &Timing,
+        env: &[(String, String)],
     ) -> Result<Self, ControlError> {
-        Self::start_inner(exe, n, Some(dir), logs, Some(timing))
+        Self::start_inner(exe, n, Some(dir), logs, Some(timing), env)
     }
 
     fn start_inner(
@@ -162,6 +170,7 @@ impl ControlPlane {
         dir: Option<&Path>,
         logs: MemberLogs,
         timing: Option<&Timing>,
+        env: &[(String, String)],
     ) -> Result<Self, ControlError> {
         let (dir, temp) = match dir {
             Some(d) => (d.to_owned(), None),
@@ -185,6 +194,7 @@ impl ControlPlane {
             secret: Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS),
             config: None,
             exe: exe.to_owned(),
+            env: env.to_vec(),
             logs,
             dir,
             _temp: temp,
@@ -203,7 +213,7 @@ impl ControlPlane {
                     source,
                 })?;
             }
-            let member = plane.spawn(id, "127.0.0.1:0", data_dir)?;
+            let member = plane.spawn(id, "127.0.0.1:0", data_dir, 0)?;
             plane.members.push(member);
         }
         Ok(plane)
@@ -257,7 +267,13 @@ impl ControlPlane {
     }
 
     /// Starts one member and waits for its `listening ADDR`.
-    fn spawn(&self, id: MemberId, listen: &str, data_dir: PathBuf) -> Result<Member, ControlError> {
+    fn spawn(
+        &self,
+        id: MemberId,
+        listen: &str,
+        data_dir: PathBuf,
+        restarts: u32,
+    ) -> Result<Member, ControlError> {
         let launch = Launch::new(&self.exe, format!("control-plane member {id}"))
             .args([
                 "control",
@@ -278,8 +294,13 @@ impl ControlPlane {
             .quiet()
             // A member is crashed on purpose, never shut down.
             .stop_by(StopBy::Kill);
+        // Last, so that the caller's variables win (RUST_LOG included).
+        let launch = self.env.iter().fold(launch, |launch, (k, v)| launch.env(k, v));
         let launch = match &self.logs {
-            MemberLogs::Files(dir) => launch.log_to(dir.join(format!("control-plane-{id}.log"))),
+            MemberLogs::Files(dir) => launch.log_to(dir.join(match restarts {
+                0 => format!("control-plane-{id}.log"),
+                n => format!("control-plane-{id}.restart-{n}.log"),
+            })),
             MemberLogs::Forward => launch.forward_stderr(format!("member {id}: ")),
         };
         let mut process = launch.spawn()?;
@@ -289,7 +310,20 @@ impl ControlPlane {
             addr,
             data_dir,
             process: Some(process),
+            restarts,
         })
+    }
+
+    /// True if member `i` was started and has exited on its own since (a
+    /// crash point planted through its environment); it counts as killed
+    /// from then on, so [`ControlPlane::restart`] may start it again.
+    pub fn exited(&mut self, i: usize) -> bool {
+        let m = &mut self.members[i];
+        let exited = m.process.as_mut().is_some_and(|p| !p.alive());
+        if exited {
+            m.process = None;
+        }
+        exited
     }
 
     /// SIGKILLs member `i` (a crash) and returns when it was sent.
@@ -304,17 +338,17 @@ impl ControlPlane {
     /// Restarts member `i`, killed before, on its old address and data
     /// directory, so the membership the others hold stays valid.
     pub async fn restart(&mut self, i: usize) -> Result<(), ControlError> {
-        let (id, addr, data_dir) = {
+        let (id, addr, data_dir, restarts) = {
             let m = &self.members[i];
             if m.alive() {
                 return Err(ControlError::StillRunning { id: m.id });
             }
-            (m.id, m.addr.clone(), m.data_dir.clone())
+            (m.id, m.addr.clone(), m.data_dir.clone(), m.restarts + 1)
         };
         let mut tries = 0;
         loop {
             tries += 1;
-            match self.spawn(id, &addr, data_dir.clone()) {
+            match self.spawn(id, &addr, data_dir.clone(), restarts) {
                 Ok(m) if m.addr == addr => {
                     self.members[i] = m;
                     return Ok(());

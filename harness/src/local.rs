@@ -63,6 +63,11 @@ pub struct LocalClusterSpec {
 pub struct ControlSection {
     /// Members (voters).
     pub members: usize,
+    /// Environment variables every member is started with (and restarted
+    /// with). Not read from a file: tests set it to plant crash points in
+    /// the members (`KINTSUGI_RECOVERY_CRASH_AFTER`).
+    #[serde(skip)]
+    pub env: Vec<(String, String)>,
 }
 
 /// `[memory]`.
@@ -105,7 +110,10 @@ impl Default for LocalClusterSpec {
 
 impl Default for ControlSection {
     fn default() -> Self {
-        ControlSection { members: 3 }
+        ControlSection {
+            members: 3,
+            env: Vec::new(),
+        }
     }
 }
 
@@ -322,6 +330,7 @@ impl LocalCluster {
             &dir,
             MemberLogs::Files(dir.clone()),
             &spec.timing,
+            &spec.control.env,
         )?;
         control.form().await?;
         let endpoints: Vec<String> = (0..spec.control.members)

@@ -38,6 +38,18 @@ use crate::RecoveryError;
 /// quarantines do not change the map.
 pub const TICK: Duration = Duration::from_millis(20);
 
+/// Longest a pass that copies nothing may take before it is abandoned and
+/// begun again: a pass waits on the control plane and on memory nodes,
+/// and one that waits for good must not stop recovery. Far beyond the
+/// control plane's answers ([`cluster::members::MEMBER_TIMEOUT`] each) and a
+/// fence.
+pub const PASS_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The slowest copy rate a pass is given time for, on top of
+/// [`PASS_TIMEOUT`], for the largest region (a copy or catch-up reads it
+/// whole): far below loopback tcp's.
+pub const COPY_RATE_FLOOR_BYTES_PER_S: u64 = 16 << 20;
+
 /// The name the coordinator joins the cluster under (it holds owner ids
 /// for its repairs like any client, and shows in `ctl clients`).
 pub const CLIENT_NAME: &str = "recovery";
@@ -107,6 +119,18 @@ impl std::str::FromStr for Step {
         })
     }
 }
+
+/// Names the recovery steps after which a control-plane member running a
+/// coordinator aborts (a comma-separated list of [`Step`] names, or
+/// `each`): crash points of recovery itself, for tests. Read by
+/// `kintsugi control`.
+pub const RECOVERY_CRASH_ENV: &str = "KINTSUGI_RECOVERY_CRASH_AFTER";
+
+/// A directory shared by the members: with it, each step of
+/// [`RECOVERY_CRASH_ENV`] crashes one member once (the first to create the
+/// step's mark file there), so the members that take over finish the work
+/// instead of crashing at the same point in turn.
+pub const RECOVERY_CRASH_ONCE_ENV: &str = "KINTSUGI_RECOVERY_CRASH_ONCE";
 
 /// Called after every step taken, with the step, the region or client it
 /// was about, and what it did in words.
@@ -194,16 +218,37 @@ impl Coordinator {
     pub async fn run(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) {
         let mut epochs = self.cluster.epochs();
         while leading() {
-            match self.pass().await {
-                Ok(Some(_)) => continue,
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "recovery step failed; trying again"),
+            let timeout = self.pass_timeout();
+            match tokio::time::timeout(timeout, self.pass()).await {
+                Ok(Ok(Some(_))) => continue,
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "recovery step failed; trying again"),
+                // Every step is safe to stop after any verb (a crashed
+                // coordinator stops that way): the next pass redoes it.
+                Err(_) => tracing::warn!(
+                    ?timeout,
+                    "a recovery pass did not finish in time; abandoned and tried again"
+                ),
             }
             tokio::select! {
                 _ = epochs.changed() => {}
                 _ = tokio::time::sleep(self.options.tick) => {}
             }
         }
+    }
+
+    /// [`PASS_TIMEOUT`], and time to copy the largest region at
+    /// [`COPY_RATE_FLOOR_BYTES_PER_S`].
+    fn pass_timeout(&self) -> Duration {
+        let bytes = self
+            .cluster
+            .map()
+            .regions()
+            .iter()
+            .map(|r| r.size)
+            .max()
+            .unwrap_or(0);
+        PASS_TIMEOUT + Duration::from_secs(bytes / COPY_RATE_FLOOR_BYTES_PER_S)
     }
 
     /// Looks at the state once and takes the first step it calls for

@@ -9,6 +9,7 @@ use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Leadership, Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
+use recovery::coordinator::{RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
 use recovery::{Coordinator, RecoveryOptions, Step};
 use std::sync::Arc;
 
@@ -156,15 +157,9 @@ fn recovery_plan(settings: &Settings) -> anyhow::Result<Option<(String, Recovery
                 "recovery needs an operator or admin token in the config; or set [recovery] enabled = false"
             )
         })?;
-    let crash_after: Option<Step> = match std::env::var(RECOVERY_CRASH_ENV) {
-        Ok(s) => Some(
-            s.parse()
-                .map_err(|e: String| anyhow::anyhow!("{RECOVERY_CRASH_ENV}: {e}"))?,
-        ),
-        Err(_) => None,
-    };
+    let crash = CrashPoints::from_env()?;
     let on_step: recovery::coordinator::StepHook = Arc::new(move |step, _, what| {
-        if crash_after == Some(step) {
+        if crash.now(step) {
             tracing::error!(%step, "{what}; crashing as {RECOVERY_CRASH_ENV} asks");
             std::process::abort();
         }
@@ -179,9 +174,47 @@ fn recovery_plan(settings: &Settings) -> anyhow::Result<Option<(String, Recovery
     )))
 }
 
-/// Names a recovery step after which the member aborts: crash points of
-/// recovery itself, for tests.
-pub const RECOVERY_CRASH_ENV: &str = "KINTSUGI_RECOVERY_CRASH_AFTER";
+/// Where this member's coordinator crashes.
+struct CrashPoints {
+    steps: Vec<Step>,
+    once_in: Option<PathBuf>,
+}
+
+impl CrashPoints {
+    fn from_env() -> anyhow::Result<CrashPoints> {
+        let steps = match std::env::var(RECOVERY_CRASH_ENV) {
+            Ok(s) if s.trim() == "each" => Step::ALL.to_vec(),
+            Ok(s) => s
+                .split(',')
+                .map(|name| name.trim().parse())
+                .collect::<Result<Vec<Step>, String>>()
+                .map_err(|e| anyhow::anyhow!("{RECOVERY_CRASH_ENV}: {e}"))?,
+            Err(_) => Vec::new(),
+        };
+        let once_in = std::env::var_os(RECOVERY_CRASH_ONCE_ENV).map(PathBuf::from);
+        if let Some(dir) = &once_in {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("{RECOVERY_CRASH_ONCE_ENV}: cannot create {}", dir.display()))?;
+        }
+        Ok(CrashPoints { steps, once_in })
+    }
+
+    /// True if the member is to crash now, right after `step`.
+    fn now(&self, step: Step) -> bool {
+        if !self.steps.contains(&step) {
+            return false;
+        }
+        match &self.once_in {
+            None => true,
+            // Creating the mark is the claim: exactly one member crashes.
+            Some(dir) => std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(dir.join(step.name()))
+                .is_ok(),
+        }
+    }
+}
 
 /// Runs a recovery coordinator whenever this member leads: it joins the
 /// cluster as a client when the member takes office and leaves when the
