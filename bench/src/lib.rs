@@ -12,6 +12,7 @@
 //! | `bench rehash`  | [`rehash_plan`]    | [`rehash_run`]      | [`rehash_report`]    |
 //! | `bench control` | [`control_plan`]   | [`control_run`]     | [`control_report`]   |
 //! | `bench promote` | [`promote_plan`]   | [`promote_run`]     | [`promote_report`]   |
+//! | `bench recover` | [`recover_plan`]   | [`recover_run`]     | [`recover_report`]   |
 //!
 //! Shared: [`cluster`] (a heap of objects on fresh memory and a transaction
 //! client per owner id), [`worker`] (one client's loop of transactions),
@@ -40,6 +41,9 @@ pub mod probe;
 pub mod promote_plan;
 pub mod promote_report;
 pub mod promote_run;
+pub mod recover_plan;
+pub mod recover_report;
+pub mod recover_run;
 pub mod rehash_plan;
 pub mod rehash_report;
 pub mod rehash_run;

@@ -9,8 +9,10 @@
 //! off this way before its next transaction: `docs/txn.md`). A lost
 //! connection is reconnected by the transport on the next batch, and a
 //! lease that lapsed because no renewal got through in time (the control
-//! plane between leaders) is waited for until a renewal lands. The
-//! application sees neither, only the time they took; after
+//! plane between leaders) is waited for until a renewal lands. A batch
+//! aimed at a backup that left the map after the operation counted its
+//! replicas is refused whole, before any verb, and the operation runs
+//! again. The application sees none of this, only the time it took; after
 //! [`RETRIES_MAX`] it sees the error.
 
 use std::sync::Arc;
@@ -77,6 +79,10 @@ impl Retry {
                 let waited = tokio::time::timeout(MAP_WAIT, self.epochs.wait_for(|&e| e > now)).await;
                 matches!(waited, Ok(Ok(_)))
             }
+            // A backup left the map between the operation's start (which
+            // counted the replicas) and this batch, which was refused whole
+            // before any verb: run it again under the new map.
+            Some(FabricError::NoSuchReplica { .. }) => true,
             // The process could not renew its lease in time (no leader
             // for a moment): no verb was issued. A renewal that arrives
             // lets it go on; a lease that is lost for good does not.

@@ -137,7 +137,11 @@ pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> R
     }
 }
 
-async fn watch_placements(members: &Members, id: MemNodeId, node: &MemoryNode) -> std::convert::Infallible {
+async fn watch_placements(
+    members: &Members,
+    id: MemNodeId,
+    node: &Arc<MemoryNode>,
+) -> std::convert::Infallible {
     let mut seen: Option<Epoch> = None;
     let mut at = 0usize;
     loop {
@@ -179,7 +183,7 @@ async fn watch_placements(members: &Members, id: MemNodeId, node: &MemoryNode) -
 async fn apply_placements(
     members: &Members,
     id: MemNodeId,
-    node: &MemoryNode,
+    node: &Arc<MemoryNode>,
     epoch: Epoch,
 ) -> Result<(), ClusterError> {
     let regions = members
@@ -191,7 +195,29 @@ async fn apply_placements(
             continue;
         };
         match node.add_region(r.id, r.size_bytes, loc.key) {
-            Ok(true) => tracing::info!(region = r.id, bytes = r.size_bytes, "region allocated"),
+            Ok(true) => {
+                let start = std::time::Instant::now();
+                // Off the async workers: a GiB takes about a second, and the
+                // lease renewals must go on meanwhile.
+                let (n, region) = (node.clone(), r.id);
+                let populated = tokio::task::spawn_blocking(move || n.populate_region(region)).await;
+                // Not fatal: verbs then take the page faults instead.
+                match populated {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(region = r.id, error = %e, "cannot populate the region's pages")
+                    }
+                    Err(e) => {
+                        tracing::warn!(region = r.id, error = %e, "populating the region's pages failed")
+                    }
+                }
+                tracing::info!(
+                    region = r.id,
+                    bytes = r.size_bytes,
+                    populated_ms = start.elapsed().as_millis() as u64,
+                    "region allocated"
+                );
+            }
             Ok(false) => {}
             Err(e) => {
                 // Not reported ready: the region stays pending, and an

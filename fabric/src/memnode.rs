@@ -396,6 +396,20 @@ impl MemoryNode {
             .map_err(|e| NodeError::Populate(e, self.memory.len() as u64))
     }
 
+    /// [`MemoryNode::populate`] for region `id` alone: what a node does
+    /// with a region placed on it before it reports it ready, as an RDMA
+    /// NIC pins a region registered with it, so that neither the clients'
+    /// verbs nor a re-replication's copy into it wait for page faults.
+    pub fn populate_region(&self, id: RegionId) -> Result<(), NodeError> {
+        let e = self
+            .regions
+            .find(id)
+            .ok_or_else(|| NodeError::Regions(format!("region {id} is not held here")))?;
+        self.memory
+            .populate_range(e.image_offset as usize, e.size as usize)
+            .map_err(|err| NodeError::Populate(err, e.size))
+    }
+
     /// Makes the whole image durable (msync); a no-op for anonymous memory.
     pub fn sync(&self) -> std::io::Result<()> {
         self.memory.flush(0, self.memory.len())

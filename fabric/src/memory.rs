@@ -87,6 +87,24 @@ impl SharedMemory {
         Ok(())
     }
 
+    /// [`SharedMemory::populate`] for the pages covering `len` bytes at
+    /// `offset` (bounds asserted).
+    pub(crate) fn populate_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        self.check(offset, len);
+        #[cfg(target_os = "linux")]
+        {
+            // madvise takes page-aligned starts; the mapping is page-aligned.
+            let page = crate::image::PAGE_BYTES as usize;
+            let start = offset / page * page;
+            let end = (offset + len).next_multiple_of(page).min(self.map.len());
+            if end > start {
+                self.map
+                    .advise_range(memmap2::Advice::PopulateWrite, start, end - start)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Bytes mapped.
     pub(crate) fn len(&self) -> usize {
         self.map.len()

@@ -101,15 +101,18 @@ pub async fn copy_replica(
     let total = region_bytes(fabric, region, node)?;
     let start = Instant::now();
     let mut sums = Vec::with_capacity(total.div_ceil(COPY_CHUNK_BYTES) as usize);
-    let mut batch = Batch::new();
-    let mut data = Vec::with_capacity(COPY_CHUNK_BYTES as usize);
+    // Two batches, so that a chunk is written from the READ's own buffer.
+    let (mut reads, mut writes) = (Batch::new(), Batch::new());
     let mut done = 0;
     while done < total {
         let len = (total - done).min(COPY_CHUNK_BYTES);
         let at = GlobalAddr::new(region, done);
-        read_chunk(fabric, &mut batch, at, len, Replica::Primary, &mut data).await?;
-        sums.push(crc32fast::hash(&data));
-        write_chunk(fabric, &mut batch, at, Replica::Backup(backup), &data).await?;
+        reads.clear();
+        let h = reads.on(Replica::Primary).read(at, len as u32);
+        fabric.execute(&mut reads).await?;
+        let data = reads.read_result(h).map_err(verb_error(region))?;
+        sums.push(crc32fast::hash(data));
+        write_chunk(fabric, &mut writes, at, Replica::Backup(backup), data).await?;
         done += len;
         progress(done, total);
     }

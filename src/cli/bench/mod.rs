@@ -7,7 +7,9 @@
 //! - `bench ycsb`: YCSB A–E on the B+tree and A–D on RACE hashing;
 //! - `bench rehash`: growing a full RACE hash table, inserts meanwhile;
 //! - `bench control`: the control plane's commits, watches and failovers;
-//! - `bench promote`: planned promotions under YCSB A on a local cluster.
+//! - `bench promote`: planned promotions under YCSB A on a local cluster;
+//! - `bench recover`: memory nodes killed under YCSB A, recovery's phases
+//!   and the re-replication rate.
 //!
 //! [`common`] holds the flags `txn` and `lease` share.
 
@@ -15,6 +17,7 @@ mod common;
 mod control_args;
 mod lease_args;
 mod promote_args;
+mod recover_args;
 mod rehash_args;
 mod txn_args;
 mod ycsb_args;
@@ -27,6 +30,7 @@ use bench::rehash_plan::JsonTo;
 pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
 pub use promote_args::PromoteArgs;
+pub use recover_args::RecoverArgs;
 pub use rehash_args::RehashArgs;
 pub use txn_args::TxnArgs;
 pub use ycsb_args::YcsbArgs;
@@ -53,6 +57,9 @@ pub enum BenchCommand {
     /// Planned promotions under YCSB A on a local cluster: how long from a promotion's commit until
     /// every replica fenced, the new primary was rebuilt, the region published, and a client served.
     Promote(PromoteArgs),
+    /// Memory nodes killed under YCSB A on a local cluster: detection, promotion, serving again,
+    /// the re-replication copy's rate and the write-blocking window, per role of the killed node.
+    Recover(RecoverArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -87,6 +94,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
         BenchCommand::Promote(args) => {
             let plan = args.validate()?;
             let report = bench::promote_run::run(&plan)?;
+            super::print_report(plan.json, || report.json(), || report.table())?;
+            fail_on(report.failure())
+        }
+        BenchCommand::Recover(args) => {
+            let plan = args.validate()?;
+            let report = bench::recover_run::run(&plan)?;
             super::print_report(plan.json, || report.json(), || report.table())?;
             fail_on(report.failure())
         }

@@ -1,0 +1,241 @@
+//! What `kintsugi bench recover` found.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::common::median;
+use crate::recover_plan::RecoverPlan;
+
+/// A phase of one round, in the order they come.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The control plane declared the killed node dead.
+    Detected,
+    /// Its replica left the region's replica set.
+    Evicted,
+    /// The region back in the clients' map.
+    Serving,
+    /// A new replica placed on the spare.
+    Added,
+    /// The spare allocated it: the copy may begin.
+    Allocated,
+    /// The copy joined the replicas clients write; the region is out of
+    /// their map until the catch-up ends.
+    Joined,
+    /// Whole again: as many replicas as it was made with, in the map.
+    Whole,
+}
+
+impl Phase {
+    /// Every phase, in order.
+    pub const ALL: [Phase; 7] = [
+        Phase::Detected,
+        Phase::Evicted,
+        Phase::Serving,
+        Phase::Added,
+        Phase::Allocated,
+        Phase::Joined,
+        Phase::Whole,
+    ];
+}
+
+/// One kill, its phases in ms from the kill (`None`: shorter than a poll,
+/// not seen).
+#[derive(Clone, Debug, Serialize)]
+pub struct Round {
+    /// The killed node.
+    pub node: u16,
+    /// Whether it held the primary.
+    pub primary: bool,
+    /// The control plane's dead decision.
+    pub detected_ms: Option<f64>,
+    /// The replica evicted (a primary's backup promoted).
+    pub evicted_ms: Option<f64>,
+    /// The region serving again.
+    pub serving_ms: Option<f64>,
+    /// From the dead decision to serving again.
+    pub dead_to_serving_ms: Option<f64>,
+    /// A new replica placed on the spare.
+    pub added_ms: Option<f64>,
+    /// The spare allocated it.
+    pub allocated_ms: Option<f64>,
+    /// The copy joined.
+    pub joined_ms: Option<f64>,
+    /// Whole again.
+    pub whole_ms: Option<f64>,
+    /// From allocated to joined: the copy, and the pass that began it.
+    pub copy_ms: Option<f64>,
+    /// Region bytes over `copy_ms` (a lower bound of the copy's rate).
+    pub copy_gib_per_s: Option<f64>,
+    /// From joined to whole: the catch-up, while writes wait.
+    pub blocked_ms: Option<f64>,
+}
+
+/// A figure of a round, for a row of the table.
+type Field = fn(&Round) -> Option<f64>;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl Round {
+    /// The round of a kill of `node` with `phases` (indexed by [`Phase`]).
+    pub fn new(node: u16, primary: bool, region_bytes: u64, phases: &[Option<Duration>]) -> Round {
+        let at = |p: Phase| phases.get(p as usize).copied().flatten().map(ms);
+        let between = |a: Phase, b: Phase| at(a).zip(at(b)).map(|(a, b)| b - a);
+        let copy_ms = between(Phase::Allocated, Phase::Joined);
+        Round {
+            node,
+            primary,
+            detected_ms: at(Phase::Detected),
+            evicted_ms: at(Phase::Evicted),
+            serving_ms: at(Phase::Serving),
+            dead_to_serving_ms: between(Phase::Detected, Phase::Serving),
+            added_ms: at(Phase::Added),
+            allocated_ms: at(Phase::Allocated),
+            joined_ms: at(Phase::Joined),
+            whole_ms: at(Phase::Whole),
+            copy_ms,
+            copy_gib_per_s: copy_ms
+                .filter(|&c| c > 0.0)
+                .map(|c| region_bytes as f64 / f64::from(1u32 << 30) / (c / 1e3)),
+            blocked_ms: between(Phase::Joined, Phase::Whole),
+        }
+    }
+
+    /// One line for progress output.
+    pub fn line(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+        format!(
+            "node {} ({}) killed: dead after {} ms, serving {} ms after that, whole after {} ms; copy {} ms ({} GiB/s), writes blocked {} ms",
+            self.node,
+            if self.primary { "primary" } else { "backup" },
+            f(self.detected_ms),
+            f(self.dead_to_serving_ms),
+            f(self.whole_ms),
+            f(self.copy_ms),
+            self.copy_gib_per_s.map_or("-".into(), |v| format!("{v:.2}")),
+            f(self.blocked_ms),
+        )
+    }
+}
+
+/// The run's figures and checks.
+#[derive(Clone, Debug, Serialize)]
+pub struct RecoverReport {
+    /// Every kill.
+    pub rounds: Vec<Round>,
+    /// Client operations over the run.
+    pub ops: u64,
+    /// Client operations per second over the run, kills included.
+    pub ops_per_s: f64,
+    /// Writes acknowledged.
+    pub writes: u64,
+    /// Operations run again by the library after a fence or a map change.
+    pub retries: u64,
+    /// Errors that reached the application.
+    pub errors: Vec<String>,
+    /// Acknowledged writes not found at the end.
+    pub lost: u64,
+    /// What ran.
+    #[serde(skip)]
+    pub plan: RecoverPlan,
+}
+
+impl RecoverReport {
+    /// One JSON object.
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// The summary table: medians and maxima per victim's role.
+    pub fn table(&self) -> String {
+        let p = &self.plan;
+        let mut out = format!(
+            "bench recover: {} kills of a memory node holding an rtx B+tree region of {} MiB ({} replicas + 1 spare, {}), \
+             memory-node lease {} ms, YCSB A ({} tasks, {} keys)\n",
+            self.rounds.len(),
+            p.region_bytes >> 20,
+            p.replicas,
+            p.transport,
+            p.memnode_lease.as_millis(),
+            p.tasks,
+            p.tasks as u64 * p.keys_per_task,
+        );
+        for primary in [true, false] {
+            let rounds: Vec<&Round> = self.rounds.iter().filter(|r| r.primary == primary).collect();
+            if rounds.is_empty() {
+                continue;
+            }
+            out += &format!(
+                "\n{} killed ({} rounds)                   median       max   seen\n",
+                if primary { "primary" } else { "backup" },
+                rounds.len()
+            );
+            let rows: [(&str, Field); 9] = [
+                ("dead after the kill, ms", |r| r.detected_ms),
+                ("evicted after the kill, ms", |r| r.evicted_ms),
+                ("dead decision -> serving, ms", |r| r.dead_to_serving_ms),
+                ("new replica placed, ms", |r| r.added_ms),
+                ("... allocated, ms", |r| r.allocated_ms),
+                ("copy (allocated -> joined), ms", |r| r.copy_ms),
+                ("copy rate, GiB/s (lower bound)", |r| r.copy_gib_per_s),
+                ("writes blocked (joined -> whole), ms", |r| r.blocked_ms),
+                ("whole again after the kill, ms", |r| r.whole_ms),
+            ];
+            for (name, f) in rows {
+                let v: Vec<f64> = rounds.iter().filter_map(|r| f(r)).collect();
+                let (med, max) = if v.is_empty() {
+                    ("-".to_owned(), "-".to_owned())
+                } else {
+                    (
+                        format!("{:.2}", median(&v)),
+                        format!("{:.2}", v.iter().copied().fold(f64::MIN, f64::max)),
+                    )
+                };
+                out += &format!("{name:<38} {med:>9} {max:>9} {:>3}/{}\n", v.len(), rounds.len());
+            }
+        }
+        out += &format!(
+            "\nclients: {} ops ({:.0}/s over the run), {} writes acknowledged, {} retries, {} errors, {} lost\n",
+            self.ops,
+            self.ops_per_s,
+            self.writes,
+            self.retries,
+            self.errors.len(),
+            self.lost
+        );
+        out
+    }
+
+    /// Why the run failed its checks, if it did.
+    pub fn failure(&self) -> Option<String> {
+        if self.lost > 0 {
+            return Some(format!("{} acknowledged writes lost", self.lost));
+        }
+        self.errors
+            .first()
+            .map(|e| format!("an error reached the application: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_derives_its_spans_and_leaves_unseen_phases_unknown() {
+        let d = |ms: u64| Some(Duration::from_millis(ms));
+        let phases = [d(200), d(210), d(230), d(240), d(250), d(1250), d(1750)];
+        let r = Round::new(3, true, 1 << 30, &phases);
+        assert_eq!(r.dead_to_serving_ms, Some(30.0));
+        assert_eq!(r.copy_ms, Some(1000.0));
+        assert_eq!(r.copy_gib_per_s, Some(1.0));
+        assert_eq!(r.blocked_ms, Some(500.0));
+        let missed = [d(200), d(210), d(230), d(240), d(250), None, d(1750)];
+        let r = Round::new(3, false, 1 << 30, &missed);
+        assert_eq!((r.copy_ms, r.copy_gib_per_s, r.blocked_ms), (None, None, None));
+        assert_eq!(r.whole_ms, Some(1750.0));
+    }
+}
