@@ -10,7 +10,7 @@
 //! again: a client that cannot prove its lease holds (it could not renew,
 //! or it was paused past it) stops before the control plane may expire it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,9 @@ use tokio::sync::Notify;
 
 use crate::addr::Epoch;
 use crate::map::{ClusterMap, MapError};
+
+/// `Mandate::until_ns` of a revoked lease.
+const REVOKED: u64 = u64::MAX;
 
 /// The map and lease of one process, shared by its clients.
 #[derive(Debug)]
@@ -27,10 +30,10 @@ pub struct Mandate {
     epoch: AtomicU64,
     base: Instant,
     /// Nanoseconds after `base` until which the lease certainly holds;
-    /// 0: not (yet, or any more).
+    /// 0: not (yet, or any more); [`REVOKED`]: never again. One word, so
+    /// that a batch's check is one load and an extension cannot race a
+    /// revocation.
     until_ns: AtomicU64,
-    /// Set for good by [`Mandate::revoke`]: no extension brings it back.
-    revoked: AtomicBool,
     /// Wakes [`Mandate::held_within`] on every extension and revocation.
     changed: Notify,
 }
@@ -43,7 +46,6 @@ impl Mandate {
             map: RwLock::new(Arc::new(map)),
             base: Instant::now(),
             until_ns: AtomicU64::new(0),
-            revoked: AtomicBool::new(false),
             changed: Notify::new(),
         };
         m.extend(until);
@@ -83,10 +85,17 @@ impl Mandate {
     }
 
     /// The lease certainly holds until `until` (a renewal sent at `s` and
-    /// granted for `l` gives `s + l`). Never shortens it.
+    /// granted for `l` gives `s + l`). Never shortens it, and never brings
+    /// back a revoked one.
     pub fn extend(&self, until: Instant) {
-        let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos()).unwrap_or(u64::MAX);
-        self.until_ns.fetch_max(ns, Ordering::AcqRel);
+        let ns = u64::try_from(until.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX)
+            .min(REVOKED - 1);
+        let _ = self
+            .until_ns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| {
+                (now != REVOKED && ns > now).then_some(ns)
+            });
         self.changed.notify_waiters();
     }
 
@@ -94,15 +103,15 @@ impl Mandate {
     /// closing): no verb is issued under this mandate again, whatever
     /// renewal arrives late.
     pub fn revoke(&self) {
-        self.revoked.store(true, Ordering::Release);
-        self.until_ns.store(0, Ordering::Release);
+        self.until_ns.store(REVOKED, Ordering::Release);
         self.changed.notify_waiters();
     }
 
     /// Whether the lease certainly holds now.
     pub fn holds(&self) -> bool {
         let now = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        now < self.until_ns.load(Ordering::Acquire) && !self.revoked.load(Ordering::Acquire)
+        let until = self.until_ns.load(Ordering::Acquire);
+        now < until && until != REVOKED
     }
 
     /// Waits, at most `within`, until the lease certainly holds again (a
@@ -118,7 +127,7 @@ impl Mandate {
             if self.holds() {
                 return true;
             }
-            if self.revoked.load(Ordering::Acquire) {
+            if self.until_ns.load(Ordering::Acquire) == REVOKED {
                 return false;
             }
             if tokio::time::timeout_at(deadline, changed).await.is_err() {
