@@ -43,7 +43,6 @@ async fn region_of(api: &ControlClient, name: &str) -> Region {
 struct Setup {
     dir: tempfile::TempDir,
     local: LocalCluster,
-    file: harness::local::ClusterFile,
     c: Arc<Cluster>,
     api: ControlClient,
     load: LoadSpec,
@@ -96,7 +95,6 @@ impl Setup {
         Setup {
             dir,
             local,
-            file,
             c,
             api,
             load,
@@ -105,9 +103,12 @@ impl Setup {
     }
 }
 
-/// Whole again: three replicas clients write, none being made, in the map.
-fn whole(r: &Region) -> bool {
-    r.usable() && r.replicas.len() == 3 && r.syncing.is_empty()
+/// SIGKILLs the process of memory node `node`; returns its process index
+/// (to restart it).
+async fn kill_node(local: &mut LocalCluster, api: &ControlClient, node: u16) -> usize {
+    let process = local.process_of(node, &api.memnodes().await.unwrap()).unwrap();
+    local.memnode(process).unwrap().kill().unwrap();
+    process
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -116,29 +117,23 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
     let Setup {
         dir: _dir,
         mut local,
-        file,
         c,
         api,
         load,
         running,
     } = Setup::under_load(IndexKind::Btree, 11).await;
-    let process_of = |node: u16, memnodes: &[control_plane::state::MemNode]| {
-        let endpoint = &memnodes.iter().find(|n| n.id == node).unwrap().endpoint;
-        file.memnodes.iter().position(|e| e == endpoint).unwrap()
-    };
 
     // The primary dies: its first live backup is promoted, and a new
     // replica is made on the spare while the load goes on.
     let before = region_of(&api, "orders").await;
     let dead = before.primary();
-    let victim = process_of(dead, &api.memnodes().await.unwrap());
-    local.memnode(victim).unwrap().kill().unwrap();
+    let victim = kill_node(&mut local, &api, dead).await;
     let after = eventually(
         "a new primary and a third replica",
         Duration::from_secs(60),
         async || {
             let r = region_of(&api, "orders").await;
-            (whole(&r) && !r.on(dead)).then_some(r)
+            (r.whole() && !r.on(dead)).then_some(r)
         },
     )
     .await;
@@ -175,18 +170,13 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
         "no replica before a copy"
     );
     let backup = after.replicas[2].node;
-    let memnodes = api.memnodes().await.unwrap();
-    local
-        .memnode(process_of(backup, &memnodes))
-        .unwrap()
-        .kill()
-        .unwrap();
+    kill_node(&mut local, &api, backup).await;
     let last = eventually(
         "the restarted node to hold a replica",
         Duration::from_secs(60),
         async || {
             let r = region_of(&api, "orders").await;
-            (whole(&r) && r.on(dead) && !r.on(backup)).then_some(r)
+            (r.whole() && r.on(dead) && !r.on(backup)).then_some(r)
         },
     )
     .await;
@@ -263,7 +253,6 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
     let Setup {
         dir: _dir,
         mut local,
-        file,
         c,
         api,
         load,
@@ -271,10 +260,7 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
     } = Setup::under_load_with(kind, seed, env).await;
     let before = region_of(&api, "orders").await;
     let dead = before.primary();
-    let memnodes = api.memnodes().await.unwrap();
-    let endpoint = &memnodes.iter().find(|n| n.id == dead).unwrap().endpoint;
-    let victim = file.memnodes.iter().position(|e| e == endpoint).unwrap();
-    local.memnode(victim).unwrap().kill().unwrap();
+    kill_node(&mut local, &api, dead).await;
 
     let crashed = |step: Step| marks.path().join(step.name()).exists();
     let after = eventually(
@@ -305,7 +291,7 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
             // is done once that member is seen gone and started again.
             let all_crashed = Step::ALL.into_iter().all(crashed)
                 && (0..n).all(|i| !local.control().exited(i) && local.control().members[i].alive());
-            (all_crashed && whole(&r) && !r.on(dead)).then_some(r)
+            (all_crashed && r.whole() && !r.on(dead)).then_some(r)
         },
     )
     .await;
@@ -324,7 +310,6 @@ async fn replica_killed_under_load(kind: IndexKind, replica: usize, seed: u64) {
     let Setup {
         dir: _dir,
         mut local,
-        file,
         c,
         api,
         load,
@@ -332,13 +317,10 @@ async fn replica_killed_under_load(kind: IndexKind, replica: usize, seed: u64) {
     } = Setup::under_load(kind, seed).await;
     let before = region_of(&api, "orders").await;
     let dead = before.replicas[replica].node;
-    let memnodes = api.memnodes().await.unwrap();
-    let endpoint = &memnodes.iter().find(|n| n.id == dead).unwrap().endpoint;
-    let victim = file.memnodes.iter().position(|e| e == endpoint).unwrap();
-    local.memnode(victim).unwrap().kill().unwrap();
+    kill_node(&mut local, &api, dead).await;
     let after = eventually("the dead replica replaced", Duration::from_secs(60), async || {
         let r = region_of(&api, "orders").await;
-        (whole(&r) && !r.on(dead)).then_some(r)
+        (r.whole() && !r.on(dead)).then_some(r)
     })
     .await;
     let heir = if replica == 0 {
@@ -429,5 +411,5 @@ fn bench_recover_sees_every_phase_and_loses_nothing() {
             "{r:?}"
         );
     }
-    assert!(report.writes > 0);
+    assert!(report.clients.writes > 0);
 }

@@ -14,7 +14,8 @@
 //! | `bench promote` | [`promote_plan`]   | [`promote_run`]     | [`promote_report`]   |
 //! | `bench recover` | [`recover_plan`]   | [`recover_run`]     | [`recover_report`]   |
 //!
-//! Shared: [`cluster`] (a heap of objects on fresh memory and a transaction
+//! Shared: [`local_load`] (a local cluster under YCSB A, for `promote`
+//! and `recover`), [`cluster`] (a heap of objects on fresh memory and a transaction
 //! client per owner id), [`worker`] (one client's loop of transactions),
 //! [`threads`] (client threads that start their clocks together),
 //! [`check`] (every committed increment is there), [`probe`] (how far
@@ -36,6 +37,7 @@ pub mod fabric;
 pub mod format;
 pub mod lease_report;
 pub mod lease_run;
+pub mod local_load;
 pub mod poll;
 pub mod probe;
 pub mod promote_plan;

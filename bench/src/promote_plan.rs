@@ -5,9 +5,6 @@ use std::path::PathBuf;
 /// Most promotions in one run (each rebuilds the region's lock words).
 pub const ROUNDS_MAX: u32 = 1000;
 
-/// Most keys per client task.
-pub const KEYS_PER_TASK_MAX: u64 = 10_000_000;
-
 /// A validated `bench promote` run.
 #[derive(Clone, Debug)]
 pub struct PromotePlan {

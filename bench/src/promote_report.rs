@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::common::median;
+use crate::local_load::ClientsOutcome;
 use crate::promote_plan::PromotePlan;
 
 /// One promotion, its steps in ms from its commit.
@@ -27,18 +28,9 @@ pub struct Round {
 pub struct PromoteReport {
     /// Every promotion.
     pub rounds: Vec<Round>,
-    /// Client operations over the run.
-    pub ops: u64,
-    /// Client operations per second over the run, promotions included.
-    pub ops_per_s: f64,
-    /// Writes acknowledged.
-    pub writes: u64,
-    /// Operations run again by the library after a fence or a map change.
-    pub retries: u64,
-    /// Errors that reached the application.
-    pub errors: Vec<String>,
-    /// Acknowledged writes not found at the end.
-    pub lost: u64,
+    /// What the load's clients saw.
+    #[serde(flatten)]
+    pub clients: ClientsOutcome,
     /// What ran.
     #[serde(skip)]
     pub plan: PromotePlan,
@@ -86,25 +78,13 @@ impl PromoteReport {
                 quantile(&v, 1.0)
             );
         }
-        out += &format!(
-            "\nclients: {} ops ({:.0}/s over the run), {} writes acknowledged, {} retries, {} errors, {} lost\n",
-            self.ops,
-            self.ops_per_s,
-            self.writes,
-            self.retries,
-            self.errors.len(),
-            self.lost
-        );
+        out += "\n";
+        out += &self.clients.line();
         out
     }
 
     /// Why the run failed its checks, if it did.
     pub fn failure(&self) -> Option<String> {
-        if self.lost > 0 {
-            return Some(format!("{} acknowledged writes lost", self.lost));
-        }
-        self.errors
-            .first()
-            .map(|e| format!("an error reached the application: {e}"))
+        self.clients.failure()
     }
 }

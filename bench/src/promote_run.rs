@@ -9,15 +9,13 @@
 //! published epoch (the figure: how long the clients were without the
 //! region). At the end every acknowledged write is checked.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
-use ::cluster::load::{self, Firsts, LoadSpec};
-use ::cluster::{Cluster, ClusterOptions, IndexKind};
-use harness::local::{LocalCluster, LocalClusterSpec};
+use ::cluster::load::Firsts;
+use harness::local::LocalClusterSpec;
 
 use crate::error::Context;
+use crate::local_load::{LoadShape, LocalLoad};
 use crate::promote_plan::PromotePlan;
 use crate::promote_report::{PromoteReport, Round};
 use crate::{bail, Result};
@@ -43,53 +41,23 @@ async fn run_async(plan: &PromotePlan) -> Result<PromoteReport> {
         cap = plan.region_bytes * 2,
     );
     let spec = LocalClusterSpec::parse(&text, "bench promote").context("the cluster")?;
-    eprintln!(
-        "bench promote: starting a local cluster ({} memory nodes)",
-        plan.replicas
-    );
-    let local = LocalCluster::up(&plan.exe, &spec, |s| eprintln!("bench promote: {s}"))
-        .await
-        .context("starting the local cluster")?;
-    let file = local.file.clone();
-    let options = |name: &str, owner_ids: usize| ClusterOptions {
-        name: name.into(),
-        owner_ids: owner_ids as u16,
-        replicas: plan.replicas,
-        index_bytes: plan.region_bytes,
-        ..ClusterOptions::default()
-    };
-    let clients = Arc::new(
-        Cluster::connect_with(&file.control, &file.client_token, options("load", plan.tasks + 1))
-            .await
-            .context("connecting the load")?,
-    );
-    let promoter = Cluster::connect_with(&file.control, &file.token, options("promoter", 1))
-        .await
-        .context("connecting the promoter")?;
-    let spec = LoadSpec {
-        index: "bench".into(),
-        kind: IndexKind::Btree,
+    let shape = LoadShape {
         tasks: plan.tasks,
         keys_per_task: plan.keys_per_task,
-        duration: std::time::Duration::from_secs(24 * 3600),
-        seed: 1,
+        replicas: plan.replicas,
+        region_bytes: plan.region_bytes,
     };
-    preload(&clients, &spec).await?;
-    let (stop, ops, firsts) = (
-        Arc::new(AtomicBool::new(false)),
-        Arc::new(AtomicU64::new(0)),
-        Arc::new(Firsts::default()),
-    );
-    let running = {
-        let (c, s, stop, ops, firsts) = (
-            clients.clone(),
-            spec.clone(),
-            stop.clone(),
-            ops.clone(),
-            firsts.clone(),
-        );
-        tokio::spawn(async move { load::run_observed(&c, &s, stop, ops, firsts).await })
-    };
+    let firsts = Arc::new(Firsts::default());
+    let run = LocalLoad::start(
+        "bench promote",
+        &plan.exe,
+        &spec,
+        &shape,
+        "promoter",
+        firsts.clone(),
+    )
+    .await?;
+    let promoter = &run.operator;
     let region = promoter
         .map()
         .regions()
@@ -97,7 +65,6 @@ async fn run_async(plan: &PromotePlan) -> Result<PromoteReport> {
         .map(|r| r.id)
         .ok_or_else(|| crate::msg!("the index's region is not in the map"))?;
     let mut rounds = Vec::new();
-    let started = Instant::now();
     for i in 0..plan.rounds {
         tokio::time::sleep(plan.between).await;
         let map = promoter.map();
@@ -137,43 +104,12 @@ async fn run_async(plan: &PromotePlan) -> Result<PromoteReport> {
             lock_words: p.lock_words,
         });
     }
-    stop.store(true, Ordering::Relaxed);
-    let report = running
-        .await
-        .map_err(|e| crate::msg!("the load failed: {e}"))?
-        .context("the load")?;
-    let elapsed = started.elapsed();
-    let lost = load::lost(&clients, &spec.index, spec.kind, &report.acked)
-        .await
-        .context("checking")?;
-    promoter.close().await.context("closing the promoter")?;
-    // Before the cluster goes: a client outliving it would warn that it
-    // cannot watch the map.
-    drop(clients);
-    drop(local);
+    let clients = run.finish("bench promote").await?;
     Ok(PromoteReport {
         rounds,
-        ops: report.ops,
-        ops_per_s: report.ops as f64 / elapsed.as_secs_f64(),
-        writes: report.writes,
-        retries: report.retries,
-        errors: report.errors,
-        lost: lost.len() as u64,
+        clients,
         plan: plan.clone(),
     })
-}
-
-/// Writes every key once, so that the promotions rebuild a full tree.
-async fn preload(c: &Cluster, spec: &LoadSpec) -> Result<()> {
-    let mut h = load::Handle::open(c, &spec.index, spec.kind)
-        .await
-        .context("opening the index")?;
-    let keys = spec.tasks as u64 * spec.keys_per_task;
-    eprintln!("bench promote: loading {keys} keys");
-    for k in 1..=keys {
-        h.put(k, 1).await.context("loading")?;
-    }
-    Ok(())
 }
 
 fn ms(d: std::time::Duration) -> f64 {

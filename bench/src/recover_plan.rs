@@ -8,9 +8,6 @@ use serde::Serialize;
 /// Most kills in one run (each re-replicates the whole region).
 pub const ROUNDS_MAX: u32 = 100;
 
-/// Most keys per client task.
-pub const KEYS_PER_TASK_MAX: u64 = 10_000_000;
-
 /// Whose memory node each round kills.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::common::median;
+use crate::local_load::ClientsOutcome;
 use crate::recover_plan::RecoverPlan;
 
 /// A phase of one round, in the order they come.
@@ -126,18 +127,9 @@ impl Round {
 pub struct RecoverReport {
     /// Every kill.
     pub rounds: Vec<Round>,
-    /// Client operations over the run.
-    pub ops: u64,
-    /// Client operations per second over the run, kills included.
-    pub ops_per_s: f64,
-    /// Writes acknowledged.
-    pub writes: u64,
-    /// Operations run again by the library after a fence or a map change.
-    pub retries: u64,
-    /// Errors that reached the application.
-    pub errors: Vec<String>,
-    /// Acknowledged writes not found at the end.
-    pub lost: u64,
+    /// What the load's clients saw.
+    #[serde(flatten)]
+    pub clients: ClientsOutcome,
     /// What ran.
     #[serde(skip)]
     pub plan: RecoverPlan,
@@ -197,26 +189,14 @@ impl RecoverReport {
                 out += &format!("{name:<38} {med:>9} {max:>9} {:>3}/{}\n", v.len(), rounds.len());
             }
         }
-        out += &format!(
-            "\nclients: {} ops ({:.0}/s over the run), {} writes acknowledged, {} retries, {} errors, {} lost\n",
-            self.ops,
-            self.ops_per_s,
-            self.writes,
-            self.retries,
-            self.errors.len(),
-            self.lost
-        );
+        out += "\n";
+        out += &self.clients.line();
         out
     }
 
     /// Why the run failed its checks, if it did.
     pub fn failure(&self) -> Option<String> {
-        if self.lost > 0 {
-            return Some(format!("{} acknowledged writes lost", self.lost));
-        }
-        self.errors
-            .first()
-            .map(|e| format!("an error reached the application: {e}"))
+        self.clients.failure()
     }
 }
 

@@ -16,16 +16,15 @@
 //! again and waited for until it is an active spare, for the next round.
 //! At the end every acknowledged write is read back.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::cluster::load::{self, LoadSpec};
-use ::cluster::{Cluster, ClusterOptions, IndexKind};
+use ::cluster::Cluster;
 use control_plane::state::{MemNodeState, Region};
 use harness::local::{LocalCluster, LocalClusterSpec};
 
 use crate::error::Context;
+use crate::local_load::{LoadShape, LocalLoad, INDEX};
 use crate::recover_plan::RecoverPlan;
 use crate::recover_report::{Phase, RecoverReport, Round};
 use crate::{bail, Result};
@@ -39,9 +38,6 @@ pub const POLL: Duration = Duration::from_millis(1);
 /// copy and the catch-up at 16 MiB/s: a round that reaches it has a
 /// recovery that does not finish.
 pub const ROUND_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The index every round kills replicas of.
-const INDEX: &str = "bench";
 
 /// Runs `plan` (outside any runtime: it makes its own).
 pub fn run(plan: &RecoverPlan) -> Result<RecoverReport> {
@@ -98,77 +94,35 @@ async fn measure(plan: &RecoverPlan, dir: &std::path::Path) -> Result<RecoverRep
         lease = plan.memnode_lease.as_millis(),
     );
     let spec = LocalClusterSpec::parse(&text, "bench recover").context("the cluster")?;
-    eprintln!("bench recover: starting a local cluster ({nodes} memory nodes, one of them a spare)");
-    let mut local = LocalCluster::up(&plan.exe, &spec, |s| eprintln!("bench recover: {s}"))
-        .await
-        .context("starting the local cluster")?;
-    let file = local.file.clone();
-    let options = |name: &str, owner_ids: usize| ClusterOptions {
-        name: name.into(),
-        owner_ids: owner_ids as u16,
-        replicas: plan.replicas,
-        index_bytes: plan.region_bytes,
-        ..ClusterOptions::default()
-    };
-    let clients = Arc::new(
-        Cluster::connect_with(&file.control, &file.client_token, options("load", plan.tasks + 1))
-            .await
-            .context("connecting the load")?,
-    );
-    let observer = Cluster::connect_with(&file.control, &file.token, options("observer", 1))
-        .await
-        .context("connecting the observer")?;
-    let spec = LoadSpec {
-        index: INDEX.into(),
-        kind: IndexKind::Btree,
+    let shape = LoadShape {
         tasks: plan.tasks,
         keys_per_task: plan.keys_per_task,
-        duration: Duration::from_secs(24 * 3600),
-        seed: 1,
+        replicas: plan.replicas,
+        region_bytes: plan.region_bytes,
     };
-    preload(&clients, &spec).await?;
-    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let running = {
-        let (c, s, stop, ops) = (clients.clone(), spec.clone(), stop.clone(), ops.clone());
-        tokio::spawn(async move { load::run(&c, &s, stop, ops).await })
-    };
-    let started = Instant::now();
+    let mut run = LocalLoad::start(
+        "bench recover",
+        &plan.exe,
+        &spec,
+        &shape,
+        "observer",
+        Arc::default(),
+    )
+    .await?;
     let mut rounds = Vec::new();
     for i in 0..plan.rounds {
         tokio::time::sleep(plan.between).await;
         let primary = plan.victim.primary_in_round(i);
-        let round = kill_and_watch(plan, &mut local, &observer, primary)
+        let round = kill_and_watch(plan, &mut run.local, &run.operator, primary)
             .await
             .with_context(|| format!("round {}", i + 1))?;
         eprintln!("bench recover: round {}/{}: {}", i + 1, plan.rounds, round.line());
         rounds.push(round);
     }
-    stop.store(true, Ordering::Relaxed);
-    let report = running
-        .await
-        .map_err(|e| crate::msg!("the load failed: {e}"))?
-        .context("the load")?;
-    let elapsed = started.elapsed();
-    eprintln!(
-        "bench recover: reading back {} acknowledged writes",
-        report.acked.len()
-    );
-    let lost = load::lost(&clients, &spec.index, spec.kind, &report.acked)
-        .await
-        .context("checking")?;
-    observer.close().await.context("closing the observer")?;
-    // Before the cluster goes: a client outliving it would warn that it
-    // cannot watch the map.
-    drop(clients);
-    drop(local);
+    let clients = run.finish("bench recover").await?;
     Ok(RecoverReport {
         rounds,
-        ops: report.ops,
-        ops_per_s: report.ops as f64 / elapsed.as_secs_f64(),
-        writes: report.writes,
-        retries: report.retries,
-        errors: report.errors,
-        lost: lost.len() as u64,
+        clients,
         plan: plan.clone(),
     })
 }
@@ -188,7 +142,7 @@ async fn kill_and_watch(
     let (status, before) = loop {
         let status = observer.status().await.context("reading the status")?;
         let r = region_of(&status)?;
-        if whole(&r, plan) {
+        if r.whole() {
             break (status, r);
         }
         if waited.elapsed() > ROUND_TIMEOUT {
@@ -204,18 +158,9 @@ async fn kill_and_watch(
     } else {
         before.replicas[1].node
     };
-    let endpoint = &status
-        .memnodes
-        .iter()
-        .find(|n| n.id == dead)
-        .ok_or_else(|| crate::msg!("node {dead} is not registered"))?
-        .endpoint;
     let process = local
-        .file
-        .memnodes
-        .iter()
-        .position(|e| e == endpoint)
-        .ok_or_else(|| crate::msg!("no memory node process serves {endpoint}"))?;
+        .process_of(dead, &status.memnodes)
+        .context("finding the node's process")?;
     let killed = local
         .memnode(process)
         .ok_or_else(|| crate::msg!("no memory node process {process}"))?
@@ -239,7 +184,7 @@ async fn kill_and_watch(
         p.note(Phase::Added, evicted && new.is_some(), at);
         p.note(Phase::Allocated, new.is_some_and(|n| !r.pending.contains(&n)), at);
         p.note(Phase::Joined, evicted && r.catching_up.is_some(), at);
-        if evicted && whole(&r, plan) {
+        if evicted && r.whole() {
             p.note(Phase::Whole, true, at);
             break;
         }
@@ -297,22 +242,4 @@ fn region_of(status: &control_plane::api::Status) -> Result<Region> {
         .find(|r| r.id == index.region)
         .cloned()
         .ok_or_else(|| crate::msg!("no region {}", index.region))
-}
-
-/// As many replicas as it was made with, none being made, and in the map.
-fn whole(r: &Region, plan: &RecoverPlan) -> bool {
-    r.usable() && r.replicas.len() == usize::from(plan.replicas) && r.syncing.is_empty()
-}
-
-/// Writes every key once, so that the region holds a full tree.
-async fn preload(c: &Cluster, spec: &LoadSpec) -> Result<()> {
-    let mut h = load::Handle::open(c, &spec.index, spec.kind)
-        .await
-        .context("opening the index")?;
-    let keys = spec.tasks as u64 * spec.keys_per_task;
-    eprintln!("bench recover: loading {keys} keys");
-    for k in 1..=keys {
-        h.put(k, 1).await.context("loading")?;
-    }
-    Ok(())
 }

@@ -430,6 +430,31 @@ impl LocalCluster {
     pub fn memnode(&mut self, i: usize) -> Option<&mut Process> {
         self.memnodes.get_mut(i)
     }
+
+    /// The process index (for [`LocalCluster::memnode`]) of memory node
+    /// `node`, found by the endpoint it registered in `memnodes` (the
+    /// control plane's list): ids are the control plane's, not the order
+    /// the processes started in.
+    pub fn process_of(
+        &self,
+        node: control_plane::state::MemNodeId,
+        memnodes: &[control_plane::state::MemNode],
+    ) -> Result<usize, LocalError> {
+        let endpoint = &memnodes
+            .iter()
+            .find(|n| n.id == node)
+            .ok_or_else(|| LocalError::State(format!("memory node {node} is not registered")))?
+            .endpoint;
+        self.file
+            .memnodes
+            .iter()
+            .position(|e| e == endpoint)
+            .ok_or_else(|| {
+                LocalError::State(format!(
+                    "memory node {node} ({endpoint}) is none of the cluster's processes"
+                ))
+            })
+    }
 }
 
 impl Drop for LocalCluster {

@@ -334,7 +334,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                         RunError::Process(format!("region {region} has no replica {replica}: {r:?}"))
                     })?
                     .node;
-                let process = local_process(&cluster, &file.memnodes, node).await?;
+                let process = local.process_of(node, &status.0.memnodes).map_err(local_error)?;
                 local
                     .memnode(process)
                     .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?
@@ -479,23 +479,6 @@ impl Status {
     fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
         self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
     }
-}
-
-/// The local cluster's process index of memory node `node`.
-async fn local_process(cluster: &Cluster, endpoints: &[String], node: MemNodeId) -> Result<usize, RunError> {
-    let status = Status::read(cluster).await?;
-    let endpoint = status
-        .0
-        .memnodes
-        .iter()
-        .find(|n| n.id == node)
-        .map(|n| n.endpoint.clone())
-        .ok_or_else(|| RunError::Control(format!("no memory node {node}")))?;
-    endpoints.iter().position(|e| *e == endpoint).ok_or_else(|| {
-        RunError::Process(format!(
-            "memory node {node} ({endpoint}) is none of the cluster's processes"
-        ))
-    })
 }
 
 /// Polls the control plane from a kill at `start` until `region` is

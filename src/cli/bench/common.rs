@@ -9,6 +9,22 @@ use crate::cli::units::parse_bytes;
 use bench::cluster::OBJECT_BYTES;
 use bench::common::Common;
 
+/// Checks `--rounds`, `--tasks` and `--keys` of a benchmark that disturbs
+/// a load on a local cluster (`bench promote`, `bench recover`).
+pub fn check_rounds_and_load(rounds: u32, rounds_max: u32, tasks: usize, keys: u64) -> anyhow::Result<()> {
+    use bench::local_load::{KEYS_PER_TASK_MAX, TASKS_MAX};
+    if !(1..=rounds_max).contains(&rounds) {
+        bail!("--rounds must be 1 to {rounds_max}");
+    }
+    if !(1..=TASKS_MAX).contains(&tasks) {
+        bail!("--tasks must be 1 to {TASKS_MAX}");
+    }
+    if !(1..=KEYS_PER_TASK_MAX).contains(&keys) {
+        bail!("--keys must be 1 to {KEYS_PER_TASK_MAX}");
+    }
+    Ok(())
+}
+
 /// Most client threads (each is an owner id with a log slot in the heap).
 pub const THREADS_MAX: usize = 1024;
 

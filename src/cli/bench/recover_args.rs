@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use bench::recover_plan::{RecoverPlan, Victim, KEYS_PER_TASK_MAX, ROUNDS_MAX};
+use bench::recover_plan::{RecoverPlan, Victim, ROUNDS_MAX};
 
 /// Arguments of `kintsugi bench recover`.
 #[derive(clap::Args, Debug)]
@@ -74,15 +74,7 @@ const REGION_BYTES_MAX: u64 = 16 << 30;
 
 impl RecoverArgs {
     pub fn validate(self) -> anyhow::Result<RecoverPlan> {
-        if !(1..=ROUNDS_MAX).contains(&self.rounds) {
-            bail!("--rounds must be 1 to {ROUNDS_MAX}");
-        }
-        if !(1..=64).contains(&self.tasks) {
-            bail!("--tasks must be 1 to 64");
-        }
-        if !(1..=KEYS_PER_TASK_MAX).contains(&self.keys) {
-            bail!("--keys must be 1 to {KEYS_PER_TASK_MAX}");
-        }
+        super::common::check_rounds_and_load(self.rounds, ROUNDS_MAX, self.tasks, self.keys)?;
         if !(2..=3).contains(&self.replicas) {
             bail!("--replicas must be 2 or 3: a kill must leave a replica");
         }
