@@ -15,6 +15,7 @@ use control_plane::state::{MemNodeState, Region};
 use harness::local::{LocalCluster, LocalClusterSpec};
 use kintsugi::cluster::load::{Handle, LoadReport, LoadSpec};
 use kintsugi::cluster::{Cluster, ClusterOptions, IndexKind};
+use kintsugi::index::ObjectSizes;
 use support::cluster::{eventually, RunningLoad};
 
 fn exe() -> &'static Path {
@@ -146,7 +147,7 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
 
     let report = stop_with_nothing_lost(running, &c, &load).await;
     // The replicas agree word for word wherever they must.
-    replicas_agree(&c, after.id, 3).await;
+    replicas_agree(&c, &load, after.id, 3).await;
 
     // The first victim comes back from its image (an empty spare, never a
     // primary); then a backup dies: it is dropped, and the node that came
@@ -186,7 +187,7 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
         dead,
         "a node that came back is never made primary"
     );
-    replicas_agree(&c, after.id, 3).await;
+    replicas_agree(&c, &load, after.id, 3).await;
     let lost = kintsugi::cluster::load::lost(&c, "orders", load.kind, &report.acked)
         .await
         .unwrap();
@@ -298,7 +299,7 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
     assert_eq!(after.primary(), before.replicas[1].node);
     running.more(1_000).await;
     stop_with_nothing_lost(running, &c, &load).await;
-    replicas_agree(&c, after.id, 3).await;
+    replicas_agree(&c, &load, after.id, 3).await;
 }
 
 /// Kills the node of replica `replica` (0: the primary) of an index of
@@ -331,7 +332,7 @@ async fn replica_killed_under_load(kind: IndexKind, replica: usize, seed: u64) {
     assert_eq!(after.primary(), heir);
     running.more(1_000).await;
     stop_with_nothing_lost(running, &c, &load).await;
-    replicas_agree(&c, after.id, 3).await;
+    replicas_agree(&c, &load, after.id, 3).await;
 }
 
 /// Stops the load and checks what the application saw: no error reached
@@ -361,12 +362,17 @@ async fn stop_with_nothing_lost(running: RunningLoad, c: &Cluster, load: &LoadSp
     report
 }
 
-/// The `n` replicas of `region` agree word for word wherever they must.
-async fn replicas_agree(c: &Cluster, region: u16, n: usize) {
+/// The `n` replicas of `region` agree word for word wherever they must,
+/// every object's data included.
+async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
+    let sizes = match Handle::open(c, &load.index, load.kind).await.unwrap() {
+        Handle::Tree(_) => ObjectSizes::BTree,
+        Handle::Table(mut t) => ObjectSizes::Hash(t.inner().objects().await.unwrap()),
+    };
     let mut fabric = c.fabric();
     let heap = kintsugi::txn::Heap::open(&mut fabric, region).await.unwrap();
     let replicas = heap
-        .compare_replicas(&mut fabric, &|_| None, &|_| true)
+        .compare_replicas(&mut fabric, &|meta| sizes.of(meta), &|_| true)
         .await
         .unwrap();
     assert_eq!(replicas.replicas, n);

@@ -15,3 +15,5 @@ mod mix;
 
 pub use btree::Variant;
 pub use error::IndexError;
+mod objects;
+pub use objects::ObjectSizes;

@@ -13,6 +13,7 @@ use serde::Serialize;
 use super::client::{connect, history_path, open};
 use super::{RunError, RunSpec, REGION};
 use crate::history::{check, Expectation, HistoryCheck, Write};
+use index::ObjectSizes;
 use workload::driver::IndexClient;
 use workload::KeyMap;
 
@@ -165,14 +166,18 @@ async fn check_replicas(
             .map_err(RunError::index("cannot converge the hash slots"))?,
         IndexClient::BTree(_) => 0,
     };
-    let object_bytes = match index {
-        IndexClient::BTree(_) => index::btree::node::NODE_BYTES as u32,
-        IndexClient::Hash(t) => u32::try_from(t.subtable_bytes()).unwrap_or(u32::MAX),
+    let sizes = match index {
+        IndexClient::BTree(_) => ObjectSizes::BTree,
+        IndexClient::Hash(t) => ObjectSizes::Hash(
+            t.objects()
+                .await
+                .map_err(RunError::index("cannot list the hash table's objects"))?,
+        ),
     };
     compare_replicas(
         &mut fabric,
         &heap,
-        object_bytes,
+        &sizes,
         &|o| dead_owners.contains(&o),
         converged,
     )
@@ -180,18 +185,18 @@ async fn check_replicas(
 }
 
 /// Every backup of `heap` against its primary (`txn::Heap::compare_replicas`),
-/// each object's data for `object_bytes` (a B+tree node, a hash subtable), a
-/// chunk taken on some replicas only allowed of `half_taken_ok` owners;
-/// `converged` is what was converged before (reported).
+/// each object's data for its `sizes`, a chunk taken on some replicas only
+/// allowed of `half_taken_ok` owners; `converged` is what was converged
+/// before (reported).
 pub async fn compare_replicas(
     fabric: &mut fabric::Client,
     heap: &txn::Heap,
-    object_bytes: u32,
+    sizes: &ObjectSizes,
     half_taken_ok: &dyn Fn(u16) -> bool,
     converged: u64,
 ) -> Result<ReplicaCheck, RunError> {
     let report = heap
-        .compare_replicas(fabric, &|_| Some(object_bytes), half_taken_ok)
+        .compare_replicas(fabric, &|meta| sizes.of(meta), half_taken_ok)
         .await
         .map_err(RunError::index("cannot compare the replicas"))?;
     Ok(ReplicaCheck {

@@ -34,7 +34,7 @@ use cluster::{Cluster, ClusterOptions};
 use control_plane::config::Timing;
 use control_plane::state::{MemNodeId, MemNodeState, Region};
 use harness::local::{IndexSection, LocalCluster, LocalClusterSpec, MemorySection};
-use index::Variant;
+use index::{ObjectSizes, Variant};
 use serde::Serialize;
 
 use super::check::{compare_replicas, ReplicaCheck};
@@ -539,18 +539,22 @@ async fn check(
     let lost = cluster::load::lost(cluster, INDEX, load.kind, acked)
         .await
         .map_err(RunError::index("cannot read the acknowledged keys back"))?;
-    let (structure, object_bytes) = match Handle::open(cluster, INDEX, load.kind)
+    let (structure, sizes) = match Handle::open(cluster, INDEX, load.kind)
         .await
         .map_err(RunError::index("cannot open the index"))?
     {
         Handle::Tree(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            (r.violations, index::btree::node::NODE_BYTES as u32)
+            (r.violations, ObjectSizes::BTree)
         }
         Handle::Table(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            let bytes = u32::try_from(t.inner().subtable_bytes()).unwrap_or(u32::MAX);
-            (r.violations, bytes)
+            let objects = t
+                .inner()
+                .objects()
+                .await
+                .map_err(RunError::index("cannot list the hash table's objects"))?;
+            (r.violations, ObjectSizes::Hash(objects))
         }
     };
     let mut fabric = cluster.fabric();
@@ -558,7 +562,7 @@ async fn check(
         .await
         .map_err(RunError::index("cannot open the heap"))?;
     // Any owner may have been cut off by the dead node while taking a chunk.
-    let replicas = compare_replicas(&mut fabric, &heap, object_bytes, &|_| true, 0).await?;
+    let replicas = compare_replicas(&mut fabric, &heap, &sizes, &|_| true, 0).await?;
     Ok(ReplicaRunCheck {
         errors,
         acked_keys: acked.len() as u64,

@@ -410,6 +410,30 @@ impl HashTable {
         }
     }
 
+    /// The rtx objects the table is made of now, each with the bytes of its
+    /// data: the directory and every subtable the directory names, read
+    /// afresh. For checkers that compare replicas object by object: a meta
+    /// that is no longer part of the table (one an aborted split created)
+    /// may name a block since reused and retired, which need not agree.
+    /// Empty for an optimal table (it has no objects).
+    pub async fn objects(&mut self) -> Result<HashMap<GlobalAddr, u32>, IndexError> {
+        if self.info.variant != Variant::Rtx {
+            return Ok(HashMap::new());
+        }
+        let dir = self.dir_obj();
+        let mut objects: HashMap<GlobalAddr, u32> = self
+            .subtables()
+            .await?
+            .into_iter()
+            .map(|sub| {
+                let o = self.sub_obj(sub);
+                (o.meta, o.len)
+            })
+            .collect();
+        objects.insert(dir.meta, dir.len);
+        Ok(objects)
+    }
+
     /// Every distinct subtable the directory names, read afresh.
     pub(crate) async fn subtables(&mut self) -> Result<Vec<u64>, IndexError> {
         self.reload_dir().await?;
