@@ -200,7 +200,9 @@ async fn apply_placements(
                 // Off the async workers: a GiB takes about a second, and the
                 // lease renewals must go on meanwhile.
                 let (n, region) = (node.clone(), r.id);
-                let populated = tokio::task::spawn_blocking(move || n.populate_region(region)).await;
+                let populated =
+                    tokio::task::spawn_blocking(move || n.populate_region(region, fabric::PageAccess::Write))
+                        .await;
                 // Not fatal: verbs then take the page faults instead.
                 match populated {
                     Ok(Ok(())) => {}

@@ -79,6 +79,17 @@ pub enum FabricError {
         /// What was wrong.
         reason: String,
     },
+    /// This process could not map a region's pages in
+    /// ([`crate::Client::populate`]).
+    #[error("cannot map region {region} of memory node {node} in: {reason}")]
+    Populate {
+        /// The node.
+        node: NodeId,
+        /// The region.
+        region: RegionId,
+        /// What the host said.
+        reason: String,
+    },
 }
 
 /// Why a memory node could not be created, opened or attached.

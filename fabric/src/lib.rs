@@ -51,7 +51,7 @@ pub use memnode::{
     validate as validate_regions, Backing, MemoryNode, NodeDescriptor, RegionDescriptor, RegionSpec,
     CAPACITY_BYTES_MAX,
 };
-pub use memory::{prefetch_local, RawCell, RawRegion};
+pub use memory::{prefetch_local, PageAccess, RawCell, RawRegion};
 pub use stats::Stats;
 pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};
 pub use verb::{

@@ -17,7 +17,7 @@ use crate::image::{
     Header, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX, REGION_BYTES_MIN,
     REGION_COUNT_OFFSET,
 };
-use crate::memory::{PrefetchRange, SharedMemory};
+use crate::memory::{PageAccess, PrefetchRange, SharedMemory};
 use crate::region_table::RegionTable;
 use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERB_BYTES_MAX};
 
@@ -400,13 +400,20 @@ impl MemoryNode {
     /// with a region placed on it before it reports it ready, as an RDMA
     /// NIC pins a region registered with it, so that neither the clients'
     /// verbs nor a re-replication's copy into it wait for page faults.
-    pub fn populate_region(&self, id: RegionId) -> Result<(), NodeError> {
-        let e = self
-            .regions
-            .find(id)
-            .ok_or_else(|| NodeError::Regions(format!("region {id} is not held here")))?;
+    /// `access` says what this process will do through the mapping.
+    pub fn populate_region(&self, id: RegionId, access: PageAccess) -> Result<(), NodeError> {
+        // An attached image may not have seen the region yet (see `check`).
+        let e = match self.regions.find(id) {
+            Some(e) => e,
+            None => {
+                self.refresh();
+                self.regions
+                    .find(id)
+                    .ok_or_else(|| NodeError::Regions(format!("region {id} is not held here")))?
+            }
+        };
         self.memory
-            .populate_range(e.image_offset as usize, e.size as usize)
+            .populate_range(e.image_offset as usize, e.size as usize, access)
             .map_err(|err| NodeError::Populate(err, e.size))
     }
 

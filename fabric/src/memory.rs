@@ -22,6 +22,17 @@ use memmap2::{MmapOptions, MmapRaw};
 
 const WORD: usize = 8;
 
+/// What pages are mapped in for ahead of use: a mapping populated for
+/// reading is cheaper to set up (no page is marked dirty), and enough for
+/// a process that only reads through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageAccess {
+    /// Loads only.
+    Read,
+    /// Loads and stores.
+    Write,
+}
+
 /// A mapping shared with whoever else maps the same file.
 pub(crate) struct SharedMemory {
     map: MmapRaw,
@@ -88,8 +99,8 @@ impl SharedMemory {
     }
 
     /// [`SharedMemory::populate`] for the pages covering `len` bytes at
-    /// `offset` (bounds asserted).
-    pub(crate) fn populate_range(&self, offset: usize, len: usize) -> io::Result<()> {
+    /// `offset` (bounds asserted), mapped for `access`.
+    pub(crate) fn populate_range(&self, offset: usize, len: usize, access: PageAccess) -> io::Result<()> {
         self.check(offset, len);
         #[cfg(target_os = "linux")]
         {
@@ -98,8 +109,11 @@ impl SharedMemory {
             let start = offset / page * page;
             let end = (offset + len).next_multiple_of(page).min(self.map.len());
             if end > start {
-                self.map
-                    .advise_range(memmap2::Advice::PopulateWrite, start, end - start)?;
+                let advice = match access {
+                    PageAccess::Read => memmap2::Advice::PopulateRead,
+                    PageAccess::Write => memmap2::Advice::PopulateWrite,
+                };
+                self.map.advise_range(advice, start, end - start)?;
             }
         }
         Ok(())

@@ -22,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use control_plane::state::MemNodeId;
-use fabric::{Batch, Client, GlobalAddr, RegionId, Replica};
+use fabric::{Batch, Client, GlobalAddr, PageAccess, RegionId, Replica};
 
 use crate::RecoveryError;
 
@@ -100,6 +100,20 @@ pub async fn copy_replica(
     let backup = backup_of(fabric, region, node)?;
     let total = region_bytes(fabric, region, node)?;
     let start = Instant::now();
+    // Part of the copy's time: this process's first touch of each page of
+    // the two images would otherwise fault it in, page by page.
+    fabric
+        .populate(region, Replica::Primary, PageAccess::Read)
+        .await?;
+    fabric
+        .populate(region, Replica::Backup(backup), PageAccess::Write)
+        .await?;
+    tracing::debug!(
+        region,
+        node,
+        populate_ms = start.elapsed().as_millis() as u64,
+        "both images mapped in"
+    );
     let mut sums = Vec::with_capacity(total.div_ceil(COPY_CHUNK_BYTES) as usize);
     // Two batches, so that a chunk is written from the READ's own buffer.
     let (mut reads, mut writes) = (Batch::new(), Batch::new());

@@ -23,6 +23,7 @@ pub use tcp::TcpTransport;
 use crate::addr::{Epoch, NodeId, RegionId};
 use crate::error::FabricError;
 use crate::fault::{FaultPlan, Faulty};
+use crate::memory::PageAccess;
 use crate::verb::{Completions, Op};
 
 /// Executes batches of routed ops.
@@ -149,6 +150,34 @@ impl AnyTransport {
         if let Some(n) = n {
             n.prefetch_range(region, offset, len);
         }
+    }
+
+    /// Maps every page of `region` on `node` into this process when it maps
+    /// that memory (see [`crate::Client::populate`]); blocks for as long as
+    /// that takes. Returns whether it did.
+    pub(crate) fn populate(
+        &self,
+        node: NodeId,
+        region: RegionId,
+        access: PageAccess,
+    ) -> Result<bool, FabricError> {
+        let base = match self {
+            AnyTransport::Base(b) => b,
+            AnyTransport::Faulty(f) => f.inner(),
+        };
+        let n = match base {
+            BaseTransport::Local(t) => t.node(node).map(|n| &**n),
+            BaseTransport::Shm(t) => t.node(node),
+            BaseTransport::Tcp(_) => None,
+        };
+        let Some(n) = n else { return Ok(false) };
+        n.populate_region(region, access)
+            .map_err(|e| FabricError::Populate {
+                node,
+                region,
+                reason: e.to_string(),
+            })?;
+        Ok(true)
     }
 
     /// Executes the batch at once on the calling thread if this transport
