@@ -32,6 +32,13 @@
 //! office would expire a client that registered late in it before its first
 //! renewal could arrive).
 //!
+//! The deafness rule: a leader whose own process stalled (its judge did not
+//! run for [`Liveness::deaf_after`], so neither, probably, did the handlers
+//! that note renewals) cannot tell the holders' silence from its own
+//! deafness. It judges as if it had just taken office: one full lease from
+//! when it hears again, as the grace rule gives a new leader. Without this,
+//! a leader stalled for two leases declares every memory node dead at once.
+//!
 //! This module is pure (time is an argument) so tests can walk it through
 //! any schedule.
 
@@ -108,6 +115,30 @@ impl Liveness {
     /// Client `id` renewed its lease at `now`, heard by the leader of `term`.
     pub fn renew_client(&mut self, id: ClientId, now: Instant, term: Term) {
         self.clients.insert(id, (now, term));
+    }
+
+    /// The longest the judge may go between the end of one judgement and
+    /// the start of the next and still trust what it heard meanwhile: half
+    /// a memory-node lease (it judges every `lease_check`, far less).
+    pub fn deaf_after(&self) -> Duration {
+        self.memnode_lease / 2
+    }
+
+    /// The judge runs again at `now` after `gap` without judging (the
+    /// deafness rule, module docs): past [`Liveness::deaf_after`], every
+    /// lease counts from `now`, as if this office began now. Returns whether
+    /// it did.
+    pub fn resume_after(&mut self, now: Instant, gap: Duration) -> bool {
+        let Some((_, term)) = self.office else {
+            return false;
+        };
+        if gap <= self.deaf_after() {
+            return false;
+        }
+        self.office = Some((now, term));
+        // Clients first seen from here count from here too.
+        self.judged = false;
+        true
     }
 
     /// The decision being committed, if any.
@@ -363,6 +394,38 @@ mod tests {
         // Once the decision is applied it is not proposed again.
         apply(&mut s, Command::ExpireClient { id: 0 });
         assert!(l.decisions(last + ms(10_000), &s).is_empty());
+    }
+
+    #[test]
+    fn a_judge_that_was_itself_stalled_gives_every_holder_a_full_lease_again() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let mut s = state();
+        apply(&mut s, Command::ActivateMemNode { id: 0 });
+        l.lead(t0, 1);
+        l.renew_memnode(0, t0 + ms(1_000), 1);
+        l.renew_client(0, t0 + ms(1_000), 1);
+        assert!(l.decisions(t0 + ms(1_010), &s).is_empty());
+        // A short gap is an ordinary late tick: what was heard stands.
+        assert!(!l.resume_after(t0 + ms(1_040), ms(30)));
+        // The process stalls 400 ms (4 leases): nothing was heard, by no
+        // fault of the holders.
+        let back = t0 + ms(1_410);
+        assert!(l.resume_after(back, ms(400)));
+        assert!(
+            l.decisions(back, &s).is_empty(),
+            "without the rule: node dead, client expired"
+        );
+        // Renewals arriving now keep them; silence past a lease from `back` does not.
+        l.renew_client(0, back + ms(20), 1);
+        assert!(l.decisions(back + ms(99), &s).is_empty());
+        assert_eq!(
+            l.decisions(back + ms(100), &s),
+            vec![Command::SuspectMemNode { id: 0 }]
+        );
+        // Not leading: nothing to resume.
+        l.follow();
+        assert!(!l.resume_after(back + ms(10_000), ms(10_000)));
     }
 
     #[test]

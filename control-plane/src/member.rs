@@ -417,10 +417,25 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(node.settings.timing.lease_check);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let actor = format!("member {} (lease judge)", node.id);
+    // When the last judgement ended: a long wait from there to the next
+    // tick is this process's stall, not the holders' silence (liveness's
+    // deafness rule). A slow proposal is not: it is awaited inside a
+    // judgement, while the handlers go on noting renewals.
+    let mut judged_at = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = stopped.wait_for(|&s| s) => return,
+        }
+        let now = Instant::now();
+        let gap = now.saturating_duration_since(judged_at);
+        if node.liveness().resume_after(now, gap) {
+            tracing::warn!(
+                member = node.id,
+                gap_ms = gap.as_millis() as u64,
+                "the lease judge did not run for longer than half a lease: this process stalled; \
+                 every lease counts again from now"
+            );
         }
         // A leader restored from its own committed vote at restart leads
         // on paper until it hears its term is over: it takes office only
@@ -442,6 +457,7 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
                 if office.is_some() {
                     liveness.follow();
                 }
+                judged_at = Instant::now();
                 continue;
             }
             if office != Some(term) {
@@ -480,5 +496,6 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
                 }
             }
         }
+        judged_at = Instant::now();
     }
 }
