@@ -133,6 +133,7 @@ impl LocalLoad {
         let lost = load::lost(&self.clients, &self.spec.index, self.spec.kind, &report.acked)
             .await
             .context("checking")?;
+        let region_used_bytes = region_used_bytes(&self.clients, &self.spec).await?;
         self.operator
             .close()
             .await
@@ -148,8 +149,28 @@ impl LocalLoad {
             retries: report.retries,
             errors: report.errors,
             lost: lost.len() as u64,
+            region_used_bytes,
         })
     }
+}
+
+/// Bytes of the index's region in chunks taken: what the load and the run
+/// have used of it (freed blocks are reused inside their chunks, so this
+/// is the high-water mark).
+async fn region_used_bytes(c: &Cluster, spec: &LoadSpec) -> Result<u64> {
+    let heap = match load::Handle::open(c, &spec.index, spec.kind)
+        .await
+        .context("opening the index")?
+    {
+        load::Handle::Tree(mut t) => t.inner().heap(),
+        load::Handle::Table(mut t) => t.inner().heap(),
+    };
+    let tags = heap
+        .owner_table_of(&mut c.fabric())
+        .await
+        .context("reading the region's chunk table")?;
+    let taken = tags.iter().filter(|t| t.owner().is_some()).count() as u64;
+    Ok(taken * heap.chunk_bytes())
 }
 
 /// Writes every key once, so that the region holds a full tree.
@@ -180,19 +201,22 @@ pub struct ClientsOutcome {
     pub errors: Vec<String>,
     /// Acknowledged writes not found at the end.
     pub lost: u64,
+    /// Bytes of the index's region in chunks taken at the end.
+    pub region_used_bytes: u64,
 }
 
 impl ClientsOutcome {
     /// The table's last line.
     pub fn line(&self) -> String {
         format!(
-            "clients: {} ops ({:.0}/s over the run), {} writes acknowledged, {} retries, {} errors, {} lost\n",
+            "clients: {} ops ({:.0}/s over the run), {} writes acknowledged, {} retries, {} errors, {} lost; region used: {} MiB\n",
             self.ops,
             self.ops_per_s,
             self.writes,
             self.retries,
             self.errors.len(),
-            self.lost
+            self.lost,
+            self.region_used_bytes >> 20
         )
     }
 

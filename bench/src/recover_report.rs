@@ -141,7 +141,7 @@ impl RecoverReport {
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    /// The summary table: medians and maxima per victim's role.
+    /// The summary table: medians and worst cases per victim's role.
     pub fn table(&self) -> String {
         let p = &self.plan;
         let mut out = format!(
@@ -161,7 +161,7 @@ impl RecoverReport {
                 continue;
             }
             out += &format!(
-                "\n{} killed ({} rounds)                   median       max   seen\n",
+                "\n{} killed ({} rounds)                   median     worst   seen\n",
                 if primary { "primary" } else { "backup" },
                 rounds.len()
             );
@@ -178,15 +178,18 @@ impl RecoverReport {
             ];
             for (name, f) in rows {
                 let v: Vec<f64> = rounds.iter().filter_map(|r| f(r)).collect();
-                let (med, max) = if v.is_empty() {
+                // The worst of a rate is its least, of a time its most.
+                let worst = if name.contains("GiB/s") {
+                    v.iter().copied().fold(f64::MAX, f64::min)
+                } else {
+                    v.iter().copied().fold(f64::MIN, f64::max)
+                };
+                let (med, worst) = if v.is_empty() {
                     ("-".to_owned(), "-".to_owned())
                 } else {
-                    (
-                        format!("{:.2}", median(&v)),
-                        format!("{:.2}", v.iter().copied().fold(f64::MIN, f64::max)),
-                    )
+                    (format!("{:.2}", median(&v)), format!("{worst:.2}"))
                 };
-                out += &format!("{name:<38} {med:>9} {max:>9} {:>3}/{}\n", v.len(), rounds.len());
+                out += &format!("{name:<38} {med:>9} {worst:>9} {:>3}/{}\n", v.len(), rounds.len());
             }
         }
         out += "\n";

@@ -189,9 +189,27 @@ async fn kill_and_watch(
             break;
         }
         if at > timeout {
+            let seen: Vec<String> = Phase::ALL
+                .iter()
+                .filter(|&&ph| p.0[ph as usize].is_some())
+                .map(|ph| format!("{ph:?}"))
+                .collect();
+            let nodes: Vec<String> = status
+                .memnodes
+                .iter()
+                .map(|n| format!("{}: {:?}", n.id, n.state))
+                .collect();
             bail!(
-                "region {} not whole again {timeout:?} after the kill of node {dead}",
-                r.id
+                "region {} not whole again {timeout:?} after the kill of node {dead} \
+                 (phases seen: {seen:?}; replicas {:?}, syncing {:?}, pending {:?}, \
+                 catching up {:?}, restoring {}, epoch {}; memory nodes {nodes:?})",
+                r.id,
+                r.replicas.iter().map(|l| l.node).collect::<Vec<_>>(),
+                r.syncing.iter().map(|l| l.node).collect::<Vec<_>>(),
+                r.pending,
+                r.catching_up,
+                r.restoring,
+                status.epoch,
             );
         }
         tokio::time::sleep(POLL).await;

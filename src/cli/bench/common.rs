@@ -25,6 +25,13 @@ pub fn check_rounds_and_load(rounds: u32, rounds_max: u32, tasks: usize, keys: u
     Ok(())
 }
 
+/// Region bytes a benchmark's B+tree is given per key it loads, for its
+/// load and a YCSB A run on it: 5 times the 52 bytes measured after
+/// loading 200,000 keys and 3.4 million updates (`kintsugi bench recover
+/// --keys 100000 --rounds 2`, its 'region used'), for half-full leaves
+/// after splits and the freed blocks each writer keeps.
+pub const REGION_BYTES_PER_KEY: u64 = 256;
+
 /// Most client threads (each is an owner id with a log slot in the heap).
 pub const THREADS_MAX: usize = 1024;
 

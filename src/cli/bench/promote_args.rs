@@ -60,7 +60,9 @@ impl PromoteArgs {
         // after splits, is 1 KiB plus its meta), doubled for the blocks that
         // commits replace, at least 64 MiB.
         let keys = self.tasks as u64 * self.keys;
-        let region_bytes = (keys * 3 * 1024).max(64 << 20).next_multiple_of(1 << 20);
+        let region_bytes = (keys * super::common::REGION_BYTES_PER_KEY)
+            .max(64 << 20)
+            .next_multiple_of(1 << 20);
         Ok(PromotePlan {
             exe: std::env::current_exe().context("cannot find the kintsugi binary")?,
             rounds: self.rounds,

@@ -25,8 +25,8 @@ in a temporary directory):
 The control plane is read every 1 ms; a phase shorter than a read may be missed (shown as '-').
 The copy is timed from the new replica allocated to its join, so its rate is a lower bound.
 
-Output: medians and maxima per role of the killed node (or one JSON object with --json, every
-round listed). Exits 1 if an acknowledged write was lost or an error reached the application.
+Output: medians and worst cases (the most for times, the least for rates) per role of the killed
+node (or one JSON object with --json, every round listed). Exits 1 if an acknowledged write was lost or an error reached the application.
 
 Examples:
   kintsugi bench recover                       # 1 GiB region on shm, primary and backup in turn
@@ -85,9 +85,8 @@ impl RecoverArgs {
                 REGION_BYTES_MAX >> 30
             );
         }
-        // About 3 KiB of region per key (the promote benchmark's estimate).
         let keys = self.tasks as u64 * self.keys;
-        if keys * 3 * 1024 > self.region {
+        if keys * super::common::REGION_BYTES_PER_KEY > self.region {
             bail!(
                 "{keys} keys do not fit a region of {} MiB: fewer --keys or a larger --region",
                 self.region >> 20
