@@ -193,7 +193,7 @@ fn a_replicated_hash_table_keeps_its_backups_equal_through_a_killed_client() {
     // (index/src/hash/replicate.rs); a writer killed between the two leaves
     // them apart until the checker converges them, as recovery would.
     // (Before, the backups kept the slots of the load and this run failed.)
-    // The data compared is the table's own objects' (`ObjectSizes::Hash`):
+    // The data compared is the table's own objects' (`ObjectSizes`):
     // with one length for every meta, the directory's compare ran past its
     // block (1 run in 4 failed), and an aborted split's orphan meta named a
     // block reused since (1 in 30).

@@ -7,10 +7,12 @@
 //! FAAs leaves them apart, and a promotion takes it past the table); the
 //! chunk owner table (a chunk recorded on some replicas only is allowed for
 //! an owner stopped while taking it, who never used it); every log slot;
-//! every meta's data pointer; and each object's data, for the length the
-//! caller knows its objects by. Not compared: lock words, which live on the
-//! primary only, and data no meta names (a block a dead client wrote on
-//! some replicas only is named by nothing).
+//! the data pointer and data of every object the caller names (its index's
+//! objects), for the length it gives. Not compared: lock words, which live
+//! on the primary only; metas the caller does not name (an aborted
+//! create's, which may have reached some replicas only); and data no meta
+//! names (a block a dead client wrote on some replicas only is named by
+//! nothing).
 
 use fabric::{Batch, Client, GlobalAddr, Replica, VERB_BYTES_MAX};
 
@@ -102,9 +104,12 @@ fn word(b: &[u8]) -> u64 {
 
 impl Heap {
     /// Compares every backup of the heap with its primary (module docs).
-    /// `object_bytes(meta)` is the length of the object `meta` names, if the
-    /// caller knows it (its data is compared for that long; otherwise only
-    /// its data pointer); `half_taken_ok(owner)` says whether `owner` may
+    /// `object_bytes(meta)` is the length of the object `meta` names, if it
+    /// is one the caller vouches for: its data pointer and its data (for
+    /// that long) are compared. Any other meta is skipped: a transaction
+    /// that aborted after writing a new object's meta leaves it behind,
+    /// possibly on some replicas only (its batch cut off by a dying node),
+    /// naming a block since reused. `half_taken_ok(owner)` says whether `owner` may
     /// have stopped in the middle of taking a chunk. Meant for a quiescent
     /// heap: a commit in flight is a difference.
     pub async fn compare_replicas(
@@ -188,15 +193,16 @@ impl Heap {
                     continue;
                 }
                 let meta_at = at.add(m as u64 * META_BYTES);
+                let Some(len) = object_bytes(meta_at) else {
+                    continue;
+                };
                 let ptrs: Vec<Vec<u8>> = copies
                     .iter()
                     .map(|c| c[m * META_BYTES as usize + 8..][..8].to_vec())
                     .collect();
                 report.compare(meta_at.add(8), &ptrs, &|_| Some("data pointer".to_string()));
                 report.objects += 1;
-                if let Some(len) = object_bytes(meta_at) {
-                    objects.push((meta_at, crate::word::DataPtr::from_raw(dptr).offset(), len));
-                }
+                objects.push((meta_at, crate::word::DataPtr::from_raw(dptr).offset(), len));
             }
         }
         let mut groups: Vec<&[(GlobalAddr, u64, u32)]> = Vec::new();

@@ -166,14 +166,11 @@ async fn check_replicas(
             .map_err(RunError::index("cannot converge the hash slots"))?,
         IndexClient::BTree(_) => 0,
     };
-    let sizes = match index {
-        IndexClient::BTree(_) => ObjectSizes::BTree,
-        IndexClient::Hash(t) => ObjectSizes::Hash(
-            t.objects()
-                .await
-                .map_err(RunError::index("cannot list the hash table's objects"))?,
-        ),
+    let objects = match index {
+        IndexClient::BTree(t) => t.objects().await,
+        IndexClient::Hash(t) => t.objects().await,
     };
+    let sizes = ObjectSizes::new(objects.map_err(RunError::index("cannot list the index's objects"))?);
     compare_replicas(
         &mut fabric,
         &heap,

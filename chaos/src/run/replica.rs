@@ -545,7 +545,12 @@ async fn check(
     {
         Handle::Tree(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            (r.violations, ObjectSizes::BTree)
+            let objects = t
+                .inner()
+                .objects()
+                .await
+                .map_err(RunError::index("cannot list the tree's objects"))?;
+            (r.violations, ObjectSizes::new(objects))
         }
         Handle::Table(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
@@ -554,7 +559,7 @@ async fn check(
                 .objects()
                 .await
                 .map_err(RunError::index("cannot list the hash table's objects"))?;
-            (r.violations, ObjectSizes::Hash(objects))
+            (r.violations, ObjectSizes::new(objects))
         }
     };
     let mut fabric = cluster.fabric();

@@ -9,6 +9,8 @@
 //! separators give it: that is "every node referenced by its parent", and
 //! with it every key reachable from the root. No lock may be held.
 
+use std::collections::HashMap;
+
 use fabric::{Batch, GlobalAddr};
 use txn::LockWord;
 
@@ -31,6 +33,8 @@ pub struct CheckReport {
     pub violations: Vec<String>,
     /// Locks found held (each also a violation).
     pub locks_held: u64,
+    /// Every node of the tree, all levels.
+    pub nodes: Vec<NodeRef>,
 }
 
 impl CheckReport {
@@ -89,7 +93,25 @@ impl BTree {
         }
         let all: Vec<NodeRef> = levels.iter().flatten().map(|(r, _)| *r).collect();
         self.check_locks(&all, &mut report).await?;
+        report.nodes = all;
         Ok(report)
+    }
+
+    /// The rtx objects the tree is made of now, each with the bytes of its
+    /// data: every node reachable from the root (see
+    /// [`crate::hash::HashTable::objects`] for why a checker wants them).
+    /// Empty for an optimal tree (it has no objects). Run it quiescent, as
+    /// [`BTree::check`].
+    pub async fn objects(&mut self) -> Result<HashMap<GlobalAddr, u32>, IndexError> {
+        if self.variant() != super::Variant::Rtx {
+            return Ok(HashMap::new());
+        }
+        let report = self.check().await?;
+        Ok(report
+            .nodes
+            .iter()
+            .map(|&r| (GlobalAddr::from_raw(r), super::node::NODE_BYTES as u32))
+            .collect())
     }
 
     /// Meets every lock in the tree once: each lock whose lease has expired
