@@ -230,16 +230,26 @@ async fn a_hash_tables_killed_backup_is_replaced_under_load() {
 /// crashes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn recovery_finishes_though_its_coordinator_dies_after_each_of_its_steps() {
-    coordinator_dies_after_each_step(IndexKind::Btree, 15).await;
+    coordinator_dies_after_each_step(IndexKind::Btree, 0, 15).await;
 }
 
 /// The same crash points while a hash table's primary is replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_hash_tables_recovery_finishes_though_its_coordinator_dies_after_each_step() {
-    coordinator_dies_after_each_step(IndexKind::Hash, 16).await;
+    coordinator_dies_after_each_step(IndexKind::Hash, 0, 16).await;
 }
 
-async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
+/// The same crash points while a B+tree's dead backup is dropped and
+/// replaced: every step but the promotion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_backups_recovery_finishes_though_its_coordinator_dies_after_each_step() {
+    coordinator_dies_after_each_step(IndexKind::Btree, 1, 17).await;
+}
+
+/// Kills the node of replica `replica` (0: the primary) under load while
+/// the coordinator dies after each step recovery then takes (all of them
+/// for a primary; all but `Restored` for a backup).
+async fn coordinator_dies_after_each_step(kind: IndexKind, replica: usize, seed: u64) {
     use kintsugi::recovery::coordinator::{Step, RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
     let marks = tempfile::tempdir().unwrap();
     let env = vec![
@@ -249,7 +259,10 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
             marks.path().display().to_string(),
         ),
         // Each step in the members' logs, for a run that fails.
-        ("RUST_LOG".to_owned(), "warn,recovery=info".to_owned()),
+        (
+            "RUST_LOG".to_owned(),
+            "warn,recovery=info,kintsugi::cli::control=info,control_plane::member=info".to_owned(),
+        ),
     ];
     let Setup {
         dir: _dir,
@@ -260,22 +273,28 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
         running,
     } = Setup::under_load_with(kind, seed, env).await;
     let before = region_of(&api, "orders").await;
-    let dead = before.primary();
+    let dead = before.replicas[replica].node;
     kill_node(&mut local, &api, dead).await;
 
+    let steps: Vec<Step> = Step::ALL
+        .into_iter()
+        .filter(|&s| replica == 0 || s != Step::Restored)
+        .collect();
     let crashed = |step: Step| marks.path().join(step.name()).exists();
+    let mut last_seen = String::new();
     let after = eventually(
         "recovery through a crash after each of its steps",
         Duration::from_secs(120),
         async || {
             // A dead member is started again only once the cluster has
-            // lost its majority, so that the others lead in between.
+            // lost its majority, so that the others lead in between, or
+            // once every step has crashed one (an odd count leaves one down).
             let n = local.control().members.len();
             let down: Vec<usize> = (0..n)
                 .filter(|&i| local.control().exited(i) || !local.control().members[i].alive())
                 .collect();
-            if n - down.len() <= n / 2 {
-                for i in down {
+            if n - down.len() <= n / 2 || steps.iter().copied().all(crashed) {
+                for &i in &down {
                     local.control().restart(i).await.unwrap();
                 }
             }
@@ -290,13 +309,37 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, seed: u64) {
                 .clone();
             // Each step's mark is made just before its member aborts: it
             // is done once that member is seen gone and started again.
-            let all_crashed = Step::ALL.into_iter().all(crashed)
+            // What changed, for a run that fails.
+            let seen = format!(
+                "crashed after {:?}; region replicas {:?}, syncing {:?}, pending {:?}, catching up {:?}, \
+                 restoring {} (by {:?}); members down {down:?}",
+                steps.iter().copied().filter(|&s| crashed(s)).collect::<Vec<_>>(),
+                r.replicas.iter().map(|l| l.node).collect::<Vec<_>>(),
+                r.syncing.iter().map(|l| l.node).collect::<Vec<_>>(),
+                r.pending,
+                r.catching_up,
+                r.restoring,
+                r.restorer,
+            );
+            if seen != last_seen {
+                eprintln!("{seen}");
+                last_seen = seen;
+            }
+            let all_crashed = steps.iter().copied().all(crashed)
                 && (0..n).all(|i| !local.control().exited(i) && local.control().members[i].alive());
             (all_crashed && r.whole() && !r.on(dead)).then_some(r)
         },
     )
     .await;
-    assert_eq!(after.primary(), before.replicas[1].node);
+    let heir = if replica == 0 {
+        before.replicas[1].node
+    } else {
+        before.primary()
+    };
+    assert_eq!(after.primary(), heir);
+    if replica != 0 {
+        assert!(!crashed(Step::Restored), "no promotion when a backup dies");
+    }
     running.more(1_000).await;
     stop_with_nothing_lost(running, &c, &load).await;
     replicas_agree(&c, &load, after.id, 3).await;
@@ -366,8 +409,8 @@ async fn stop_with_nothing_lost(running: RunningLoad, c: &Cluster, load: &LoadSp
 /// every object's data included.
 async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
     let sizes = match Handle::open(c, &load.index, load.kind).await.unwrap() {
-        Handle::Tree(_) => ObjectSizes::BTree,
-        Handle::Table(mut t) => ObjectSizes::Hash(t.inner().objects().await.unwrap()),
+        Handle::Tree(mut t) => ObjectSizes::new(t.inner().objects().await.unwrap()),
+        Handle::Table(mut t) => ObjectSizes::new(t.inner().objects().await.unwrap()),
     };
     let mut fabric = c.fabric();
     let heap = kintsugi::txn::Heap::open(&mut fabric, region).await.unwrap();
