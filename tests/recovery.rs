@@ -311,15 +311,9 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, replica: usize, seed:
             // is done once that member is seen gone and started again.
             // What changed, for a run that fails.
             let seen = format!(
-                "crashed after {:?}; region replicas {:?}, syncing {:?}, pending {:?}, catching up {:?}, \
-                 restoring {} (by {:?}); members down {down:?}",
+                "crashed after {:?}; region {}; members down {down:?}",
                 steps.iter().copied().filter(|&s| crashed(s)).collect::<Vec<_>>(),
-                r.replicas.iter().map(|l| l.node).collect::<Vec<_>>(),
-                r.syncing.iter().map(|l| l.node).collect::<Vec<_>>(),
-                r.pending,
-                r.catching_up,
-                r.restoring,
-                r.restorer,
+                r.summary(),
             );
             if seen != last_seen {
                 eprintln!("{seen}");

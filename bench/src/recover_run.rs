@@ -201,15 +201,9 @@ async fn kill_and_watch(
                 .collect();
             bail!(
                 "region {} not whole again {timeout:?} after the kill of node {dead} \
-                 (phases seen: {seen:?}; replicas {:?}, syncing {:?}, pending {:?}, \
-                 catching up {:?}, restoring {}, epoch {}; memory nodes {nodes:?})",
+                 (phases seen: {seen:?}; {}; memory nodes {nodes:?})",
                 r.id,
-                r.replicas.iter().map(|l| l.node).collect::<Vec<_>>(),
-                r.syncing.iter().map(|l| l.node).collect::<Vec<_>>(),
-                r.pending,
-                r.catching_up,
-                r.restoring,
-                status.epoch,
+                r.summary(),
             );
         }
         tokio::time::sleep(POLL).await;

@@ -154,6 +154,22 @@ impl Region {
     pub fn serves(&self, node: MemNodeId) -> bool {
         self.replicas.iter().any(|r| r.node == node)
     }
+
+    /// Where its replicas stand, in one line, for a message about a region
+    /// that is not where it should be.
+    pub fn summary(&self) -> String {
+        let nodes = |l: &[ReplicaLoc]| l.iter().map(|l| l.node).collect::<Vec<_>>();
+        format!(
+            "replicas {:?}, syncing {:?}, pending {:?}, catching up {:?}, restoring {} (by {:?}), epoch {}",
+            nodes(&self.replicas),
+            nodes(&self.syncing),
+            self.pending,
+            self.catching_up,
+            self.restoring,
+            self.restorer,
+            self.epoch,
+        )
+    }
 }
 
 /// A block of owner ids: `first..first + count`.

@@ -23,6 +23,7 @@ pub use tcp::TcpTransport;
 use crate::addr::{Epoch, NodeId, RegionId};
 use crate::error::FabricError;
 use crate::fault::{FaultPlan, Faulty};
+use crate::memnode::MemoryNode;
 use crate::memory::PageAccess;
 use crate::verb::{Completions, Op};
 
@@ -135,19 +136,23 @@ impl AnyTransport {
         }
     }
 
-    /// Prefetches `[offset, offset + len)` of `region` on `node` when this
-    /// process maps that memory (see [`crate::Client::prefetch`]).
-    pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {
+    /// `node`'s memory when this process maps it (local, shm).
+    fn mapped(&self, node: NodeId) -> Option<&MemoryNode> {
         let base = match self {
             AnyTransport::Base(b) => b,
             AnyTransport::Faulty(f) => f.inner(),
         };
-        let n = match base {
+        match base {
             BaseTransport::Local(t) => t.node(node).map(|n| &**n),
             BaseTransport::Shm(t) => t.node(node),
             BaseTransport::Tcp(_) => None,
-        };
-        if let Some(n) = n {
+        }
+    }
+
+    /// Prefetches `[offset, offset + len)` of `region` on `node` when this
+    /// process maps that memory (see [`crate::Client::prefetch`]).
+    pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {
+        if let Some(n) = self.mapped(node) {
             n.prefetch_range(region, offset, len);
         }
     }
@@ -161,16 +166,9 @@ impl AnyTransport {
         region: RegionId,
         access: PageAccess,
     ) -> Result<bool, FabricError> {
-        let base = match self {
-            AnyTransport::Base(b) => b,
-            AnyTransport::Faulty(f) => f.inner(),
+        let Some(n) = self.mapped(node) else {
+            return Ok(false);
         };
-        let n = match base {
-            BaseTransport::Local(t) => t.node(node).map(|n| &**n),
-            BaseTransport::Shm(t) => t.node(node),
-            BaseTransport::Tcp(_) => None,
-        };
-        let Some(n) = n else { return Ok(false) };
         n.populate_region(region, access)
             .map_err(|e| FabricError::Populate {
                 node,
