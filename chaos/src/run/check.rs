@@ -99,11 +99,15 @@ pub async fn check_index(
         .repair_expired_locks()
         .await
         .map_err(RunError::index("cannot repair"))?;
-    let replicas = check_replicas(spec, owner, &mut index, dead_owners).await?;
-    let (violations, locks_held, present): (Vec<String>, u64, BTreeMap<u64, u64>) = match &mut index {
+    let (mut fabric, heap, converged) = settle_replicas(spec, owner, &mut index, dead_owners).await?;
+    // One walk of the structure: it also names the objects the replicas
+    // are compared by.
+    type Checked = (Vec<String>, u64, BTreeMap<u64, u64>, ObjectSizes);
+    let (violations, locks_held, present, sizes): Checked = match &mut index {
         IndexClient::BTree(t) => {
             let r = t.check().await.map_err(RunError::index("cannot check"))?;
-            (r.violations, r.locks_held, r.entries.into_iter().collect())
+            let sizes = ObjectSizes::new(t.objects_in(&r));
+            (r.violations, r.locks_held, r.entries.into_iter().collect(), sizes)
         }
         IndexClient::Hash(t) => {
             let r = t.check().await.map_err(RunError::index("cannot check"))?;
@@ -111,9 +115,21 @@ pub async fn check_index(
                 .entries()
                 .await
                 .map_err(RunError::index("cannot list the table"))?;
-            (r.violations, r.locks_held, entries)
+            let objects = t
+                .objects()
+                .await
+                .map_err(RunError::index("cannot list the table's objects"))?;
+            (r.violations, r.locks_held, entries, ObjectSizes::new(objects))
         }
     };
+    let replicas = compare_replicas(
+        &mut fabric,
+        &heap,
+        &sizes,
+        &|o| dead_owners.contains(&o),
+        converged,
+    )
+    .await?;
     let writes = read_history(spec)?;
     let w = e.workload()?;
     let history = check(
@@ -136,15 +152,15 @@ pub async fn check_index(
     })
 }
 
-/// Finishes the logs of the dead (rtx), then compares every backup with the
-/// primary: B+tree nodes and hash subtables are the objects whose data is
-/// compared.
-async fn check_replicas(
+/// Makes the replicas comparable: finishes the logs of the dead (rtx) and
+/// converges a hash table's backup slots (how many: the last value).
+/// Returns a fabric client and the heap to compare them with.
+async fn settle_replicas(
     spec: &RunSpec,
     owner: u16,
     index: &mut IndexClient,
     dead_owners: &[u16],
-) -> Result<ReplicaCheck, RunError> {
+) -> Result<(fabric::Client, txn::Heap, u64), RunError> {
     let mut fabric = connect(&spec.endpoint).await?;
     let heap = txn::Heap::open(&mut fabric, REGION)
         .await
@@ -166,19 +182,7 @@ async fn check_replicas(
             .map_err(RunError::index("cannot converge the hash slots"))?,
         IndexClient::BTree(_) => 0,
     };
-    let objects = match index {
-        IndexClient::BTree(t) => t.objects().await,
-        IndexClient::Hash(t) => t.objects().await,
-    };
-    let sizes = ObjectSizes::new(objects.map_err(RunError::index("cannot list the index's objects"))?);
-    compare_replicas(
-        &mut fabric,
-        &heap,
-        &sizes,
-        &|o| dead_owners.contains(&o),
-        converged,
-    )
-    .await
+    Ok((fabric, heap, converged))
 }
 
 /// Every backup of `heap` against its primary (`txn::Heap::compare_replicas`),

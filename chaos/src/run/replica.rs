@@ -545,11 +545,7 @@ async fn check(
     {
         Handle::Tree(mut t) => {
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
-            let objects = t
-                .inner()
-                .objects()
-                .await
-                .map_err(RunError::index("cannot list the tree's objects"))?;
+            let objects = t.inner().objects_in(&r);
             (r.violations, ObjectSizes::new(objects))
         }
         Handle::Table(mut t) => {

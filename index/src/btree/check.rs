@@ -103,15 +103,20 @@ impl BTree {
     /// Empty for an optimal tree (it has no objects). Run it quiescent, as
     /// [`BTree::check`].
     pub async fn objects(&mut self) -> Result<HashMap<GlobalAddr, u32>, IndexError> {
-        if self.variant() != super::Variant::Rtx {
-            return Ok(HashMap::new());
-        }
         let report = self.check().await?;
-        Ok(report
+        Ok(self.objects_in(&report))
+    }
+
+    /// [`BTree::objects`] from a [`BTree::check`] already made.
+    pub fn objects_in(&self, report: &CheckReport) -> HashMap<GlobalAddr, u32> {
+        if self.variant() != super::Variant::Rtx {
+            return HashMap::new();
+        }
+        report
             .nodes
             .iter()
             .map(|&r| (GlobalAddr::from_raw(r), super::node::NODE_BYTES as u32))
-            .collect())
+            .collect()
     }
 
     /// Meets every lock in the tree once: each lock whose lease has expired
