@@ -402,16 +402,9 @@ impl MemoryNode {
     /// verbs nor a re-replication's copy into it wait for page faults.
     /// `access` says what this process will do through the mapping.
     pub fn populate_region(&self, id: RegionId, access: PageAccess) -> Result<(), NodeError> {
-        // An attached image may not have seen the region yet (see `check`).
-        let e = match self.regions.find(id) {
-            Some(e) => e,
-            None => {
-                self.refresh();
-                self.regions
-                    .find(id)
-                    .ok_or_else(|| NodeError::Regions(format!("region {id} is not held here")))?
-            }
-        };
+        let (e, _) = self
+            .entry(id, |_| true)
+            .ok_or_else(|| NodeError::Regions(format!("region {id} is not held here")))?;
         self.memory
             .populate_range(e.image_offset as usize, e.size as usize, access)
             .map_err(|err| NodeError::Populate(err, e.size))
@@ -546,20 +539,25 @@ impl MemoryNode {
         })
     }
 
+    /// Region `id`'s entry and the key it is reached with now. One that is
+    /// missing, or whose key does not pass `current`, may have been taken
+    /// (or placed here again under a new key) since this table was read, by
+    /// the node of an attached image: the table is re-read, then decided.
+    fn entry(&self, id: RegionId, current: impl Fn(AccessKey) -> bool) -> Option<(&RegionEntry, AccessKey)> {
+        match self.regions.find_keyed(id) {
+            Some(found) if current(found.1) => Some(found),
+            _ => {
+                self.refresh();
+                self.regions.find_keyed(id)
+            }
+        }
+    }
+
     /// The checks of one verb: region known, key, size limit, bounds, alignment.
     fn check(&self, op: &Op) -> Result<&RegionEntry, VerbError> {
-        let (entry, key) = match self.regions.find_keyed(op.region) {
-            Some(found) if found.1 == op.key => found,
-            _ => {
-                // A region taken (or placed here again under a new key)
-                // since this table was read, by the node of an attached
-                // image: re-read, then decide.
-                self.refresh();
-                self.regions
-                    .find_keyed(op.region)
-                    .ok_or(VerbError::UnknownRegion { region: op.region })?
-            }
-        };
+        let (entry, key) = self
+            .entry(op.region, |k| k == op.key)
+            .ok_or(VerbError::UnknownRegion { region: op.region })?;
         if key != op.key {
             return Err(VerbError::BadKey);
         }

@@ -159,23 +159,22 @@ impl AnyTransport {
 
     /// Maps every page of `region` on `node` into this process when it maps
     /// that memory (see [`crate::Client::populate`]); blocks for as long as
-    /// that takes. Returns whether it did.
+    /// that takes.
     pub(crate) fn populate(
         &self,
         node: NodeId,
         region: RegionId,
         access: PageAccess,
-    ) -> Result<bool, FabricError> {
+    ) -> Result<(), FabricError> {
         let Some(n) = self.mapped(node) else {
-            return Ok(false);
+            return Ok(());
         };
         n.populate_region(region, access)
             .map_err(|e| FabricError::Populate {
                 node,
                 region,
                 reason: e.to_string(),
-            })?;
-        Ok(true)
+            })
     }
 
     /// Executes the batch at once on the calling thread if this transport
