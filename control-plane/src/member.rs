@@ -437,65 +437,69 @@ async fn judge_leases(node: Arc<Node>, mut stopped: watch::Receiver<bool>) {
                  every lease counts again from now"
             );
         }
-        // A leader restored from its own committed vote at restart leads
-        // on paper until it hears its term is over: it takes office only
-        // once a quorum has acknowledged it.
-        let (leading, term) = {
-            let metrics = node.raft.metrics();
-            let m = metrics.borrow();
-            (
-                m.state == ServerState::Leader
-                    && m.current_leader == Some(node.id)
-                    && m.millis_since_quorum_ack.is_some(),
-                m.current_term,
-            )
-        };
-        {
-            let mut liveness = node.liveness();
-            let office = liveness.office_term();
-            if !leading {
-                if office.is_some() {
-                    liveness.follow();
-                }
-                judged_at = Instant::now();
-                continue;
-            }
-            if office != Some(term) {
-                liveness.lead(Instant::now(), term);
-                tracing::info!(member = node.id, term, "leading: leases are judged from now");
-            }
-        }
-        // One decision at a time, recomputed before each: a renewal heard
-        // while the previous one committed counts.
-        loop {
-            let next = {
-                let mut liveness = node.liveness();
-                node.reader.with_state(|s| {
-                    liveness.settle(s);
-                    if liveness.pending().is_some() {
-                        // A decision whose commit timed out may still
-                        // commit: never propose a second beside it.
-                        return None;
-                    }
-                    let next = liveness.decisions(Instant::now(), s).into_iter().next();
-                    if let Some(d) = &next {
-                        liveness.set_pending(d.clone());
-                    }
-                    next
-                })
-            };
-            let Some(decision) = next else { break };
-            tracing::info!(?decision, "lease decision");
-            match node.propose(&actor, decision).await {
-                // Applied (or refused, which changes nothing): the state
-                // shows it, and `settle` clears it on the next look.
-                Ok(_) | Err(WriteError::Refused(_)) => {}
-                Err(e) => {
-                    tracing::info!(error = ?e, "lease decision not committed yet; it stays pending");
-                    break;
-                }
-            }
-        }
+        judge_once(&node, &actor).await;
         judged_at = Instant::now();
+    }
+}
+
+/// One judgement: if this member leads, the decisions due, one at a time.
+async fn judge_once(node: &Node, actor: &str) {
+    // A leader restored from its own committed vote at restart leads
+    // on paper until it hears its term is over: it takes office only
+    // once a quorum has acknowledged it.
+    let (leading, term) = {
+        let metrics = node.raft.metrics();
+        let m = metrics.borrow();
+        (
+            m.state == ServerState::Leader
+                && m.current_leader == Some(node.id)
+                && m.millis_since_quorum_ack.is_some(),
+            m.current_term,
+        )
+    };
+    {
+        let mut liveness = node.liveness();
+        let office = liveness.office_term();
+        if !leading {
+            if office.is_some() {
+                liveness.follow();
+            }
+            return;
+        }
+        if office != Some(term) {
+            liveness.lead(Instant::now(), term);
+            tracing::info!(member = node.id, term, "leading: leases are judged from now");
+        }
+    }
+    // One decision at a time, recomputed before each: a renewal heard
+    // while the previous one committed counts.
+    loop {
+        let next = {
+            let mut liveness = node.liveness();
+            node.reader.with_state(|s| {
+                liveness.settle(s);
+                if liveness.pending().is_some() {
+                    // A decision whose commit timed out may still
+                    // commit: never propose a second beside it.
+                    return None;
+                }
+                let next = liveness.decisions(Instant::now(), s).into_iter().next();
+                if let Some(d) = &next {
+                    liveness.set_pending(d.clone());
+                }
+                next
+            })
+        };
+        let Some(decision) = next else { break };
+        tracing::info!(?decision, "lease decision");
+        match node.propose(actor, decision).await {
+            // Applied (or refused, which changes nothing): the state
+            // shows it, and `settle` clears it on the next look.
+            Ok(_) | Err(WriteError::Refused(_)) => {}
+            Err(e) => {
+                tracing::info!(error = ?e, "lease decision not committed yet; it stays pending");
+                break;
+            }
+        }
     }
 }
