@@ -154,9 +154,7 @@ impl LocalLoad {
     }
 }
 
-/// Bytes of the index's region in chunks taken: what the load and the run
-/// have used of it (freed blocks are reused inside their chunks, so this
-/// is the high-water mark).
+/// Bytes of the index's region in chunks taken (`txn::Heap::bytes_taken`).
 async fn region_used_bytes(c: &Cluster, spec: &LoadSpec) -> Result<u64> {
     let heap = match load::Handle::open(c, &spec.index, spec.kind)
         .await
@@ -165,12 +163,9 @@ async fn region_used_bytes(c: &Cluster, spec: &LoadSpec) -> Result<u64> {
         load::Handle::Tree(mut t) => t.inner().heap(),
         load::Handle::Table(mut t) => t.inner().heap(),
     };
-    let tags = heap
-        .owner_table_of(&mut c.fabric())
+    heap.bytes_taken(&mut c.fabric())
         .await
-        .context("reading the region's chunk table")?;
-    let taken = tags.iter().filter(|t| t.owner().is_some()).count() as u64;
-    Ok(taken * heap.chunk_bytes())
+        .context("reading the region's chunk table")
 }
 
 /// Writes every key once, so that the region holds a full tree.

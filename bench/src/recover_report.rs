@@ -76,6 +76,14 @@ pub struct Round {
 /// A figure of a round, for a row of the table.
 type Field = fn(&Round) -> Option<f64>;
 
+/// Which end of a row's figures is its worst: the most of a time, the
+/// least of a rate.
+#[derive(Clone, Copy)]
+enum Worst {
+    Most,
+    Least,
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -165,24 +173,23 @@ impl RecoverReport {
                 if primary { "primary" } else { "backup" },
                 rounds.len()
             );
-            let rows: [(&str, Field); 9] = [
-                ("dead after the kill, ms", |r| r.detected_ms),
-                ("evicted after the kill, ms", |r| r.evicted_ms),
-                ("dead decision -> serving, ms", |r| r.dead_to_serving_ms),
-                ("new replica placed, ms", |r| r.added_ms),
-                ("... allocated, ms", |r| r.allocated_ms),
-                ("copy (allocated -> joined), ms", |r| r.copy_ms),
-                ("copy rate, GiB/s (lower bound)", |r| r.copy_gib_per_s),
-                ("writes blocked (joined -> whole), ms", |r| r.blocked_ms),
-                ("whole again after the kill, ms", |r| r.whole_ms),
+            use Worst::{Least, Most};
+            let rows: [(&str, Field, Worst); 9] = [
+                ("dead after the kill, ms", |r| r.detected_ms, Most),
+                ("evicted after the kill, ms", |r| r.evicted_ms, Most),
+                ("dead decision -> serving, ms", |r| r.dead_to_serving_ms, Most),
+                ("new replica placed, ms", |r| r.added_ms, Most),
+                ("... allocated, ms", |r| r.allocated_ms, Most),
+                ("copy (allocated -> joined), ms", |r| r.copy_ms, Most),
+                ("copy rate, GiB/s (lower bound)", |r| r.copy_gib_per_s, Least),
+                ("writes blocked (joined -> whole), ms", |r| r.blocked_ms, Most),
+                ("whole again after the kill, ms", |r| r.whole_ms, Most),
             ];
-            for (name, f) in rows {
+            for (name, f, end) in rows {
                 let v: Vec<f64> = rounds.iter().filter_map(|r| f(r)).collect();
-                // The worst of a rate is its least, of a time its most.
-                let worst = if name.contains("GiB/s") {
-                    v.iter().copied().fold(f64::MAX, f64::min)
-                } else {
-                    v.iter().copied().fold(f64::MIN, f64::max)
+                let worst = match end {
+                    Most => v.iter().copied().fold(f64::MIN, f64::max),
+                    Least => v.iter().copied().fold(f64::MAX, f64::min),
                 };
                 let (med, worst) = if v.is_empty() {
                     ("-".to_owned(), "-".to_owned())

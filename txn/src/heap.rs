@@ -393,6 +393,14 @@ impl Heap {
             .collect())
     }
 
+    /// Bytes of the heap in chunks taken, read from the primary: the
+    /// high-water mark of what its clients have used (freed blocks are
+    /// reused inside their chunks).
+    pub async fn bytes_taken(&self, client: &mut Client) -> Result<u64, TxError> {
+        let tags = self.owner_table_of(client).await?;
+        Ok(taken(&tags) * self.chunk_bytes)
+    }
+
     /// Rebuilds the words only a primary keeps, on a backup just promoted to
     /// primary (`client`'s map names it primary) and before any client uses
     /// the region:
@@ -421,7 +429,7 @@ impl Heap {
         let tags = self.owner_table_of(client).await?;
         let mut restored = Restored::default();
         let last_taken = tags.iter().rposition(|t| t.owner().is_some());
-        restored.chunks_taken = tags.iter().filter(|t| t.owner().is_some()).count() as u64;
+        restored.chunks_taken = taken(&tags);
         let mut batch = Batch::new();
         let h = batch.read(self.word(W_NEXT_CHUNK), 8);
         client.execute(&mut batch).await?;
@@ -526,6 +534,11 @@ fn meta_chunks(tags: &[ChunkTag]) -> impl Iterator<Item = usize> + '_ {
         .enumerate()
         .filter(|(_, t)| t.kind() == Some(ChunkKind::Metas))
         .map(|(i, _)| i)
+}
+
+/// Chunks `tags` records as taken.
+fn taken(tags: &[ChunkTag]) -> u64 {
+    tags.iter().filter(|t| t.owner().is_some()).count() as u64
 }
 
 fn word_at(bytes: &[u8]) -> u64 {

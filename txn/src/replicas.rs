@@ -109,9 +109,9 @@ impl Heap {
     /// that long) are compared. Any other meta is skipped: a transaction
     /// that aborted after writing a new object's meta leaves it behind,
     /// possibly on some replicas only (its batch cut off by a dying node),
-    /// naming a block since reused. `half_taken_ok(owner)` says whether `owner` may
-    /// have stopped in the middle of taking a chunk. Meant for a quiescent
-    /// heap: a commit in flight is a difference.
+    /// naming a block since reused. `half_taken_ok(owner)` says whether
+    /// `owner` may have stopped in the middle of taking a chunk. Meant for a
+    /// quiescent heap: a commit in flight is a difference.
     pub async fn compare_replicas(
         &self,
         client: &mut Client,

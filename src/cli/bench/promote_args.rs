@@ -56,9 +56,7 @@ impl PromoteArgs {
         if !(2..=3).contains(&self.replicas) {
             bail!("--replicas must be 2 or 3: a promotion needs a backup");
         }
-        // About 1.5 KiB of region per key (a leaf of 40 entries, half full
-        // after splits, is 1 KiB plus its meta), doubled for the blocks that
-        // commits replace, at least 64 MiB.
+        // `REGION_BYTES_PER_KEY` per key, at least 64 MiB.
         let keys = self.tasks as u64 * self.keys;
         let region_bytes = (keys * super::common::REGION_BYTES_PER_KEY)
             .max(64 << 20)

@@ -26,7 +26,8 @@ The control plane is read every 1 ms; a phase shorter than a read may be missed 
 The copy is timed from the new replica allocated to its join, so its rate is a lower bound.
 
 Output: medians and worst cases (the most for times, the least for rates) per role of the killed
-node (or one JSON object with --json, every round listed). Exits 1 if an acknowledged write was lost or an error reached the application.
+node (or one JSON object with --json, every round listed). Exits 1 if an acknowledged write was
+lost or an error reached the application.
 
 Examples:
   kintsugi bench recover                       # 1 GiB region on shm, primary and backup in turn
