@@ -188,13 +188,12 @@ impl RecoverReport {
             for (name, f, end) in rows {
                 let v: Vec<f64> = rounds.iter().filter_map(|r| f(r)).collect();
                 let worst = match end {
-                    Most => v.iter().copied().fold(f64::MIN, f64::max),
-                    Least => v.iter().copied().fold(f64::MAX, f64::min),
+                    Most => v.iter().copied().reduce(f64::max),
+                    Least => v.iter().copied().reduce(f64::min),
                 };
-                let (med, worst) = if v.is_empty() {
-                    ("-".to_owned(), "-".to_owned())
-                } else {
-                    (format!("{:.2}", median(&v)), format!("{worst:.2}"))
+                let (med, worst) = match worst {
+                    None => ("-".to_owned(), "-".to_owned()),
+                    Some(w) => (format!("{:.2}", median(&v)), format!("{w:.2}")),
                 };
                 out += &format!("{name:<38} {med:>9} {worst:>9} {:>3}/{}\n", v.len(), rounds.len());
             }
