@@ -129,7 +129,6 @@ pub async fn copy_replica(
         write_chunk(fabric, &mut writes, at, Replica::Backup(backup), data).await?;
         done += len;
         progress(done, total);
-        // See `yield_between_chunks`.
         yield_between_chunks().await;
     }
     Ok(Copied {
