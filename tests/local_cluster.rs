@@ -229,7 +229,8 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
     assert!(report.is_ok(), "{report:?}");
     drop(tree);
 
-    // Recovery rolls its logs at once and forgets it after its quarantine.
+    // Recovery rolls its logs at once, and after its quarantine reclaims
+    // its unused blocks and forgets it.
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
     eventually(
         "recovery to forget the victim",
@@ -240,6 +241,26 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
         },
     )
     .await;
+    // Leak repair ran before: each of its ids' bags moved to a new
+    // generation, and the blocks of its slabs that no object names wait,
+    // as runs, for the ids' next holders.
+    let orders = survivor
+        .indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap();
+    let mut fabric = survivor.fabric();
+    let heap = txn::Heap::open(&mut fabric, orders.region).await.unwrap();
+    let mut runs = 0;
+    for id in dead.owners.ids() {
+        let gen = heap.bag_generation(&mut fabric, id).await.unwrap();
+        // At least once: a pass whose forget was refused reclaims again.
+        assert!(gen >= 1, "owner id {id} reclaimed before it was freed");
+        runs += heap.runs_of(&mut fabric, id).await.unwrap().len();
+    }
+    assert!(runs > 0, "the victim's unused blocks were reclaimed");
     let heir = Cluster::connect_with(
         &file.control,
         &file.client_token,

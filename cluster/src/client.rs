@@ -242,6 +242,9 @@ impl Cluster {
         }
         let ids = self.me.owners.ids();
         self.finish_logs(&ids, false).await?;
+        // No handle holds an id any more: what their allocators held is
+        // free, and must come back before another client takes the ids.
+        self.reclaim_owners(&ids).await?;
         let leave = Command::DeregisterClient { id: self.me.id };
         self.members.command("leaving the cluster", &leave).await?;
         self.closed = true;
@@ -263,7 +266,7 @@ impl Cluster {
             .await?;
         let mut forgotten = Vec::new();
         for c in clients {
-            if self.forget_expired(&c).await? {
+            if self.forget_expired(&c).await?.is_some() {
                 forgotten.push(c.id);
             }
         }
@@ -272,41 +275,74 @@ impl Cluster {
 
     /// Forgets expired client `c` once its quarantine is over and its logs
     /// are finished (finished again here: something it sent before it
-    /// stopped may have landed since). `true` once it is gone, whoever
-    /// forgot it; `false` if it is live, quarantined or still committing.
-    pub async fn forget_expired(&self, c: &cp::Client) -> Result<bool, ClusterError> {
+    /// stopped may have landed since), after reclaiming the blocks of its
+    /// owner ids that no object references ([`Cluster::reclaim_owners`]):
+    /// only then are its ids another's. `Some` (what was reclaimed) once it
+    /// is gone, whoever forgot it; `None` if it is live, quarantined or
+    /// still committing.
+    pub async fn forget_expired(&self, c: &cp::Client) -> Result<Option<txn::Reclaimed>, ClusterError> {
         let ClientState::Expired { at_ms } = c.state else {
-            return Ok(false);
+            return Ok(None);
         };
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
         if now_ms < at_ms.saturating_add(c.lease_ms) {
-            return Ok(false); // quarantined: something it sent may still land
+            return Ok(None); // quarantined: something it sent may still land
         }
-        if !self.finish_logs(&c.owners.ids(), true).await? {
-            return Ok(false);
+        let ids = c.owners.ids();
+        if !self.finish_logs(&ids, true).await? {
+            return Ok(None);
         }
+        let reclaimed = self.reclaim_owners(&ids).await?;
         let forget = Command::ForgetClient { id: c.id };
         match self
             .members
             .command(&format!("forgetting client {}", c.id), &forget)
             .await
         {
-            Ok(_) => Ok(true),
+            Ok(_) => Ok(Some(reclaimed)),
             // Forgotten meanwhile by another reaper.
             Err(ClusterError::Refused { source, .. })
                 if source.status().is_some_and(|s| s.as_u16() == 404) =>
             {
-                Ok(true)
+                Ok(Some(reclaimed))
             }
             Err(ClusterError::Refused { source, .. })
                 if source.status().is_some_and(|s| s.as_u16() == 409) =>
             {
-                Ok(false)
+                Ok(None)
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Leak repair for owner ids `ids`, which nobody holds (their client
+    /// left, or expired and its logs are finished): on every ready rtx
+    /// index, the data blocks of their chunks that no object references
+    /// are left for the next holder of each id (`txn::reclaim`). Returns
+    /// the sum over indexes and ids. Idempotent.
+    pub async fn reclaim_owners(&self, ids: &[u16]) -> Result<txn::Reclaimed, ClusterError> {
+        let mut sum = txn::Reclaimed::default();
+        for x in self
+            .indexes()
+            .await?
+            .iter()
+            .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
+        {
+            self.await_region(x, Instant::now() + crate::OPEN_TIMEOUT).await?;
+            let mut fabric = self.fabric();
+            let heap = txn::Heap::open(&mut fabric, x.region).await?;
+            for &id in ids {
+                let r = heap.reclaim(&mut fabric, id).await?;
+                sum.data_chunks += r.data_chunks;
+                sum.blocks_referenced += r.blocks_referenced;
+                sum.blocks_free += r.blocks_free;
+                sum.bytes_free += r.bytes_free;
+                sum.runs += r.runs;
+            }
+        }
+        Ok(sum)
     }
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx

@@ -309,9 +309,12 @@ impl Coordinator {
                 }
                 continue; // a commit under a live lease: next pass
             }
-            if self.cluster.forget_expired(c).await? {
+            if let Some(r) = self.cluster.forget_expired(c).await? {
                 self.rolled.remove(&c.id);
-                let what = format!("client {} forgotten; owner ids {:?} free", c.id, c.owners);
+                let what = format!(
+                    "client {} forgotten after its unreferenced blocks were reclaimed ({} blocks, {} bytes, in {} data chunks); owner ids {:?} free",
+                    c.id, r.blocks_free, r.bytes_free, r.data_chunks, c.owners
+                );
                 return Ok(Some(self.took(Step::ForgotClient, c.id, &what)));
             }
         }

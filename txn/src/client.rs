@@ -75,9 +75,23 @@ impl TxClient {
         &self.config
     }
 
+    /// Hands the blocks of other owners' chunks this client's commits
+    /// replaced to those owners' bags now (commits do it in batches, so a
+    /// client going idle may call this; `txn::reclaim`).
+    pub async fn hand_back_blocks(&mut self) -> Result<(), TxError> {
+        self.alloc.flush(&mut self.fabric).await
+    }
+
     /// Counters.
     pub fn stats(&self) -> TxStats {
-        self.stats
+        let a = self.alloc.counts();
+        TxStats {
+            blocks_handed: a.blocks_handed,
+            blocks_drained: a.blocks_drained,
+            blocks_adopted: a.blocks_adopted,
+            blocks_dropped: a.blocks_dropped,
+            ..self.stats
+        }
     }
 
     /// This client's clock in lease ticks (1/256 ms since 2024-01-01,

@@ -37,6 +37,7 @@ use fabric::{GlobalAddr, Replica, VerbHandle};
 /// installs anything: the crash that leaves a repairer the most to do.
 pub const CRASH_AT_COMMIT_POINT: &str = "tx-commit-point";
 
+use crate::alloc::Released;
 use crate::client::{le_word, meta_bytes};
 use crate::error::{AbortReason, TxError};
 use crate::hint::MetaHint;
@@ -214,21 +215,22 @@ impl Tx<'_> {
     /// their releases).
     fn committed(&mut self, installed: Installed) {
         self.c.stats.commits += 1;
-        let replaced = self
+        let replaced: Vec<Released> = self
             .writes
             .iter()
             .filter(|w| !w.retire)
-            .map(|w| (w.old.offset(), w.obj.len));
+            .map(|w| self.c.alloc.release(w.old.offset(), w.obj.len))
+            .collect();
         match installed {
             Installed::Done => {
-                for (offset, len) in replaced {
-                    self.c.alloc.free(offset, len);
+                for r in replaced {
+                    self.c.alloc.free_released(r);
                 }
             }
             Installed::LogDone => {
                 self.c.close_log();
-                for (offset, len) in replaced {
-                    self.c.alloc.free(offset, len);
+                for r in replaced {
+                    self.c.alloc.free_released(r);
                 }
             }
             Installed::TakenOver => {
@@ -412,9 +414,14 @@ impl Tx<'_> {
             && self.c.replicas(self.c.heap.region()) == 1;
         let logged = doing.is_some();
         let mut installs = Vec::with_capacity(self.writes.len());
+        // Who gets each block this commit unlinks, read (when this client
+        // does not know yet) in the first batch, before any pointer CAS of
+        // it on the primary (`crate::reclaim`, rule 3).
+        self.batch.clear();
+        let olds = self.writes.iter().filter(|w| !w.retire).map(|w| w.old.offset());
+        let mut release_reads = self.c.alloc.push_release_reads(&mut self.batch, olds);
         // Backups first: a separate round trip when there are backups.
         if !single_replica {
-            self.batch.clear();
             if with_data {
                 self.push_new_data();
             }
@@ -439,13 +446,16 @@ impl Tx<'_> {
             }
             self.c.fabric.execute(&mut self.batch).await?;
             self.check_done()?;
+            if let Some(reads) = release_reads.take() {
+                self.c.alloc.absorb_release_reads(&self.batch, reads)?;
+            }
             let moved = pointers_moved(&self.batch, &installs, |i| self.old_new(i))?;
             if !moved.is_empty() {
                 self.install_refused(lock, logged, &moved).await?;
             }
             installs.clear();
+            self.batch.clear();
         }
-        self.batch.clear();
         if with_data && single_replica {
             self.push_new_data();
         }
@@ -473,6 +483,9 @@ impl Tx<'_> {
         });
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
+        if let Some(reads) = release_reads.take() {
+            self.c.alloc.absorb_release_reads(&self.batch, reads)?;
+        }
         if let Some(done) = done {
             self.c
                 .converge_if_split(&self.batch, done, header_addr, lock)

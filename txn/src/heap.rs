@@ -4,7 +4,9 @@
 //! [0, 4 KiB)          header: magic, layout version, owner slots, chunk size,
 //!                     chunk count, next free chunk (FAA), named roots
 //! log array           one LOG_SLOT_BYTES slot per owner id
-//! chunk owner table   one ChunkTag per chunk: who took it and whether it holds metas
+//! reclaim area        per owner id: a bag generation, a reclaimed-runs head,
+//!                     a bag of BAG_SLOTS words (`crate::reclaim`)
+//! chunk owner table   one ChunkTag per chunk: who took it, and what it holds
 //! chunks              the meta and data pools, handed to clients chunk by chunk
 //! ```
 //!
@@ -21,7 +23,8 @@ use crate::log::LOG_SLOT_BYTES;
 use crate::word::OwnerId;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"KTXHEAP1");
-const LAYOUT_VERSION: u64 = 1;
+/// 2: the reclaim area, and data chunks as slabs of one block size.
+const LAYOUT_VERSION: u64 = 2;
 pub(crate) const HEADER_BYTES: u64 = 4096;
 const W_MAGIC: u64 = 0;
 const W_VERSION: u64 = 1;
@@ -32,6 +35,12 @@ const W_NEXT_CHUNK: u64 = 5;
 const W_ROOTS: u64 = 6;
 /// Named roots per heap: words an index uses to find its root objects.
 pub const ROOTS_MAX: usize = 32;
+/// Flags of the heap (`FLAG_*`), after the roots.
+const W_FLAGS: u64 = W_ROOTS + ROOTS_MAX as u64;
+/// The heap holds retired blocks (`Tx::retire_replaced`): blocks no meta
+/// names that a late CAS may still land in, so a reclaim must not hand
+/// them out (`crate::reclaim`).
+const FLAG_RETIRES: u64 = 1;
 
 /// How to lay out a heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,36 +60,72 @@ impl Default for HeapConfig {
     }
 }
 
+/// Largest data block a slab tag can name: its size in words fits the
+/// tag's 24-bit field (128 MiB, far beyond any node or subtable).
+pub const BLOCK_BYTES_MAX: u64 = ((1 << 24) - 1) * 8;
+
 /// What a chunk holds. Recorded with its owner so that a promotion can find
-/// every meta (their lock words are the primary's alone).
+/// every meta (their lock words are the primary's alone), and a reclaim
+/// every data block (`crate::reclaim`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChunkKind {
-    /// Data blocks, B+tree nodes, lock tables: anything but metas.
-    Data,
+    /// Data blocks of TXObjs, all `block_bytes` long, back to back from
+    /// the chunk's start (a slab). A block longer than a chunk spans
+    /// consecutive chunks; the ones after its first are `Continuation`s.
+    /// Only metas' data pointers name these blocks, which is what lets a
+    /// reclaim tell the free ones from the others.
+    Data {
+        /// Bytes of each block (a multiple of 8, at most [`BLOCK_BYTES_MAX`]).
+        block_bytes: u64,
+    },
+    /// A chunk a `Data` block longer than one chunk continues into.
+    Continuation,
     /// 16-byte TXObj metas only.
     Metas,
+    /// Memory an index manages itself (hash KV blocks and directories,
+    /// `optimal` nodes and lock tables): never reclaimed.
+    Raw,
 }
 
 /// One word of the chunk owner table, the one definition of its layout:
 ///
 /// ```text
-///  63      62                16 15                 0
-/// +-------+--------------------+--------------------+
-/// | metas |    0 (47 bits)     |   owner id + 1     |   taken
-/// +-------+--------------------+--------------------+
-/// 0 = free
+///  63      62    61     60    40 39            16 15             0
+/// +-------+-----+------+--------+----------------+----------------+
+/// | metas | raw | cont |   0    | block words    | owner id + 1   |   taken
+/// +-------+-----+------+--------+----------------+----------------+
+/// 0 = free; block words only in a data chunk's tag (its slab's block size / 8)
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkTag(u64);
 
 impl ChunkTag {
     const METAS: u64 = 1 << 63;
+    const RAW: u64 = 1 << 62;
+    const CONTINUATION: u64 = 1 << 61;
     const OWNER_MASK: u64 = 0xFFFF;
+    const WORDS_SHIFT: u32 = 16;
+    const WORDS_MASK: u64 = (1 << 24) - 1;
 
     /// A chunk taken by `owner` for `kind`.
+    ///
+    /// # Panics
+    /// If a data block size is not a positive multiple of 8 up to
+    /// [`BLOCK_BYTES_MAX`] (the allocator checks object sizes first).
     pub fn taken(owner: OwnerId, kind: ChunkKind) -> Self {
-        let metas = if kind == ChunkKind::Metas { Self::METAS } else { 0 };
-        ChunkTag(metas | (u64::from(owner) + 1))
+        let bits = match kind {
+            ChunkKind::Data { block_bytes } => {
+                assert!(
+                    block_bytes > 0 && block_bytes % 8 == 0 && block_bytes <= BLOCK_BYTES_MAX,
+                    "block size {block_bytes} has no slab tag"
+                );
+                (block_bytes / 8) << Self::WORDS_SHIFT
+            }
+            ChunkKind::Continuation => Self::CONTINUATION,
+            ChunkKind::Metas => Self::METAS,
+            ChunkKind::Raw => Self::RAW,
+        };
+        ChunkTag(bits | (u64::from(owner) + 1))
     }
 
     /// The word as stored.
@@ -104,10 +149,24 @@ impl ChunkTag {
         self.owner().map(|_| {
             if self.0 & Self::METAS != 0 {
                 ChunkKind::Metas
+            } else if self.0 & Self::RAW != 0 {
+                ChunkKind::Raw
+            } else if self.0 & Self::CONTINUATION != 0 {
+                ChunkKind::Continuation
             } else {
-                ChunkKind::Data
+                ChunkKind::Data {
+                    block_bytes: ((self.0 >> Self::WORDS_SHIFT) & Self::WORDS_MASK) * 8,
+                }
             }
         })
+    }
+
+    /// The block size of a data chunk's slab.
+    pub fn block_bytes(self) -> Option<u64> {
+        match self.kind() {
+            Some(ChunkKind::Data { block_bytes }) => Some(block_bytes),
+            _ => None,
+        }
     }
 }
 
@@ -160,8 +219,51 @@ impl Heap {
         HEADER_BYTES
     }
 
-    fn owner_table(&self) -> u64 {
+    fn reclaim_base(&self) -> u64 {
         self.log_base() + self.owner_slots * LOG_SLOT_BYTES
+    }
+
+    fn owner_table(&self) -> u64 {
+        self.reclaim_base() + reclaim_area_bytes(self.owner_slots)
+    }
+
+    /// The bag generations, one word per owner id, back to back (one READ
+    /// gets them all: `crate::reclaim`).
+    pub(crate) fn bag_gens(&self) -> (GlobalAddr, u64) {
+        (
+            GlobalAddr::new(self.region, self.reclaim_base()),
+            self.owner_slots * 8,
+        )
+    }
+
+    /// `owner`'s bag generation word.
+    pub(crate) fn bag_gen(&self, owner: OwnerId) -> GlobalAddr {
+        self.bag_gens().0.add(u64::from(owner) * 8)
+    }
+
+    /// `owner`'s reclaimed-runs head word: the first run a reclaim left
+    /// for the next holder of the id (0: none).
+    pub fn runs_head(&self, owner: OwnerId) -> GlobalAddr {
+        GlobalAddr::new(
+            self.region,
+            self.reclaim_base() + self.owner_slots * 8 + u64::from(owner) * 8,
+        )
+    }
+
+    /// `owner`'s bag: [`crate::reclaim::BAG_SLOTS`] words.
+    pub(crate) fn bag(&self, owner: OwnerId) -> GlobalAddr {
+        GlobalAddr::new(
+            self.region,
+            self.reclaim_base() + self.owner_slots * 16 + u64::from(owner) * crate::reclaim::BAG_SLOTS * 8,
+        )
+    }
+
+    /// The chunk holding byte `offset`, if it lies among the chunks.
+    pub fn chunk_of(&self, offset: u64) -> Option<u64> {
+        let base = self.chunk_base();
+        (offset >= base)
+            .then(|| (offset - base) / self.chunk_bytes)
+            .filter(|&c| c < self.chunk_count)
     }
 
     fn chunk_base(&self) -> u64 {
@@ -196,6 +298,26 @@ impl Heap {
         ))
     }
 
+    /// Records, on every replica, that blocks of this heap may be retired
+    /// (`Tx::retire_replaced`): it is then never reclaimed. The index that
+    /// retires blocks calls it when it creates itself, before any commit.
+    pub async fn mark_retiring(&self, client: &mut Client) -> Result<(), TxError> {
+        let mut batch = Batch::new();
+        let h = batch
+            .on(Replica::All)
+            .write(self.word(W_FLAGS), &FLAG_RETIRES.to_le_bytes());
+        client.execute(&mut batch).await?;
+        batch.done(h).map_err(TxError::Verb)
+    }
+
+    /// Whether [`Heap::mark_retiring`] ran (read on the primary).
+    pub async fn retires(&self, client: &mut Client) -> Result<bool, TxError> {
+        let mut batch = Batch::new();
+        let h = batch.read(self.word(W_FLAGS), 8);
+        client.execute(&mut batch).await?;
+        Ok(word_at(batch.read_result(h).map_err(TxError::Verb)?) & FLAG_RETIRES != 0)
+    }
+
     /// The address of named root `i`.
     ///
     /// # Panics
@@ -217,7 +339,8 @@ impl Heap {
                 config.chunk_bytes
             )));
         }
-        let fixed = HEADER_BYTES + u64::from(config.owner_slots) * LOG_SLOT_BYTES + HEADER_BYTES;
+        let slots = u64::from(config.owner_slots);
+        let fixed = HEADER_BYTES + slots * LOG_SLOT_BYTES + reclaim_area_bytes(slots) + HEADER_BYTES;
         let chunk_count = region_bytes.saturating_sub(fixed) / (config.chunk_bytes + 8);
         let heap = Heap {
             region,
@@ -358,8 +481,9 @@ impl Heap {
                 chunks: self.chunk_count,
             });
         }
-        let tag = ChunkTag::taken(owner, kind).raw().to_le_bytes();
-        let table: Vec<u8> = (0..count).flat_map(|_| tag).collect();
+        let table: Vec<u8> = (0..count)
+            .flat_map(|i| self.tag_in_run(owner, kind, i).raw().to_le_bytes())
+            .collect();
         batch.clear();
         let h = batch.on(Replica::All).write(
             GlobalAddr::new(self.region, self.owner_table() + first * 8),
@@ -368,6 +492,21 @@ impl Heap {
         client.execute(&mut batch).await?;
         batch.done(h).map_err(TxError::Verb)?;
         Ok(first)
+    }
+
+    /// The tag of the `i`th chunk of a run taken for `kind`: a data block
+    /// longer than a chunk continues into the chunks after its first.
+    fn tag_in_run(&self, owner: OwnerId, kind: ChunkKind, i: u64) -> ChunkTag {
+        match kind {
+            ChunkKind::Data { block_bytes } if block_bytes > self.chunk_bytes => {
+                if i % block_bytes.div_ceil(self.chunk_bytes) == 0 {
+                    ChunkTag::taken(owner, kind)
+                } else {
+                    ChunkTag::taken(owner, ChunkKind::Continuation)
+                }
+            }
+            _ => ChunkTag::taken(owner, kind),
+        }
     }
 
     /// The chunks recorded as taken by `owner` (a scan of the owner table on
@@ -413,7 +552,11 @@ impl Heap {
     ///   ([`LockWord::promotion_floor`](crate::LockWord::promotion_floor)):
     ///   locks of the lost primary vanish with it (its DOING logs are
     ///   rolled forward from the replicated logs, its INIT ones aborted),
-    ///   and versions must not go backwards.
+    ///   and versions must not go backwards;
+    /// - every bag emptied at its generation: a backup's bag words are not
+    ///   the primary's (committers CAS the primary's only), and a copy may
+    ///   have brought entries their owners took long ago. Blocks in the
+    ///   lost primary's bags leak until their owners are reclaimed.
     ///
     /// Not for a region in use: it rewrites meta chunks whole.
     pub async fn restore_after_promotion(
@@ -444,6 +587,22 @@ impl Heap {
             batch.done(h).map_err(TxError::Verb)?;
         }
         restored.next_chunk = wanted;
+        let (gens_at, gens_bytes) = self.bag_gens();
+        let gens = client.read_range(gens_at, gens_bytes, Replica::Primary).await?;
+        let bags: Vec<u8> = gens[0]
+            .chunks_exact(8)
+            .flat_map(|g| {
+                let empty = crate::reclaim::BagWord::empty(word_at(g) as u16).raw();
+                (0..crate::reclaim::BAG_SLOTS).flat_map(move |_| empty.to_le_bytes())
+            })
+            .collect();
+        for (i, piece) in bags.chunks(fabric::VERB_BYTES_MAX as usize).enumerate() {
+            batch.clear();
+            let at = self.bag(0).add((i * fabric::VERB_BYTES_MAX as usize) as u64);
+            let h = batch.write(at, piece);
+            client.execute(&mut batch).await?;
+            batch.done(h).map_err(TxError::Verb)?;
+        }
         let unlocked = crate::word::LockWord::unlocked(floor).raw();
         for i in meta_chunks(&tags) {
             let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
@@ -536,6 +695,12 @@ fn meta_chunks(tags: &[ChunkTag]) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
+/// Bytes of the reclaim area for `owner_slots` ids: a generation and a
+/// runs head per id, then the bags; padded to a page.
+fn reclaim_area_bytes(owner_slots: u64) -> u64 {
+    (owner_slots * (16 + crate::reclaim::BAG_SLOTS * 8)).next_multiple_of(HEADER_BYTES)
+}
+
 /// Chunks `tags` records as taken.
 fn taken(tags: &[ChunkTag]) -> u64 {
     tags.iter().filter(|t| t.owner().is_some()).count() as u64
@@ -553,9 +718,23 @@ mod tests {
     fn chunk_tag_encoding_is_bit_exact() {
         assert_eq!(ChunkTag::from_raw(0).owner(), None);
         assert_eq!(ChunkTag::from_raw(0).kind(), None);
-        let data = ChunkTag::taken(0, ChunkKind::Data);
-        assert_eq!(data.raw(), 1);
-        assert_eq!((data.owner(), data.kind()), (Some(0), Some(ChunkKind::Data)));
+        let kind = ChunkKind::Data { block_bytes: 1024 };
+        let data = ChunkTag::taken(0, kind);
+        assert_eq!(data.raw(), (128 << 16) | 1);
+        assert_eq!((data.owner(), data.kind()), (Some(0), Some(kind)));
+        assert_eq!(data.block_bytes(), Some(1024));
+        let largest = ChunkKind::Data {
+            block_bytes: BLOCK_BYTES_MAX,
+        };
+        assert_eq!(ChunkTag::taken(0, largest).raw(), (0xFF_FFFF << 16) | 1);
+        assert_eq!(ChunkTag::taken(0, largest).kind(), Some(largest));
+        let cont = ChunkTag::taken(5, ChunkKind::Continuation);
+        assert_eq!(cont.raw(), (1 << 61) | 6);
+        assert_eq!(cont.kind(), Some(ChunkKind::Continuation));
+        assert_eq!(cont.block_bytes(), None);
+        let raw = ChunkTag::taken(5, ChunkKind::Raw);
+        assert_eq!(raw.raw(), (1 << 62) | 6);
+        assert_eq!(raw.kind(), Some(ChunkKind::Raw));
         let metas = ChunkTag::taken(crate::word::OWNER_MAX, ChunkKind::Metas);
         assert_eq!(metas.raw(), (1 << 63) | 0x8000);
         assert_eq!(

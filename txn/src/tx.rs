@@ -131,7 +131,9 @@ impl<'c> Tx<'c> {
     /// that lock-free writers outside rTX update in place (a RACE subtable's
     /// slots): such a writer may still CAS into the replaced block after the
     /// commit, which is harmless in a dead block and corruption in a reused
-    /// one. `obj` must be in the write set.
+    /// one. `obj` must be in the write set, and the heap marked
+    /// ([`Heap::mark_retiring`](crate::Heap::mark_retiring)) so that no
+    /// reclaim takes the retired block for a free one.
     pub fn retire_replaced(&mut self, obj: RawObj) -> Result<(), TxError> {
         match self.writes.iter_mut().find(|w| w.obj.meta == obj.meta) {
             Some(w) => {

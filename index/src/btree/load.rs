@@ -150,14 +150,18 @@ impl BTree {
         let heap = self.heap;
         let owner = self.owner();
         let chunks = |bytes: u64| bytes.div_ceil(heap.chunk_bytes());
+        // rtx nodes are TXObj data, in slabs of node-sized blocks (which
+        // lie back to back across the chunks as well); optimal ones are the
+        // index's own memory.
+        let kind = match self.store {
+            Store::Optimal(_) => txn::ChunkKind::Raw,
+            Store::Rtx(_) => txn::ChunkKind::Data {
+                block_bytes: NODE_BYTES as u64,
+            },
+        };
         let fabric = self.store.fabric();
         let first = heap
-            .take_chunks(
-                fabric,
-                owner,
-                chunks(n as u64 * NODE_BYTES as u64),
-                txn::ChunkKind::Data,
-            )
+            .take_chunks(fabric, owner, chunks(n as u64 * NODE_BYTES as u64), kind)
             .await?;
         let data_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
         let data: Vec<GlobalAddr> = (0..n).map(|i| data_base.add((i * NODE_BYTES) as u64)).collect();

@@ -72,7 +72,7 @@ impl Optimal {
     ) -> Result<GlobalAddr, IndexError> {
         let chunks = (LOCK_WORDS * 8).div_ceil(heap.chunk_bytes());
         let first = heap
-            .take_chunks(fabric, owner, chunks, txn::ChunkKind::Data)
+            .take_chunks(fabric, owner, chunks, txn::ChunkKind::Raw)
             .await?;
         let base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
         // Fresh chunks may hold garbage from an earlier use of the region.
@@ -102,7 +102,7 @@ impl Optimal {
         if self.next + NODE_BYTES as u64 > self.end {
             let c = self
                 .heap
-                .take_chunks(&mut self.fabric, self.owner, 1, txn::ChunkKind::Data)
+                .take_chunks(&mut self.fabric, self.owner, 1, txn::ChunkKind::Raw)
                 .await?;
             self.next = self.heap.chunk_offset(c);
             self.end = self.next + self.heap.chunk_bytes();

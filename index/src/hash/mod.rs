@@ -154,7 +154,7 @@ pub struct HashTable {
     info: TableInfo,
     geometry: Geometry,
     /// KV blocks (both variants) and optimal's subtables.
-    alloc: BlockAllocator,
+    alloc: Box<BlockAllocator>,
     /// A KV block written by an attempt that did not publish it: the next
     /// write reuses it (nobody else can have seen it).
     spare_kv: Option<u64>,
@@ -196,7 +196,7 @@ impl HashTable {
         let first = geometry.empty_subtable(Header::new(0, 0));
         let mut t = match variant {
             Variant::Optimal => {
-                let mut alloc = BlockAllocator::new(heap, owner);
+                let mut alloc = BlockAllocator::raw(heap, owner);
                 let mut fabric = fabric;
                 let sub = alloc.data(&mut fabric, first.len() as u32).await?;
                 let sub = GlobalAddr::new(heap.region(), sub);
@@ -214,11 +214,14 @@ impl HashTable {
             }
             Variant::Rtx => {
                 let mut c = TxClient::new(fabric, heap, owner, TxConfig::default())?;
+                // A split retires the subtable it replaces (a writer's slot
+                // CAS may still land in it): no reclaim may hand it out.
+                heap.mark_retiring(c.fabric()).await?;
                 let sub = c.create_raw(&first).await?.meta;
                 let dir_words = vec![sub.raw(); 1 << config.dir_depth];
                 let dir = c.create_raw(&words_bytes(&dir_words)).await?.meta;
                 let info = TableInfo { variant, config, dir };
-                let alloc = BlockAllocator::new(heap, owner);
+                let alloc = BlockAllocator::raw(heap, owner);
                 HashTable::with_engine(Engine::Rtx(Box::new(c)), heap, owner, info, alloc)
             }
         };
@@ -285,7 +288,7 @@ impl HashTable {
             Variant::Optimal => Engine::Optimal(fabric),
             Variant::Rtx => Engine::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
         };
-        let alloc = BlockAllocator::new(heap, owner);
+        let alloc = BlockAllocator::raw(heap, owner);
         let mut t = HashTable::with_engine(engine, heap, owner, info, alloc);
         t.reload_dir().await?;
         Ok(t)
@@ -306,7 +309,7 @@ impl HashTable {
                 groups: info.config.groups,
             },
             info,
-            alloc,
+            alloc: Box::new(alloc),
             spare_kv: None,
             dir: Vec::new(),
             data_of: HashMap::new(),
