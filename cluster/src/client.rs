@@ -281,7 +281,7 @@ impl Cluster {
     /// is gone, whoever forgot it; `None` if it is live, quarantined or
     /// still committing.
     pub async fn forget_expired(&self, c: &cp::Client) -> Result<Option<txn::Reclaimed>, ClusterError> {
-        let ClientState::Expired { at_ms } = c.state else {
+        let ClientState::Expired { at_ms, seq } = c.state else {
             return Ok(None);
         };
         let now_ms = std::time::SystemTime::now()

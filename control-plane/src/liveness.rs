@@ -63,6 +63,10 @@ pub struct Liveness {
     /// judgement count from the office, those first seen later from then.
     judged: bool,
     pending: Option<Command>,
+    /// How far each client reported it has quiesced (`txn::quiesce`), the
+    /// highest heard. Kept across terms: a client's report never goes
+    /// back, so an old one is only less than it could be.
+    quiesced: HashMap<ClientId, u64>,
 }
 
 impl Liveness {
@@ -77,6 +81,7 @@ impl Liveness {
             clients: HashMap::new(),
             judged: false,
             pending: None,
+            quiesced: HashMap::new(),
         }
     }
 
@@ -115,6 +120,18 @@ impl Liveness {
     /// Client `id` renewed its lease at `now`, heard by the leader of `term`.
     pub fn renew_client(&mut self, id: ClientId, now: Instant, term: Term) {
         self.clients.insert(id, (now, term));
+    }
+
+    /// Client `id` reported that no section of it in flight began before
+    /// reclaim sequence number `seq`.
+    pub fn report_quiesced(&mut self, id: ClientId, seq: u64) {
+        let q = self.quiesced.entry(id).or_default();
+        *q = (*q).max(seq);
+    }
+
+    /// How far client `id` last reported it has quiesced, if it did.
+    pub fn quiesced(&self, id: ClientId) -> Option<u64> {
+        self.quiesced.get(&id).copied()
     }
 
     /// The longest the judge may go between the end of one judgement and
@@ -200,6 +217,7 @@ impl Liveness {
         };
         self.memnodes.retain(|id, _| state.memnodes.contains_key(id));
         self.clients.retain(|id, _| state.clients.contains_key(id));
+        self.quiesced.retain(|id, _| state.clients.contains_key(id));
         // Silence is counted from the last renewal, or from taking office
         // when that is later (the grace rule).
         let silence =

@@ -188,7 +188,7 @@ async fn operator_api_refuses_bad_requests_and_changes_nothing() {
             other => panic!("{command:?} must be refused: {other:?}"),
         }
     }
-    let e = client.renew_client(77).await.expect_err("unknown client");
+    let e = client.renew_client(77, None).await.expect_err("unknown client");
     assert_eq!(e.status().map(|s| s.as_u16()), Some(404), "{e}");
     let e = client.remove_member(42).await.expect_err("unknown member");
     assert_eq!(e.status().map(|s| s.as_u16()), Some(409), "{e}");

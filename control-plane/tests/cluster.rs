@@ -202,7 +202,11 @@ cluster_test!(
         // Renewals through a follower reach the leader.
         let follower = c.ids().into_iter().find(|&id| id != leader).expect("a follower");
         for _ in 0..3 {
-            let renewed = c.client(follower).renew_client(lapsing.id).await.expect("renew");
+            let renewed = c
+                .client(follower)
+                .renew_client(lapsing.id, None)
+                .await
+                .expect("renew");
             assert_eq!(renewed.lease_ms, LEASE_MS);
         }
         // The leader dies; the client falls silent with it.
@@ -211,7 +215,7 @@ cluster_test!(
         let survivor = c.ids()[0];
         let at_ms = c
             .wait_state(survivor, |s| match s.clients.get(&lapsing.id)?.state {
-                ClientState::Expired { at_ms } => Some(at_ms),
+                ClientState::Expired { at_ms, .. } => Some(at_ms),
                 ClientState::Live => None,
             })
             .await;
@@ -223,7 +227,7 @@ cluster_test!(
             at_ms.saturating_sub(killed_at_ms)
         );
         // A renewal after expiry is refused: the client must register anew.
-        let late = c.client(survivor).renew_client(lapsing.id).await;
+        let late = c.client(survivor).renew_client(lapsing.id, None).await;
         assert!(
             matches!(late, Err(ClientError::Refused { status, .. }) if status.as_u16() == 409),
             "{late:?}"

@@ -15,6 +15,7 @@ use crate::heap::Heap;
 use crate::hint::HintCache;
 use crate::lease::{LeaseSequence, Parity};
 use crate::obj::{RawObj, TxObj};
+use crate::quiesce::{Pin, ReclaimEvent, ReclaimView};
 use crate::settle::OpenLog;
 use crate::stats::TxStats;
 use crate::tx::Tx;
@@ -39,6 +40,14 @@ pub struct TxClient {
     pub(crate) hints: Arc<HintCache>,
     /// This owner's last log while it is not known to be DONE (`settle.rs`).
     pub(crate) open_log: Option<OpenLog>,
+    /// The process's view of reclaims and this client's pin in it
+    /// (`crate::quiesce`); `None` for a client that follows no control
+    /// plane, where nothing is ever reclaimed.
+    reclaims: Option<(Arc<ReclaimView>, Arc<Pin>)>,
+    /// Nesting of sections (transactions, repairs, creations)...
+    section_depth: u32,
+    /// ...and the reclaim sequence the outermost one is pinned at.
+    section_seq: u64,
 }
 
 impl TxClient {
@@ -57,7 +66,82 @@ impl TxClient {
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
             open_log: None,
+            reclaims: None,
+            section_depth: 0,
+            section_seq: 0,
         })
+    }
+
+    /// Follows `view`'s reclaims (`crate::quiesce`): every client of a
+    /// process whose owner ids a control plane grants must, before its
+    /// first transaction, or a reclaim may hand out a block it holds.
+    pub fn follow_reclaims(&mut self, view: Arc<ReclaimView>) {
+        let pin = view.register();
+        self.reclaims = Some((view, pin));
+    }
+
+    /// Begins a section: from here until [`TxClient::exit_section`], every
+    /// block this client allocates or frees is judged by the reclaims it
+    /// knew at the outermost entry.
+    pub(crate) fn enter_section(&mut self) {
+        if self.section_depth == 0 {
+            if let Some((view, pin)) = &self.reclaims {
+                self.section_seq = view.pin(pin);
+            }
+        }
+        self.section_depth += 1;
+    }
+
+    /// Ends a section.
+    pub(crate) fn exit_section(&mut self) {
+        assert!(self.section_depth > 0, "a section ended that never began");
+        self.section_depth -= 1;
+        if self.section_depth == 0 {
+            if let Some((view, pin)) = &self.reclaims {
+                view.unpin(pin);
+            }
+        }
+    }
+
+    /// Catches up with the reclaims announced or finished up to the
+    /// section's pin: dooms the chunks of newly announced owner ids (their
+    /// blocks leave the free lists and the parked blocks), undooms those of
+    /// forgotten ones. Before every data block this client allocates.
+    async fn catch_up_reclaims(&mut self) -> Result<(), TxError> {
+        let Some((view, pin)) = self.reclaims.clone() else {
+            return Ok(());
+        };
+        assert!(self.section_depth > 0, "an allocation outside a section");
+        for event in view.events_to(&pin, self.section_seq) {
+            match event {
+                ReclaimEvent::Announced(owners) => {
+                    let doomed = self.alloc.doom(&mut self.fabric, &[owners]).await?;
+                    if let Some(open) = &mut self.open_log {
+                        let heap = self.heap;
+                        let before = open.parked.len();
+                        open.parked
+                            .retain(|&(o, _)| !heap.chunk_of(o).is_some_and(|c| doomed.contains(&c)));
+                        self.stats.blocks_doomed += (before - open.parked.len()) as u64;
+                    }
+                    tracing::debug!(
+                        owner = self.owner,
+                        ?owners,
+                        chunks = doomed.len(),
+                        "owner ids announced for reclaim: their blocks are doomed here"
+                    );
+                }
+                ReclaimEvent::Forgotten(owners) => self.alloc.undoom(owners),
+            }
+        }
+        view.caught_up(&pin, self.section_seq);
+        Ok(())
+    }
+
+    /// A data block of at least `len` bytes, after catching up with the
+    /// reclaims (inside a section).
+    pub(crate) async fn alloc_data(&mut self, len: u32) -> Result<u64, TxError> {
+        self.catch_up_reclaims().await?;
+        self.alloc.data(&mut self.fabric, len).await
     }
 
     /// The owner id.
@@ -75,21 +159,12 @@ impl TxClient {
         &self.config
     }
 
-    /// Hands the blocks of other owners' chunks this client's commits
-    /// replaced to those owners' bags now (commits do it in batches, so a
-    /// client going idle may call this; `txn::reclaim`).
-    pub async fn hand_back_blocks(&mut self) -> Result<(), TxError> {
-        self.alloc.flush(&mut self.fabric).await
-    }
-
     /// Counters.
     pub fn stats(&self) -> TxStats {
         let a = self.alloc.counts();
         TxStats {
-            blocks_handed: a.blocks_handed,
-            blocks_drained: a.blocks_drained,
             blocks_adopted: a.blocks_adopted,
-            blocks_dropped: a.blocks_dropped,
+            blocks_doomed: a.blocks_doomed,
             ..self.stats
         }
     }
@@ -218,10 +293,18 @@ impl TxClient {
     /// Creates an object holding `bytes` outside any transaction (see
     /// [`TxClient::create`]).
     pub async fn create_raw(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
+        // A section until the meta names the block.
+        self.enter_section();
+        let created = self.create_in_section(bytes).await;
+        self.exit_section();
+        created
+    }
+
+    async fn create_in_section(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
         let len = u32::try_from(bytes.len())
             .map_err(|_| TxError::BadObject(format!("an object of {} bytes is too large", bytes.len())))?;
         let meta = self.alloc.meta(&mut self.fabric).await?;
-        let data = self.alloc.data(&mut self.fabric, len).await?;
+        let data = self.alloc_data(len).await?;
         let mut batch = Batch::new();
         let region = self.heap.region();
         let d = batch

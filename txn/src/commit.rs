@@ -37,7 +37,6 @@ use fabric::{GlobalAddr, Replica, VerbHandle};
 /// installs anything: the crash that leaves a repairer the most to do.
 pub const CRASH_AT_COMMIT_POINT: &str = "tx-commit-point";
 
-use crate::alloc::Released;
 use crate::client::{le_word, meta_bytes};
 use crate::error::{AbortReason, TxError};
 use crate::hint::MetaHint;
@@ -99,7 +98,7 @@ impl Tx<'_> {
         // New data blocks, each under a pointer whose version follows the old one.
         for i in 0..n {
             let len = self.writes[i].obj.len;
-            let offset = self.c.alloc.data(&mut self.c.fabric, len).await?;
+            let offset = self.c.alloc_data(len).await?;
             self.writes[i].new = Some(self.writes[i].old.successor(offset));
         }
 
@@ -215,27 +214,32 @@ impl Tx<'_> {
     /// their releases).
     fn committed(&mut self, installed: Installed) {
         self.c.stats.commits += 1;
-        let replaced: Vec<Released> = self
+        let replaced = self
             .writes
             .iter()
             .filter(|w| !w.retire)
-            .map(|w| self.c.alloc.release(w.old.offset(), w.obj.len))
-            .collect();
+            .map(|w| (w.old.offset(), w.obj.len));
         match installed {
             Installed::Done => {
-                for r in replaced {
-                    self.c.alloc.free_released(r);
+                for (offset, len) in replaced {
+                    self.c.alloc.free(offset, len);
                 }
             }
             Installed::LogDone => {
                 self.c.close_log();
-                for r in replaced {
-                    self.c.alloc.free_released(r);
+                for (offset, len) in replaced {
+                    self.c.alloc.free(offset, len);
                 }
             }
             Installed::TakenOver => {
+                // Judged now, by the reclaims this section knows: a block
+                // unlinked while its owner was announced stays given up
+                // even if the log closes after the reclaim is over.
+                let (doomed, kept): (Vec<_>, Vec<_>) =
+                    replaced.partition(|&(o, _)| self.c.alloc.is_doomed(o));
+                self.c.stats.blocks_doomed += doomed.len() as u64;
                 let open = self.c.open_log.get_or_insert_with(Default::default);
-                open.parked.extend(replaced);
+                open.parked.extend(kept);
             }
         }
         for f in &self.fresh {
@@ -414,14 +418,9 @@ impl Tx<'_> {
             && self.c.replicas(self.c.heap.region()) == 1;
         let logged = doing.is_some();
         let mut installs = Vec::with_capacity(self.writes.len());
-        // Who gets each block this commit unlinks, read (when this client
-        // does not know yet) in the first batch, before any pointer CAS of
-        // it on the primary (`crate::reclaim`, rule 3).
-        self.batch.clear();
-        let olds = self.writes.iter().filter(|w| !w.retire).map(|w| w.old.offset());
-        let mut release_reads = self.c.alloc.push_release_reads(&mut self.batch, olds);
         // Backups first: a separate round trip when there are backups.
         if !single_replica {
+            self.batch.clear();
             if with_data {
                 self.push_new_data();
             }
@@ -446,16 +445,13 @@ impl Tx<'_> {
             }
             self.c.fabric.execute(&mut self.batch).await?;
             self.check_done()?;
-            if let Some(reads) = release_reads.take() {
-                self.c.alloc.absorb_release_reads(&self.batch, reads)?;
-            }
             let moved = pointers_moved(&self.batch, &installs, |i| self.old_new(i))?;
             if !moved.is_empty() {
                 self.install_refused(lock, logged, &moved).await?;
             }
             installs.clear();
-            self.batch.clear();
         }
+        self.batch.clear();
         if with_data && single_replica {
             self.push_new_data();
         }
@@ -483,9 +479,6 @@ impl Tx<'_> {
         });
         self.c.fabric.execute(&mut self.batch).await?;
         self.check_done()?;
-        if let Some(reads) = release_reads.take() {
-            self.c.alloc.absorb_release_reads(&self.batch, reads)?;
-        }
         if let Some(done) = done {
             self.c
                 .converge_if_split(&self.batch, done, header_addr, lock)

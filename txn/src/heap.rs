@@ -4,8 +4,8 @@
 //! [0, 4 KiB)          header: magic, layout version, owner slots, chunk size,
 //!                     chunk count, next free chunk (FAA), named roots
 //! log array           one LOG_SLOT_BYTES slot per owner id
-//! reclaim area        per owner id: a bag generation, a reclaimed-runs head,
-//!                     a bag of BAG_SLOTS words (`crate::reclaim`)
+//! reclaim area        per owner id: the head of the runs a reclaim left for
+//!                     the id's next holder (`crate::reclaim`)
 //! chunk owner table   one ChunkTag per chunk: who took it, and what it holds
 //! chunks              the meta and data pools, handed to clients chunk by chunk
 //! ```
@@ -227,35 +227,10 @@ impl Heap {
         self.reclaim_base() + reclaim_area_bytes(self.owner_slots)
     }
 
-    /// The bag generations, one word per owner id, back to back (one READ
-    /// gets them all: `crate::reclaim`).
-    pub(crate) fn bag_gens(&self) -> (GlobalAddr, u64) {
-        (
-            GlobalAddr::new(self.region, self.reclaim_base()),
-            self.owner_slots * 8,
-        )
-    }
-
-    /// `owner`'s bag generation word.
-    pub(crate) fn bag_gen(&self, owner: OwnerId) -> GlobalAddr {
-        self.bag_gens().0.add(u64::from(owner) * 8)
-    }
-
     /// `owner`'s reclaimed-runs head word: the first run a reclaim left
     /// for the next holder of the id (0: none).
     pub fn runs_head(&self, owner: OwnerId) -> GlobalAddr {
-        GlobalAddr::new(
-            self.region,
-            self.reclaim_base() + self.owner_slots * 8 + u64::from(owner) * 8,
-        )
-    }
-
-    /// `owner`'s bag: [`crate::reclaim::BAG_SLOTS`] words.
-    pub(crate) fn bag(&self, owner: OwnerId) -> GlobalAddr {
-        GlobalAddr::new(
-            self.region,
-            self.reclaim_base() + self.owner_slots * 16 + u64::from(owner) * crate::reclaim::BAG_SLOTS * 8,
-        )
+        GlobalAddr::new(self.region, self.reclaim_base() + u64::from(owner) * 8)
     }
 
     /// The chunk holding byte `offset`, if it lies among the chunks.
@@ -552,11 +527,7 @@ impl Heap {
     ///   ([`LockWord::promotion_floor`](crate::LockWord::promotion_floor)):
     ///   locks of the lost primary vanish with it (its DOING logs are
     ///   rolled forward from the replicated logs, its INIT ones aborted),
-    ///   and versions must not go backwards;
-    /// - every bag emptied at its generation: a backup's bag words are not
-    ///   the primary's (committers CAS the primary's only), and a copy may
-    ///   have brought entries their owners took long ago. Blocks in the
-    ///   lost primary's bags leak until their owners are reclaimed.
+    ///   and versions must not go backwards.
     ///
     /// Not for a region in use: it rewrites meta chunks whole.
     pub async fn restore_after_promotion(
@@ -587,22 +558,6 @@ impl Heap {
             batch.done(h).map_err(TxError::Verb)?;
         }
         restored.next_chunk = wanted;
-        let (gens_at, gens_bytes) = self.bag_gens();
-        let gens = client.read_range(gens_at, gens_bytes, Replica::Primary).await?;
-        let bags: Vec<u8> = gens[0]
-            .chunks_exact(8)
-            .flat_map(|g| {
-                let empty = crate::reclaim::BagWord::empty(word_at(g) as u16).raw();
-                (0..crate::reclaim::BAG_SLOTS).flat_map(move |_| empty.to_le_bytes())
-            })
-            .collect();
-        for (i, piece) in bags.chunks(fabric::VERB_BYTES_MAX as usize).enumerate() {
-            batch.clear();
-            let at = self.bag(0).add((i * fabric::VERB_BYTES_MAX as usize) as u64);
-            let h = batch.write(at, piece);
-            client.execute(&mut batch).await?;
-            batch.done(h).map_err(TxError::Verb)?;
-        }
         let unlocked = crate::word::LockWord::unlocked(floor).raw();
         for i in meta_chunks(&tags) {
             let at = GlobalAddr::new(self.region, self.chunk_offset(i as u64));
@@ -695,10 +650,10 @@ fn meta_chunks(tags: &[ChunkTag]) -> impl Iterator<Item = usize> + '_ {
         .map(|(i, _)| i)
 }
 
-/// Bytes of the reclaim area for `owner_slots` ids: a generation and a
-/// runs head per id, then the bags; padded to a page.
+/// Bytes of the reclaim area for `owner_slots` ids: a runs head per id,
+/// padded to a page.
 fn reclaim_area_bytes(owner_slots: u64) -> u64 {
-    (owner_slots * (16 + crate::reclaim::BAG_SLOTS * 8)).next_multiple_of(HEADER_BYTES)
+    (owner_slots * 8).next_multiple_of(HEADER_BYTES)
 }
 
 /// Chunks `tags` records as taken.

@@ -4,27 +4,20 @@
 //! Three rules make "unreferenced" mean "free" (`docs/recovery.md`, "Leak
 //! repair"):
 //!
-//! 1. **A block is reused only by the owner of its chunk.** A commit that
-//!    replaces a block in another owner's chunk hands it to that owner's
-//!    *bag* (a CAS into one of [`BAG_SLOTS`] words, batched), and the owner
-//!    drains its bag before it takes a chunk. So no live client holds a
-//!    block of a dead owner's chunk.
-//! 2. **Data chunks are slabs** of one block size (`ChunkKind::Data`), and
+//! 1. **Data chunks are slabs** of one block size (`ChunkKind::Data`), and
 //!    only metas' data pointers name their blocks: a scan of every meta
 //!    chunk finds every referenced block, and the rest of a dead owner's
-//!    data chunks is free.
-//! 3. **A bag has a generation**, and a reclaim bumps it after its scan. A
-//!    committer reads the generation of a block's owner before the CAS that
-//!    unlinks the block, and its bag CAS expects that generation. A block
-//!    unlinked before the scan read its meta is free in the scan (and
-//!    reclaimed); its owner's generation was bumped since the committer
-//!    read it, so the committer's bag CAS fails and it drops the block. A
-//!    block in the bag under the new generation was unlinked after the bump,
-//!    hence after the scan: the scan saw it referenced and did not reclaim
-//!    it. No block is handed out twice. (A block unlinked between the scan's
-//!    read of its meta and the bump is dropped by its committer and
-//!    reclaimed by nobody: a leak of at most one block per commit racing a
-//!    reclaim, counted in [`TxStats::blocks_dropped`](crate::TxStats).)
+//!    data chunks is unreferenced.
+//! 2. **Nobody links a block of the dead owner's chunks any more.** Its logs
+//!    are finished and it is fenced, so only other clients' reuse could: a
+//!    committer keeps the blocks it replaced, wherever they lie. The
+//!    reclaim waits until every live client has quiesced to the owner's
+//!    announcement (`crate::quiesce`): from then on each drops, unused,
+//!    what it held or frees of the owner's chunks. So the referenced set
+//!    of those chunks only shrinks, and a scan that is not a snapshot is
+//!    still exact for what it calls free.
+//! 3. **The next holder of the id takes what the reclaim found**, only
+//!    after it (the control plane frees the id once the reclaim returned).
 //!
 //! A reclaim leaves the free blocks as *runs* (consecutive free blocks of
 //! one chunk) linked through their first words ([`RunLink`]), and the first
@@ -42,76 +35,9 @@ use crate::heap::{ChunkKind, ChunkTag, Heap};
 use crate::obj::META_BYTES;
 use crate::word::OwnerId;
 
-/// Words in each owner id's bag. The owner drains it before each chunk it
-/// takes (every 64 blocks of 1 KiB in a 64 KiB chunk), so 64 slots hold what
-/// other committers free into it meanwhile at about one foreign block per
-/// own allocation; a committer that finds the bag full keeps the block
-/// pending and tries again later (`alloc.rs`).
-pub const BAG_SLOTS: u64 = 64;
-
 /// Verbs a reclaim puts in one batch when it writes run links: far below
 /// `fabric::VERBS_PER_BATCH_MAX` even with every replica's copy.
 const LINKS_PER_BATCH_MAX: usize = 256;
-
-/// Rounds a reclaim tries to move every bag slot to the new generation. A
-/// slot's CAS fails only if a committer filled it meanwhile under the old
-/// generation, which happens at most once per slot (a full slot takes no
-/// CAS that expects it empty), so three rounds always suffice.
-const BUMP_ROUNDS_MAX: usize = 3;
-
-/// One bag word, the one definition of its layout:
-///
-/// ```text
-///  63          48 47                                   0
-/// +--------------+--------------------------------------+
-/// |  generation  |  block offset / 8  (0 = empty slot)  |
-/// +--------------+--------------------------------------+
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BagWord(u64);
-
-impl BagWord {
-    const OFFSET_MASK: u64 = (1 << 48) - 1;
-
-    /// An empty slot of generation `gen`.
-    pub fn empty(gen: u16) -> Self {
-        BagWord(u64::from(gen) << 48)
-    }
-
-    /// A slot of generation `gen` holding the block at `offset`.
-    ///
-    /// # Panics
-    /// If `offset` is 0, not 8-aligned or past 51 bits (blocks lie inside a
-    /// heap's chunks, all past its header).
-    pub fn holding(gen: u16, offset: u64) -> Self {
-        assert!(
-            offset != 0 && offset % 8 == 0 && offset / 8 <= Self::OFFSET_MASK,
-            "block offset {offset} has no bag word"
-        );
-        BagWord((u64::from(gen) << 48) | (offset / 8))
-    }
-
-    /// A stored word.
-    pub fn from_raw(raw: u64) -> Self {
-        BagWord(raw)
-    }
-
-    /// The word as stored.
-    pub fn raw(self) -> u64 {
-        self.0
-    }
-
-    /// Its generation.
-    pub fn gen(self) -> u16 {
-        (self.0 >> 48) as u16
-    }
-
-    /// The block it holds, if any.
-    pub fn block(self) -> Option<u64> {
-        let words = self.0 & Self::OFFSET_MASK;
-        (words != 0).then_some(words * 8)
-    }
-}
 
 /// The first word of a reclaimed run, the one definition of its layout:
 ///
@@ -178,8 +104,6 @@ pub struct Reclaimed {
     pub bytes_free: u64,
     /// Runs they were linked into.
     pub runs: u64,
-    /// The generation the owner's bag now has.
-    pub bag_gen: u16,
     /// Nothing was reclaimed: the heap holds retired blocks (a hash
     /// table's subtables, `Heap::mark_retiring`), which look free and are
     /// not.
@@ -199,9 +123,10 @@ impl Heap {
     /// Not in a heap whose blocks may be retired ([`Heap::mark_retiring`]):
     /// that one is left as it is, and the report says `skipped`.
     ///
-    /// The caller guarantees that `owner` holds nothing any more: its logs
-    /// are finished, anything it sent has landed (its quarantine is over),
-    /// and no process uses its id until this has returned. Idempotent: a
+    /// The caller guarantees that `owner` holds nothing any more (its logs
+    /// are finished, anything it sent has landed: its quarantine is over),
+    /// that every live client has quiesced to its announcement (rule 2),
+    /// and that no process uses its id until this has returned. Idempotent: a
     /// reclaim cut off is run again whole (it rewrites every link and the
     /// head last; the runs of a cut-off one are never read).
     pub async fn reclaim(&self, client: &mut Client, owner: OwnerId) -> Result<Reclaimed, TxError> {
@@ -218,13 +143,8 @@ impl Heap {
         }
         let tags = self.owner_table_of(client).await?;
         let mine = |c: u64| tags.get(c as usize).is_some_and(|t| t.owner() == Some(owner));
-        // Scan before the bump (rule 3).
         let referenced = self.referenced_in(client, &tags, &mine).await?;
-        let bag_gen = self.bump_bag(client, owner).await?;
-        let mut report = Reclaimed {
-            bag_gen,
-            ..Reclaimed::default()
-        };
+        let mut report = Reclaimed::default();
         let runs = self.free_runs(&tags, owner, &referenced, &mut report);
         self.link_runs(client, owner, &runs).await?;
         report.runs = runs.len() as u64;
@@ -267,15 +187,6 @@ impl Heap {
         Ok(runs)
     }
 
-    /// `owner`'s bag generation: the number of reclaims of the id (modulo
-    /// 2^16), on the primary.
-    pub async fn bag_generation(&self, client: &mut Client, owner: OwnerId) -> Result<u16, TxError> {
-        let mut batch = Batch::new();
-        let h = batch.read(self.bag_gen(owner), 8);
-        client.execute(&mut batch).await?;
-        Ok(word_at(batch.read_result(h).map_err(TxError::Verb)?) as u16)
-    }
-
     /// The offsets of blocks in `mine` chunks that a meta's data pointer
     /// names, from every meta chunk on the primary.
     async fn referenced_in(
@@ -301,63 +212,6 @@ impl Heap {
             }
         }
         Ok(referenced)
-    }
-
-    /// Moves `owner`'s bag to the next generation: its generation word on
-    /// every replica, then every slot on the primary (a CAS from what it
-    /// holds: entries of the old generation are dropped, the scan found
-    /// their blocks free), then the backups' slots. Returns the new
-    /// generation.
-    async fn bump_bag(&self, client: &mut Client, owner: OwnerId) -> Result<u16, TxError> {
-        let mut batch = Batch::new();
-        let h = batch.read(self.bag_gen(owner), 8);
-        client.execute(&mut batch).await?;
-        let gen = (word_at(batch.read_result(h).map_err(TxError::Verb)?) as u16).wrapping_add(1);
-        batch.clear();
-        let h = batch
-            .on(Replica::All)
-            .write(self.bag_gen(owner), &u64::from(gen).to_le_bytes());
-        client.execute(&mut batch).await?;
-        batch.done(h).map_err(TxError::Verb)?;
-        let bag = self.bag(owner);
-        let empty = BagWord::empty(gen).raw();
-        for _ in 0..BUMP_ROUNDS_MAX {
-            batch.clear();
-            let h = batch.read(bag, (BAG_SLOTS * 8) as u32);
-            client.execute(&mut batch).await?;
-            let slots: Vec<u64> = batch
-                .read_result(h)
-                .map_err(TxError::Verb)?
-                .chunks_exact(8)
-                .map(word_at)
-                .collect();
-            batch.clear();
-            let cases: Vec<_> = slots
-                .iter()
-                .enumerate()
-                .filter(|&(_, &v)| BagWord::from_raw(v).gen() != gen)
-                .map(|(i, &v)| batch.cas(bag.add(i as u64 * 8), v, empty))
-                .collect();
-            if cases.is_empty() {
-                let replicas = client.map().region(self.region()).map_or(1, |r| r.replicas.len());
-                let bytes: Vec<u8> = (0..BAG_SLOTS).flat_map(|_| empty.to_le_bytes()).collect();
-                batch.clear();
-                let writes: Vec<_> = (1..replicas)
-                    .map(|b| batch.on(Replica::Backup(b as u8 - 1)).write(bag, &bytes))
-                    .collect();
-                if !writes.is_empty() {
-                    client.execute(&mut batch).await?;
-                    for h in writes {
-                        batch.done(h).map_err(TxError::Verb)?;
-                    }
-                }
-                return Ok(gen);
-            }
-            client.execute(&mut batch).await?;
-        }
-        Err(TxError::Heap(format!(
-            "owner {owner}'s bag did not settle at generation {gen} in {BUMP_ROUNDS_MAX} rounds"
-        )))
     }
 
     /// The runs of free blocks in `owner`'s slabs, counting into `report`.
@@ -440,25 +294,6 @@ pub(crate) fn word_at(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bag_word_encoding_is_bit_exact() {
-        assert_eq!(BagWord::empty(0).raw(), 0);
-        assert_eq!(BagWord::empty(3).raw(), 3 << 48);
-        assert_eq!(BagWord::empty(3).block(), None);
-        let w = BagWord::holding(0xFFFF, 0x1000);
-        assert_eq!(w.raw(), 0xFFFF << 48 | 0x200);
-        assert_eq!((w.gen(), w.block()), (0xFFFF, Some(0x1000)));
-        let far = BagWord::holding(1, ((1 << 48) - 1) * 8);
-        assert_eq!(far.block(), Some(((1 << 48) - 1) * 8));
-        assert_eq!(far.gen(), 1);
-    }
-
-    #[test]
-    #[should_panic(expected = "has no bag word")]
-    fn a_bag_word_cannot_hold_offset_zero() {
-        BagWord::holding(1, 0);
-    }
 
     #[test]
     fn run_link_encoding_is_bit_exact() {

@@ -407,6 +407,19 @@ impl TxClient {
         obj: RawObj,
         stolen: LockWord,
     ) -> Result<Option<(Vec<DataPtr>, DataPtr)>, TxError> {
+        // A section from the copy's allocation to the CAS that names it
+        // (`crate::quiesce`); a repair inside a transaction nests in its.
+        self.enter_section();
+        let fenced = self.fence_primary_in_section(obj, stolen).await;
+        self.exit_section();
+        fenced
+    }
+
+    async fn fence_primary_in_section(
+        &mut self,
+        obj: RawObj,
+        stolen: LockWord,
+    ) -> Result<Option<(Vec<DataPtr>, DataPtr)>, TxError> {
         let replicas = self.replicas(obj.meta.region());
         let mut batch = Batch::new();
         // The suspected holder has at most one pointer CAS left to land on
@@ -440,7 +453,7 @@ impl TxClient {
                 return Ok(None);
             }
             let data = batch.read_result(d).map_err(TxError::Verb)?.to_vec();
-            let offset = self.alloc.data(&mut self.fabric, obj.len).await?;
+            let offset = self.alloc_data(obj.len).await?;
             let copy = primary.successor(offset);
             // The copy on every replica; on the primary's node the WRITE
             // runs before the fence CAS (in order), and the backups have

@@ -34,9 +34,9 @@ const SETTLE_ROUNDS_MAX: u32 = 4;
 pub(crate) struct OpenLog {
     /// The DOING header this owner wrote, once it reached its commit point.
     pub doing: Option<LogHeader>,
-    /// Data blocks the transaction replaced, and who gets each, given
-    /// back once the log is DONE.
-    pub parked: Vec<crate::alloc::Released>,
+    /// Data blocks (offset, bytes) the transaction replaced, freed once the
+    /// log is DONE.
+    pub parked: Vec<(u64, u32)>,
     /// The commit stopped on a fabric error (a lost connection, a stale
     /// epoch) with this log unfinished: the owner settles it before its
     /// next transaction of any kind, not only before its next log.
@@ -93,8 +93,8 @@ impl TxClient {
 
     /// The log is DONE: it is closed, and its parked blocks can come back.
     pub(crate) fn close_log(&mut self) {
-        for r in self.open_log.take().map(|o| o.parked).unwrap_or_default() {
-            self.alloc.free_released(r);
+        for (offset, len) in self.open_log.take().map(|o| o.parked).unwrap_or_default() {
+            self.alloc.free(offset, len);
         }
     }
 }

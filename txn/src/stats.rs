@@ -41,20 +41,13 @@ pub struct TxStats {
     /// count is a bug or memory corruption, never load.
     #[serde(default)]
     pub invariant_violations: u64,
-    /// Replaced blocks of other owners' chunks handed to their bags
-    /// (`txn::reclaim`, rule 1).
-    #[serde(default)]
-    pub blocks_handed: u64,
-    /// Blocks taken back from this owner's bag.
-    #[serde(default)]
-    pub blocks_drained: u64,
     /// Blocks taken from the runs a reclaim left for this owner id.
     #[serde(default)]
     pub blocks_adopted: u64,
-    /// Replaced blocks given up: of an owner reclaimed since they were
-    /// unlinked, of a bag that stayed full, or outside the data chunks.
+    /// Blocks given up, unused, because their chunk's owner id was
+    /// announced for reclaim (`txn::quiesce`).
     #[serde(default)]
-    pub blocks_dropped: u64,
+    pub blocks_doomed: u64,
 }
 
 impl Add for TxStats {
@@ -69,10 +62,8 @@ impl Add for TxStats {
             lease_waits: self.lease_waits + o.lease_waits,
             stale_hints: self.stale_hints + o.stale_hints,
             invariant_violations: self.invariant_violations + o.invariant_violations,
-            blocks_handed: self.blocks_handed + o.blocks_handed,
-            blocks_drained: self.blocks_drained + o.blocks_drained,
             blocks_adopted: self.blocks_adopted + o.blocks_adopted,
-            blocks_dropped: self.blocks_dropped + o.blocks_dropped,
+            blocks_doomed: self.blocks_doomed + o.blocks_doomed,
         }
     }
 }

@@ -72,15 +72,18 @@ pub struct Tx<'c> {
 }
 
 impl Drop for Tx<'_> {
-    /// Gives the batch's buffers back to the client for its next operation.
+    /// Gives the batch's buffers back to the client for its next operation,
+    /// and ends the transaction's section (`crate::quiesce`).
     fn drop(&mut self) {
         self.c.fabric.give_batch(std::mem::take(&mut self.batch));
+        self.c.exit_section();
     }
 }
 
 impl<'c> Tx<'c> {
     pub(crate) fn new(c: &'c mut TxClient) -> Self {
         let batch = c.fabric.take_batch();
+        c.enter_section();
         Tx {
             c,
             reads: Vec::new(),
@@ -118,7 +121,7 @@ impl<'c> Tx<'c> {
         let len = u32::try_from(bytes.len())
             .map_err(|_| TxError::BadObject(format!("an object of {} bytes is too large", bytes.len())))?;
         let meta = self.c.alloc.meta(&mut self.c.fabric).await?;
-        let data_offset = self.c.alloc.data(&mut self.c.fabric, len).await?;
+        let data_offset = self.c.alloc_data(len).await?;
         self.fresh.push(Fresh {
             meta,
             data_offset,

@@ -16,9 +16,8 @@ const READER: u16 = 1;
 const WRITER: u16 = 2;
 
 /// X goes P0 -> P1 -> P0: the writer's first commit frees P0 (the block X
-/// was created in, in the writer's chunk: only a chunk's owner reuses its
-/// blocks) and takes a fresh P1; its second takes P0 back from its free
-/// list. Returns the cluster, X and Y, X's meta as first seen, and
+/// was created in) and takes a fresh P1; its second takes P0 back from its
+/// free list. Returns the cluster, X and Y, X's meta as first seen, and
 /// checks the round trip through P0.
 async fn x_back_at_its_first_block(cluster: &Cluster, x: txn::TxObj<u64>) -> (LockWord, txn::DataPtr) {
     let (v0, p0) = cluster.meta(x).await;
@@ -50,7 +49,7 @@ async fn a_reader_of_a_block_that_came_back_aborts() {
         // (writing Y), write it, or only read.
         for case in ["validate", "write", "read-only"] {
             let cluster = Cluster::new(rf).await;
-            let objs = cluster.accounts_of(WRITER, &[100, 0]).await;
+            let objs = cluster.accounts(&[100, 0]).await;
             let (x, y) = (objs[0], objs[1]);
             let mut r = cluster.client(READER);
             let mut tx = r.begin();
@@ -94,8 +93,7 @@ async fn a_stale_pointer_cas_on_a_block_that_came_back_fails() {
     // CAS (P0 -> logged new): the log is DONE but R1 does not know, and only
     // the pointer version stops it.
     let cluster = Cluster::new(1).await;
-    // Created by D: X's first block is D's to reuse.
-    let objs = cluster.accounts_of(1, &[100, 100]).await;
+    let objs = cluster.accounts(&[100, 100]).await;
     let (y, x) = (objs[0], objs[1]);
     let (_, p0) = cluster.meta(x).await;
 

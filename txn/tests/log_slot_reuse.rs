@@ -33,7 +33,7 @@ async fn snapshot(cluster: &Cluster, objs: &[TxObj<u64>]) -> (Vec<(LockWord, Dat
 }
 
 /// Verbs of `OWNER`'s second `spread` over `n` objects at the end of RT1 and
-/// of RT3 (it takes no chunk, and knows the tags the first one read),
+/// of RT3 (it allocates nothing: the first one's freed blocks are reused),
 /// counted from the client's creation, after a first `spread` over `n`.
 fn second_marks(n: u64, rf: u64) -> (u64, u64) {
     let m = marks(n, rf, true);
@@ -212,10 +212,9 @@ async fn a_stale_doing_header_does_not_take_over_a_reused_slot() {
     let cluster = Cluster::new(1).await;
     let objs = cluster.accounts(&[100, 100, 100]).await;
     let m = marks(2, 1, true);
-    // T2 takes no chunk (T1's slab has room) and knows the tags and bag
-    // generations T1 read: its first pointer CAS is at `first_ptr` less
-    // those of its own verbs.
-    let t2_first_ptr = m.first_ptr - common::first_chunk_verbs(1) - common::RELEASE_READS;
+    // T2 takes no chunk (T1's freed blocks): its first pointer CAS is at
+    // `first_ptr` less those of its own verbs.
+    let t2_first_ptr = m.first_ptr - common::first_chunk_verbs(1);
     let (mut a, fa) = cluster.faulty(
         OWNER,
         FaultPlan {

@@ -2,13 +2,14 @@
 //! blocks that no meta names come back to the next holder of its id, and
 //! nothing is handed out twice.
 //!
-//! - a live owner takes back, from its bag, the blocks of its chunks that
-//!   other owners' commits replaced (rule 1);
 //! - a reclaim after an owner's death finds exactly the blocks of its slabs
 //!   that no meta names, among them the blocks of a commit cut off before
-//!   it published them, and those in its bag and its lost free list;
-//! - a committer's blocks of that owner still waiting for its bag are
-//!   dropped, not handed to the next holder (rule 3);
+//!   it published them, its lost free list, and the blocks of its chunks
+//!   another committer replaced and keeps for reuse;
+//! - that committer waits for nothing: while it is idle it counts as
+//!   quiesced, a transaction of it in flight holds the reclaim back, and
+//!   its next section gives up, unused, every block of the dead owner's
+//!   chunks it holds or frees until the id is forgotten (`txn::quiesce`);
 //! - the next holder of the id hands out the reclaimed blocks before it
 //!   takes a chunk, and no two objects ever share a block.
 
@@ -18,14 +19,11 @@ use std::collections::HashSet;
 
 use common::{bump_all, crash_after, is_crash, marks, spread, Cluster};
 use fabric::{Batch, GlobalAddr};
-use txn::{ChunkTag, TxClient, TxObj};
+use txn::{Announced, ChunkTag, OwnerRange, ReclaimView};
 
 const DEAD: u16 = 1;
 const OTHER: u16 = 2;
 const REPAIRER: u16 = 3;
-
-/// A 1 KiB object: 64 fill a 64 KiB chunk.
-type Node = [u64; 128];
 
 /// The data block each of `metas` names now, on the primary.
 async fn blocks_of(cluster: &Cluster, metas: &[GlobalAddr]) -> Vec<u64> {
@@ -83,71 +81,6 @@ async fn runs_of(cluster: &Cluster, owner: u16, tags: &[ChunkTag]) -> Vec<u64> {
     out
 }
 
-async fn create_nodes(c: &mut TxClient, n: usize, first: u64) -> Vec<TxObj<Node>> {
-    let mut objs = Vec::new();
-    for i in 0..n {
-        objs.push(c.create(&[first + i as u64; 128]).await.unwrap());
-    }
-    objs
-}
-
-async fn bump_nodes(c: &mut TxClient, objs: &[TxObj<Node>]) {
-    let objs = objs.to_vec();
-    c.run(async move |tx| {
-        for &o in &objs {
-            let mut v = tx.read(o).await?;
-            v[0] += 1;
-            tx.write(o, &v).await?;
-        }
-        Ok(())
-    })
-    .await
-    .unwrap();
-}
-
-#[tokio::test]
-async fn a_live_owner_takes_back_the_blocks_others_replaced_in_its_chunks() {
-    for rf in [1u16, 2] {
-        let cluster = Cluster::new(rf).await;
-        let mut owner = cluster.client(DEAD);
-        // 64 nodes fill the owner's first slab.
-        let objs = create_nodes(&mut owner, 64, 0).await;
-        let mut other = cluster.client(OTHER);
-        for half in objs.chunks(32) {
-            bump_nodes(&mut other, half).await;
-        }
-        other.hand_back_blocks().await.unwrap();
-        assert_eq!(
-            other.stats().blocks_handed,
-            64,
-            "rf {rf}: every replaced block went to its owner"
-        );
-        assert_eq!(other.stats().blocks_dropped, 0);
-        let table = tags(&cluster).await;
-        assert!(
-            other
-                .free_blocks()
-                .iter()
-                .all(|&b| table[cluster.heap.chunk_of(b).unwrap() as usize].owner() == Some(OTHER)),
-            "rf {rf}: a committer keeps only its own chunks' blocks"
-        );
-
-        // The owner's slab is full: its next block comes from its bag, and
-        // it takes no chunk.
-        let chunks = next_chunk(&cluster).await;
-        bump_nodes(&mut owner, &objs[..1]).await;
-        assert_eq!(next_chunk(&cluster).await, chunks, "rf {rf}: no chunk taken");
-        assert_eq!(owner.stats().blocks_drained, 64, "rf {rf}");
-        let now = blocks_of(&cluster, &[objs[0].meta()]).await[0];
-        let first_slab = cluster.heap.chunk_of(now).unwrap();
-        assert_eq!(
-            tags(&cluster).await[first_slab as usize].owner(),
-            Some(DEAD),
-            "rf {rf}: the reused block is the owner's own"
-        );
-    }
-}
-
 #[tokio::test]
 async fn a_dead_owners_unreferenced_blocks_go_to_the_next_holder_of_its_id() {
     for rf in [1u16, 2] {
@@ -158,13 +91,20 @@ async fn a_dead_owners_unreferenced_blocks_go_to_the_next_holder_of_its_id() {
         for _ in 0..3 {
             bump_all(&mut dead, &objs[..10]).await.unwrap();
         }
-        // Another owner replaces 40 of its blocks, hands them to its bag...
+        // Another owner replaces 40 of its blocks and keeps them for reuse.
+        let view = ReclaimView::new();
         let mut other = cluster.client(OTHER);
+        other.follow_reclaims(view.clone());
         bump_all(&mut other, &objs[20..]).await.unwrap();
-        other.hand_back_blocks().await.unwrap();
-        assert_eq!(other.stats().blocks_handed, 40, "rf {rf}");
-        // ...and 5 more, still pending when the owner is reclaimed.
-        bump_all(&mut other, &objs[..5]).await.unwrap();
+        let table = tags(&cluster).await;
+        let in_dead_chunks = |blocks: Vec<u64>| {
+            blocks
+                .into_iter()
+                .filter(|&b| table[cluster.heap.chunk_of(b).unwrap() as usize].owner() == Some(DEAD))
+                .collect::<HashSet<u64>>()
+        };
+        let held = in_dead_chunks(other.free_blocks());
+        assert_eq!(held.len(), 40, "rf {rf}: a committer keeps what it replaced");
 
         // The owner dies in a commit, after its new blocks were written.
         let (mut crashing, _) = cluster.faulty(DEAD, crash_after(marks(2, u64::from(rf), true).rt1));
@@ -173,6 +113,31 @@ async fn a_dead_owners_unreferenced_blocks_go_to_the_next_holder_of_its_id() {
         drop((dead, crashing));
         let mut repairer = cluster.skewed(REPAIRER);
         repairer.finish_owner_log(DEAD).await.unwrap();
+
+        // The control plane announces the dead owner's id at reclaim
+        // sequence 1 while a transaction of the other owner is in flight:
+        // that one holds the reclaim back, and what it frees of the dead
+        // owner's chunks is kept for now (it began before it knew). It
+        // allocates 5 of the 40 it holds, and frees 5 others.
+        let dead = OwnerRange {
+            first: DEAD,
+            count: 1,
+        };
+        let mut tx = other.begin();
+        view.update(1, &[Announced { owners: dead, seq: 1 }]);
+        assert_eq!(
+            view.quiesced(),
+            0,
+            "rf {rf}: a section began before the announcement"
+        );
+        for &o in &objs[..5] {
+            let v = tx.read(o).await.unwrap();
+            tx.write(o, &(v + 1)).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        assert_eq!(view.quiesced(), 1, "rf {rf}: idle, it counts as quiesced");
+        let held = in_dead_chunks(other.free_blocks());
+        assert_eq!(held.len(), 40, "rf {rf}");
 
         let metas: Vec<GlobalAddr> = objs.iter().map(|o| o.meta()).collect();
         let before = blocks_of(&cluster, &metas).await;
@@ -204,12 +169,34 @@ async fn a_dead_owners_unreferenced_blocks_go_to_the_next_holder_of_its_id() {
             "rf {rf}: no referenced block reclaimed"
         );
 
-        // The 5 blocks the other owner still held for the dead one were
-        // unlinked before the scan: found free, so its bag CASes (under
-        // the old generation) must fail and it drops them.
-        other.hand_back_blocks().await.unwrap();
-        assert_eq!(other.stats().blocks_dropped, 5, "rf {rf}");
-        assert_eq!(other.stats().blocks_handed, 40, "rf {rf}");
+        assert!(
+            held.is_subset(&free),
+            "rf {rf}: what the committer held was found free"
+        );
+
+        // Its next section catches up before it allocates: all 40 are given
+        // up, and so is every block of the dead owner's chunks it unlinks
+        // while the id stays announced (5 more, referenced at the scan).
+        bump_all(&mut other, &objs[5..10]).await.unwrap();
+        assert_eq!(other.stats().blocks_doomed, 45, "rf {rf}");
+        assert!(
+            in_dead_chunks(other.free_blocks()).is_empty(),
+            "rf {rf}: no block of the dead owner's chunks is kept"
+        );
+        // The control plane forgets the client (sequence 2): the id's
+        // chunks are its next holder's, and a commit that begins now may
+        // keep what it replaces there again.
+        view.update(2, &[]);
+        bump_all(&mut other, &objs[10..12]).await.unwrap();
+        assert_eq!(other.stats().blocks_doomed, 45, "rf {rf}");
+        let kept = in_dead_chunks(other.free_blocks());
+        assert_eq!(
+            kept.len(),
+            2,
+            "rf {rf}: blocks referenced at the scan, replaced after"
+        );
+        assert!(kept.is_disjoint(&free), "rf {rf}");
+        let before = blocks_of(&cluster, &metas).await;
 
         // The next holder of the id hands out the reclaimed blocks first,
         // each once, before it takes a chunk.
@@ -252,9 +239,13 @@ async fn a_dead_owners_unreferenced_blocks_go_to_the_next_holder_of_its_id() {
         for v in &mut expected[20..] {
             *v += 1;
         }
-        for v in &mut expected[..5] {
+        for v in &mut expected[..12] {
             *v += 1;
         }
+        assert!(
+            free.iter().all(|b| !other.free_blocks().contains(b)),
+            "rf {rf}: the committer holds none of the handed blocks"
+        );
         assert_eq!(cluster.read_all(REPAIRER, &objs).await, expected, "rf {rf}");
         for (i, &o) in fresh.iter().enumerate().step_by(97) {
             assert_eq!(cluster.replicated_value(o).await, 1000 + i as u64, "rf {rf}");

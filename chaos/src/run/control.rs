@@ -218,7 +218,7 @@ pub async fn outcome(
             let number = client_number(&c.name);
             let (state, expired_at) = match c.state {
                 ClientState::Live => ("live".to_owned(), None),
-                ClientState::Expired { at_ms } => ("expired".to_owned(), Some(at_ms)),
+                ClientState::Expired { at_ms, .. } => ("expired".to_owned(), Some(at_ms)),
             };
             let died = number.and_then(|n| died_ms.get(n as usize).copied().flatten());
             LeaseSeen {

@@ -8,7 +8,7 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{AddMember, InitRequest, MemberInfo, Renewed, Status};
+use super::{AddMember, InitRequest, MemberInfo, ReclaimReadiness, Renewed, Status};
 use crate::raft::MemberId;
 use crate::reply::ErrorBody;
 use crate::state::{AuditEntry, Client, ClientId, Command, IndexRecord, MemNode, MemNodeId, Outcome, Region};
@@ -185,11 +185,22 @@ impl ControlClient {
         .await
     }
 
-    /// `POST /v1/clients/{id}/renew`.
-    pub async fn renew_client(&self, id: ClientId) -> Result<Renewed, ClientError> {
+    /// `POST /v1/clients/{id}/renew?quiesced=N`: `quiesced` is how far
+    /// the client has quiesced (`txn::quiesce`), if it follows reclaims.
+    pub async fn renew_client(&self, id: ClientId, quiesced: Option<u64>) -> Result<Renewed, ClientError> {
+        let path = match quiesced {
+            Some(q) => format!("/v1/clients/{id}/renew?quiesced={q}"),
+            None => format!("/v1/clients/{id}/renew"),
+        };
+        self.call(Method::POST, &path, None::<&()>, None).await
+    }
+
+    /// `GET /v1/clients/{id}/reclaim`: which live clients a reclaim of
+    /// expired client `id`'s owner ids still waits for.
+    pub async fn reclaim_readiness(&self, id: ClientId) -> Result<ReclaimReadiness, ClientError> {
         self.call(
-            Method::POST,
-            &format!("/v1/clients/{id}/renew"),
+            Method::GET,
+            &format!("/v1/clients/{id}/reclaim"),
             None::<&()>,
             None,
         )

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use super::{ClientError, ControlClient};
+use super::{ClientError, ControlClient, Renewed};
 use crate::state::{ClientId, MemNodeId};
 
 /// Pause after a failed renewal before the next try: short against any
@@ -24,6 +24,15 @@ pub enum Leaseholder {
     MemNode(MemNodeId),
     /// A client.
     Client(ClientId),
+}
+
+/// A client's side of reclaims (`txn::quiesce`, implemented by the cluster
+/// crate): what it reports with each renewal and what it hears back.
+pub trait Quiescence: Send + Sync {
+    /// How far the client has quiesced, for the next renewal.
+    fn quiesced(&self) -> u64;
+    /// What a granted renewal announced.
+    fn heard(&self, renewed: &Renewed);
 }
 
 /// Why a lease can no longer be kept.
@@ -56,10 +65,11 @@ pub async fn keep_lease(
     holder: Leaseholder,
     stop: impl Future<Output = ()>,
 ) -> Result<(), LeaseLost> {
-    keep_lease_with(members, holder, stop, |_, _| {}).await
+    keep_lease_with(members, holder, None, stop, |_, _| {}).await
 }
 
-/// [`keep_lease`], calling `on_renewed(sent, lease)` after each renewal the
+/// [`keep_lease`], reporting a client's `quiescence` with each renewal and
+/// handing it what the renewal announced, and calling `on_renewed(sent, lease)` after each renewal the
 /// control plane granted, with the instant the request was sent and the
 /// lease length. The holder's lease is then certainly valid until
 /// `sent + lease` (the leader counts from when it heard the renewal,
@@ -72,6 +82,7 @@ pub async fn keep_lease(
 pub async fn keep_lease_with(
     members: &[ControlClient],
     holder: Leaseholder,
+    quiescence: Option<&dyn Quiescence>,
     stop: impl Future<Output = ()>,
     mut on_renewed: impl FnMut(Instant, Duration),
 ) -> Result<(), LeaseLost> {
@@ -86,13 +97,16 @@ pub async fn keep_lease_with(
         let renewal = async {
             match holder {
                 Leaseholder::MemNode(id) => client.renew_memnode(id).await,
-                Leaseholder::Client(id) => client.renew_client(id).await,
+                Leaseholder::Client(id) => client.renew_client(id, quiescence.map(|q| q.quiesced())).await,
             }
         };
         let renewed = tokio::time::timeout(budget, renewal).await;
         let pause = match renewed {
             Ok(Ok(r)) => {
                 on_renewed(sent, Duration::from_millis(r.lease_ms));
+                if let Some(q) = quiescence {
+                    q.heard(&r);
+                }
                 if std::mem::take(&mut failing) {
                     tracing::info!(?holder, endpoint = client.endpoint(), "lease renewed again");
                 }

@@ -7,7 +7,8 @@
 //! | `GET /v1/map?after_epoch=N&wait=30s` | the cluster map; long-polls until its epoch exceeds N | this member |
 //! | `GET /v1/memnodes`, `/v1/regions`, `/v1/clients`, `/v1/indexes`, `/v1/audit?limit=N` | one table of the state | this member |
 //! | `POST /v1/commands` | a [`Command`](crate::state::Command) as JSON; answers its [`Outcome`](crate::state::Outcome) | the leader |
-//! | `POST /v1/memnodes/{id}/renew`, `/v1/clients/{id}/renew` | a lease renewal | the leader |
+//! | `POST /v1/memnodes/{id}/renew`, `/v1/clients/{id}/renew?quiesced=N` | a lease renewal (a client's says how far it has quiesced, `txn::quiesce`) | the leader |
+//! | `GET /v1/clients/{id}/reclaim` | whether expired client `id`'s owner ids may be reclaimed: the live clients not yet quiesced to its expiry | the leader |
 //! | `POST /v1/members`, `DELETE /v1/members/{id}` | add a voter or learner, remove a member | the leader |
 //! | `POST /v1/init` | form a new cluster from pristine members | this member |
 //!
@@ -30,11 +31,13 @@ use fabric::Epoch;
 use serde::{Deserialize, Serialize};
 
 use crate::raft::MemberId;
-use crate::state::{Client, IndexRecord, MemNode, Region};
+use crate::state::{Client, ClientId, IndexRecord, MemNode, OwnerBlock, Region};
 
 pub use crate::reply::ErrorBody;
 pub use client::{ClientError, ControlClient};
-pub use lease::{keep_lease, keep_lease_with, LeaseLost, Leaseholder, RENEW_RETRY, RENEW_TIMEOUT_INITIAL};
+pub use lease::{
+    keep_lease, keep_lease_with, LeaseLost, Leaseholder, Quiescence, RENEW_RETRY, RENEW_TIMEOUT_INITIAL,
+};
 pub(crate) use server::api_router;
 
 /// Largest request body the API accepts, in bytes: the largest request is
@@ -140,9 +143,37 @@ fn yes() -> bool {
 }
 
 /// The answer to a lease renewal.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Renewed {
     /// The lease now runs this long from when the leader heard the renewal:
     /// renew well within it (a third is customary).
     pub lease_ms: u64,
+    /// A client's renewal: the reclaim sequence of the state that granted it
+    /// ([`ControlState::reclaim_seq`](crate::state::ControlState)).
+    #[serde(default)]
+    pub reclaim_seq: u64,
+    /// A client's renewal: the owner ids announced for reclaim then (of
+    /// expired clients not yet forgotten).
+    #[serde(default)]
+    pub announced: Vec<AnnouncedOwners>,
+}
+
+/// Owner ids announced for reclaim: an expired client's, until it is
+/// forgotten.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnnouncedOwners {
+    /// The ids.
+    pub owners: OwnerBlock,
+    /// The reclaim sequence number of the client's expiry.
+    pub seq: u64,
+}
+
+/// The answer of `GET /v1/clients/{id}/reclaim`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimReadiness {
+    /// The expired client's reclaim sequence number.
+    pub seq: u64,
+    /// Live clients that have not reported quiescence to it yet (none: its
+    /// owner ids may be reclaimed).
+    pub waiting: Vec<ClientId>,
 }

@@ -16,7 +16,8 @@ use openraft::ServerState;
 use serde::Deserialize;
 
 use super::{
-    AddMember, InitRequest, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
+    AddMember, AnnouncedOwners, InitRequest, ReclaimReadiness, Renewed, Status, API_BODY_BYTES_MAX,
+    AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
 };
 use crate::config::{millis, Role};
 use crate::member::{Leader, Node, WriteError};
@@ -40,6 +41,7 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route("/v1/commands", post(command))
         .route("/v1/memnodes/{id}/renew", post(renew_memnode))
         .route("/v1/clients/{id}/renew", post(renew_client))
+        .route("/v1/clients/{id}/reclaim", get(reclaim_readiness))
         .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
     // Checked for the admin role before anything is forwarded.
     let membership = Router::new()
@@ -275,32 +277,102 @@ async fn renew_memnode(
             liveness.renew_memnode(id, Instant::now(), term);
             Ok(Json(Renewed {
                 lease_ms: millis(node.settings.timing.memnode_lease),
+                reclaim_seq: 0,
+                announced: Vec::new(),
             }))
         }
     }
 }
 
+/// `POST /v1/clients/{id}/renew` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewQuery {
+    /// How far the client has quiesced (`txn::quiesce`).
+    quiesced: Option<u64>,
+}
+
 async fn renew_client(
     State(node): State<Shared>,
     PathParam(id): PathParam<ClientId>,
+    QueryParams(q): QueryParams<RenewQuery>,
 ) -> Result<Json<Renewed>, Refusal> {
     let term = node.confirm_lead().await?;
-    let known = node
-        .reader
-        .with_state(|s| s.clients.get(&id).map(|c| (c.state, c.lease_ms)));
+    // One read: the sequence and the announced ids of the same state.
+    let known = node.reader.with_state(|s| {
+        s.clients.get(&id).map(|c| {
+            let announced: Vec<AnnouncedOwners> = s
+                .clients
+                .values()
+                .filter_map(|c| match c.state {
+                    ClientState::Expired { seq, .. } => Some(AnnouncedOwners {
+                        owners: c.owners,
+                        seq,
+                    }),
+                    ClientState::Live => None,
+                })
+                .collect();
+            (c.state, c.lease_ms, s.reclaim_seq, announced)
+        })
+    });
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
-        Some((ClientState::Expired { at_ms }, _)) => Err(Refusal::new(
+        Some((ClientState::Expired { at_ms, .. }, ..)) => Err(Refusal::new(
             StatusCode::CONFLICT,
             format!("client {id} expired at {at_ms} ms; register again"),
         )),
-        Some((ClientState::Live, lease_ms)) => {
+        Some((ClientState::Live, lease_ms, reclaim_seq, announced)) => {
             let mut liveness = node.liveness();
             if liveness.client_going(id) {
                 return Err(going(format!("client {id}")));
             }
             liveness.renew_client(id, Instant::now(), term);
-            Ok(Json(Renewed { lease_ms }))
+            if let Some(q) = q.quiesced {
+                // A report past what the state has numbered is a bug or
+                // a lie; it is capped, so it cannot hurry a reclaim.
+                liveness.report_quiesced(id, q.min(reclaim_seq));
+            }
+            Ok(Json(Renewed {
+                lease_ms,
+                reclaim_seq,
+                announced,
+            }))
+        }
+    }
+}
+
+/// Whether expired client `id`'s owner ids may be reclaimed: every live
+/// client has reported quiescence to its expiry (`txn::quiesce`). Served by
+/// the leader, which hears the reports.
+async fn reclaim_readiness(
+    State(node): State<Shared>,
+    PathParam(id): PathParam<ClientId>,
+) -> Result<Json<ReclaimReadiness>, Refusal> {
+    node.confirm_lead().await?;
+    let known = node.reader.with_state(|s| {
+        s.clients.get(&id).map(|c| {
+            let live: Vec<ClientId> = s
+                .clients
+                .values()
+                .filter(|c| c.state == ClientState::Live)
+                .map(|c| c.id)
+                .collect();
+            (c.state, live)
+        })
+    });
+    match known {
+        None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
+        Some((ClientState::Live, _)) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!("client {id} is live: only an expired client's owner ids are reclaimed"),
+        )),
+        Some((ClientState::Expired { seq, .. }, live)) => {
+            let liveness = node.liveness();
+            let waiting = live
+                .into_iter()
+                .filter(|&c| liveness.quiesced(c).is_none_or(|q| q < seq))
+                .collect();
+            Ok(Json(ReclaimReadiness { seq, waiting }))
         }
     }
 }

@@ -69,6 +69,12 @@ pub struct ControlState {
     /// Named indexes by name.
     #[serde(default)]
     pub indexes: BTreeMap<String, IndexRecord>,
+    /// The reclaim sequence: bumped by every client expiry and every
+    /// forgetting of one. Clients learn it, and the owner ids announced for
+    /// reclaim, with each renewal, and report how far they have quiesced
+    /// (`txn::quiesce`); a reclaim waits for every live client.
+    #[serde(default)]
+    pub reclaim_seq: u64,
     /// The most recent applied commands, oldest first.
     pub audit: VecDeque<AuditEntry>,
     next_memnode: u32,
@@ -183,12 +189,16 @@ impl ControlState {
                     .clients
                     .get_mut(&id)
                     .ok_or(CommandError::UnknownClient { id })?;
-                if let ClientState::Expired { at_ms } = c.state {
+                if let ClientState::Expired { at_ms, .. } = c.state {
                     return Err(CommandError::Conflict(format!(
                         "client {id} already expired at {at_ms} ms"
                     )));
                 }
-                c.state = ClientState::Expired { at_ms: req.at_ms };
+                self.reclaim_seq += 1;
+                c.state = ClientState::Expired {
+                    at_ms: req.at_ms,
+                    seq: self.reclaim_seq,
+                };
                 Ok(Outcome::Client(c.clone()))
             }
             Command::ForgetClient { id } => self.forget_client(id, req.at_ms),
@@ -216,7 +226,7 @@ impl ControlState {
             ClientState::Live => Err(CommandError::Conflict(format!(
                 "client {id} is live: expire it (and let recovery roll its logs) first"
             ))),
-            ClientState::Expired { at_ms: expired } if at_ms < expired.saturating_add(c.lease_ms) => {
+            ClientState::Expired { at_ms: expired, .. } if at_ms < expired.saturating_add(c.lease_ms) => {
                 Err(CommandError::Conflict(format!(
                     "client {id} expired at {expired} ms; its owner ids stay quarantined until {} ms (a lease \
                      after the expiry), so that nothing it sent before it stopped can land on their next holder",
@@ -225,6 +235,7 @@ impl ControlState {
             }
             ClientState::Expired { .. } => {
                 self.clients.remove(&id);
+                self.reclaim_seq += 1;
                 Ok(Outcome::Removed)
             }
         }

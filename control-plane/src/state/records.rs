@@ -203,10 +203,16 @@ impl OwnerBlock {
 pub enum ClientState {
     /// Holding a lease (renewed at the leader, outside the log).
     Live,
-    /// Declared expired: recovery rolls its logs, then forgets it.
+    /// Declared expired: recovery rolls its logs, reclaims what it held,
+    /// then forgets it.
     Expired {
         /// When the decision was committed (ms since the Unix epoch).
         at_ms: u64,
+        /// The reclaim sequence number of the decision
+        /// ([`ControlState::reclaim_seq`](crate::state::ControlState)): its
+        /// owner ids are reclaimed once every live client has quiesced to it.
+        #[serde(default)]
+        seq: u64,
     },
 }
 

@@ -363,10 +363,11 @@ fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
     assert!(matches!(
         expired,
         Outcome::Client(Client {
-            state: ClientState::Expired { at_ms: 20 },
+            state: ClientState::Expired { at_ms: 20, seq: 1 },
             ..
         })
     ));
+    assert_eq!(s.reclaim_seq, 1, "an expiry is a reclaim event");
     assert!(matches!(
         s.apply(&req(21, Command::ExpireClient { id: a.id })),
         Err(CommandError::Conflict(_))
@@ -387,6 +388,7 @@ fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
         s.apply(&req(30, Command::ForgetClient { id: a.id })),
         Ok(Outcome::Removed)
     );
+    assert_eq!(s.reclaim_seq, 2, "so is a forgetting; refusals are not");
     assert_eq!(
         register(&mut s, 8).owners.first,
         1,

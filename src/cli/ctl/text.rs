@@ -47,7 +47,7 @@ pub fn owners(block: OwnerBlock) -> String {
 pub fn client_state(state: ClientState, now: SystemTime) -> String {
     match state {
         ClientState::Live => "live".to_owned(),
-        ClientState::Expired { at_ms } => {
+        ClientState::Expired { at_ms, .. } => {
             let at = UNIX_EPOCH + Duration::from_millis(at_ms);
             match now.duration_since(at) {
                 // Whole seconds: milliseconds of an age are noise.
@@ -149,7 +149,7 @@ mod tests {
     fn owner_blocks_and_states_read_as_ranges_and_ages() {
         assert_eq!(owners(OwnerBlock { first: 7, count: 1 }), "7");
         assert_eq!(owners(OwnerBlock { first: 7, count: 4 }), "7-10");
-        let expired = ClientState::Expired { at_ms: 1_000 };
+        let expired = ClientState::Expired { at_ms: 1_000, seq: 1 };
         let now = UNIX_EPOCH + Duration::from_millis(91_500);
         assert_eq!(client_state(expired, now), "expired 1m 30s ago");
         assert_eq!(client_state(ClientState::Live, now), "live");

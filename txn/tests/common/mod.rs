@@ -124,8 +124,7 @@ impl Cluster {
     }
 
     /// Objects holding `values`, created by owner id `owner`: their first
-    /// blocks lie in its chunks, so only `owner` reuses them once a commit
-    /// replaces them (`txn::reclaim`, rule 1).
+    /// blocks lie in its chunks.
     pub async fn accounts_of(&self, owner: u16, values: &[u64]) -> Vec<TxObj<u64>> {
         let mut c = self.client(owner);
         let mut objs = Vec::new();
@@ -303,15 +302,11 @@ pub struct Marks {
     pub end: u64,
 }
 
-/// Verbs a fresh client spends on the tags and bag generations it needs to
-/// place the blocks its first commit replaces (`txn::reclaim`, rule 3).
-pub const RELEASE_READS: u64 = 2;
-
-/// Verbs of a client's first chunk of data blocks: the drain of its bag
-/// (its generation, its slots, and the runs head read and zeroed on every
-/// replica), then the FAA and the owner-table WRITE on every replica.
+/// Verbs of a client's first chunk of data blocks: the runs a reclaim left
+/// its owner id taken (the head read, and zeroed on every replica), then
+/// the FAA and the owner-table WRITE on every replica.
 pub fn first_chunk_verbs(rf: u64) -> u64 {
-    3 + rf + rf + rf
+    1 + rf + rf + rf
 }
 
 /// The marks of a transaction writing `n` objects at replication `rf`,
@@ -322,21 +317,17 @@ pub fn marks(n: u64, rf: u64, logged: bool) -> Marks {
     let rt1 = alloc + n * rf + if logged { rf } else { 0 } + n;
     let first_lock = rt1 - n + 1;
     let rt3 = if logged { rt1 + rf } else { rt1 };
-    // A fresh client reads the tag of the chunk the replaced blocks lie in
-    // (the objects' data share one) and the bag generations, in RT4's
-    // first batch, before its pointer CASes.
-    let first_ptr = rt3 + RELEASE_READS + 1;
-    let end = RELEASE_READS
-        + match (logged, rf) {
-            // pointers + releases + DONE
-            (true, 1) => rt3 + n + n + 1,
-            // pointers on every replica; releases + DONE on every replica
-            (true, _) => rt3 + rf * n + n + rf,
-            // pointer + release
-            (false, 1) => rt3 + 2,
-            // backup pointers; primary pointer + release
-            (false, _) => rt3 + (rf - 1) + 2,
-        };
+    let first_ptr = rt3 + 1;
+    let end = match (logged, rf) {
+        // pointers + releases + DONE
+        (true, 1) => rt3 + n + n + 1,
+        // pointers on every replica; releases + DONE on every replica
+        (true, _) => rt3 + rf * n + n + rf,
+        // pointer + release
+        (false, 1) => rt3 + 2,
+        // backup pointers; primary pointer + release
+        (false, _) => rt3 + (rf - 1) + 2,
+    };
     Marks {
         exec,
         alloc,
