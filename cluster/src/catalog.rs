@@ -71,11 +71,11 @@ impl Cluster {
             match record.state {
                 IndexState::Ready => {
                     let opened = self.attach(&record, &owner).await?;
-                    return Ok((opened, owner, record));
+                    return Ok((self.following_reclaims(opened), owner, record));
                 }
                 IndexState::Creating { client } if client == self.me.id => {
                     let opened = self.build(&record, &owner, deadline).await?;
-                    return Ok((opened, owner, record));
+                    return Ok((self.following_reclaims(opened), owner, record));
                 }
                 IndexState::Creating { client } => {
                     if !self.is_live(client).await? {
@@ -174,6 +174,17 @@ impl Cluster {
             .await?;
         tracing::info!(index = %x.name, kind = %x.kind, variant = %x.variant, region = x.region, "index created");
         Ok(opened)
+    }
+
+    /// `opened`, its transaction client following this process's reclaims
+    /// (`txn::quiesce`). A hash table's heap is never reclaimed (its
+    /// subtables are retired, `Heap::mark_retiring`), so its client need
+    /// not, and must not give up blocks no reclaim would find.
+    fn following_reclaims(&self, mut opened: Opened) -> Opened {
+        if let Opened::Tree(tree) = &mut opened {
+            tree.follow_reclaims(self.reclaims.clone());
+        }
+        opened
     }
 
     async fn attach(&self, x: &IndexRecord, owner: &Owner) -> Result<Opened, ClusterError> {

@@ -69,6 +69,9 @@ pub struct Cluster {
     pub(crate) members: Members,
     pub(crate) me: cp::Client,
     pub(crate) mandate: Arc<Mandate>,
+    /// The reclaims this process follows (`txn::quiesce`): every rtx
+    /// transaction client of an index it opens follows them.
+    pub(crate) reclaims: Arc<txn::ReclaimView>,
     pub(crate) transport: AnyTransport,
     pub(crate) owners: Arc<OwnerPool>,
     pub(crate) options: ClusterOptions,
@@ -118,17 +121,20 @@ impl Cluster {
                 faults = Some(f);
             }
             let mandate = Mandate::new(map, sent + Duration::from_millis(me.lease_ms));
+            let reclaims = txn::ReclaimView::new();
+            crate::session::prime_reclaims(&members, me.id, &reclaims).await?;
             let session = Session::start(
                 endpoints.clone(),
                 token.to_owned(),
                 me.id,
                 mandate.clone(),
+                reclaims.clone(),
                 true,
                 |_| {},
             )?;
-            Ok::<_, ClusterError>((transport, faults, mandate, session))
+            Ok::<_, ClusterError>((transport, faults, mandate, reclaims, session))
         };
-        let (transport, faults, mandate, session) = match joined.await {
+        let (transport, faults, mandate, reclaims, session) = match joined.await {
             Ok(j) => j,
             Err(e) => {
                 // Nothing issued under the ids yet: give them back at once.
@@ -143,6 +149,7 @@ impl Cluster {
             owners: Arc::new(OwnerPool::new(me.owners.first, me.owners.count)),
             me,
             mandate,
+            reclaims,
             transport,
             options,
             faults,
@@ -242,9 +249,9 @@ impl Cluster {
         }
         let ids = self.me.owners.ids();
         self.finish_logs(&ids, false).await?;
-        // No handle holds an id any more: what their allocators held is
-        // free, and must come back before another client takes the ids.
-        self.reclaim_owners(&ids).await?;
+        // What the handles' allocators held is not reclaimed: other live
+        // clients may hold blocks of these ids' chunks, and only an
+        // announced reclaim makes them give those up (`txn::quiesce`).
         let leave = Command::DeregisterClient { id: self.me.id };
         self.members.command("leaving the cluster", &leave).await?;
         self.closed = true;
@@ -276,10 +283,11 @@ impl Cluster {
     /// Forgets expired client `c` once its quarantine is over and its logs
     /// are finished (finished again here: something it sent before it
     /// stopped may have landed since), after reclaiming the blocks of its
-    /// owner ids that no object references ([`Cluster::reclaim_owners`]):
-    /// only then are its ids another's. `Some` (what was reclaimed) once it
-    /// is gone, whoever forgot it; `None` if it is live, quarantined or
-    /// still committing.
+    /// owner ids that no object references ([`Cluster::reclaim_owners`]),
+    /// which waits until every live client has quiesced to its expiry
+    /// (`txn::quiesce`): only then are its ids another's. `Some` (what was
+    /// reclaimed) once it is gone, whoever forgot it; `None` if it is live,
+    /// quarantined, still committing, or a live client has not quiesced.
     pub async fn forget_expired(&self, c: &cp::Client) -> Result<Option<txn::Reclaimed>, ClusterError> {
         let ClientState::Expired { at_ms, seq } = c.state else {
             return Ok(None);
@@ -292,6 +300,22 @@ impl Cluster {
         }
         let ids = c.owners.ids();
         if !self.finish_logs(&ids, true).await? {
+            return Ok(None);
+        }
+        let id = c.id;
+        let readiness = self
+            .members
+            .call("asking whether a reclaim may run", |m| async move {
+                m.reclaim_readiness(id).await
+            })
+            .await?;
+        if !readiness.waiting.is_empty() {
+            tracing::info!(
+                client = id,
+                seq,
+                waiting = ?readiness.waiting,
+                "reclaim of an expired client's owner ids waits for live clients to quiesce"
+            );
             return Ok(None);
         }
         let reclaimed = self.reclaim_owners(&ids).await?;
@@ -317,12 +341,14 @@ impl Cluster {
         }
     }
 
-    /// Leak repair for owner ids `ids`, which nobody holds (their client
-    /// left, or expired and its logs are finished): on every ready rtx
-    /// index, the data blocks of their chunks that no object references
-    /// are left for the next holder of each id (`txn::reclaim`). Returns
-    /// the sum over indexes and ids. Idempotent.
-    pub async fn reclaim_owners(&self, ids: &[u16]) -> Result<txn::Reclaimed, ClusterError> {
+    /// Leak repair for owner ids `ids` of an expired client whose logs are
+    /// finished, once every live client has quiesced to its expiry
+    /// ([`Cluster::forget_expired`] checks both): on every ready rtx index,
+    /// the data blocks of their chunks that no object references are left
+    /// for the next holder of each id (`txn::reclaim`). Returns the sum
+    /// over indexes and ids. Idempotent; not to be run by two reapers at
+    /// once (each rewrites the runs list whole).
+    pub(crate) async fn reclaim_owners(&self, ids: &[u16]) -> Result<txn::Reclaimed, ClusterError> {
         let mut sum = txn::Reclaimed::default();
         for x in self
             .indexes()

@@ -18,6 +18,7 @@ use crate::ClusterError;
 pub struct Lease {
     me: cp::Client,
     mandate: Arc<Mandate>,
+    reclaims: Arc<txn::ReclaimView>,
     session: Session,
 }
 
@@ -53,6 +54,8 @@ impl Lease {
             })?;
         let members = Members::new(endpoints, token)?;
         let (me, sent) = rt.block_on(members.register_client(name, owner_ids, lease))?;
+        let reclaims = txn::ReclaimView::new();
+        rt.block_on(crate::session::prime_reclaims(&members, me.id, &reclaims))?;
         let empty =
             ClusterMap::new(0, Vec::new(), Vec::new()).map_err(|e| ClusterError::Map(e.to_string()))?;
         let mandate = Mandate::new(empty, sent + Duration::from_millis(me.lease_ms));
@@ -61,10 +64,16 @@ impl Lease {
             token.to_owned(),
             me.id,
             mandate.clone(),
+            reclaims.clone(),
             false,
             on_lost,
         )?;
-        Ok(Lease { me, mandate, session })
+        Ok(Lease {
+            me,
+            mandate,
+            reclaims,
+            session,
+        })
     }
 
     /// The client's record as registered (id, owner ids, lease length).
@@ -81,6 +90,13 @@ impl Lease {
     /// must not act under its owner ids.
     pub fn holds(&self) -> bool {
         self.mandate.holds()
+    }
+
+    /// The reclaims the transaction clients acting under this lease must
+    /// follow (`TxClient::follow_reclaims`), or a reclaim of a dead
+    /// client's owner ids may hand out a block one of them holds.
+    pub fn reclaims(&self) -> Arc<txn::ReclaimView> {
+        self.reclaims.clone()
     }
 
     /// A shared handle on [`Lease::holds`] for the threads acting under it.

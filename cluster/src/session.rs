@@ -4,6 +4,10 @@
 //! process's [`Mandate`], which every fabric client of the process reads
 //! before each batch).
 //!
+//! Each renewal also reports how far the process's transaction clients
+//! have quiesced and takes in which owner ids are announced for reclaim
+//! (`txn::quiesce`, through the process's [`ReclaimView`]).
+//!
 //! A thread, not a task on the caller's runtime: a client whose verbs
 //! complete inline (`shm`) may never yield, and a renewal that waits for
 //! it would let the lease lapse.
@@ -12,10 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use control_plane::api::{keep_lease_with, Leaseholder};
+use control_plane::api::{keep_lease_with, Leaseholder, Quiescence, Renewed};
 use control_plane::state::ClientId;
 use fabric::{Epoch, Mandate};
 use tokio::sync::{oneshot, watch};
+use txn::{Announced, OwnerRange, ReclaimView};
 
 use crate::members::{chain, Members};
 use crate::placement::{RETRY_PAUSE, WATCH_WAIT};
@@ -31,13 +36,15 @@ pub(crate) struct Session {
 
 impl Session {
     /// Starts keeping client `id`'s lease and, with `follow_map`, following
-    /// the map into `mandate`, through the members at `endpoints`.
-    /// `on_lost` hears why, if the lease is lost.
+    /// the map into `mandate`, through the members at `endpoints`, and
+    /// reporting and updating `reclaims`. `on_lost` hears why, if the lease
+    /// is lost.
     pub(crate) fn start(
         endpoints: Vec<String>,
         token: String,
         id: ClientId,
         mandate: Arc<Mandate>,
+        reclaims: Arc<ReclaimView>,
         follow_map: bool,
         on_lost: impl FnOnce(&str) + Send + 'static,
     ) -> Result<Session, ClusterError> {
@@ -49,7 +56,15 @@ impl Session {
             .name(format!("kintsugi-session-{id}"))
             .spawn(move || {
                 let why = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-                    Ok(rt) => rt.block_on(keep(endpoints, token, id, &mandate, follow_map, epoch_tx, stop_rx)),
+                    Ok(rt) => rt.block_on(keep(
+                        endpoints,
+                        token,
+                        id,
+                        (&mandate, &Reclaims(reclaims)),
+                        follow_map,
+                        epoch_tx,
+                        stop_rx,
+                    )),
                     Err(e) => Some(format!("cannot start the session's runtime: {e}")),
                 };
                 if let Some(why) = why {
@@ -99,12 +114,55 @@ impl Drop for Session {
     }
 }
 
+/// Renews client `id`'s lease once, now, to learn which owner ids are
+/// announced for reclaim before any transaction client of the process
+/// exists: one made later dooms them at its first allocation
+/// (`txn::quiesce`). A reclaim that checked the live clients before this
+/// one registered does not wait for it, so it must know.
+pub(crate) async fn prime_reclaims(
+    members: &Members,
+    id: ClientId,
+    view: &Arc<ReclaimView>,
+) -> Result<(), ClusterError> {
+    let renewed = members
+        .call("learning the reclaims under way", |c| async move {
+            c.renew_client(id, Some(0)).await
+        })
+        .await?;
+    Reclaims(view.clone()).heard(&renewed);
+    Ok(())
+}
+
+/// The process's reclaim view, as the lease keeper reports it.
+struct Reclaims(Arc<ReclaimView>);
+
+impl Quiescence for Reclaims {
+    fn quiesced(&self) -> u64 {
+        self.0.quiesced()
+    }
+
+    fn heard(&self, renewed: &Renewed) {
+        let announced: Vec<Announced> = renewed
+            .announced
+            .iter()
+            .map(|a| Announced {
+                owners: OwnerRange {
+                    first: a.owners.first,
+                    count: a.owners.count,
+                },
+                seq: a.seq,
+            })
+            .collect();
+        self.0.update(renewed.reclaim_seq, &announced);
+    }
+}
+
 /// Runs until stopped (`None`) or the lease is lost (`Some(why)`).
 async fn keep(
     endpoints: Vec<String>,
     token: String,
     id: ClientId,
-    mandate: &Mandate,
+    (mandate, reclaims): (&Mandate, &Reclaims),
     follow_map: bool,
     epochs: watch::Sender<Epoch>,
     stop: oneshot::Receiver<()>,
@@ -118,6 +176,7 @@ async fn keep(
     let lease = keep_lease_with(
         members.clients(),
         Leaseholder::Client(id),
+        Some(reclaims),
         async {
             let _ = stop.await;
         },

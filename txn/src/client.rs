@@ -15,7 +15,7 @@ use crate::heap::Heap;
 use crate::hint::HintCache;
 use crate::lease::{LeaseSequence, Parity};
 use crate::obj::{RawObj, TxObj};
-use crate::quiesce::{Pin, ReclaimEvent, ReclaimView};
+use crate::quiesce::{OwnerRange, Pin, ReclaimEvent, ReclaimView};
 use crate::settle::OpenLog;
 use crate::stats::TxStats;
 use crate::tx::Tx;
@@ -48,6 +48,9 @@ pub struct TxClient {
     section_depth: u32,
     /// ...and the reclaim sequence the outermost one is pinned at.
     section_seq: u64,
+    /// Owner ids already announced when this client began following
+    /// reclaims: doomed at its first catch-up.
+    announced_before: Vec<OwnerRange>,
 }
 
 impl TxClient {
@@ -69,6 +72,7 @@ impl TxClient {
             reclaims: None,
             section_depth: 0,
             section_seq: 0,
+            announced_before: Vec::new(),
         })
     }
 
@@ -76,8 +80,9 @@ impl TxClient {
     /// process whose owner ids a control plane grants must, before its
     /// first transaction, or a reclaim may hand out a block it holds.
     pub fn follow_reclaims(&mut self, view: Arc<ReclaimView>) {
-        let pin = view.register();
+        let (pin, announced) = view.register();
         self.reclaims = Some((view, pin));
+        self.announced_before = announced;
     }
 
     /// Begins a section: from here until [`TxClient::exit_section`], every
@@ -112,7 +117,17 @@ impl TxClient {
             return Ok(());
         };
         assert!(self.section_depth > 0, "an allocation outside a section");
-        for event in view.events_to(&pin, self.section_seq) {
+        // Nothing is marked caught up before all of it is done: a catch-up
+        // cut off by a fabric error is done again whole (dooming twice
+        // is harmless).
+        let events: Vec<ReclaimEvent> = self
+            .announced_before
+            .iter()
+            .copied()
+            .map(ReclaimEvent::Announced)
+            .chain(view.events_to(&pin, self.section_seq))
+            .collect();
+        for event in events {
             match event {
                 ReclaimEvent::Announced(owners) => {
                     let doomed = self.alloc.doom(&mut self.fabric, &[owners]).await?;
@@ -133,6 +148,7 @@ impl TxClient {
                 ReclaimEvent::Forgotten(owners) => self.alloc.undoom(owners),
             }
         }
+        self.announced_before.clear();
         view.caught_up(&pin, self.section_seq);
         Ok(())
     }

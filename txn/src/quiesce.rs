@@ -174,17 +174,20 @@ impl ReclaimView {
         inner.pins.retain(|p| p.strong_count() > 0);
     }
 
-    /// A pin for one section holder, registered with the view. It starts
-    /// caught up to the current sequence: a holder made now has nothing
-    /// in its free lists yet.
-    pub fn register(&self) -> Arc<Pin> {
+    /// A pin for one section holder, registered with the view, and the
+    /// owner ids announced now, which the holder must doom before its first
+    /// allocation (their later forgetting comes as an event). The pin
+    /// starts caught up to the current sequence otherwise: a holder made
+    /// now holds no block yet.
+    pub fn register(&self) -> (Arc<Pin>, Vec<OwnerRange>) {
         let mut inner = self.lock();
         let pin = Arc::new(Pin {
             pinned: AtomicU64::new(IDLE),
             seen: AtomicU64::new(inner.seq),
         });
         inner.pins.push(Arc::downgrade(&pin));
-        pin
+        let announced = inner.announced.iter().map(|a| a.owners).collect();
+        (pin, announced)
     }
 
     /// Begins a section of `pin`'s holder: pins it at the current sequence,
@@ -269,8 +272,8 @@ mod tests {
     fn a_section_in_flight_holds_quiescence_back_and_an_idle_holder_does_not() {
         let v = ReclaimView::new();
         v.update(3, &[]);
-        let a = v.register();
-        let b = v.register();
+        let (a, _) = v.register();
+        let (b, _) = v.register();
         assert_eq!(v.quiesced(), 3, "nobody in a section");
         assert_eq!(v.pin(&a), 3);
         v.update(
@@ -293,7 +296,7 @@ mod tests {
     fn catching_up_yields_announcements_then_forgettings_once_each() {
         let v = ReclaimView::new();
         v.update(1, &[]);
-        let a = v.register();
+        let (a, _) = v.register();
         let d = Announced {
             owners: range(4, 1),
             seq: 2,
@@ -321,7 +324,7 @@ mod tests {
     #[test]
     fn stale_answers_are_ignored_and_caught_up_events_are_pruned() {
         let v = ReclaimView::new();
-        let a = v.register();
+        let (a, _) = v.register();
         let d = Announced {
             owners: range(4, 1),
             seq: 7,

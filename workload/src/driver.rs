@@ -48,6 +48,15 @@ pub enum DriveError {
 }
 
 impl IndexClient {
+    /// Follows the reclaims of `view` (`txn::quiesce`): a B+tree's rtx
+    /// client must, under a control plane that reclaims dead clients'
+    /// blocks. A hash table's heap is never reclaimed.
+    pub fn follow_reclaims(&mut self, view: std::sync::Arc<txn::ReclaimView>) {
+        if let IndexClient::BTree(t) = self {
+            t.follow_reclaims(view);
+        }
+    }
+
     /// Runs one op: whether it found (read, update) or wrote (insert) its
     /// key, or for a scan whether it found any key.
     pub async fn run(&mut self, op: Op) -> Result<bool, DriveError> {

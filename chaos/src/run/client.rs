@@ -74,7 +74,9 @@ pub fn main(spec_path: &Path, client: u32, token: Option<String>) -> Result<(), 
     let validity = keeper.as_ref().map(Lease::validity);
     let go: Go = Arc::default();
     let faults: Faults = Arc::default();
-    let (handles, opened) = start_threads(&spec, client, first_owner, validity, &go, &faults, &stdout);
+    let reclaims = keeper.as_ref().map(Lease::reclaims);
+    let lease = Leased { validity, reclaims };
+    let (handles, opened) = start_threads(&spec, client, first_owner, lease, &go, &faults, &stdout);
     await_opened(&opened, spec.experiment.cluster.threads_per_client)?;
     say(&stdout, &ClientLine::Ready)?;
     let t0_ns = read_go()?;
@@ -126,6 +128,15 @@ fn take_owner_ids(
     Ok((keeper.owners().first, Some(keeper)))
 }
 
+/// What the threads of a client with a control-plane lease act under.
+#[derive(Clone, Default)]
+struct Leased {
+    /// Whether the lease certainly holds.
+    validity: Option<std::sync::Arc<Mandate>>,
+    /// The reclaims its transaction clients follow (`txn::quiesce`).
+    reclaims: Option<std::sync::Arc<txn::ReclaimView>>,
+}
+
 /// Starts one thread per index client: each opens the index (and says so
 /// on `opened`), waits for the common start, then runs until the duration
 /// is over. A victim's threads get a fault injector each.
@@ -133,7 +144,7 @@ fn start_threads(
     spec: &RunSpec,
     client: u32,
     first_owner: u16,
-    validity: Option<std::sync::Arc<Mandate>>,
+    lease: Leased,
     go: &Go,
     faults: &Faults,
     stdout: &Stdout,
@@ -145,19 +156,22 @@ fn start_threads(
     let handles = (0..threads)
         .map(|t| {
             let (spec, stdout, opened, go) = (spec.clone(), stdout.clone(), opened_tx.clone(), go.clone());
-            let (validity, faults) = (validity.clone(), faults.clone());
+            let (lease, faults) = (lease.clone(), faults.clone());
             let global = client * threads + t;
             std::thread::spawn(move || {
                 let rt = super::runtime()?;
                 let opened_client = rt.block_on(open_thread(&spec, first_owner + t as u16, victim, &faults));
                 let _ = opened.send(opened_client.as_ref().err().map(ToString::to_string));
                 let (mut index, fault) = opened_client?;
+                if let Some(view) = &lease.reclaims {
+                    index.follow_reclaims(view.clone());
+                }
                 let t0_ns = wait_for_go(&go);
                 let me = Thread {
                     client,
                     global,
                     fault: fault.as_deref(),
-                    lease: validity.as_deref(),
+                    lease: lease.validity.as_deref(),
                 };
                 let ops = rt.block_on(run_thread(&spec, me, &mut index, t0_ns, &stdout))?;
                 Ok((ops, index.tx_stats().repairs))

@@ -272,6 +272,14 @@ impl BTree {
         }
     }
 
+    /// Follows the reclaims of `view` (`txn::quiesce`; rtx: its nodes are
+    /// transactional objects, whose blocks a reclaim hands out).
+    pub fn follow_reclaims(&mut self, view: Arc<txn::ReclaimView>) {
+        if let Store::Rtx(c) = &mut self.store {
+            c.follow_reclaims(view);
+        }
+    }
+
     /// Shares the leaf hints of cached level-1 nodes (`cache.rs`) with the
     /// other clients of this process that were given `table` (rtx; optimal
     /// keeps none). Drops this client's cached nodes.
