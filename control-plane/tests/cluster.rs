@@ -6,7 +6,9 @@
 mod common;
 
 use common::{register, tables, Cluster};
-use control_plane::api::{keep_lease, ClientError, ControlClient, Leaseholder};
+use control_plane::api::{
+    keep_lease, AnnouncedOwners, ClientError, ControlClient, Leaseholder, ReclaimReadiness,
+};
 use control_plane::state::{ClientState, Command, MemNodeState, Outcome};
 
 /// Every fact of these tests is about members agreeing; a multi-threaded
@@ -246,6 +248,43 @@ cluster_test!(
         assert_eq!(expiries.len(), 1, "{expiries:?}");
         assert_eq!(expiries[0].outcome, "ok");
         assert_eq!(state.clients[&steady.id].state, ClientState::Live);
+
+        // The expiry is announced with every client renewal, and a reclaim
+        // of the lapsed client's ids waits until the live one reports it
+        // has quiesced to it (a report past the state's number is capped).
+        let ClientState::Expired { seq, .. } = state.clients[&lapsing.id].state else {
+            panic!("expired above");
+        };
+        assert_eq!(seq, state.reclaim_seq);
+        let api = c.client(new);
+        let renewed = api.renew_client(steady.id, None).await.expect("renew");
+        assert_eq!(renewed.reclaim_seq, seq);
+        assert_eq!(
+            renewed.announced,
+            vec![AnnouncedOwners {
+                owners: lapsing.owners,
+                seq
+            }]
+        );
+        let ready = api.reclaim_readiness(lapsing.id).await.expect("readiness");
+        assert_eq!(
+            ready,
+            ReclaimReadiness {
+                seq,
+                waiting: vec![steady.id]
+            }
+        );
+        api.renew_client(steady.id, Some(seq - 1)).await.expect("renew");
+        let ready = api.reclaim_readiness(lapsing.id).await.expect("readiness");
+        assert_eq!(ready.waiting, vec![steady.id], "not quiesced far enough");
+        api.renew_client(steady.id, Some(seq + 5)).await.expect("renew");
+        let ready = api.reclaim_readiness(lapsing.id).await.expect("readiness");
+        assert!(ready.waiting.is_empty(), "{ready:?}");
+        let live = api.reclaim_readiness(steady.id).await;
+        assert!(
+            matches!(&live, Err(ClientError::Refused { status, .. }) if status.as_u16() == 409),
+            "{live:?}"
+        );
         c.stop().await;
     }
 );
