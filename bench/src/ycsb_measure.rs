@@ -39,6 +39,10 @@ type Clients = Vec<(IndexClient, OpGenerator)>;
 struct ProcessHints {
     metas: Arc<HintCache>,
     leaves: Arc<LeafHintTable>,
+    /// The process's view of reclaims (`txn::quiesce`). No control plane
+    /// announces any here, but a client under one follows a view, and what
+    /// its sections cost is measured with it.
+    reclaims: Arc<txn::ReclaimView>,
 }
 
 /// Runs `workload` under `dist` on every subject for `plan.duration` each:
@@ -66,6 +70,7 @@ pub fn measure(
             Loaded::BTree(..) => Some(ProcessHints {
                 metas: Arc::new(HintCache::for_objects(hinted_objects(plan.keys))),
                 leaves: Arc::new(LeafHintTable::default()),
+                reclaims: txn::ReclaimView::new(),
             }),
             Loaded::Hash(..) => None,
         })
@@ -157,6 +162,7 @@ async fn attach(
                 if let Some(hints) = hints {
                     tree.share_hints(hints.metas.clone());
                     tree.share_leaf_hints(hints.leaves.clone());
+                    tree.follow_reclaims(hints.reclaims.clone());
                 }
                 IndexClient::BTree(Box::new(tree))
             }

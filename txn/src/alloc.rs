@@ -226,6 +226,7 @@ impl BlockAllocator {
     /// reclaim, as this allocator last caught up.
     pub(crate) fn is_doomed(&self, offset: u64) -> bool {
         self.transactional
+            && !self.doomed_chunks.is_empty()
             && self
                 .heap
                 .chunk_of(offset)

@@ -46,8 +46,9 @@ pub struct TxClient {
     reclaims: Option<(Arc<ReclaimView>, Arc<Pin>)>,
     /// Nesting of sections (transactions, repairs, creations)...
     section_depth: u32,
-    /// ...and the reclaim sequence the outermost one is pinned at.
-    section_seq: u64,
+    /// ...and the reclaim sequence the section in flight is pinned at,
+    /// once it allocated (`None` before, and between sections).
+    section_seq: Option<u64>,
     /// Owner ids already announced when this client began following
     /// reclaims: doomed at its first catch-up.
     announced_before: Vec<OwnerRange>,
@@ -71,7 +72,7 @@ impl TxClient {
             open_log: None,
             reclaims: None,
             section_depth: 0,
-            section_seq: 0,
+            section_seq: None,
             announced_before: Vec::new(),
         })
     }
@@ -85,15 +86,11 @@ impl TxClient {
         self.announced_before = announced;
     }
 
-    /// Begins a section: from here until [`TxClient::exit_section`], every
-    /// block this client allocates or frees is judged by the reclaims it
-    /// knew at the outermost entry.
+    /// Begins a section: from its first allocation until
+    /// [`TxClient::exit_section`] of the outermost one, every block this
+    /// client allocates or frees is judged by the reclaims it knew at that
+    /// allocation (`crate::quiesce`).
     pub(crate) fn enter_section(&mut self) {
-        if self.section_depth == 0 {
-            if let Some((view, pin)) = &self.reclaims {
-                self.section_seq = view.pin(pin);
-            }
-        }
         self.section_depth += 1;
     }
 
@@ -101,7 +98,7 @@ impl TxClient {
     pub(crate) fn exit_section(&mut self) {
         assert!(self.section_depth > 0, "a section ended that never began");
         self.section_depth -= 1;
-        if self.section_depth == 0 {
+        if self.section_depth == 0 && self.section_seq.take().is_some() {
             if let Some((view, pin)) = &self.reclaims {
                 view.unpin(pin);
             }
@@ -113,10 +110,22 @@ impl TxClient {
     /// blocks leave the free lists and the parked blocks), undooms those of
     /// forgotten ones. Before every data block this client allocates.
     async fn catch_up_reclaims(&mut self) -> Result<(), TxError> {
-        let Some((view, pin)) = self.reclaims.clone() else {
+        let Some((view, pin)) = &self.reclaims else {
             return Ok(());
         };
         assert!(self.section_depth > 0, "an allocation outside a section");
+        let seq = match self.section_seq {
+            Some(seq) => seq,
+            None => {
+                let seq = view.pin(pin);
+                self.section_seq = Some(seq);
+                seq
+            }
+        };
+        if self.announced_before.is_empty() && pin.seen() >= seq {
+            return Ok(()); // the common case: nothing new, no lock taken
+        }
+        let (view, pin) = (view.clone(), pin.clone());
         // Nothing is marked caught up before all of it is done: a catch-up
         // cut off by a fabric error is done again whole (dooming twice
         // is harmless).
@@ -125,7 +134,7 @@ impl TxClient {
             .iter()
             .copied()
             .map(ReclaimEvent::Announced)
-            .chain(view.events_to(&pin, self.section_seq))
+            .chain(view.events_to(&pin, seq))
             .collect();
         for event in events {
             match event {
@@ -149,7 +158,7 @@ impl TxClient {
             }
         }
         self.announced_before.clear();
-        view.caught_up(&pin, self.section_seq);
+        view.caught_up(&pin, seq);
         Ok(())
     }
 

@@ -13,9 +13,9 @@
 //!   (expired, not yet forgotten) since which sequence number
 //!   ([`ReclaimView::update`]).
 //! - Each [`TxClient`](crate::TxClient) runs its transactions, repairs and
-//!   creations in *sections* pinned at the sequence it knew when the section
-//!   began ([`ReclaimView::pin`]). Before a section allocates a data block
-//!   it *catches up*: for each owner id announced since its last catch-up,
+//!   creations in *sections*. A section is pinned, at its first data block
+//!   allocation, at the sequence it knows then ([`ReclaimView::pin`]), and
+//!   stays pinned to its end; then it *catches up*: for each owner id announced since its last catch-up,
 //!   it reads which chunks are the id's, drops every block of them from its
 //!   free list and parked blocks, and from then on drops every block of
 //!   them its commits free (they are *doomed*), until the id is forgotten.
@@ -27,7 +27,10 @@
 //! Then no live client holds a block of D's chunks that a reclaim can find
 //! free: a section pinned before s ended before the reclaim began (what it
 //! freed is dropped at the next catch-up, before any allocation), and a
-//! section pinned at or after s drops what it frees of D's chunks. A block
+//! section pinned at or after s drops what it frees of D's chunks. A
+//! section that allocates nothing is never pinned: it frees nothing either
+//! (a commit frees the blocks it replaced only after it allocated their
+//! successors), so read-only transactions cost nothing here. A block
 //! of D's chunks unlinked after the reclaim's scan, by a section that began
 //! before the id was forgotten, is dropped too and found by the reclaim of
 //! the id's next holder: that is the only leak, bounded by the commits that
@@ -84,8 +87,6 @@ pub enum ReclaimEvent {
 
 #[derive(Debug, Default)]
 struct Inner {
-    /// The control plane's reclaim sequence, as last heard.
-    seq: u64,
     announced: Vec<Announced>,
     /// Events by sequence number, oldest first.
     events: VecDeque<(u64, ReclaimEvent)>,
@@ -95,19 +96,34 @@ struct Inner {
     lost_upto: u64,
 }
 
-/// One section holder's pin ([`ReclaimView::pin`]).
+/// One section holder's pin ([`ReclaimView::pin`]). Aligned to two cache
+/// lines: the pins of a process's clients are written on every writing
+/// transaction, from different threads, and must not share a line.
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct Pin {
-    /// The sequence its section in flight began at, or [`IDLE`].
+    /// The sequence its section in flight is pinned at, or [`IDLE`].
     pinned: AtomicU64,
     /// The sequence it has caught up to.
     seen: AtomicU64,
+}
+
+impl Pin {
+    /// The sequence its holder has caught up to.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Acquire)
+    }
 }
 
 /// A client process's view of the reclaims, shared by its transaction
 /// clients (module docs).
 #[derive(Debug, Default)]
 pub struct ReclaimView {
+    /// The control plane's reclaim sequence, as last heard: stored under
+    /// `inner`'s lock after the events it numbers, read without it by
+    /// [`ReclaimView::pin`] (a pin on every writing transaction must not
+    /// contend on a lock).
+    seq: AtomicU64,
     inner: Mutex<Inner>,
 }
 
@@ -128,7 +144,7 @@ impl ReclaimView {
     /// taken (from a member that has not applied as far) is ignored.
     pub fn update(&self, seq: u64, announced: &[Announced]) {
         let mut inner = self.lock();
-        if seq < inner.seq {
+        if seq < self.seq.load(Ordering::SeqCst) {
             return;
         }
         let mut fresh: Vec<(u64, ReclaimEvent)> = Vec::new();
@@ -152,7 +168,7 @@ impl ReclaimView {
             // where every section that did not see it still catches it.
             inner.events.push_back((s.max(last), e));
         }
-        inner.seq = seq;
+        self.seq.store(seq, Ordering::SeqCst);
         inner.announced = announced.to_vec();
         let oldest_seen = inner
             .pins
@@ -183,20 +199,30 @@ impl ReclaimView {
         let mut inner = self.lock();
         let pin = Arc::new(Pin {
             pinned: AtomicU64::new(IDLE),
-            seen: AtomicU64::new(inner.seq),
+            seen: AtomicU64::new(self.seq.load(Ordering::SeqCst)),
         });
         inner.pins.push(Arc::downgrade(&pin));
         let announced = inner.announced.iter().map(|a| a.owners).collect();
         (pin, announced)
     }
 
-    /// Begins a section of `pin`'s holder: pins it at the current sequence,
-    /// which it returns. Under the view's lock, so that no
-    /// [`ReclaimView::quiesced`] answers past it in between.
+    /// Pins the section of `pin`'s holder at the current sequence, which it
+    /// returns. Lock-free: it stores the pin, then reads the sequence again
+    /// and pins anew if it moved. In the one total order of these SeqCst
+    /// accesses, a [`ReclaimView::quiesced`] that read the sequence at s
+    /// and then missed this pin read it before the pin was stored, so the
+    /// re-read after the store sees s or later: no quiescence is reported
+    /// past a pin that is then kept.
     pub fn pin(&self, pin: &Pin) -> u64 {
-        let inner = self.lock();
-        pin.pinned.store(inner.seq, Ordering::Release);
-        inner.seq
+        let mut seq = self.seq.load(Ordering::SeqCst);
+        loop {
+            pin.pinned.store(seq, Ordering::SeqCst);
+            let now = self.seq.load(Ordering::SeqCst);
+            if now == seq {
+                return seq;
+            }
+            seq = now;
+        }
     }
 
     /// Ends the section of `pin`'s holder.
@@ -208,18 +234,19 @@ impl ReclaimView {
     /// in flight began before it.
     pub fn quiesced(&self) -> u64 {
         let inner = self.lock();
+        let seq = self.seq.load(Ordering::SeqCst);
         inner
             .pins
             .iter()
             .filter_map(Weak::upgrade)
-            .map(|p| p.pinned.load(Ordering::Acquire))
+            .map(|p| p.pinned.load(Ordering::SeqCst))
             .filter(|&p| p != IDLE)
-            .fold(inner.seq, u64::min)
+            .fold(seq, u64::min)
     }
 
     /// The control plane's reclaim sequence, as last heard.
     pub fn seq(&self) -> u64 {
-        self.lock().seq
+        self.seq.load(Ordering::SeqCst)
     }
 
     /// What `pin`'s holder must process to catch up from the sequence it

@@ -151,8 +151,10 @@ impl BTree {
         let owner = self.owner();
         let chunks = |bytes: u64| bytes.div_ceil(heap.chunk_bytes());
         // rtx nodes are TXObj data, in slabs of node-sized blocks (which
-        // lie back to back across the chunks as well); optimal ones are the
-        // index's own memory.
+        // lie back to back across the chunks as well, none straddling two:
+        // a reclaim reads each chunk as a slab of its own); optimal ones
+        // are the index's own memory.
+        const _: () = assert!(4096 % NODE_BYTES == 0, "chunks are multiples of 4 KiB");
         let kind = match self.store {
             Store::Optimal(_) => txn::ChunkKind::Raw,
             Store::Rtx(_) => txn::ChunkKind::Data {
