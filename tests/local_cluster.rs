@@ -272,7 +272,26 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
         overlaps(heir.owner_ids(), dead.owners),
         "freed ids are handed out again"
     );
-    drop(heir);
+    // The heir's first handle holds the victim's first id: its writes take
+    // the reclaimed blocks first, while the survivor keeps writing, and
+    // no node is named twice (the check), and every write reads back.
+    assert_eq!(heir.owner_ids().first, dead.owners.first);
+    let mut heirs_tree = heir.btree("orders").await.unwrap();
+    let mut tree = survivor.btree("orders").await.unwrap();
+    for k in 1..=100 {
+        heirs_tree.put(k, 2).await.unwrap();
+        tree.put(k + 100, 3).await.unwrap();
+    }
+    let adopted = heirs_tree.inner().tx_stats().unwrap_or_default().blocks_adopted;
+    assert!(adopted > 0, "the heir took no reclaimed block");
+    let report = tree.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    for k in 1..=100 {
+        assert_eq!(tree.get(k).await.unwrap(), Some(2), "key {k}");
+        assert_eq!(heirs_tree.get(k + 100).await.unwrap(), Some(3), "key {}", k + 100);
+    }
+    drop((heirs_tree, tree));
+    heir.close().await.unwrap_or_else(|e| panic!("{e}"));
     survivor.close().await.unwrap_or_else(|e| panic!("{e}"));
     drop(local);
 }
