@@ -320,7 +320,9 @@ impl Cluster {
             return Ok(None);
         }
         let ids = c.owners.ids();
-        if !self.finish_logs(&ids, true).await? {
+        let mut finish = ids.clone();
+        finish.extend(readiness.finish_first.iter().flat_map(|b| b.ids()));
+        if !self.finish_logs(&finish, true).await? {
             return Ok(None);
         }
         let reclaimed = self.reclaim_owners(&ids).await?;

@@ -271,7 +271,8 @@ cluster_test!(
             ready,
             ReclaimReadiness {
                 seq,
-                waiting: vec![steady.id]
+                waiting: vec![steady.id],
+                finish_first: Vec::new(),
             }
         );
         api.renew_client(steady.id, Some(seq - 1)).await.expect("renew");

@@ -19,7 +19,7 @@ use fabric::{Batch, Client, GlobalAddr, Replica};
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap, BLOCK_BYTES_MAX};
 use crate::obj::META_BYTES;
-use crate::quiesce::OwnerRange;
+use crate::quiesce::Announced;
 use crate::reclaim::{word_at, RunLink};
 use crate::word::OwnerId;
 
@@ -57,9 +57,9 @@ pub struct BlockAllocator {
     /// The open slab of each block size (a raw allocator has one, under 0).
     slabs: HashMap<u64, Bump>,
     free: HashMap<u64, Vec<u64>>,
-    /// The data chunks of each owner range announced for reclaim, as this
-    /// allocator last caught up.
-    doomed: HashMap<OwnerRange, Vec<u64>>,
+    /// The data chunks of each announcement for reclaim, as this allocator
+    /// last caught up.
+    doomed: HashMap<Announced, Vec<u64>>,
     /// Their union.
     doomed_chunks: HashSet<u64>,
     /// The next reclaimed run to pop, once the runs head was taken.
@@ -233,29 +233,25 @@ impl BlockAllocator {
                 .is_some_and(|c| self.doomed_chunks.contains(&c))
     }
 
-    /// Dooms the data chunks of `owners` (announced for reclaim): reads the
+    /// Dooms the data chunks of announcement `a`'s owner ids: reads the
     /// chunk owner table, gives up every free block in them, and returns
     /// the chunks, for the caller's other holdings (parked blocks).
-    pub(crate) async fn doom(
-        &mut self,
-        client: &mut Client,
-        owners: &[OwnerRange],
-    ) -> Result<HashSet<u64>, TxError> {
-        if !self.transactional || owners.is_empty() {
+    ///
+    /// The table read now is complete for the dead owner: it used a chunk
+    /// only after its tag WRITE completed, before it died, hence before
+    /// its expiry and this announcement.
+    pub(crate) async fn doom(&mut self, client: &mut Client, a: Announced) -> Result<HashSet<u64>, TxError> {
+        if !self.transactional {
             return Ok(HashSet::new());
         }
         let tags = self.heap.owner_table_of(client).await?;
-        let mut fresh = HashSet::new();
-        for &range in owners {
-            let chunks: Vec<u64> = tags
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.block_bytes().is_some() && t.owner().is_some_and(|o| range.contains(o)))
-                .map(|(c, _)| c as u64)
-                .collect();
-            fresh.extend(chunks.iter().copied());
-            self.doomed.insert(range, chunks);
-        }
+        let fresh: HashSet<u64> = tags
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.block_bytes().is_some() && t.owner().is_some_and(|o| a.owners.contains(o)))
+            .map(|(c, _)| c as u64)
+            .collect();
+        self.doomed.insert(a, fresh.iter().copied().collect());
         self.doomed_chunks.extend(fresh.iter().copied());
         let heap = self.heap;
         let mut given_up = 0;
@@ -272,10 +268,21 @@ impl BlockAllocator {
 
     /// `owners` were forgotten: their reclaim is over, and blocks of their
     /// chunks that a commit begun after that unlinks are safe to keep.
-    pub(crate) fn undoom(&mut self, owners: OwnerRange) {
-        if self.doomed.remove(&owners).is_some() {
+    pub(crate) fn undoom(&mut self, a: Announced) {
+        if self.doomed.remove(&a).is_some() {
             self.doomed_chunks = self.doomed.values().flatten().copied().collect();
         }
+    }
+
+    /// Gives up every free block and forgets every announcement (a holder
+    /// that missed reclaim events, `crate::quiesce`): a leak, never a
+    /// block handed out twice. The runs of its own id, and its open slabs,
+    /// are its own and stay.
+    pub(crate) fn give_up_everything(&mut self) {
+        self.counts.blocks_doomed += self.free.values().map(|l| l.len() as u64).sum::<u64>();
+        self.free.clear();
+        self.doomed.clear();
+        self.doomed_chunks.clear();
     }
 
     /// Pops the next run a reclaim left for this owner id into the free

@@ -15,7 +15,7 @@ use crate::heap::Heap;
 use crate::hint::HintCache;
 use crate::lease::{LeaseSequence, Parity};
 use crate::obj::{RawObj, TxObj};
-use crate::quiesce::{OwnerRange, Pin, ReclaimEvent, ReclaimView};
+use crate::quiesce::{Announced, Pin, ReclaimEvent, ReclaimView};
 use crate::settle::OpenLog;
 use crate::stats::TxStats;
 use crate::tx::Tx;
@@ -51,7 +51,7 @@ pub struct TxClient {
     section_seq: Option<u64>,
     /// Owner ids already announced when this client began following
     /// reclaims: doomed at its first catch-up.
-    announced_before: Vec<OwnerRange>,
+    announced_before: Vec<Announced>,
 }
 
 impl TxClient {
@@ -94,11 +94,15 @@ impl TxClient {
         self.section_depth += 1;
     }
 
-    /// Ends a section.
+    /// Ends a section. The pin outlives it while this owner's log is open
+    /// (a commit cut off, or taken over): the log may name a block the
+    /// owner allocated under the pin, which its settling or a repairer
+    /// installs later. Unpinned at the end of the first section after the
+    /// log is closed.
     pub(crate) fn exit_section(&mut self) {
         assert!(self.section_depth > 0, "a section ended that never began");
         self.section_depth -= 1;
-        if self.section_depth == 0 && self.section_seq.take().is_some() {
+        if self.section_depth == 0 && self.open_log.is_none() && self.section_seq.take().is_some() {
             if let Some((view, pin)) = &self.reclaims {
                 view.unpin(pin);
             }
@@ -139,7 +143,7 @@ impl TxClient {
         for event in events {
             match event {
                 ReclaimEvent::Announced(owners) => {
-                    let doomed = self.alloc.doom(&mut self.fabric, &[owners]).await?;
+                    let doomed = self.alloc.doom(&mut self.fabric, owners).await?;
                     if let Some(open) = &mut self.open_log {
                         let heap = self.heap;
                         let before = open.parked.len();
@@ -155,6 +159,18 @@ impl TxClient {
                     );
                 }
                 ReclaimEvent::Forgotten(owners) => self.alloc.undoom(owners),
+                ReclaimEvent::Lost => {
+                    let parked = self
+                        .open_log
+                        .as_mut()
+                        .map_or(0, |o| std::mem::take(&mut o.parked).len());
+                    self.stats.blocks_doomed += parked as u64;
+                    self.alloc.give_up_everything();
+                    tracing::warn!(
+                        owner = self.owner,
+                        "fell behind the reclaims this process heard of: gave up every free block"
+                    );
+                }
             }
         }
         self.announced_before.clear();
@@ -319,10 +335,7 @@ impl TxClient {
     /// [`TxClient::create`]).
     pub async fn create_raw(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
         // A section until the meta names the block.
-        self.enter_section();
-        let created = self.create_in_section(bytes).await;
-        self.exit_section();
-        created
+        Section::new(self).0.create_in_section(bytes).await
     }
 
     async fn create_in_section(&mut self, bytes: &[u8]) -> Result<RawObj, TxError> {
@@ -505,5 +518,22 @@ mod tests {
             while takes.as_mut().poll(&mut cx).is_pending() {}
         }
         assert!(c.now_tick() - start_tick >= TAKES - LEAD_TICKS_MAX - 1);
+    }
+}
+
+/// A section of a [`TxClient`] (`crate::quiesce`) that ends when dropped,
+/// also when the future holding it is cancelled at an await.
+pub(crate) struct Section<'c>(pub(crate) &'c mut TxClient);
+
+impl<'c> Section<'c> {
+    pub(crate) fn new(c: &'c mut TxClient) -> Self {
+        c.enter_section();
+        Section(c)
+    }
+}
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        self.0.exit_section();
     }
 }

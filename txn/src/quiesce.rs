@@ -67,7 +67,7 @@ impl OwnerRange {
 }
 
 /// Owner ids announced for reclaim, and since which reclaim sequence number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Announced {
     /// The ids.
     pub owners: OwnerRange,
@@ -79,10 +79,15 @@ pub struct Announced {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReclaimEvent {
     /// The ids are announced: their chunks are doomed from here on.
-    Announced(OwnerRange),
-    /// The ids were forgotten: their reclaim is over, their chunks are
-    /// their next holder's.
-    Forgotten(OwnerRange),
+    Announced(Announced),
+    /// The announcement is over (the ids were forgotten): their reclaim is
+    /// over, their chunks are their next holder's. An announcement of the
+    /// same ids at another sequence number is another announcement.
+    Forgotten(Announced),
+    /// Events this holder had not seen were dropped ([`EVENTS_MAX`]): it
+    /// gives up every block it holds (a leak, never a double allocation)
+    /// and forgets every announcement; the ones still current follow.
+    Lost,
 }
 
 #[derive(Debug, Default)]
@@ -149,15 +154,15 @@ impl ReclaimView {
         }
         let mut fresh: Vec<(u64, ReclaimEvent)> = Vec::new();
         for a in announced {
-            if !inner.announced.iter().any(|b| b.owners == a.owners) {
+            if !inner.announced.contains(a) {
                 // At its own sequence number: a section pinned at or after
                 // it must know of it.
-                fresh.push((a.seq.min(seq), ReclaimEvent::Announced(a.owners)));
+                fresh.push((a.seq.min(seq), ReclaimEvent::Announced(*a)));
             }
         }
         for b in &inner.announced {
-            if !announced.iter().any(|a| a.owners == b.owners) {
-                fresh.push((seq, ReclaimEvent::Forgotten(b.owners)));
+            if !announced.contains(b) {
+                fresh.push((seq, ReclaimEvent::Forgotten(*b)));
             }
         }
         fresh.sort_by_key(|&(s, _)| s);
@@ -195,14 +200,14 @@ impl ReclaimView {
     /// allocation (their later forgetting comes as an event). The pin
     /// starts caught up to the current sequence otherwise: a holder made
     /// now holds no block yet.
-    pub fn register(&self) -> (Arc<Pin>, Vec<OwnerRange>) {
+    pub fn register(&self) -> (Arc<Pin>, Vec<Announced>) {
         let mut inner = self.lock();
         let pin = Arc::new(Pin {
             pinned: AtomicU64::new(IDLE),
             seen: AtomicU64::new(self.seq.load(Ordering::SeqCst)),
         });
         inner.pins.push(Arc::downgrade(&pin));
-        let announced = inner.announced.iter().map(|a| a.owners).collect();
+        let announced = inner.announced.clone();
         (pin, announced)
     }
 
@@ -263,7 +268,11 @@ impl ReclaimView {
         }
         let mut out: Vec<ReclaimEvent> = Vec::new();
         if seen < inner.lost_upto {
-            out.extend(inner.announced.iter().map(|a| ReclaimEvent::Announced(a.owners)));
+            out.push(ReclaimEvent::Lost);
+            // The announcements current now stand for every one it missed:
+            // those since forgotten have nothing of its left to doom.
+            out.extend(inner.announced.iter().map(|&a| ReclaimEvent::Announced(a)));
+            return out;
         }
         out.extend(
             inner
@@ -332,10 +341,7 @@ mod tests {
         v.update(4, &[]);
         assert_eq!(
             catch_up(&v, &a, 4),
-            vec![
-                ReclaimEvent::Announced(range(4, 1)),
-                ReclaimEvent::Forgotten(range(4, 1))
-            ]
+            vec![ReclaimEvent::Announced(d), ReclaimEvent::Forgotten(d)]
         );
         assert_eq!(catch_up(&v, &a, 4), vec![], "seen");
         // Only up to the pin: a later announcement waits for the next section.
@@ -345,7 +351,54 @@ mod tests {
         };
         v.update(6, &[e]);
         assert_eq!(catch_up(&v, &a, 5), vec![]);
-        assert_eq!(catch_up(&v, &a, 6), vec![ReclaimEvent::Announced(range(9, 3))]);
+        assert_eq!(catch_up(&v, &a, 6), vec![ReclaimEvent::Announced(e)]);
+    }
+
+    #[test]
+    fn the_same_ids_announced_again_are_another_announcement() {
+        let v = ReclaimView::new();
+        let (a, _) = v.register();
+        let first = Announced {
+            owners: range(4, 2),
+            seq: 1,
+        };
+        let again = Announced {
+            owners: range(4, 2),
+            seq: 3,
+        };
+        v.update(1, &[first]);
+        // Forgotten at 2 and expired again at 3, heard in one renewal.
+        v.update(3, &[again]);
+        let events = catch_up(&v, &a, 3);
+        assert!(events.contains(&ReclaimEvent::Announced(again)), "{events:?}");
+        assert!(events.contains(&ReclaimEvent::Forgotten(first)), "{events:?}");
+    }
+
+    #[test]
+    fn a_holder_that_fell_past_the_event_limit_gives_up_what_it_holds() {
+        let v = ReclaimView::new();
+        let (idle, _) = v.register();
+        let mut seq = 0;
+        for i in 0..=EVENTS_MAX as u64 / 2 {
+            seq += 1;
+            let d = Announced {
+                owners: range((i % 100) as u16, 1),
+                seq,
+            };
+            v.update(seq, &[d]);
+            seq += 1;
+            v.update(seq, &[]);
+        }
+        let current = Announced {
+            owners: range(7, 1),
+            seq: seq + 1,
+        };
+        v.update(seq + 1, &[current]);
+        assert!(v.lock().events.len() <= EVENTS_MAX);
+        assert_eq!(
+            catch_up(&v, &idle, seq + 1),
+            vec![ReclaimEvent::Lost, ReclaimEvent::Announced(current)]
+        );
     }
 
     #[test]
@@ -359,7 +412,7 @@ mod tests {
         v.update(7, &[d]);
         v.update(6, &[]);
         assert_eq!(v.seq(), 7);
-        assert_eq!(catch_up(&v, &a, 7), vec![ReclaimEvent::Announced(range(4, 1))]);
+        assert_eq!(catch_up(&v, &a, 7), vec![ReclaimEvent::Announced(d)]);
         v.update(8, &[d]);
         assert!(v.lock().events.is_empty(), "every holder saw it");
         assert!(range(4, 1).contains(4) && !range(4, 1).contains(5));

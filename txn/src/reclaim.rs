@@ -188,7 +188,9 @@ impl Heap {
     }
 
     /// The offsets of blocks in `mine` chunks that a meta's data pointer
-    /// names, from every meta chunk on the primary.
+    /// names, from every meta chunk on every replica: a repair moves the
+    /// primary's pointer to a copy before the backups', and a backup that
+    /// still names the old block may be promoted before it moves.
     async fn referenced_in(
         &self,
         client: &mut Client,
@@ -201,13 +203,12 @@ impl Heap {
             .collect();
         for c in metas {
             let at = GlobalAddr::new(self.region(), self.chunk_offset(c));
-            let bytes = client
-                .read_range(at, self.chunk_bytes(), Replica::Primary)
-                .await?;
-            for meta in bytes[0].chunks_exact(META_BYTES as usize) {
-                let dptr = crate::word::DataPtr::from_raw(word_at(&meta[8..16]));
-                if dptr.raw() != 0 && self.chunk_of(dptr.offset()).is_some_and(mine) {
-                    referenced.insert(dptr.offset());
+            for copy in client.read_range(at, self.chunk_bytes(), Replica::All).await? {
+                for meta in copy.chunks_exact(META_BYTES as usize) {
+                    let dptr = crate::word::DataPtr::from_raw(word_at(&meta[8..16]));
+                    if dptr.raw() != 0 && self.chunk_of(dptr.offset()).is_some_and(mine) {
+                        referenced.insert(dptr.offset());
+                    }
                 }
             }
         }

@@ -409,10 +409,10 @@ impl TxClient {
     ) -> Result<Option<(Vec<DataPtr>, DataPtr)>, TxError> {
         // A section from the copy's allocation to the CAS that names it
         // (`crate::quiesce`); a repair inside a transaction nests in its.
-        self.enter_section();
-        let fenced = self.fence_primary_in_section(obj, stolen).await;
-        self.exit_section();
-        fenced
+        crate::client::Section::new(self)
+            .0
+            .fence_primary_in_section(obj, stolen)
+            .await
     }
 
     async fn fence_primary_in_section(

@@ -173,7 +173,14 @@ pub struct AnnouncedOwners {
 pub struct ReclaimReadiness {
     /// The expired client's reclaim sequence number.
     pub seq: u64,
-    /// Live clients that have not reported quiescence to it yet (none: its
-    /// owner ids may be reclaimed).
+    /// Clients that have not reported quiescence to it yet (none: its
+    /// owner ids may be reclaimed): live ones, and expired ones still in
+    /// their quarantine (what they sent before they stopped may yet land).
     pub waiting: Vec<ClientId>,
+    /// Owner ids of expired clients past their quarantine that had not
+    /// quiesced to it when they stopped: a section of theirs may have
+    /// allocated a block of its chunks that only their logs name, so the
+    /// reclaimer finishes their logs before it scans.
+    #[serde(default)]
+    pub finish_first: Vec<OwnerBlock>,
 }

@@ -349,15 +349,13 @@ async fn reclaim_readiness(
     PathParam(id): PathParam<ClientId>,
 ) -> Result<Json<ReclaimReadiness>, Refusal> {
     node.confirm_lead().await?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     let known = node.reader.with_state(|s| {
         s.clients.get(&id).map(|c| {
-            let live: Vec<ClientId> = s
-                .clients
-                .values()
-                .filter(|c| c.state == ClientState::Live)
-                .map(|c| c.id)
-                .collect();
-            (c.state, live)
+            let others: Vec<Client> = s.clients.values().filter(|o| o.id != id).cloned().collect();
+            (c.state, others)
         })
     });
     match known {
@@ -366,13 +364,25 @@ async fn reclaim_readiness(
             StatusCode::CONFLICT,
             format!("client {id} is live: only an expired client's owner ids are reclaimed"),
         )),
-        Some((ClientState::Expired { seq, .. }, live)) => {
+        Some((ClientState::Expired { seq, .. }, others)) => {
             let liveness = node.liveness();
-            let waiting = live
-                .into_iter()
-                .filter(|&c| liveness.quiesced(c).is_none_or(|q| q < seq))
-                .collect();
-            Ok(Json(ReclaimReadiness { seq, waiting }))
+            let mut readiness = ReclaimReadiness {
+                seq,
+                waiting: Vec::new(),
+                finish_first: Vec::new(),
+            };
+            for c in others {
+                if liveness.quiesced(c.id).is_some_and(|q| q >= seq) {
+                    continue;
+                }
+                match c.state {
+                    ClientState::Expired { at_ms, .. } if now_ms >= at_ms.saturating_add(c.lease_ms) => {
+                        readiness.finish_first.push(c.owners);
+                    }
+                    _ => readiness.waiting.push(c.id),
+                }
+            }
+            Ok(Json(readiness))
         }
     }
 }
