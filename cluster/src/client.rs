@@ -325,8 +325,33 @@ impl Cluster {
         if !self.finish_logs(&finish, true).await? {
             return Ok(None);
         }
+        // One reclaimer at a time writes the ids' runs: another reaper (the
+        // coordinator, `ctl cluster reap`, an old leader's coordinator)
+        // holding the claim is left to finish.
+        let claim = Command::ClaimReclaim { id, by: self.me.id };
+        match self
+            .members
+            .command(&format!("claiming client {id}'s reclaim"), &claim)
+            .await
+        {
+            Ok(_) => {}
+            Err(ClusterError::Refused { source, .. })
+                if source.status().is_some_and(|s| s.as_u16() == 404) =>
+            {
+                return Ok(Some(txn::Reclaimed::default())); // forgotten meanwhile
+            }
+            Err(ClusterError::Refused { source, .. })
+                if source.status().is_some_and(|s| s.as_u16() == 409) =>
+            {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
         let reclaimed = self.reclaim_owners(&ids).await?;
-        let forget = Command::ForgetClient { id: c.id };
+        let forget = Command::ForgetClient {
+            id: c.id,
+            by: Some(self.me.id),
+        };
         match self
             .members
             .command(&format!("forgetting client {}", c.id), &forget)

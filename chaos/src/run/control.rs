@@ -110,18 +110,26 @@ pub async fn forget_dead(
     let mut forgotten = Vec::new();
     for c in clients {
         if dead.contains(&c.name) && matches!(c.state, ClientState::Expired { .. }) {
-            let forget = Command::ForgetClient { id: c.id };
-            // Owner ids stay quarantined for a lease after the expiry: a
-            // refusal for that is waited out, within EXPIRY_SLACK.
+            let forget = Command::ForgetClient { id: c.id, by: None };
+            // Owner ids stay quarantined for a lease after the expiry, and
+            // while recovery's coordinator holds the claim on the client's
+            // reclaim (it forgets it itself): refusals for those are waited
+            // out, within EXPIRY_SLACK; gone meanwhile is forgotten.
             let deadline = Instant::now() + EXPIRY_SLACK + Duration::from_millis(c.lease_ms);
             loop {
                 match harness::control::call(&format!("cannot forget {}", c.name), api.command(&forget)).await
                 {
                     Ok(_) => break,
                     Err(harness::control::ControlError::Api {
+                        source: ClientError::Refused { status, .. },
+                        ..
+                    }) if status.as_u16() == 404 => break,
+                    Err(harness::control::ControlError::Api {
                         source: ClientError::Refused { message, .. },
                         ..
-                    }) if message.contains("quarantined") && Instant::now() < deadline => {
+                    }) if (message.contains("quarantined") || message.contains("may still be writing"))
+                        && Instant::now() < deadline =>
+                    {
                         tokio::time::sleep(POLL).await;
                     }
                     Err(e) => return Err(e.into()),

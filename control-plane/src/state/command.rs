@@ -181,10 +181,26 @@ pub enum Command {
         /// The client.
         id: ClientId,
     },
-    /// Forgets an expired client whose logs recovery has rolled, freeing its owner ids.
+    /// Forgets an expired client whose logs recovery has rolled, freeing its
+    /// owner ids. Refused while another client holds the claim on its
+    /// reclaim (`ClaimReclaim`) and may still be writing the runs.
     ForgetClient {
         /// The client.
         id: ClientId,
+        /// Who forgets it: the holder of the claim on its reclaim, if any.
+        #[serde(default)]
+        by: Option<ClientId>,
+    },
+    /// Claims the reclaim of expired client `id`'s unreferenced blocks for
+    /// client `by` (leak repair, `txn::reclaim`): one reclaimer at a time
+    /// writes an owner id's runs. Refused until `id`'s quarantine is over,
+    /// and while another holder is live or in its own quarantine (its
+    /// writes may still land).
+    ClaimReclaim {
+        /// The expired client.
+        id: ClientId,
+        /// The reclaimer.
+        by: ClientId,
     },
 }
 
@@ -220,6 +236,7 @@ impl Command {
                 | Command::ClaimIndex { .. }
                 | Command::IndexReady { .. }
                 | Command::ForgetClient { .. }
+                | Command::ClaimReclaim { .. }
                 | Command::DeregisterClient { .. }
         )
     }

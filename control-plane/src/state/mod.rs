@@ -75,6 +75,10 @@ pub struct ControlState {
     /// (`txn::quiesce`); a reclaim waits for every live client.
     #[serde(default)]
     pub reclaim_seq: u64,
+    /// The claim on each expired client's reclaim: who writes its runs
+    /// (`ClaimReclaim`), until it is forgotten.
+    #[serde(default)]
+    pub reclaimers: BTreeMap<ClientId, ClientId>,
     /// The most recent applied commands, oldest first.
     pub audit: VecDeque<AuditEntry>,
     next_memnode: u32,
@@ -201,7 +205,8 @@ impl ControlState {
                 };
                 Ok(Outcome::Client(c.clone()))
             }
-            Command::ForgetClient { id } => self.forget_client(id, req.at_ms),
+            Command::ForgetClient { id, by } => self.forget_client(id, by, req.at_ms),
+            Command::ClaimReclaim { id, by } => self.claim_reclaim(id, by, req.at_ms),
             Command::DeregisterClient { id } => {
                 let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
                 if c.state != ClientState::Live {
@@ -220,8 +225,15 @@ impl ControlState {
     /// verbs when its lease stopped being certain, before the expiry, and a
     /// batch it sent just before that has a whole lease to land. Its logs
     /// must be DONE by then: whoever forgets it rolls them first.
-    fn forget_client(&mut self, id: ClientId, at_ms: u64) -> Response {
+    fn forget_client(&mut self, id: ClientId, by: Option<ClientId>, at_ms: u64) -> Response {
         let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
+        if let Some(holder) = self.reclaimers.get(&id).copied().filter(|&h| Some(h) != by) {
+            if self.may_still_write(holder, at_ms) {
+                return Err(CommandError::Conflict(format!(
+                    "client {id}'s reclaim is claimed by client {holder}, which may still be writing it"
+                )));
+            }
+        }
         match c.state {
             ClientState::Live => Err(CommandError::Conflict(format!(
                 "client {id} is live: expire it (and let recovery roll its logs) first"
@@ -235,10 +247,48 @@ impl ControlState {
             }
             ClientState::Expired { .. } => {
                 self.clients.remove(&id);
+                self.reclaimers.remove(&id);
                 self.reclaim_seq += 1;
                 Ok(Outcome::Removed)
             }
         }
+    }
+
+    /// Client `id`'s reclaim claimed for `by` (module docs of `txn::reclaim`).
+    fn claim_reclaim(&mut self, id: ClientId, by: ClientId, at_ms: u64) -> Response {
+        let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
+        let ClientState::Expired { at_ms: expired, .. } = c.state else {
+            return Err(CommandError::Conflict(format!(
+                "client {id} is live: only an expired client's blocks are reclaimed"
+            )));
+        };
+        if at_ms < expired.saturating_add(c.lease_ms) {
+            return Err(CommandError::Conflict(format!(
+                "client {id} is quarantined until {} ms: its blocks are reclaimed after",
+                expired.saturating_add(c.lease_ms)
+            )));
+        }
+        if !self.clients.contains_key(&by) {
+            return Err(CommandError::UnknownClient { id: by });
+        }
+        if let Some(holder) = self.reclaimers.get(&id).copied().filter(|&h| h != by) {
+            if self.may_still_write(holder, at_ms) {
+                return Err(CommandError::Conflict(format!(
+                    "client {id}'s reclaim is claimed by client {holder}"
+                )));
+            }
+        }
+        self.reclaimers.insert(id, by);
+        Ok(Outcome::Client(c.clone()))
+    }
+
+    /// Whether a verb of client `holder` may still land at `at_ms`: it is
+    /// live, or expired and in its quarantine.
+    fn may_still_write(&self, holder: ClientId, at_ms: u64) -> bool {
+        self.clients.get(&holder).is_some_and(|h| match h.state {
+            ClientState::Live => true,
+            ClientState::Expired { at_ms: expired, .. } => at_ms < expired.saturating_add(h.lease_ms),
+        })
     }
 
     fn register_memnode(&mut self, endpoint: &str, capacity_bytes: u64) -> Response {

@@ -375,20 +375,49 @@ fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
     // An expired client keeps its ids until forgotten (recovery rolls its logs first).
     assert_eq!(register(&mut s, 4).owners.first, 25);
     assert!(matches!(
-        s.apply(&req(22, Command::ForgetClient { id: b.id })),
+        s.apply(&req(22, Command::ForgetClient { id: b.id, by: None })),
         Err(CommandError::Conflict(_))
     ));
     // Quarantined for a lease after the expiry (at 20, lease 10).
-    let early = s.apply(&req(29, Command::ForgetClient { id: a.id }));
+    let early = s.apply(&req(29, Command::ForgetClient { id: a.id, by: None }));
     assert!(
         matches!(&early, Err(CommandError::Conflict(m)) if m.contains("quarantined until 30 ms")),
         "{early:?}"
     );
+    // One reclaimer at a time, after the quarantine; a plain forget waits
+    // for the claim's holder.
+    let c = register(&mut s, 4);
+    let claim = |by| Command::ClaimReclaim { id: a.id, by };
+    assert!(matches!(
+        s.apply(&req(29, claim(b.id))),
+        Err(CommandError::Conflict(m)) if m.contains("quarantined")
+    ));
+    assert!(s.apply(&req(30, claim(b.id))).is_ok());
+    assert!(s.apply(&req(30, claim(b.id))).is_ok(), "its holder claims again");
+    assert!(matches!(
+        s.apply(&req(30, claim(c.id))),
+        Err(CommandError::Conflict(m)) if m.contains("claimed by client")
+    ));
+    assert!(matches!(
+        s.apply(&req(30, Command::ForgetClient { id: a.id, by: None })),
+        Err(CommandError::Conflict(m)) if m.contains("may still be writing")
+    ));
+    // Its holder expires: taken over only after the holder's quarantine.
+    s.apply(&req(31, Command::ExpireClient { id: b.id })).unwrap();
+    assert!(s.apply(&req(40, claim(c.id))).is_err());
+    assert!(s.apply(&req(41, claim(c.id))).is_ok());
     assert_eq!(
-        s.apply(&req(30, Command::ForgetClient { id: a.id })),
+        s.apply(&req(
+            41,
+            Command::ForgetClient {
+                id: a.id,
+                by: Some(c.id)
+            }
+        )),
         Ok(Outcome::Removed)
     );
-    assert_eq!(s.reclaim_seq, 2, "so is a forgetting; refusals are not");
+    assert!(s.reclaimers.is_empty(), "the claim goes with the client");
+    assert_eq!(s.reclaim_seq, 3, "so is a forgetting; refusals are not");
     assert_eq!(
         register(&mut s, 8).owners.first,
         1,

@@ -291,7 +291,7 @@ async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result
             lease_ms: lease.map_or(0, millis),
         },
         ClientCommand::Expire { id } => Command::ExpireClient { id },
-        ClientCommand::Forget { id } => Command::ForgetClient { id },
+        ClientCommand::Forget { id } => Command::ForgetClient { id, by: None },
     };
     api.write(command, json).await
 }

@@ -126,7 +126,8 @@ pub fn command(c: &Command) -> String {
             millis(*lease_ms)
         ),
         Command::ExpireClient { id } => format!("expire client {id}"),
-        Command::ForgetClient { id } => format!("forget client {id}"),
+        Command::ForgetClient { id, .. } => format!("forget client {id}"),
+        Command::ClaimReclaim { id, by } => format!("claim client {id}'s reclaim for client {by}"),
         Command::DeregisterClient { id } => format!("client {id} leaves (its logs are done)"),
     }
 }
