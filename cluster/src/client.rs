@@ -391,14 +391,13 @@ impl Cluster {
             self.await_region(x, Instant::now() + crate::OPEN_TIMEOUT).await?;
             let mut fabric = self.fabric();
             let heap = txn::Heap::open(&mut fabric, x.region).await?;
-            for &id in ids {
-                let r = heap.reclaim(&mut fabric, id).await?;
-                sum.data_chunks += r.data_chunks;
-                sum.blocks_referenced += r.blocks_referenced;
-                sum.blocks_free += r.blocks_free;
-                sum.bytes_free += r.bytes_free;
-                sum.runs += r.runs;
-            }
+            // One scan of the metas for all the ids.
+            let r = heap.reclaim_all(&mut fabric, ids).await?;
+            sum.data_chunks += r.data_chunks;
+            sum.blocks_referenced += r.blocks_referenced;
+            sum.blocks_free += r.blocks_free;
+            sum.bytes_free += r.bytes_free;
+            sum.runs += r.runs;
         }
         Ok(sum)
     }

@@ -27,6 +27,10 @@ pub struct Client {
     /// each operation does not allocate its own ([`Client::take_batch`]).
     /// Boxed: clients are embedded in larger structures by value.
     spare: Box<Batch>,
+    /// A batch found a node of the map this transport had not reached (an
+    /// image not yet created when the map was taken): the next batch tries
+    /// to reach the map's nodes again before it runs.
+    relearn: bool,
 }
 
 /// Why [`Client::read_range`] failed.
@@ -79,6 +83,7 @@ impl Client {
             transport,
             stats: Stats::default(),
             spare: Box::default(),
+            relearn: false,
         }
     }
 
@@ -92,6 +97,7 @@ impl Client {
             transport,
             stats: Stats::default(),
             spare: Box::default(),
+            relearn: false,
         }
     }
 
@@ -104,6 +110,7 @@ impl Client {
             transport: self.transport.clone(),
             stats: Stats::default(),
             spare: Box::default(),
+            relearn: false,
         }
     }
 
@@ -141,6 +148,11 @@ impl Client {
                 }
             }
         }
+        if std::mem::take(&mut self.relearn) {
+            if let Err(e) = self.transport.learn(&self.map) {
+                tracing::warn!(error = %e, "cannot reach every node of the map");
+            }
+        }
         batch.route(&self.map)?;
         let epoch = self.map.epoch();
         let (ops, payload, out) = batch.parts();
@@ -156,6 +168,9 @@ impl Client {
         if !matches!(result, Err(FabricError::Crashed { .. })) {
             self.stats.record(batch.ops());
         }
+        // This batch may have run in part, so it is not retried; the next
+        // one tries the node again.
+        self.relearn |= matches!(result, Err(FabricError::UnknownNode { .. }));
         result?;
         let out = &batch.out;
         assert_eq!(

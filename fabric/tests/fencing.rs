@@ -179,3 +179,33 @@ async fn a_fresh_transport_learns_the_new_epoch(kind: Kind) {
         "[{kind}]"
     );
 }
+
+/// A node of the map whose image did not exist yet when the transport was
+/// made (a memory node registers, then creates its image) is reached once
+/// it exists: the batch that finds it unknown fails, and the next one,
+/// under the same map, runs.
+#[tokio::test]
+async fn a_node_unreachable_at_connect_is_reached_at_a_later_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    // The nodes own their images: kept to the end.
+    let (_nodes, paths): (Vec<_>, Vec<_>) = (1..=2u16)
+        .map(|id| {
+            let path = dir.path().join(format!("node{id}.img"));
+            (fabric::MemoryNode::create_shm(&path, id, &REGIONS).unwrap(), path)
+        })
+        .unzip();
+    let (_, map) = ShmTransport::attach(&paths).unwrap();
+    let away = dir.path().join("node2.away");
+    std::fs::rename(&paths[1], &away).unwrap();
+    let t = ShmTransport::attach_map(&map).unwrap();
+    let mut c = Client::new(map.clone(), t.into());
+    let mut b = Batch::new();
+    b.on(Replica::Backup(0)).write(big(0), &7u64.to_le_bytes());
+    match c.execute(&mut b).await {
+        Err(FabricError::UnknownNode { node: 2 }) => {}
+        other => panic!("expected node 2 unknown, got {other:?}"),
+    }
+    std::fs::rename(&away, &paths[1]).unwrap();
+    write_on(&mut c, Replica::Backup(0), big(0), &7u64.to_le_bytes()).await;
+    assert_eq!(read_u64_on(&mut c, Replica::Backup(0), big(0)).await, 7);
+}

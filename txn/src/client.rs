@@ -436,6 +436,23 @@ pub(crate) fn le_word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
+/// A section of a [`TxClient`] (`crate::quiesce`) that ends when dropped,
+/// also when the future holding it is cancelled at an await.
+pub(crate) struct Section<'c>(pub(crate) &'c mut TxClient);
+
+impl<'c> Section<'c> {
+    pub(crate) fn new(c: &'c mut TxClient) -> Self {
+        c.enter_section();
+        Section(c)
+    }
+}
+
+impl Drop for Section<'_> {
+    fn drop(&mut self) {
+        self.0.exit_section();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::future::Future;
@@ -518,22 +535,5 @@ mod tests {
             while takes.as_mut().poll(&mut cx).is_pending() {}
         }
         assert!(c.now_tick() - start_tick >= TAKES - LEAD_TICKS_MAX - 1);
-    }
-}
-
-/// A section of a [`TxClient`] (`crate::quiesce`) that ends when dropped,
-/// also when the future holding it is cancelled at an await.
-pub(crate) struct Section<'c>(pub(crate) &'c mut TxClient);
-
-impl<'c> Section<'c> {
-    pub(crate) fn new(c: &'c mut TxClient) -> Self {
-        c.enter_section();
-        Section(c)
-    }
-}
-
-impl Drop for Section<'_> {
-    fn drop(&mut self) {
-        self.0.exit_section();
     }
 }

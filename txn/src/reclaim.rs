@@ -130,10 +130,16 @@ impl Heap {
     /// reclaim cut off is run again whole (it rewrites every link and the
     /// head last; the runs of a cut-off one are never read).
     pub async fn reclaim(&self, client: &mut Client, owner: OwnerId) -> Result<Reclaimed, TxError> {
+        self.reclaim_all(client, &[owner]).await
+    }
+
+    /// [`Heap::reclaim`] for every id of `owners` (a dead client's), with
+    /// one scan of the metas for all of them; the report sums over them.
+    pub async fn reclaim_all(&self, client: &mut Client, owners: &[OwnerId]) -> Result<Reclaimed, TxError> {
         if self.retires(client).await? {
             tracing::debug!(
                 region = self.region(),
-                owner,
+                ?owners,
                 "a heap with retired blocks is not reclaimed"
             );
             return Ok(Reclaimed {
@@ -142,21 +148,27 @@ impl Heap {
             });
         }
         let tags = self.owner_table_of(client).await?;
-        let mine = |c: u64| tags.get(c as usize).is_some_and(|t| t.owner() == Some(owner));
-        let referenced = self.referenced_in(client, &tags, &mine).await?;
+        let theirs = |c: u64| {
+            tags.get(c as usize)
+                .and_then(|t| t.owner())
+                .is_some_and(|o| owners.contains(&o))
+        };
+        let referenced = self.referenced_in(client, &tags, &theirs).await?;
         let mut report = Reclaimed::default();
-        let runs = self.free_runs(&tags, owner, &referenced, &mut report);
-        self.link_runs(client, owner, &runs).await?;
-        report.runs = runs.len() as u64;
+        for &owner in owners {
+            let runs = self.free_runs(&tags, owner, &referenced, &mut report);
+            self.link_runs(client, owner, &runs).await?;
+            report.runs += runs.len() as u64;
+        }
         tracing::info!(
             region = self.region(),
-            owner,
+            ?owners,
             chunks = report.data_chunks,
             referenced = report.blocks_referenced,
             free = report.blocks_free,
             bytes_free = report.bytes_free,
             runs = report.runs,
-            "reclaimed a dead owner's free blocks"
+            "reclaimed a dead client's free blocks"
         );
         Ok(report)
     }
