@@ -215,16 +215,14 @@ impl BlockAllocator {
     /// no committed pointer refers to it any more. A block of a doomed chunk
     /// is given up instead (`crate::quiesce`).
     pub fn free(&mut self, offset: u64, len: u32) {
-        if self.is_doomed(offset) {
-            self.counts.blocks_doomed += 1;
-            return;
+        if !self.give_up_if_doomed(offset) {
+            self.free.entry(Self::block_bytes(len)).or_default().push(offset);
         }
-        self.free.entry(Self::block_bytes(len)).or_default().push(offset);
     }
 
     /// Whether `offset` lies in a chunk of an owner id announced for
     /// reclaim, as this allocator last caught up.
-    pub(crate) fn is_doomed(&self, offset: u64) -> bool {
+    fn is_doomed(&self, offset: u64) -> bool {
         self.transactional
             && !self.doomed_chunks.is_empty()
             && self
@@ -234,15 +232,15 @@ impl BlockAllocator {
     }
 
     /// Dooms the data chunks of announcement `a`'s owner ids: reads the
-    /// chunk owner table, gives up every free block in them, and returns
-    /// the chunks, for the caller's other holdings (parked blocks).
+    /// chunk owner table and gives up every free block in them (the
+    /// caller's other holdings go through [`BlockAllocator::retain_undoomed`]).
     ///
     /// The table read now is complete for the dead owner: it used a chunk
     /// only after its tag WRITE completed, before it died, hence before
     /// its expiry and this announcement.
-    pub(crate) async fn doom(&mut self, client: &mut Client, a: Announced) -> Result<HashSet<u64>, TxError> {
+    pub(crate) async fn doom(&mut self, client: &mut Client, a: Announced) -> Result<(), TxError> {
         if !self.transactional {
-            return Ok(HashSet::new());
+            return Ok(());
         }
         let tags = self.heap.owner_table_of(client).await?;
         let fresh: HashSet<u64> = tags
@@ -252,18 +250,27 @@ impl BlockAllocator {
             .map(|(c, _)| c as u64)
             .collect();
         self.doomed.insert(a, fresh.iter().copied().collect());
-        self.doomed_chunks.extend(fresh.iter().copied());
-        let heap = self.heap;
-        let mut given_up = 0;
-        for list in self.free.values_mut() {
-            list.retain(|&o| {
-                let keep = !heap.chunk_of(o).is_some_and(|c| fresh.contains(&c));
-                given_up += u64::from(!keep);
-                keep
-            });
+        self.doomed_chunks.extend(fresh);
+        let mut free = std::mem::take(&mut self.free);
+        for list in free.values_mut() {
+            list.retain(|&o| !self.give_up_if_doomed(o));
         }
-        self.counts.blocks_doomed += given_up;
-        Ok(fresh)
+        self.free = free;
+        Ok(())
+    }
+
+    /// Keeps of `blocks` (offset, length) those not doomed, giving up the
+    /// others: a commit's parked blocks, judged when they are parked and
+    /// again when more owner ids are doomed.
+    pub(crate) fn retain_undoomed(&mut self, blocks: &mut Vec<(u64, u32)>) {
+        blocks.retain(|&(o, _)| !self.give_up_if_doomed(o));
+    }
+
+    /// Counts `offset` given up if it is doomed; whether it was.
+    fn give_up_if_doomed(&mut self, offset: u64) -> bool {
+        let doomed = self.is_doomed(offset);
+        self.counts.blocks_doomed += u64::from(doomed);
+        doomed
     }
 
     /// `owners` were forgotten: their reclaim is over, and blocks of their
@@ -274,12 +281,16 @@ impl BlockAllocator {
         }
     }
 
-    /// Gives up every free block and forgets every announcement (a holder
-    /// that missed reclaim events, `crate::quiesce`): a leak, never a
-    /// block handed out twice. The runs of its own id, and its open slabs,
-    /// are its own and stay.
-    pub(crate) fn give_up_everything(&mut self) {
+    /// Gives up every free block, and every `parked` one, and forgets every
+    /// announcement (a holder that missed reclaim events, `crate::quiesce`):
+    /// a leak, never a block handed out twice. The runs of its own id, and
+    /// its open slabs, are its own and stay.
+    pub(crate) fn give_up_everything(&mut self, parked: Option<&mut Vec<(u64, u32)>>) {
         self.counts.blocks_doomed += self.free.values().map(|l| l.len() as u64).sum::<u64>();
+        if let Some(parked) = parked {
+            self.counts.blocks_doomed += parked.len() as u64;
+            parked.clear();
+        }
         self.free.clear();
         self.doomed.clear();
         self.doomed_chunks.clear();

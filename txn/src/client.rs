@@ -143,29 +143,20 @@ impl TxClient {
         for event in events {
             match event {
                 ReclaimEvent::Announced(owners) => {
-                    let doomed = self.alloc.doom(&mut self.fabric, owners).await?;
+                    self.alloc.doom(&mut self.fabric, owners).await?;
                     if let Some(open) = &mut self.open_log {
-                        let heap = self.heap;
-                        let before = open.parked.len();
-                        open.parked
-                            .retain(|&(o, _)| !heap.chunk_of(o).is_some_and(|c| doomed.contains(&c)));
-                        self.stats.blocks_doomed += (before - open.parked.len()) as u64;
+                        self.alloc.retain_undoomed(&mut open.parked);
                     }
                     tracing::debug!(
                         owner = self.owner,
                         ?owners,
-                        chunks = doomed.len(),
                         "owner ids announced for reclaim: their blocks are doomed here"
                     );
                 }
                 ReclaimEvent::Forgotten(owners) => self.alloc.undoom(owners),
                 ReclaimEvent::Lost => {
-                    let parked = self
-                        .open_log
-                        .as_mut()
-                        .map_or(0, |o| std::mem::take(&mut o.parked).len());
-                    self.stats.blocks_doomed += parked as u64;
-                    self.alloc.give_up_everything();
+                    self.alloc
+                        .give_up_everything(self.open_log.as_mut().map(|o| &mut o.parked));
                     tracing::warn!(
                         owner = self.owner,
                         "fell behind the reclaims this process heard of: gave up every free block"

@@ -235,9 +235,8 @@ impl Tx<'_> {
                 // Judged now, by the reclaims this section knows: a block
                 // unlinked while its owner was announced stays given up
                 // even if the log closes after the reclaim is over.
-                let (doomed, kept): (Vec<_>, Vec<_>) =
-                    replaced.partition(|&(o, _)| self.c.alloc.is_doomed(o));
-                self.c.stats.blocks_doomed += doomed.len() as u64;
+                let mut kept: Vec<(u64, u32)> = replaced.collect();
+                self.c.alloc.retain_undoomed(&mut kept);
                 let open = self.c.open_log.get_or_insert_with(Default::default);
                 open.parked.extend(kept);
             }
