@@ -335,16 +335,8 @@ impl Cluster {
             .await
         {
             Ok(_) => {}
-            Err(ClusterError::Refused { source, .. })
-                if source.status().is_some_and(|s| s.as_u16() == 404) =>
-            {
-                return Ok(Some(txn::Reclaimed::default())); // forgotten meanwhile
-            }
-            Err(ClusterError::Refused { source, .. })
-                if source.status().is_some_and(|s| s.as_u16() == 409) =>
-            {
-                return Ok(None);
-            }
+            Err(e) if e.refused_with(404) => return Ok(Some(txn::Reclaimed::default())), // forgotten meanwhile
+            Err(e) if e.refused_with(409) => return Ok(None),
             Err(e) => return Err(e),
         }
         let reclaimed = self.reclaim_owners(&ids).await?;
@@ -357,18 +349,10 @@ impl Cluster {
             .command(&format!("forgetting client {}", c.id), &forget)
             .await
         {
-            Ok(_) => Ok(Some(reclaimed)),
             // Forgotten meanwhile by another reaper.
-            Err(ClusterError::Refused { source, .. })
-                if source.status().is_some_and(|s| s.as_u16() == 404) =>
-            {
-                Ok(Some(reclaimed))
-            }
-            Err(ClusterError::Refused { source, .. })
-                if source.status().is_some_and(|s| s.as_u16() == 409) =>
-            {
-                Ok(None)
-            }
+            Ok(_) => Ok(Some(reclaimed)),
+            Err(e) if e.refused_with(404) => Ok(Some(reclaimed)),
+            Err(e) if e.refused_with(409) => Ok(None),
             Err(e) => Err(e),
         }
     }

@@ -81,3 +81,11 @@ pub enum ClusterError {
         source: std::io::Error,
     },
 }
+
+impl ClusterError {
+    /// Whether the control plane refused the request with HTTP `status`
+    /// (404: it knows no such thing; 409: the state forbids it now).
+    pub fn refused_with(&self, status: u16) -> bool {
+        matches!(self, ClusterError::Refused { source, .. } if source.status().is_some_and(|s| s.as_u16() == status))
+    }
+}

@@ -63,7 +63,7 @@ async fn try_register(
         Ok(other) => Err(ClusterError::Map(format!(
             "unexpected answer to registration: {other:?}"
         ))),
-        Err(ClusterError::Refused { source, .. }) if source.status().is_some_and(|s| s.as_u16() == 409) => {
+        Err(e) if e.refused_with(409) => {
             let nodes = members
                 .call("listing memory nodes", |c| async move { c.memnodes().await })
                 .await?;
