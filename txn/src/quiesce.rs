@@ -300,6 +300,14 @@ mod tests {
         events
     }
 
+    /// Ids [`first`, `first + count`) announced at `seq`.
+    fn announced(first: OwnerId, count: u16, seq: u64) -> Announced {
+        Announced {
+            owners: range(first, count),
+            seq,
+        }
+    }
+
     fn range(first: OwnerId, count: u16) -> OwnerRange {
         OwnerRange { first, count }
     }
@@ -312,13 +320,7 @@ mod tests {
         let (b, _) = v.register();
         assert_eq!(v.quiesced(), 3, "nobody in a section");
         assert_eq!(v.pin(&a), 3);
-        v.update(
-            5,
-            &[Announced {
-                owners: range(8, 2),
-                seq: 5,
-            }],
-        );
+        v.update(5, &[announced(8, 2, 5)]);
         assert_eq!(v.quiesced(), 3, "a's section began before the announcement");
         assert_eq!(v.pin(&b), 5);
         assert_eq!(v.quiesced(), 3);
@@ -333,10 +335,7 @@ mod tests {
         let v = ReclaimView::new();
         v.update(1, &[]);
         let (a, _) = v.register();
-        let d = Announced {
-            owners: range(4, 1),
-            seq: 2,
-        };
+        let d = announced(4, 1, 2);
         v.update(2, &[d]);
         v.update(4, &[]);
         assert_eq!(
@@ -345,10 +344,7 @@ mod tests {
         );
         assert_eq!(catch_up(&v, &a, 4), vec![], "seen");
         // Only up to the pin: a later announcement waits for the next section.
-        let e = Announced {
-            owners: range(9, 3),
-            seq: 6,
-        };
+        let e = announced(9, 3, 6);
         v.update(6, &[e]);
         assert_eq!(catch_up(&v, &a, 5), vec![]);
         assert_eq!(catch_up(&v, &a, 6), vec![ReclaimEvent::Announced(e)]);
@@ -358,14 +354,8 @@ mod tests {
     fn the_same_ids_announced_again_are_another_announcement() {
         let v = ReclaimView::new();
         let (a, _) = v.register();
-        let first = Announced {
-            owners: range(4, 2),
-            seq: 1,
-        };
-        let again = Announced {
-            owners: range(4, 2),
-            seq: 3,
-        };
+        let first = announced(4, 2, 1);
+        let again = announced(4, 2, 3);
         v.update(1, &[first]);
         // Forgotten at 2 and expired again at 3, heard in one renewal.
         v.update(3, &[again]);
@@ -381,18 +371,12 @@ mod tests {
         let mut seq = 0;
         for i in 0..=EVENTS_MAX as u64 / 2 {
             seq += 1;
-            let d = Announced {
-                owners: range((i % 100) as u16, 1),
-                seq,
-            };
+            let d = announced((i % 100) as u16, 1, seq);
             v.update(seq, &[d]);
             seq += 1;
             v.update(seq, &[]);
         }
-        let current = Announced {
-            owners: range(7, 1),
-            seq: seq + 1,
-        };
+        let current = announced(7, 1, seq + 1);
         v.update(seq + 1, &[current]);
         assert!(v.lock().events.len() <= EVENTS_MAX);
         assert_eq!(
@@ -405,10 +389,7 @@ mod tests {
     fn stale_answers_are_ignored_and_caught_up_events_are_pruned() {
         let v = ReclaimView::new();
         let (a, _) = v.register();
-        let d = Announced {
-            owners: range(4, 1),
-            seq: 7,
-        };
+        let d = announced(4, 1, 7);
         v.update(7, &[d]);
         v.update(6, &[]);
         assert_eq!(v.seq(), 7);
