@@ -16,11 +16,12 @@ use std::collections::{HashMap, HashSet};
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
 
+use crate::client::le_word;
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap, BLOCK_BYTES_MAX};
 use crate::obj::META_BYTES;
 use crate::quiesce::Announced;
-use crate::reclaim::{word_at, RunLink};
+use crate::reclaim::RunLink;
 use crate::word::OwnerId;
 
 /// Data blocks are 8-byte aligned and sized in words, so that every word of a
@@ -309,7 +310,7 @@ impl BlockAllocator {
             let z = batch.on(Replica::All).write(head, &0u64.to_le_bytes());
             client.execute(&mut batch).await?;
             batch.done(z).map_err(TxError::Verb)?;
-            let first = word_at(batch.read_result(r).map_err(TxError::Verb)?);
+            let first = le_word(batch.read_result(r).map_err(TxError::Verb)?, 0);
             self.runs_next = (first != 0).then_some(first);
             self.runs_taken = true;
             batch.clear();
@@ -326,8 +327,8 @@ impl BlockAllocator {
         let l = batch.read(GlobalAddr::new(self.heap.region(), at), 8);
         let t = batch.read(table.add(chunk * 8), 8);
         client.execute(&mut batch).await?;
-        let link = RunLink::from_raw(word_at(batch.read_result(l).map_err(TxError::Verb)?));
-        let tag = ChunkTag::from_raw(word_at(batch.read_result(t).map_err(TxError::Verb)?));
+        let link = RunLink::from_raw(le_word(batch.read_result(l).map_err(TxError::Verb)?, 0));
+        let tag = ChunkTag::from_raw(le_word(batch.read_result(t).map_err(TxError::Verb)?, 0));
         let block_bytes = match (tag.owner(), tag.block_bytes()) {
             (Some(o), Some(b)) if o == self.owner => b,
             _ => {

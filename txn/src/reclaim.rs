@@ -30,6 +30,7 @@ use std::collections::HashSet;
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
 
+use crate::client::le_word;
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap};
 use crate::obj::META_BYTES;
@@ -180,7 +181,7 @@ impl Heap {
         let mut batch = Batch::new();
         let h = batch.read(self.runs_head(owner), 8);
         client.execute(&mut batch).await?;
-        let mut at = word_at(batch.read_result(h).map_err(TxError::Verb)?);
+        let mut at = le_word(batch.read_result(h).map_err(TxError::Verb)?, 0);
         let mut runs = Vec::new();
         while at != 0 {
             if self.chunk_of(at).is_none() || runs.len() as u64 > self.chunk_count() * self.chunk_bytes() / 8
@@ -192,7 +193,7 @@ impl Heap {
             batch.clear();
             let h = batch.read(GlobalAddr::new(self.region(), at), 8);
             client.execute(&mut batch).await?;
-            let link = RunLink::from_raw(word_at(batch.read_result(h).map_err(TxError::Verb)?));
+            let link = RunLink::from_raw(le_word(batch.read_result(h).map_err(TxError::Verb)?, 0));
             runs.push((at, link.blocks()));
             at = link.next().unwrap_or(0);
         }
@@ -217,7 +218,7 @@ impl Heap {
             let at = GlobalAddr::new(self.region(), self.chunk_offset(c));
             for copy in client.read_range(at, self.chunk_bytes(), Replica::All).await? {
                 for meta in copy.chunks_exact(META_BYTES as usize) {
-                    let dptr = crate::word::DataPtr::from_raw(word_at(&meta[8..16]));
+                    let dptr = crate::word::DataPtr::from_raw(le_word(meta, 8));
                     if dptr.raw() != 0 && self.chunk_of(dptr.offset()).is_some_and(mine) {
                         referenced.insert(dptr.offset());
                     }
@@ -298,10 +299,6 @@ impl Heap {
         client.execute(&mut batch).await?;
         batch.done(h).map_err(TxError::Verb)
     }
-}
-
-pub(crate) fn word_at(bytes: &[u8]) -> u64 {
-    u64::from_le_bytes(bytes.get(..8).and_then(|b| b.try_into().ok()).unwrap_or_default())
 }
 
 #[cfg(test)]
