@@ -14,7 +14,7 @@
 //!   ([`ReclaimView::update`]).
 //! - Each [`TxClient`](crate::TxClient) runs its transactions, repairs and
 //!   creations in *sections*. A section is pinned, at its first data block
-//!   allocation, at the sequence it knows then ([`ReclaimView::pin`]), and
+//!   allocation, at the sequence it knows then (`ReclaimView::pin`), and
 //!   stays pinned to its end; then it *catches up*: for each owner id announced since its last catch-up,
 //!   it reads which chunks are the id's, drops every block of them from its
 //!   free list and parked blocks, and from then on drops every block of
@@ -101,12 +101,12 @@ struct Inner {
     lost_upto: u64,
 }
 
-/// One section holder's pin ([`ReclaimView::pin`]). Aligned to two cache
+/// One section holder's pin (`ReclaimView::pin`). Aligned to two cache
 /// lines: the pins of a process's clients are written on every writing
 /// transaction, from different threads, and must not share a line.
 #[derive(Debug)]
 #[repr(align(128))]
-pub struct Pin {
+pub(crate) struct Pin {
     /// The sequence its section in flight is pinned at, or [`IDLE`].
     pinned: AtomicU64,
     /// The sequence it has caught up to.
@@ -115,7 +115,7 @@ pub struct Pin {
 
 impl Pin {
     /// The sequence its holder has caught up to.
-    pub fn seen(&self) -> u64 {
+    pub(crate) fn seen(&self) -> u64 {
         self.seen.load(Ordering::Acquire)
     }
 }
@@ -187,7 +187,7 @@ impl ReclaimView {
         }
         while inner.events.len() > EVENTS_MAX {
             // A holder this far behind catches up from the announced set
-            // alone (`catch_up` says how): conservative, never unsafe.
+            // alone (`events_to` says how): conservative, never unsafe.
             if let Some((s, _)) = inner.events.pop_front() {
                 inner.lost_upto = inner.lost_upto.max(s);
             }
@@ -200,7 +200,7 @@ impl ReclaimView {
     /// allocation (their later forgetting comes as an event). The pin
     /// starts caught up to the current sequence otherwise: a holder made
     /// now holds no block yet.
-    pub fn register(&self) -> (Arc<Pin>, Vec<Announced>) {
+    pub(crate) fn register(&self) -> (Arc<Pin>, Vec<Announced>) {
         let mut inner = self.lock();
         let pin = Arc::new(Pin {
             pinned: AtomicU64::new(IDLE),
@@ -218,7 +218,7 @@ impl ReclaimView {
     /// and then missed this pin read it before the pin was stored, so the
     /// re-read after the store sees s or later: no quiescence is reported
     /// past a pin that is then kept.
-    pub fn pin(&self, pin: &Pin) -> u64 {
+    pub(crate) fn pin(&self, pin: &Pin) -> u64 {
         let mut seq = self.seq.load(Ordering::SeqCst);
         loop {
             pin.pinned.store(seq, Ordering::SeqCst);
@@ -231,7 +231,7 @@ impl ReclaimView {
     }
 
     /// Ends the section of `pin`'s holder.
-    pub fn unpin(&self, pin: &Pin) {
+    pub(crate) fn unpin(&self, pin: &Pin) {
         pin.pinned.store(IDLE, Ordering::Release);
     }
 
@@ -260,7 +260,7 @@ impl ReclaimView {
     /// dropped events it needs (it was past [`EVENTS_MAX`] behind), every
     /// id announced now comes back as announced again: re-dooming and
     /// purging what is not doomed is a leak, never a double allocation.
-    pub fn events_to(&self, pin: &Pin, upto: u64) -> Vec<ReclaimEvent> {
+    pub(crate) fn events_to(&self, pin: &Pin, upto: u64) -> Vec<ReclaimEvent> {
         let inner = self.lock();
         let seen = pin.seen.load(Ordering::Acquire);
         if upto <= seen {
@@ -285,7 +285,7 @@ impl ReclaimView {
     }
 
     /// `pin`'s holder has processed everything up to `upto`.
-    pub fn caught_up(&self, pin: &Pin, upto: u64) {
+    pub(crate) fn caught_up(&self, pin: &Pin, upto: u64) {
         pin.seen.fetch_max(upto, Ordering::AcqRel);
     }
 }
