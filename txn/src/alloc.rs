@@ -59,10 +59,8 @@ pub struct BlockAllocator {
     slabs: HashMap<u64, Bump>,
     free: HashMap<u64, Vec<u64>>,
     /// The data chunks of each announcement for reclaim, as this allocator
-    /// last caught up.
-    doomed: HashMap<Announced, Vec<u64>>,
-    /// Their union.
-    doomed_chunks: HashSet<u64>,
+    /// last caught up (rarely more than one at a time).
+    doomed: HashMap<Announced, HashSet<u64>>,
     /// The next reclaimed run to pop, once the runs head was taken.
     runs_next: Option<u64>,
     runs_taken: bool,
@@ -81,7 +79,6 @@ impl BlockAllocator {
             slabs: HashMap::new(),
             free: HashMap::new(),
             doomed: HashMap::new(),
-            doomed_chunks: HashSet::new(),
             runs_next: None,
             runs_taken: false,
             counts: AllocCounts::default(),
@@ -225,11 +222,11 @@ impl BlockAllocator {
     /// reclaim, as this allocator last caught up.
     fn is_doomed(&self, offset: u64) -> bool {
         self.transactional
-            && !self.doomed_chunks.is_empty()
+            && !self.doomed.is_empty()
             && self
                 .heap
                 .chunk_of(offset)
-                .is_some_and(|c| self.doomed_chunks.contains(&c))
+                .is_some_and(|c| self.doomed.values().any(|chunks| chunks.contains(&c)))
     }
 
     /// Dooms the data chunks of announcement `a`'s owner ids: reads the
@@ -250,8 +247,7 @@ impl BlockAllocator {
             .filter(|(_, t)| t.block_bytes().is_some() && t.owner().is_some_and(|o| a.owners.contains(o)))
             .map(|(c, _)| c as u64)
             .collect();
-        self.doomed.insert(a, fresh.iter().copied().collect());
-        self.doomed_chunks.extend(fresh);
+        self.doomed.insert(a, fresh);
         let mut free = std::mem::take(&mut self.free);
         for list in free.values_mut() {
             list.retain(|&o| !self.give_up_if_doomed(o));
@@ -277,9 +273,7 @@ impl BlockAllocator {
     /// `owners` were forgotten: their reclaim is over, and blocks of their
     /// chunks that a commit begun after that unlinks are safe to keep.
     pub(crate) fn undoom(&mut self, a: Announced) {
-        if self.doomed.remove(&a).is_some() {
-            self.doomed_chunks = self.doomed.values().flatten().copied().collect();
-        }
+        self.doomed.remove(&a);
     }
 
     /// Gives up every free block, and every `parked` one, and forgets every
@@ -294,7 +288,6 @@ impl BlockAllocator {
         }
         self.free.clear();
         self.doomed.clear();
-        self.doomed_chunks.clear();
     }
 
     /// Pops the next run a reclaim left for this owner id into the free
