@@ -457,3 +457,48 @@ async fn an_expired_directory_lock_is_repaired_by_the_sweep() {
         0
     );
 }
+
+#[tokio::test]
+async fn the_next_holder_of_an_owner_id_writes_its_kv_blocks_where_the_last_one_stopped() {
+    const HOLDER: u16 = 7;
+    for variant in VARIANTS {
+        let mut t = table(variant, HashConfig::default()).await;
+        let heap = t.heap();
+        let mut model = BTreeMap::new();
+        let mut first = attach(&mut t, HOLDER).await;
+        for k in 0..50 {
+            assert!(first.insert(k, k * 10).await.unwrap());
+            model.insert(k, k * 10);
+        }
+        for k in 0..20 {
+            assert!(first.update(k, k * 100).await.unwrap());
+            model.insert(k, k * 100);
+        }
+        assert_eq!(first.stats().kv_tail_bytes_adopted, 0, "{variant}");
+        // The holder leaves (or dies: what it wrote is all that counts).
+        drop(first);
+
+        let sealed_of_holder = |tags: &[txn::ChunkTag]| {
+            tags.iter()
+                .filter(|t| t.owner() == Some(HOLDER) && t.kind() == Some(txn::ChunkKind::Sealed))
+                .count()
+        };
+        let tags = heap.owner_table_of(t.fabric()).await.unwrap();
+        assert_eq!(sealed_of_holder(&tags), 1, "{variant}");
+        let taken = tags.iter().filter(|t| t.owner().is_some()).count();
+
+        let mut heir = attach(&mut t, HOLDER).await;
+        for k in 50..100 {
+            assert!(heir.insert(k, k * 10).await.unwrap());
+            model.insert(k, k * 10);
+        }
+        let adopted = heir.stats().kv_tail_bytes_adopted;
+        // The holder's 70 KV blocks (no CAS was lost: one client at a time).
+        assert_eq!(heap.chunk_bytes() - adopted, 70 * 24, "{variant}");
+        let tags = heap.owner_table_of(t.fabric()).await.unwrap();
+        let now = tags.iter().filter(|t| t.owner().is_some()).count();
+        assert_eq!(now, taken, "{variant}: the heir took no chunk");
+        drop(heir);
+        assert_sound(&mut t, &model, &format!("{variant} after the heir")).await;
+    }
+}

@@ -11,6 +11,10 @@
 //! keeps one (`crate::quiesce`); before it takes a chunk, it takes the runs
 //! a reclaim left for its owner id. An index's own allocator
 //! ([`BlockAllocator::raw`]) manages memory the reclaim does not touch.
+//!
+//! Metas and sealed blocks are carved front to back; before its first chunk
+//! of either kind, an allocator carves the unwritten tails of the chunks
+//! its owner id's earlier holders took (`crate::tails`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,6 +26,7 @@ use crate::heap::{ChunkKind, ChunkTag, Heap, BLOCK_BYTES_MAX};
 use crate::obj::META_BYTES;
 use crate::quiesce::Announced;
 use crate::reclaim::RunLink;
+use crate::tails::TailKind;
 use crate::word::OwnerId;
 
 /// Data blocks are 8-byte aligned and sized in words, so that every word of a
@@ -44,6 +49,9 @@ pub struct AllocCounts {
     /// they were unlinked after its scan, the reclaim of the id's next
     /// holder does.
     pub blocks_doomed: u64,
+    /// Bytes of the unwritten chunk tails of the owner id's earlier
+    /// holders taken over (`crate::tails`).
+    pub tail_bytes_adopted: u64,
 }
 
 /// One owner's allocator.
@@ -64,6 +72,13 @@ pub struct BlockAllocator {
     /// The next reclaimed run to pop, once the runs head was taken.
     runs_next: Option<u64>,
     runs_taken: bool,
+    /// The open sealed chunk ([`BlockAllocator::sealed`]).
+    sealed: Bump,
+    /// Earlier holders' unwritten meta tails not carved yet, last first
+    /// (`None`: not looked up yet).
+    meta_tails: Option<Vec<Bump>>,
+    /// The same for sealed chunks.
+    sealed_tails: Option<Vec<Bump>>,
     counts: AllocCounts,
 }
 
@@ -81,6 +96,9 @@ impl BlockAllocator {
             doomed: HashMap::new(),
             runs_next: None,
             runs_taken: false,
+            sealed: Bump::default(),
+            meta_tails: None,
+            sealed_tails: None,
             counts: AllocCounts::default(),
         }
     }
@@ -105,7 +123,11 @@ impl BlockAllocator {
 
     /// A fresh 16-byte meta.
     pub async fn meta(&mut self, client: &mut Client) -> Result<GlobalAddr, TxError> {
-        if self.metas.next + META_BYTES > self.metas.end {
+        while self.metas.next + META_BYTES > self.metas.end {
+            if let Some(tail) = self.next_tail(client, TailKind::Metas).await {
+                self.metas = tail;
+                continue;
+            }
             let c = self
                 .heap
                 .take_chunks(client, self.owner, 1, ChunkKind::Metas)
@@ -116,6 +138,86 @@ impl BlockAllocator {
         let at = self.metas.next;
         self.metas.next += META_BYTES;
         Ok(GlobalAddr::new(self.heap.region(), at))
+    }
+
+    /// A raw block of at least `len` bytes whose last word the caller makes
+    /// nonzero in the WRITE that fills it, before anything names the block
+    /// (a hash KV block ends in its odd check word); returns its offset.
+    /// Such blocks are carved from `ChunkKind::Sealed` chunks, whose
+    /// unwritten tails the owner id's next holder continues
+    /// (`crate::tails`). A block longer than half a chunk gets raw chunks
+    /// of its own, as in [`BlockAllocator::data`] of a raw allocator.
+    ///
+    /// # Panics
+    /// On a transactional allocator: a transaction client's owner id carves
+    /// metas, an index's own allocator sealed blocks (one allocator per id
+    /// and chunk kind, `crate::tails`).
+    pub async fn sealed(&mut self, client: &mut Client, len: u32) -> Result<u64, TxError> {
+        assert!(
+            !self.transactional,
+            "sealed blocks come from an index's own allocator"
+        );
+        let bytes = Self::block_bytes(len);
+        if bytes > self.heap.chunk_bytes() / 2 {
+            return self.raw_data(client, bytes).await;
+        }
+        while self.sealed.next + bytes > self.sealed.end {
+            if let Some(tail) = self.next_tail(client, TailKind::Sealed).await {
+                self.sealed = tail;
+                continue;
+            }
+            // The end of the old chunk is for the id's next holder.
+            let c = self
+                .heap
+                .take_chunks(client, self.owner, 1, ChunkKind::Sealed)
+                .await?;
+            let start = self.heap.chunk_offset(c);
+            self.sealed = Bump {
+                next: start,
+                end: start + self.heap.chunk_bytes(),
+            };
+        }
+        self.sealed.next += bytes;
+        Ok(self.sealed.next - bytes)
+    }
+
+    /// The next unwritten tail of `kind` an earlier holder of the owner id
+    /// left, looked up at the first call (`crate::tails`). A lookup that
+    /// fails finds none: those tails are left for the id's next holder.
+    async fn next_tail(&mut self, client: &mut Client, kind: TailKind) -> Option<Bump> {
+        let slot = match kind {
+            TailKind::Metas => &mut self.meta_tails,
+            TailKind::Sealed => &mut self.sealed_tails,
+        };
+        if slot.is_none() {
+            let found = match self.heap.unwritten_tails(client, self.owner, kind).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::debug!(owner = self.owner, ?kind, error = %e, "chunk tails not looked up");
+                    Vec::new()
+                }
+            };
+            if !found.is_empty() {
+                tracing::debug!(
+                    owner = self.owner,
+                    ?kind,
+                    tails = found.len(),
+                    bytes = found.iter().map(|(s, e)| e - s).sum::<u64>(),
+                    "carving the chunk tails of the owner id's earlier holders"
+                );
+            }
+            // Popped from the back: lowest offsets first.
+            *slot = Some(
+                found
+                    .into_iter()
+                    .rev()
+                    .map(|(next, end)| Bump { next, end })
+                    .collect(),
+            );
+        }
+        let tail = slot.as_mut().and_then(Vec::pop)?;
+        self.counts.tail_bytes_adopted += tail.end - tail.next;
+        Some(tail)
     }
 
     /// A data block of at least `len` bytes; returns its offset.

@@ -197,6 +197,7 @@ impl TxClient {
         TxStats {
             blocks_adopted: a.blocks_adopted,
             blocks_doomed: a.blocks_doomed,
+            tail_bytes_adopted: a.tail_bytes_adopted,
             ..self.stats
         }
     }

@@ -82,18 +82,24 @@ pub enum ChunkKind {
     Continuation,
     /// 16-byte TXObj metas only.
     Metas,
-    /// Memory an index manages itself (hash KV blocks and directories,
-    /// `optimal` nodes and lock tables): never reclaimed.
+    /// Memory an index manages itself (directories and subtables of an
+    /// `optimal` hash, `optimal` nodes and lock tables): never reclaimed.
     Raw,
+    /// Raw blocks that each end in a word that is nonzero once the block
+    /// is written (hash KV blocks, whose check word is odd), whole blocks
+    /// only, carved front to back. What lies past a sealed chunk's last
+    /// nonzero word was never written, so the next holder of the owner id
+    /// continues there (`crate::tails`).
+    Sealed,
 }
 
 /// One word of the chunk owner table, the one definition of its layout:
 ///
 /// ```text
-///  63      62    61     60    40 39            16 15             0
-/// +-------+-----+------+--------+----------------+----------------+
-/// | metas | raw | cont |   0    | block words    | owner id + 1   |   taken
-/// +-------+-----+------+--------+----------------+----------------+
+///  63      62    61     60       59   40 39            16 15             0
+/// +-------+-----+------+--------+-------+----------------+----------------+
+/// | metas | raw | cont | sealed |   0   | block words    | owner id + 1   |   taken
+/// +-------+-----+------+--------+-------+----------------+----------------+
 /// 0 = free; block words only in a data chunk's tag (its slab's block size / 8)
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,6 +109,7 @@ impl ChunkTag {
     const METAS: u64 = 1 << 63;
     const RAW: u64 = 1 << 62;
     const CONTINUATION: u64 = 1 << 61;
+    const SEALED: u64 = 1 << 60;
     const OWNER_MASK: u64 = 0xFFFF;
     const WORDS_SHIFT: u32 = 16;
     const WORDS_MASK: u64 = (1 << 24) - 1;
@@ -124,6 +131,7 @@ impl ChunkTag {
             ChunkKind::Continuation => Self::CONTINUATION,
             ChunkKind::Metas => Self::METAS,
             ChunkKind::Raw => Self::RAW,
+            ChunkKind::Sealed => Self::SEALED,
         };
         ChunkTag(bits | (u64::from(owner) + 1))
     }
@@ -153,6 +161,8 @@ impl ChunkTag {
                 ChunkKind::Raw
             } else if self.0 & Self::CONTINUATION != 0 {
                 ChunkKind::Continuation
+            } else if self.0 & Self::SEALED != 0 {
+                ChunkKind::Sealed
             } else {
                 ChunkKind::Data {
                     block_bytes: ((self.0 >> Self::WORDS_SHIFT) & Self::WORDS_MASK) * 8,
@@ -690,6 +700,12 @@ mod tests {
         let raw = ChunkTag::taken(5, ChunkKind::Raw);
         assert_eq!(raw.raw(), (1 << 62) | 6);
         assert_eq!(raw.kind(), Some(ChunkKind::Raw));
+        let sealed = ChunkTag::taken(5, ChunkKind::Sealed);
+        assert_eq!(sealed.raw(), (1 << 60) | 6);
+        assert_eq!(
+            (sealed.kind(), sealed.block_bytes()),
+            (Some(ChunkKind::Sealed), None)
+        );
         let metas = ChunkTag::taken(crate::word::OWNER_MAX, ChunkKind::Metas);
         assert_eq!(metas.raw(), (1 << 63) | 0x8000);
         assert_eq!(

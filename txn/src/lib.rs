@@ -40,6 +40,7 @@ mod repair;
 pub mod replicas;
 mod settle;
 mod stats;
+mod tails;
 mod tx;
 pub mod word;
 

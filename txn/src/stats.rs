@@ -48,6 +48,10 @@ pub struct TxStats {
     /// announced for reclaim (`txn::quiesce`).
     #[serde(default)]
     pub blocks_doomed: u64,
+    /// Bytes of meta chunk tails the owner id's earlier holders left
+    /// unwritten that this client carves (`txn::tails`).
+    #[serde(default)]
+    pub tail_bytes_adopted: u64,
 }
 
 impl Add for TxStats {
@@ -64,6 +68,7 @@ impl Add for TxStats {
             invariant_violations: self.invariant_violations + o.invariant_violations,
             blocks_adopted: self.blocks_adopted + o.blocks_adopted,
             blocks_doomed: self.blocks_doomed + o.blocks_doomed,
+            tail_bytes_adopted: self.tail_bytes_adopted + o.tail_bytes_adopted,
         }
     }
 }

@@ -9,7 +9,9 @@
 //!                 | suffix: 40 (39..0)
 //! bucket          64 bytes: the header, then SLOTS_PER_BUCKET slots
 //! KV block        key, value, check = kv_check(key, value): 3 words, written
-//!                 once before a slot publishes it, never changed or reused
+//!                 once before a slot publishes it, never changed or reused;
+//!                 the check is odd, so a written block ends in a nonzero
+//!                 word (a sealed block, `txn::BlockAllocator::sealed`)
 //! subtable        `groups` bucket groups of three buckets [main, overflow,
 //!                 main]; main bucket i sits at i/2*3 + 2*(i&1), and its
 //!                 combined bucket (main + the group's overflow, 128 bytes,
@@ -304,6 +306,15 @@ mod tests {
         let mut torn = b;
         torn[8] ^= 1;
         assert_eq!(decode_kv(&torn), None);
+    }
+
+    #[test]
+    fn a_written_kv_block_ends_in_a_nonzero_word() {
+        // What makes KV blocks sealed: the next holder of an owner id
+        // carves its chunk past the last nonzero word.
+        for (k, v) in [(0, 0), (0, u64::MAX), (u64::MAX, 0), (42, 7)] {
+            assert_ne!(word(&encode_kv(k, v), 2), 0);
+        }
     }
 
     #[test]

@@ -51,7 +51,7 @@ impl HashTable {
         let mut kv_at = Vec::with_capacity(entries.len());
         for (n, chunk) in entries.chunks(KVS_PER_WRITE).enumerate() {
             let bytes: Vec<u8> = chunk.iter().flat_map(|&(k, v)| encode_kv(k, v)).collect();
-            let at = self.alloc_data(bytes.len() as u32).await?;
+            let at = self.alloc_kv(bytes.len() as u32).await?;
             let mut batch = Batch::new();
             let h = batch.on(Replica::All).write(GlobalAddr::new(region, at), &bytes);
             self.fabric().execute(&mut batch).await?;

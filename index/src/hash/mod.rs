@@ -136,6 +136,9 @@ pub struct HashStats {
     /// Backup slots found holding another writer's value and converged to
     /// the primary's (`replicate.rs`).
     pub slot_convergences: u64,
+    /// Bytes of KV chunk tails the owner id's earlier holders left
+    /// unwritten that this client carves (`txn::BlockAllocator::sealed`).
+    pub kv_tail_bytes_adopted: u64,
 }
 
 /// How a client reaches DM.
@@ -346,7 +349,10 @@ impl HashTable {
 
     /// Counters.
     pub fn stats(&self) -> HashStats {
-        self.stats
+        HashStats {
+            kv_tail_bytes_adopted: self.alloc.counts().tail_bytes_adopted,
+            ..self.stats
+        }
     }
 
     /// rTX counters (rtx variant).
@@ -365,14 +371,27 @@ impl HashTable {
         }
     }
 
-    /// A fresh block of `len` bytes from this client's allocator (KV blocks,
-    /// optimal's subtables); returns its region offset.
+    /// A fresh block of `len` bytes from this client's allocator
+    /// (optimal's subtables); returns its region offset.
     pub(crate) async fn alloc_data(&mut self, len: u32) -> Result<u64, IndexError> {
         let fabric = match &mut self.engine {
             Engine::Optimal(c) => c,
             Engine::Rtx(c) => c.fabric(),
         };
         Ok(self.alloc.data(fabric, len).await?)
+    }
+
+    /// A fresh block for `len` bytes of KV blocks back to back; returns its
+    /// region offset. Sealed (`BlockAllocator::sealed`): every KV block
+    /// ends in its check word, which is odd, so the unwritten tail of this
+    /// client's chunk goes to the next holder of its owner id.
+    pub(crate) async fn alloc_kv(&mut self, len: u32) -> Result<u64, IndexError> {
+        debug_assert_eq!(len % layout::KV_BYTES, 0, "KV blocks are whole");
+        let fabric = match &mut self.engine {
+            Engine::Optimal(c) => c,
+            Engine::Rtx(c) => c.fabric(),
+        };
+        Ok(self.alloc.sealed(fabric, len).await?)
     }
 
     /// Bounds retries and lock waits (crash exploration makes blocked

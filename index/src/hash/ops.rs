@@ -660,7 +660,7 @@ impl HashTable {
         if let Some(kv) = self.spare_kv.take() {
             return Ok(kv);
         }
-        self.alloc_data(KV_BYTES).await
+        self.alloc_kv(KV_BYTES).await
     }
 
     /// The client's clock in lease ticks.
