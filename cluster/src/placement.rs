@@ -15,10 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane::api::{keep_lease, Leaseholder};
-use control_plane::state::{Command, MemNodeId, MemNodeState, Outcome};
+use control_plane::state::{Command, MemNodeId, MemNodeState, Outcome, Region};
 use fabric::{Epoch, MemoryNode};
 
-use crate::members::{chain, Members};
+use crate::members::{chain, Members, MEMBER_TIMEOUT};
 use crate::ClusterError;
 
 /// Longest long poll of the map; the member caps it with its `watch_max`.
@@ -178,6 +178,30 @@ async fn watch_placements(
     }
 }
 
+/// The regions as the control plane holds them at `epoch` or later, from
+/// the first member whose applied state has reached it.
+///
+/// A member answers reads from what it has applied, and one that restarted
+/// or lags may not have applied the change that made the map this new. A
+/// node that took its placements from it would miss a replica it must
+/// report ready, mark the epoch seen, and wait for a newer one that nothing
+/// makes: recovery waits for the report before it copies.
+async fn regions_as_of(members: &Members, epoch: Epoch) -> Result<Vec<Region>, ClusterError> {
+    let mut heard = Vec::new();
+    for c in members.clients() {
+        match tokio::time::timeout(MEMBER_TIMEOUT, c.status()).await {
+            Ok(Ok(status)) if status.epoch >= epoch => return Ok(status.regions),
+            Ok(Ok(status)) => heard.push(format!("{} is at epoch {}", c.endpoint(), status.epoch)),
+            Ok(Err(e)) => heard.push(format!("{}: {}", c.endpoint(), chain(&e))),
+            Err(_) => heard.push(format!("{}: no answer within {MEMBER_TIMEOUT:?}", c.endpoint())),
+        }
+    }
+    Err(ClusterError::Map(format!(
+        "no member has reached epoch {epoch} to list its regions ({})",
+        heard.join("; ")
+    )))
+}
+
 /// Allocates every region placed on `id`, raises the node's epoch to
 /// `epoch`, then reports the replicas still pending as ready.
 async fn apply_placements(
@@ -186,9 +210,7 @@ async fn apply_placements(
     node: &Arc<MemoryNode>,
     epoch: Epoch,
 ) -> Result<(), ClusterError> {
-    let regions = members
-        .call("listing regions", |c| async move { c.regions().await })
-        .await?;
+    let regions = regions_as_of(members, epoch).await?;
     let mut pending = Vec::new();
     for r in regions.iter().filter(|r| r.on(id)) {
         let Some(loc) = r.replicas.iter().chain(&r.syncing).find(|l| l.node == id) else {
@@ -245,4 +267,49 @@ async fn apply_placements(
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A member that answers `GET /v1/status` as one whose applied state
+    /// is at `epoch`, with one region pending on node 2.
+    async fn member_at(epoch: Epoch) -> String {
+        let status = serde_json::json!({
+            "member": 1, "role": "follower", "leader": null, "term": 1,
+            "last_log_index": null, "last_applied": null, "members": [],
+            "epoch": epoch, "memnodes": [], "clients": [],
+            "regions": [{"id": 1, "size_bytes": 4096, "replicas": [], "epoch": epoch, "pending": [2]}],
+        });
+        let app = axum::Router::new().route(
+            "/v1/status",
+            axum::routing::get(move || {
+                let status = status.clone();
+                async move { axum::Json(status) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn placements_are_read_from_a_member_that_has_reached_the_maps_epoch() {
+        let (behind, caught_up) = (member_at(13).await, member_at(14).await);
+        let members = Members::new(&[behind.clone(), caught_up], "token").unwrap();
+        let regions = regions_as_of(&members, 14).await.unwrap();
+        assert_eq!(
+            (regions.len(), regions[0].epoch, regions[0].pending.as_slice()),
+            (1, 14, &[2][..])
+        );
+
+        let members = Members::new(&[behind.clone()], "token").unwrap();
+        let e = regions_as_of(&members, 14).await.unwrap_err().to_string();
+        assert!(
+            e.contains("no member has reached epoch 14") && e.contains("is at epoch 13"),
+            "{e}"
+        );
+    }
 }
