@@ -246,10 +246,32 @@ async fn a_dead_backups_recovery_finishes_though_its_coordinator_dies_after_each
     coordinator_dies_after_each_step(IndexKind::Btree, 1, 17).await;
 }
 
+/// The same crash points while a node restarted from its `--persist`
+/// image, with contents as stale as its death left them, is the only spare
+/// that can replace a dead backup: it is filled, caught up and joined as a
+/// backup through a crash after each step, never made primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restarted_nodes_refill_finishes_though_its_coordinator_dies_after_each_step() {
+    coordinator_dies_after_each_step_with(IndexKind::Btree, 1, 18, true).await;
+}
+
 /// Kills the node of replica `replica` (0: the primary) under load while
 /// the coordinator dies after each step recovery then takes (all of them
 /// for a primary; all but `Restored` for a backup).
 async fn coordinator_dies_after_each_step(kind: IndexKind, replica: usize, seed: u64) {
+    coordinator_dies_after_each_step_with(kind, replica, seed, false).await;
+}
+
+/// [`coordinator_dies_after_each_step`]; with `restarted_spare`, a backup
+/// other than `replica`'s is killed first and the region made whole
+/// without crashes, and its node restarted from its image: the crashed
+/// recovery then fills that node.
+async fn coordinator_dies_after_each_step_with(
+    kind: IndexKind,
+    replica: usize,
+    seed: u64,
+    restarted_spare: bool,
+) {
     use kintsugi::recovery::coordinator::{Step, RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
     let marks = tempfile::tempdir().unwrap();
     let env = vec![
@@ -272,15 +294,53 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, replica: usize, seed:
         load,
         running,
     } = Setup::under_load_with(kind, seed, env).await;
-    let before = region_of(&api, "orders").await;
-    let dead = before.replicas[replica].node;
-    kill_node(&mut local, &api, dead).await;
-
     let steps: Vec<Step> = Step::ALL
         .into_iter()
         .filter(|&s| replica == 0 || s != Step::Restored)
         .collect();
     let crashed = |step: Step| marks.path().join(step.name()).exists();
+    let spare = if restarted_spare {
+        // Every crash point disarmed (its mark made) while another backup
+        // dies, the region is made whole, and that node comes back.
+        for s in Step::ALL {
+            std::fs::write(marks.path().join(s.name()), b"").unwrap();
+        }
+        let first = region_of(&api, "orders").await;
+        let other = first.replicas[if replica == 2 { 1 } else { 2 }].node;
+        let process = kill_node(&mut local, &api, other).await;
+        eventually(
+            "the region whole without the first victim",
+            Duration::from_secs(60),
+            async || {
+                let r = region_of(&api, "orders").await;
+                (r.whole() && !r.on(other)).then_some(())
+            },
+        )
+        .await;
+        local.restart_memnode(process).unwrap();
+        eventually(
+            "the first victim back as a spare",
+            Duration::from_secs(30),
+            async || {
+                let nodes = api.memnodes().await.unwrap();
+                nodes
+                    .iter()
+                    .any(|n| n.id == other && n.state == MemNodeState::Active)
+                    .then_some(())
+            },
+        )
+        .await;
+        for &s in &steps {
+            std::fs::remove_file(marks.path().join(s.name())).unwrap();
+        }
+        Some(other)
+    } else {
+        None
+    };
+    let before = region_of(&api, "orders").await;
+    let dead = before.replicas[replica].node;
+    kill_node(&mut local, &api, dead).await;
+
     let mut last_seen = String::new();
     let after = eventually(
         "recovery through a crash after each of its steps",
@@ -331,8 +391,16 @@ async fn coordinator_dies_after_each_step(kind: IndexKind, replica: usize, seed:
         before.primary()
     };
     assert_eq!(after.primary(), heir);
-    if replica != 0 {
+    if replica != 0 && !restarted_spare {
         assert!(!crashed(Step::Restored), "no promotion when a backup dies");
+    }
+    if let Some(spare) = spare {
+        assert!(after.on(spare), "the restarted node was filled");
+        assert_ne!(
+            after.primary(),
+            spare,
+            "a node that came back is never made primary"
+        );
     }
     running.more(1_000).await;
     stop_with_nothing_lost(running, &c, &load).await;
