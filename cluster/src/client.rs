@@ -283,7 +283,7 @@ impl Cluster {
     /// Forgets expired client `c` once its quarantine is over and its logs
     /// are finished (finished again here: something it sent before it
     /// stopped may have landed since), after reclaiming the blocks of its
-    /// owner ids that no object references ([`Cluster::reclaim_owners`]),
+    /// owner ids that no object references (`Cluster::reclaim_owners`),
     /// which waits until every live client has quiesced to its expiry
     /// (`txn::quiesce`): only then are its ids another's. `Some` (what was
     /// reclaimed) once it is gone, whoever forgot it; `None` if it is live,

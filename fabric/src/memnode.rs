@@ -233,7 +233,7 @@ impl MemoryNode {
     /// with the same size and key is `Ok(false)`; a new one is `Ok(true)`.
     /// The entry is in the image header before the region count names it,
     /// so `shm` clients attached to the image find it
-    /// ([`MemoryNode::check`] re-reads the table on a miss).
+    /// (`MemoryNode::check` re-reads the table on a miss).
     pub fn add_region(&self, id: RegionId, size: u64, key: AccessKey) -> Result<bool, NodeError> {
         let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(e) = self.regions.find(id) {
