@@ -89,8 +89,11 @@ impl Client {
 
     /// A client under `mandate`: before each batch it takes the newest map
     /// installed there, and it issues no verb while the lease there is not
-    /// certain ([`FabricError::LeaseUncertain`]).
+    /// certain ([`FabricError::LeaseUncertain`]). The transport stops
+    /// reconnecting to a node the mandate's newer maps no longer route to
+    /// ([`AnyTransport::follow`]).
     pub fn under(mandate: Arc<Mandate>, transport: AnyTransport) -> Self {
+        transport.follow(&mandate);
         Client {
             map: mandate.map(),
             mandate: Some(mandate),

@@ -53,6 +53,7 @@ pub use memnode::{
 };
 pub use memory::{prefetch_local, PageAccess, RawCell, RawRegion};
 pub use stats::Stats;
+
 pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};
 pub use verb::{
     Completion, Completions, Op, OpKind, Outcome, PayloadRange, VerbError, VerbKind, BATCH_BYTES_MAX,

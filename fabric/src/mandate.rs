@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::addr::Epoch;
+use crate::addr::{Epoch, NodeId};
 use crate::map::{ClusterMap, MapError};
 
 /// `Mandate::until_ns` of a revoked lease.
@@ -36,6 +36,8 @@ pub struct Mandate {
     until_ns: AtomicU64,
     /// Wakes [`Mandate::held_within`] on every extension and revocation.
     changed: Notify,
+    /// Wakes [`Mandate::stops_routing_to`] on every newer map.
+    installed: Notify,
 }
 
 impl Mandate {
@@ -47,6 +49,7 @@ impl Mandate {
             base: Instant::now(),
             until_ns: AtomicU64::new(0),
             changed: Notify::new(),
+            installed: Notify::new(),
         };
         m.extend(until);
         Arc::new(m)
@@ -71,7 +74,27 @@ impl Mandate {
         let epoch = map.epoch();
         *current = Arc::new(map);
         self.epoch.store(epoch, Ordering::Release);
+        drop(current);
+        self.installed.notify_waiters();
         Ok(true)
+    }
+
+    /// Resolves once a map newer than `after` is installed that routes no
+    /// verb to `node` (recovery evicted it from every region it held): a
+    /// transport trying to reach a dead node stops then, and the batch's
+    /// caller routes again by the new map instead of waiting out the
+    /// attempts.
+    pub async fn stops_routing_to(&self, node: NodeId, after: Epoch) {
+        loop {
+            let installed = self.installed.notified();
+            tokio::pin!(installed);
+            installed.as_mut().enable();
+            let map = self.map();
+            if map.epoch() > after && !map.routes_to(node) {
+                return;
+            }
+            installed.await;
+        }
     }
 
     /// The map in force.

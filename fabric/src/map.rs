@@ -175,6 +175,14 @@ impl ClusterMap {
         (i != 0).then(|| &self.regions[usize::from(i) - 1])
     }
 
+    /// Whether any region has a replica on `node`: a node that holds none
+    /// is sent no verb by a client routing by this map.
+    pub fn routes_to(&self, node: NodeId) -> bool {
+        self.regions
+            .iter()
+            .any(|r| r.replicas.iter().any(|l| l.node == node))
+    }
+
     /// The replicas a verb aimed at `replica` of `region` goes to.
     pub fn route(&self, region: RegionId, replica: Replica) -> Result<&[ReplicaLoc], FabricError> {
         let info = self.region(region).ok_or(FabricError::UnknownRegion { region })?;

@@ -179,3 +179,80 @@ async fn a_node_that_comes_back_is_reconnected() {
     client.execute(&mut b).await.unwrap();
     assert_eq!(b.read_result(h).unwrap(), &5u64.to_le_bytes());
 }
+
+/// A batch trying to reconnect to a dead node stops as soon as the
+/// process's mandate installs a map that routes nothing to the node
+/// (recovery evicted it), instead of waiting out every attempt; the next
+/// batch routes by that map.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnecting_stops_when_the_map_stops_routing_to_the_node() {
+    let mut stops = Vec::new();
+    let mut addrs = Vec::new();
+    for id in 1..=2u16 {
+        let node = std::sync::Arc::new(fabric::MemoryNode::anonymous(id, &REGIONS).unwrap());
+        let (listener, addr) = fabric::server::bind("127.0.0.1:0").await.unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(fabric::server::serve(listener, node, async move {
+            let _ = stopped.await;
+        }));
+        stops.push((stop, server));
+        addrs.push(addr.to_string());
+    }
+    let (t, map) = TcpTransport::discover(&addrs).await.unwrap();
+    let tcp = t.clone();
+    let mandate = fabric::Mandate::new(map.clone(), std::time::Instant::now() + Duration::from_secs(3600));
+    let mut client = Client::under(mandate.clone(), t.into());
+    let at = big(0);
+    write_u64_all(&mut client, at, 5).await;
+
+    // Node 1, the primary, dies; a batch for it tries to reconnect. (One
+    // sent before the connection was seen broken fails at once, whatever
+    // the map: then the next one.)
+    let (stop, server) = stops.remove(0);
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+    let (before, retry) = loop {
+        let before = tcp.reconnect_attempts();
+        let retry = tokio::spawn(async move {
+            let mut b = fabric::Batch::new();
+            b.write(at, &6u64.to_le_bytes());
+            let r = client.execute(&mut b).await;
+            (client, r)
+        });
+        while tcp.reconnect_attempts() == before && !retry.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        if tcp.reconnect_attempts() > before {
+            break (before, retry);
+        }
+        let (c, r) = retry.await.unwrap();
+        assert!(
+            matches!(r, Err(FabricError::Disconnected { node: 1, .. })),
+            "{r:?}"
+        );
+        client = c;
+    };
+
+    // Recovery's map: node 2 holds every region alone.
+    let mut regions = map.regions().to_vec();
+    for r in &mut regions {
+        r.replicas.retain(|l| l.node == 2);
+    }
+    let evicted = ClusterMap::new(2, map.nodes().to_vec(), regions).unwrap();
+    assert!(mandate.install(evicted).unwrap());
+    let (mut client, r) = retry.await.unwrap();
+    match r {
+        Err(FabricError::Disconnected { node: 1, reason }) => {
+            assert!(reason.contains("no longer routes"), "{reason}")
+        }
+        other => panic!("expected node 1 given up, got {other:?}"),
+    }
+    let tried = tcp.reconnect_attempts() - before;
+    assert!(
+        tried < u64::from(fabric::transport::RECONNECT_ATTEMPTS_MAX),
+        "{tried} attempts: the map's change did not stop them"
+    );
+    // Routed by the new map: node 2 is the primary now.
+    write_u64_all(&mut client, at, 7).await;
+    assert_eq!(read_u64(&mut client, at).await, 7);
+}

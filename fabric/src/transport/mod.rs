@@ -18,7 +18,7 @@ use std::sync::Arc;
 pub use later::NODES_JOINED_MAX;
 pub use local::LocalTransport;
 pub use shm::ShmTransport;
-pub use tcp::TcpTransport;
+pub use tcp::{TcpTransport, RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 
 use crate::addr::{Epoch, NodeId, RegionId};
 use crate::error::FabricError;
@@ -133,6 +133,20 @@ impl AnyTransport {
             BaseTransport::Local(_) => Ok(0),
             BaseTransport::Shm(t) => t.learn(map),
             BaseTransport::Tcp(t) => t.learn(map),
+        }
+    }
+
+    /// Clients under `mandate` use this transport: `tcp` stops reconnecting
+    /// to a node once the mandate's map stops routing to it
+    /// ([`TcpTransport::follow`]). Local and shared-memory nodes are not
+    /// reconnected to.
+    pub fn follow(&self, mandate: &std::sync::Arc<crate::mandate::Mandate>) {
+        let base = match self {
+            AnyTransport::Base(b) => b,
+            AnyTransport::Faulty(f) => f.inner(),
+        };
+        if let BaseTransport::Tcp(t) = base {
+            t.follow(mandate);
         }
     }
 

@@ -9,13 +9,15 @@
 //! [`Transport::drop_connections`]) fails the batches waiting on it with
 //! `Disconnected`, and the next batch for that node connects again: up to
 //! [`RECONNECT_ATTEMPTS_MAX`] attempts with exponential backoff, checking
-//! that the endpoint is still the same node. A batch spanning nodes may have
+//! that the endpoint is still the same node, and stopping early once the
+//! process's clients route by a map that no longer sends anything to the
+//! node ([`TcpTransport::follow`]). A batch spanning nodes may have
 //! run on some of them when one connection broke; the layers above make
 //! every such step repairable (`docs/txn.md` §8).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -24,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::addr::{Epoch, NodeId};
 use crate::error::FabricError;
+use crate::mandate::Mandate;
 use crate::map::ClusterMap;
 use crate::memnode::NodeDescriptor;
 use crate::transport::later::Later;
@@ -50,6 +53,10 @@ pub struct TcpTransport {
     /// Nodes that joined the map after the transport was made
     /// ([`TcpTransport::learn`]), connected at their first batch.
     later: Arc<Later<Slot>>,
+    /// The mandate of the process's clients, once one follows a control
+    /// plane ([`TcpTransport::follow`]): reconnecting to a node stops when
+    /// its map stops routing to it.
+    mandate: Arc<OnceLock<Weak<Mandate>>>,
 }
 
 /// One node's connection, replaced by a new one when it broke.
@@ -58,6 +65,8 @@ struct Slot {
     node: NodeId,
     endpoint: String,
     current: tokio::sync::Mutex<Arc<Connection>>,
+    /// Attempts batches made at connecting (again), successful or not.
+    attempts: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -102,6 +111,7 @@ impl TcpTransport {
         Ok(TcpTransport {
             slots: conns.into(),
             later: Arc::new(Later::new()),
+            mandate: Arc::default(),
         })
     }
 
@@ -144,6 +154,7 @@ impl TcpTransport {
             TcpTransport {
                 slots: conns.into(),
                 later: Arc::new(Later::new()),
+                mandate: Arc::default(),
             },
             map,
         ))
@@ -152,7 +163,18 @@ impl TcpTransport {
     /// The live connection to `node`, connecting again if it broke.
     async fn conn(&self, node: NodeId) -> Result<Arc<Connection>, FabricError> {
         let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
-        slot.live().await
+        let mandate = self.mandate.get().and_then(Weak::upgrade);
+        slot.live(mandate.as_deref()).await
+    }
+
+    /// From now on, a reconnection to a node stops as soon as `mandate`
+    /// installs a newer map that routes nothing to it (recovery evicted a
+    /// dead node): the batch fails with `Disconnected` and its caller
+    /// routes again by the new map, instead of waiting out
+    /// [`RECONNECT_ATTEMPTS_MAX`] attempts. Set once: the first mandate
+    /// stays (a process has one).
+    pub fn follow(&self, mandate: &Arc<Mandate>) {
+        let _ = self.mandate.set(Arc::downgrade(mandate));
     }
 
     /// Breaks every connection now, as a network that drops them would:
@@ -165,6 +187,15 @@ impl TcpTransport {
                 conn.fail("connection dropped".into());
             }
         }
+    }
+
+    /// Attempts at connecting again, successful or not, over all nodes.
+    pub fn reconnect_attempts(&self) -> u64 {
+        self.slots
+            .iter()
+            .chain(self.later.iter())
+            .map(|s| s.attempts.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Connections made again after one broke, over all nodes.
@@ -183,6 +214,7 @@ impl Slot {
             node: conn.node,
             endpoint,
             current: tokio::sync::Mutex::new(conn),
+            attempts: AtomicU64::new(0),
         }
     }
 
@@ -192,6 +224,7 @@ impl Slot {
             node,
             endpoint,
             current: tokio::sync::Mutex::new(Arc::new(Connection::unconnected(node))),
+            attempts: AtomicU64::new(0),
         }
     }
 
@@ -204,15 +237,33 @@ impl Slot {
     /// The current connection if it is not broken; otherwise a new one
     /// (bounded attempts, exponential backoff). Concurrent callers wait for
     /// one reconnection rather than each opening their own.
-    async fn live(&self) -> Result<Arc<Connection>, FabricError> {
+    async fn live(&self, mandate: Option<&Mandate>) -> Result<Arc<Connection>, FabricError> {
         let mut current = self.current.lock().await;
         if current.pending().broken.is_none() {
             return Ok(current.clone());
         }
+        let Some(m) = mandate else {
+            return self.reconnect(&mut current).await;
+        };
+        let since = m.epoch();
+        tokio::select! {
+            done = self.reconnect(&mut current) => done,
+            () = m.stops_routing_to(self.node, since) => Err(FabricError::Disconnected {
+                node: self.node,
+                reason: "the map no longer routes to it (recovery evicted it): not reconnecting".into(),
+            }),
+        }
+    }
+
+    /// Connects again in place of `current` (bounded attempts, exponential
+    /// backoff). Stopped at any await, it leaves `current` broken, and the
+    /// next batch for the node tries again.
+    async fn reconnect(&self, current: &mut Arc<Connection>) -> Result<Arc<Connection>, FabricError> {
         let generation = current.generation + 1;
         let mut wait = RECONNECT_BACKOFF_MIN;
         let mut last = None;
         for attempt in 1..=RECONNECT_ATTEMPTS_MAX {
+            self.attempts.fetch_add(1, Ordering::Relaxed);
             match Connection::open(&self.endpoint, self.node, generation).await {
                 Ok((conn, d)) if d.node == self.node => {
                     tracing::info!(node = self.node, endpoint = %self.endpoint, attempt, "memory node reconnected");
