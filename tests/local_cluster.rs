@@ -296,6 +296,98 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
     drop(local);
 }
 
+/// A hash table's client killed mid-operation: once recovery forgot it,
+/// the heir of its first owner id writes its KV blocks in the unwritten
+/// end of the victim's KV chunk (`txn::tails`) while the survivor writes
+/// too, and every write reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_hash_clients_unwritten_kv_chunk_end_goes_to_the_heir_of_its_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 2, 2, "300ms");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let survivor = Cluster::connect_with(&file.control, &file.client_token, options("survivor", &file))
+        .await
+        .unwrap();
+    let mut table = survivor.hash("orders").await.unwrap();
+    let mut victim = ycsb(
+        dir.path(),
+        &["--kind", "hash", "--die-after", "100ms", "--name", "victim"],
+    );
+    let status = victim.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let dead = eventually("the victim's expiry", Duration::from_secs(30), async || {
+        let clients = api.clients().await.ok()?;
+        clients.into_iter().find(|c| c.name == "victim")
+    })
+    .await;
+    eventually(
+        "recovery to forget the victim",
+        Duration::from_secs(30),
+        async || {
+            let clients = api.clients().await.unwrap();
+            clients.iter().all(|c| c.id != dead.id).then_some(())
+        },
+    )
+    .await;
+
+    // The victim wrote KV blocks into sealed chunks of its ids.
+    let region = survivor
+        .indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap()
+        .region;
+    let mut fabric = survivor.fabric();
+    let heap = txn::Heap::open(&mut fabric, region).await.unwrap();
+    let first = dead.owners.first;
+    let sealed = heap
+        .owner_table_of(&mut fabric)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|t| t.owner() == Some(first) && t.kind() == Some(txn::ChunkKind::Sealed))
+        .count();
+    assert!(sealed > 0, "the victim's first id wrote no KV chunk");
+
+    let heir = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            owner_ids: dead.owners.count,
+            ..options("heir", &file)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(heir.owner_ids().first, first, "freed ids are handed out again");
+    let mut heirs_table = heir.hash("orders").await.unwrap();
+    for k in 0..100 {
+        heirs_table.put(1_000 + k, 2).await.unwrap();
+        table.put(2_000 + k, 3).await.unwrap();
+    }
+    let adopted = heirs_table.inner().stats().kv_tail_bytes_adopted;
+    assert!(adopted > 0, "the heir carved nothing of the victim's KV chunks");
+    let report = table.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    for k in 0..100 {
+        assert_eq!(table.get(1_000 + k).await.unwrap(), Some(2), "key {}", 1_000 + k);
+        assert_eq!(
+            heirs_table.get(2_000 + k).await.unwrap(),
+            Some(3),
+            "key {}",
+            2_000 + k
+        );
+    }
+    drop((heirs_table, table));
+    heir.close().await.unwrap_or_else(|e| panic!("{e}"));
+    survivor.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_paused_past_its_lease_issues_no_verb_when_it_resumes() {
     let dir = tempfile::tempdir().unwrap();

@@ -305,7 +305,7 @@ mod tests {
             (1, 14, &[2][..])
         );
 
-        let members = Members::new(&[behind.clone()], "token").unwrap();
+        let members = Members::new(std::slice::from_ref(&behind), "token").unwrap();
         let e = regions_as_of(&members, 14).await.unwrap_err().to_string();
         assert!(
             e.contains("no member has reached epoch 14") && e.contains("is at epoch 13"),
