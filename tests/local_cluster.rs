@@ -50,6 +50,53 @@ fn overlaps(a: OwnerBlock, b: OwnerBlock) -> bool {
     a.first < b.end() && b.first < a.end()
 }
 
+/// Waits until recovery has forgotten client `id` (after its quarantine
+/// and leak repair).
+async fn forgotten(api: &ControlClient, id: u64) {
+    eventually(
+        "recovery to forget the victim",
+        Duration::from_secs(30),
+        async || {
+            let clients = api.clients().await.unwrap();
+            clients.iter().all(|c| c.id != id).then_some(())
+        },
+    )
+    .await;
+}
+
+/// The heap of index `orders`, and a fabric client to read it with.
+async fn orders_heap(c: &Cluster) -> (fabric::Client, txn::Heap) {
+    let region = c
+        .indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap()
+        .region;
+    let mut fabric = c.fabric();
+    let heap = txn::Heap::open(&mut fabric, region).await.unwrap();
+    (fabric, heap)
+}
+
+/// A client asking for as many owner ids as `dead` held, which recovery
+/// freed: it gets the same block.
+async fn heir_of(file: &ClusterFile, dead: OwnerBlock) -> Cluster {
+    let heir = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            owner_ids: dead.count,
+            ..options("heir", file)
+        },
+    )
+    .await
+    .unwrap();
+    assert!(overlaps(heir.owner_ids(), dead), "freed ids are handed out again");
+    assert_eq!(heir.owner_ids().first, dead.first);
+    heir
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_up_then_a_service_then_down_on_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -232,50 +279,20 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
     // Recovery rolls its logs at once, and after its quarantine reclaims
     // its unused blocks and forgets it.
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
-    eventually(
-        "recovery to forget the victim",
-        Duration::from_secs(30),
-        async || {
-            let clients = api.clients().await.unwrap();
-            clients.iter().all(|c| c.id != dead.id).then_some(())
-        },
-    )
-    .await;
+    forgotten(&api, dead.id).await;
     // Leak repair ran before, once the survivor had quiesced to the
     // expiry: the blocks of the victim's slabs that no object names wait,
     // as runs, for the ids' next holders.
-    let orders = survivor
-        .indexes()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.name == "orders")
-        .unwrap();
-    let mut fabric = survivor.fabric();
-    let heap = txn::Heap::open(&mut fabric, orders.region).await.unwrap();
+    let (mut fabric, heap) = orders_heap(&survivor).await;
     let mut runs = 0;
     for id in dead.owners.ids() {
         runs += heap.runs_of(&mut fabric, id).await.unwrap().len();
     }
     assert!(runs > 0, "the victim's unused blocks were reclaimed");
-    let heir = Cluster::connect_with(
-        &file.control,
-        &file.client_token,
-        ClusterOptions {
-            owner_ids: dead.owners.count,
-            ..options("heir", &file)
-        },
-    )
-    .await
-    .unwrap();
-    assert!(
-        overlaps(heir.owner_ids(), dead.owners),
-        "freed ids are handed out again"
-    );
+    let heir = heir_of(&file, dead.owners).await;
     // The heir's first handle holds the victim's first id: its writes take
     // the reclaimed blocks first, while the survivor keeps writing, and
     // no node is named twice (the check), and every write reads back.
-    assert_eq!(heir.owner_ids().first, dead.owners.first);
     let mut heirs_tree = heir.btree("orders").await.unwrap();
     let mut tree = survivor.btree("orders").await.unwrap();
     for k in 1..=100 {
@@ -317,32 +334,15 @@ async fn a_killed_hash_clients_unwritten_kv_chunk_end_goes_to_the_heir_of_its_id
     let status = victim.wait().unwrap();
     assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
-    let dead = eventually("the victim's expiry", Duration::from_secs(30), async || {
+    let dead = eventually("the victim's registration", Duration::from_secs(30), async || {
         let clients = api.clients().await.ok()?;
         clients.into_iter().find(|c| c.name == "victim")
     })
     .await;
-    eventually(
-        "recovery to forget the victim",
-        Duration::from_secs(30),
-        async || {
-            let clients = api.clients().await.unwrap();
-            clients.iter().all(|c| c.id != dead.id).then_some(())
-        },
-    )
-    .await;
+    forgotten(&api, dead.id).await;
 
     // The victim wrote KV blocks into sealed chunks of its ids.
-    let region = survivor
-        .indexes()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.name == "orders")
-        .unwrap()
-        .region;
-    let mut fabric = survivor.fabric();
-    let heap = txn::Heap::open(&mut fabric, region).await.unwrap();
+    let (mut fabric, heap) = orders_heap(&survivor).await;
     let first = dead.owners.first;
     let sealed = heap
         .owner_table_of(&mut fabric)
@@ -353,17 +353,7 @@ async fn a_killed_hash_clients_unwritten_kv_chunk_end_goes_to_the_heir_of_its_id
         .count();
     assert!(sealed > 0, "the victim's first id wrote no KV chunk");
 
-    let heir = Cluster::connect_with(
-        &file.control,
-        &file.client_token,
-        ClusterOptions {
-            owner_ids: dead.owners.count,
-            ..options("heir", &file)
-        },
-    )
-    .await
-    .unwrap();
-    assert_eq!(heir.owner_ids().first, first, "freed ids are handed out again");
+    let heir = heir_of(&file, dead.owners).await;
     let mut heirs_table = heir.hash("orders").await.unwrap();
     for k in 0..100 {
         heirs_table.put(1_000 + k, 2).await.unwrap();

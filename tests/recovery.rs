@@ -104,6 +104,24 @@ impl Setup {
     }
 }
 
+/// Restarts memory-node process `process` (node `node`) from its image and
+/// waits until the control plane takes it back (an empty spare).
+async fn restart_node(local: &mut LocalCluster, api: &ControlClient, process: usize, node: u16) {
+    local.restart_memnode(process).unwrap();
+    eventually(
+        "the restarted node to be active",
+        Duration::from_secs(30),
+        async || {
+            let nodes = api.memnodes().await.unwrap();
+            nodes
+                .iter()
+                .any(|n| n.id == node && n.state == MemNodeState::Active)
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 /// SIGKILLs the process of memory node `node`; returns its process index
 /// (to restart it).
 async fn kill_node(local: &mut LocalCluster, api: &ControlClient, node: u16) -> usize {
@@ -153,19 +171,7 @@ async fn a_killed_primary_is_replaced_and_re_replicated_under_load_and_a_restart
     // primary); then a backup dies: it is dropped, and the node that came
     // back is filled in its place. (A backup's death under load is the
     // next test.)
-    local.restart_memnode(victim).unwrap();
-    eventually(
-        "the restarted node to be active",
-        Duration::from_secs(30),
-        async || {
-            let nodes = api.memnodes().await.unwrap();
-            nodes
-                .iter()
-                .any(|n| n.id == dead && n.state == MemNodeState::Active)
-                .then_some(())
-        },
-    )
-    .await;
+    restart_node(&mut local, &api, victim, dead).await;
     assert!(
         !region_of(&api, "orders").await.on(dead),
         "no replica before a copy"
@@ -317,19 +323,7 @@ async fn coordinator_dies_after_each_step_with(
             },
         )
         .await;
-        local.restart_memnode(process).unwrap();
-        eventually(
-            "the first victim back as a spare",
-            Duration::from_secs(30),
-            async || {
-                let nodes = api.memnodes().await.unwrap();
-                nodes
-                    .iter()
-                    .any(|n| n.id == other && n.state == MemNodeState::Active)
-                    .then_some(())
-            },
-        )
-        .await;
+        restart_node(&mut local, &api, process, other).await;
         for &s in &steps {
             std::fs::remove_file(marks.path().join(s.name())).unwrap();
         }

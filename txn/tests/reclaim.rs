@@ -17,7 +17,7 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::{bump_all, crash_after, is_crash, marks, spread, Cluster};
+use common::{bump_all, crash_after, is_crash, marks, next_chunk, spread, Cluster};
 use fabric::{Batch, GlobalAddr};
 use txn::{Announced, ChunkTag, OwnerRange, ReclaimView};
 
@@ -44,14 +44,6 @@ async fn tags(cluster: &Cluster) -> Vec<ChunkTag> {
         .owner_table_of(&mut cluster.fabric.fork())
         .await
         .unwrap()
-}
-
-async fn next_chunk(cluster: &Cluster) -> u64 {
-    let mut f = cluster.fabric.fork();
-    let mut b = Batch::new();
-    let h = b.read(cluster.heap.next_chunk_addr(), 8);
-    f.execute(&mut b).await.unwrap();
-    common::word(b.read_result(h).unwrap(), 0)
 }
 
 /// Every block in `owner`'s slabs.

@@ -6,20 +6,12 @@
 
 mod common;
 
-use common::Cluster;
+use common::{next_chunk, Cluster};
 use fabric::{Batch, Client, GlobalAddr, Replica};
 use txn::{BlockAllocator, ChunkKind, META_BYTES};
 
 const HOLDER: u16 = 4;
 const OTHER: u16 = 5;
-
-async fn next_chunk(cluster: &Cluster) -> u64 {
-    let mut f = cluster.fabric.fork();
-    let mut b = Batch::new();
-    let h = b.read(cluster.heap.next_chunk_addr(), 8);
-    f.execute(&mut b).await.unwrap();
-    common::word(b.read_result(h).unwrap(), 0)
-}
 
 /// Writes `len` bytes at `at` on `on`, ending in a nonzero word (a sealed
 /// block, or a meta naming its data).

@@ -302,6 +302,15 @@ pub struct Marks {
     pub end: u64,
 }
 
+/// The heap's next-chunk counter, on the primary.
+pub async fn next_chunk(cluster: &Cluster) -> u64 {
+    let mut f = cluster.fabric.fork();
+    let mut b = Batch::new();
+    let h = b.read(cluster.heap.next_chunk_addr(), 8);
+    f.execute(&mut b).await.unwrap();
+    word(b.read_result(h).unwrap(), 0)
+}
+
 /// Verbs of a client's first chunk of data blocks: the runs a reclaim left
 /// its owner id taken (the head read, and zeroed on every replica), then
 /// the FAA and the owner-table WRITE on every replica.
