@@ -378,6 +378,59 @@ async fn a_killed_hash_clients_unwritten_kv_chunk_end_goes_to_the_heir_of_its_id
     drop(local);
 }
 
+/// On shm every client maps every node's image, so a dead node's memory
+/// stays readable: recovery fences the image of a node it declared dead
+/// (raises its epoch past every map that routed to it), and a client still
+/// holding such a map is refused there (`StaleEpoch`) instead of reading
+/// what the node held when it died.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_nodes_shm_image_refuses_clients_with_a_map_that_still_routes_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 3, 2, "1s");
+    let mut local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let c = Cluster::connect_with(&file.control, &file.client_token, options("writer", &file))
+        .await
+        .unwrap();
+    let mut tree = c.btree("orders").await.unwrap();
+    tree.put(1, 1).await.unwrap();
+    drop(tree);
+    let old = c.fabric().map().clone();
+    let (_, heap) = orders_heap(&c).await;
+    let region = heap.region();
+    let backup = old.region(region).unwrap().replicas[1].node;
+
+    // A client of this host that keeps the map the node died in.
+    let t = fabric::ShmTransport::attach_map(&old).unwrap();
+    let mut stale = fabric::Client::new(old.clone(), t.into());
+    let read_backup = async |stale: &mut fabric::Client| {
+        let mut b = fabric::Batch::new();
+        b.on(fabric::Replica::Backup(0))
+            .read(fabric::GlobalAddr::new(region, 0), 8);
+        stale.execute(&mut b).await
+    };
+    read_backup(&mut stale).await.unwrap();
+
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let process = local.process_of(backup, &api.memnodes().await.unwrap()).unwrap();
+    local.memnode(process).unwrap().kill().unwrap();
+    let refused = eventually(
+        "the dead node's image to refuse the old map",
+        Duration::from_secs(30),
+        async || match read_backup(&mut stale).await {
+            Err(fabric::FabricError::StaleEpoch { node_epoch, .. }) => Some(node_epoch),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(refused > old.epoch());
+    let regions = api.regions().await.unwrap();
+    let r = regions.iter().find(|r| r.id == region).unwrap();
+    assert!(!r.on(backup), "refused only once it was evicted or about to be");
+    c.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_paused_past_its_lease_issues_no_verb_when_it_resumes() {
     let dir = tempfile::tempdir().unwrap();

@@ -227,6 +227,15 @@ impl Cluster {
         self.members.command(what, command).await
     }
 
+    /// Fences dead memory node `node` at `epoch` where this process maps
+    /// its memory (shm, local): a client of this host still routing by a
+    /// map older than `epoch` is refused by its image from then on, instead
+    /// of reading what it held when it died. Returns the epoch now in force
+    /// there (`None` over tcp, where a dead node's process answers nobody).
+    pub fn fence_dead(&self, node: cp::MemNodeId, epoch: fabric::Epoch) -> Option<fabric::Epoch> {
+        self.transport.fence_mapped(node, epoch)
+    }
+
     /// The epochs of the maps this process installs, as they are: a
     /// watcher wakes on every change of the cluster's routing.
     pub fn epochs(&self) -> tokio::sync::watch::Receiver<fabric::Epoch> {

@@ -261,6 +261,15 @@ impl Coordinator {
             .filter(|n| n.state == MemNodeState::Dead)
             .map(|n| n.id)
             .collect();
+        // Before any step: a dead node's image, where this host maps it,
+        // refuses every map that may still route to it (older than the
+        // current epoch, which is past its eviction once that is done), so
+        // that no client reads it once a promoted primary serves writes.
+        for &node in &dead {
+            if let Some(now) = self.cluster.fence_dead(node, status.epoch) {
+                tracing::trace!(node, epoch = now, "dead node's image fenced");
+            }
+        }
         for r in &status.regions {
             if let Some(l) = r
                 .replicas

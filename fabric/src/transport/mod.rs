@@ -163,6 +163,17 @@ impl AnyTransport {
         }
     }
 
+    /// Raises the epoch of `node`'s memory to `epoch` where this process
+    /// maps it (local, shm), and returns the epoch now in force there;
+    /// `None` where it does not (tcp). For a node declared dead: its own
+    /// process raises nothing any more, and a client of this host still
+    /// routing by an older map would read and write its image directly.
+    /// Fenced, it refuses them with `StaleEpoch` (a tcp node's clients
+    /// reach it through its process, which is gone).
+    pub fn fence_mapped(&self, node: NodeId, epoch: Epoch) -> Option<Epoch> {
+        self.mapped(node).map(|n| n.advance_epoch(epoch))
+    }
+
     /// Prefetches `[offset, offset + len)` of `region` on `node` when this
     /// process maps that memory (see [`crate::Client::prefetch`]).
     pub(crate) fn prefetch(&self, node: NodeId, region: RegionId, offset: u64, len: u64) {
