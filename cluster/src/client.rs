@@ -401,7 +401,9 @@ impl Cluster {
     /// on the primary only, and meets every lock of each index and repairs
     /// the expired ones: a dead client's log-less locks (a pre-lock, a steal)
     /// carry its owner id, and must be gone before that id is another's,
-    /// or their next holder would take them for its own.
+    /// or their next holder would take them for its own. A region that
+    /// leaves the map under it (a catch-up, a promotion) is waited for and
+    /// its index finished again, up to `OPEN_TIMEOUT`.
     pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
         let indexes = self.indexes().await?;
         let owner = self.take_owner()?;
@@ -409,39 +411,64 @@ impl Cluster {
             .iter()
             .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
         {
-            // Our map may trail the control plane's (a region just
-            // published again after a promotion).
-            self.await_region(x, Instant::now() + crate::OPEN_TIMEOUT).await?;
-            let mut fabric = self.fabric();
-            let heap = txn::Heap::open(&mut fabric, x.region).await?;
-            let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
-            for &id in ids {
-                if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
-                    return Ok(false);
+            let deadline = Instant::now() + crate::OPEN_TIMEOUT;
+            loop {
+                // Our map may trail the control plane's (a region just
+                // published again after a promotion).
+                self.await_region(x, deadline).await?;
+                match self.finish_logs_in(x, &owner, ids, sweep).await {
+                    Ok(true) => break,
+                    Ok(false) => return Ok(false),
+                    // The region left the map meanwhile (a catch-up, a
+                    // promotion): every step is safe to take again.
+                    Err(e) if map_moved(&e) && Instant::now() < deadline => {
+                        tracing::debug!(index = %x.name, error = %e, "finishing logs again under a newer map");
+                        tokio::time::sleep(MAP_MOVED_PAUSE).await;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
-            if sweep {
-                let fabric = self.fabric();
-                let repaired = match x.kind {
-                    IndexKind::Btree => {
-                        index::btree::BTree::open_with(fabric, heap, owner.id(), self.options.tx.clone())
-                            .await?
-                            .repair_expired_locks()
-                            .await?
-                    }
-                    IndexKind::Hash => {
-                        let mut table =
-                            index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone())
-                                .await?;
-                        // A dead writer stopped between a slot's primary
-                        // CAS and its backups' left them apart.
-                        let converged = table.converge_backups().await?;
-                        tracing::info!(index = %x.name, converged, "hash slots converged on the backups");
-                        table.repair_expired_locks().await?
-                    }
-                };
-                tracing::info!(index = %x.name, repaired, "expired locks swept");
+        }
+        Ok(true)
+    }
+
+    /// [`Cluster::finish_logs`] on index `x`, as `owner`.
+    async fn finish_logs_in(
+        &self,
+        x: &cp::IndexRecord,
+        owner: &crate::owners::Owner,
+        ids: &[u16],
+        sweep: bool,
+    ) -> Result<bool, ClusterError> {
+        let mut fabric = self.fabric();
+        let heap = txn::Heap::open(&mut fabric, x.region).await?;
+        let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+        for &id in ids {
+            if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
+                return Ok(false);
             }
+        }
+        if sweep {
+            let fabric = self.fabric();
+            let repaired = match x.kind {
+                IndexKind::Btree => {
+                    index::btree::BTree::open_with(fabric, heap, owner.id(), self.options.tx.clone())
+                        .await?
+                        .repair_expired_locks()
+                        .await?
+                }
+                IndexKind::Hash => {
+                    let mut table =
+                        index::hash::HashTable::open(fabric, heap, owner.id(), self.options.tx.clone())
+                            .await?;
+                    // A dead writer stopped between a slot's primary
+                    // CAS and its backups' left them apart.
+                    let converged = table.converge_backups().await?;
+                    tracing::info!(index = %x.name, converged, "hash slots converged on the backups");
+                    table.repair_expired_locks().await?
+                }
+            };
+            tracing::info!(index = %x.name, repaired, "expired locks swept");
         }
         Ok(true)
     }
@@ -479,6 +506,28 @@ impl Drop for Cluster {
             self.session.lock().unwrap_or_else(|p| p.into_inner()).stop();
         }
     }
+}
+
+/// Pause before finishing an index's logs again after the region left the
+/// map under them (the map catches up within a round trip of the change).
+const MAP_MOVED_PAUSE: Duration = Duration::from_millis(5);
+
+/// Whether `e` says the region moved under a step that is safe to take
+/// again: it left the map (a catch-up or a promotion), the map is older
+/// than a node's, a replica went away, or a connection was lost.
+fn map_moved(e: &ClusterError) -> bool {
+    use fabric::FabricError as F;
+    let f = match e {
+        ClusterError::Fabric(f) | ClusterError::Tx(txn::TxError::Fabric(f)) => f,
+        ClusterError::Index(
+            index::IndexError::Fabric(f) | index::IndexError::Tx(txn::TxError::Fabric(f)),
+        ) => f,
+        _ => return false,
+    };
+    matches!(
+        f,
+        F::UnknownRegion { .. } | F::StaleEpoch { .. } | F::NoSuchReplica { .. } | F::Disconnected { .. }
+    )
 }
 
 /// A transport to every node of `map`: their images if the endpoints are
