@@ -403,7 +403,8 @@ impl Cluster {
     /// carry its owner id, and must be gone before that id is another's,
     /// or their next holder would take them for its own. A region that
     /// leaves the map under it (a catch-up, a promotion) is waited for and
-    /// its index finished again, up to `OPEN_TIMEOUT`.
+    /// its index finished again (a few times, each wait up to
+    /// `OPEN_TIMEOUT`).
     pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
         let indexes = self.indexes().await?;
         let owner = self.take_owner()?;
@@ -412,7 +413,7 @@ impl Cluster {
             .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
         {
             let deadline = Instant::now() + crate::OPEN_TIMEOUT;
-            loop {
+            for attempt in 1.. {
                 // Our map may trail the control plane's (a region just
                 // published again after a promotion).
                 self.await_region(x, deadline).await?;
@@ -421,7 +422,7 @@ impl Cluster {
                     Ok(false) => return Ok(false),
                     // The region left the map meanwhile (a catch-up, a
                     // promotion): every step is safe to take again.
-                    Err(e) if map_moved(&e) && Instant::now() < deadline => {
+                    Err(e) if map_moved(&e) && attempt < MAP_MOVED_ATTEMPTS_MAX => {
                         tracing::debug!(index = %x.name, error = %e, "finishing logs again under a newer map");
                         tokio::time::sleep(MAP_MOVED_PAUSE).await;
                     }
@@ -512,9 +513,15 @@ impl Drop for Cluster {
 /// map under them (the map catches up within a round trip of the change).
 const MAP_MOVED_PAUSE: Duration = Duration::from_millis(5);
 
+/// Attempts at finishing one index's logs while its region moves: a few
+/// map changes in a row, not a dead node (its eviction is recovery's next
+/// step, which a coordinator waiting here would hold back).
+const MAP_MOVED_ATTEMPTS_MAX: u32 = 8;
+
 /// Whether `e` says the region moved under a step that is safe to take
 /// again: it left the map (a catch-up or a promotion), the map is older
-/// than a node's, a replica went away, or a connection was lost.
+/// than a node's, or a replica went away. A lost connection is not: the
+/// node may be dead, and the caller decides.
 fn map_moved(e: &ClusterError) -> bool {
     use fabric::FabricError as F;
     let f = match e {
@@ -526,7 +533,7 @@ fn map_moved(e: &ClusterError) -> bool {
     };
     matches!(
         f,
-        F::UnknownRegion { .. } | F::StaleEpoch { .. } | F::NoSuchReplica { .. } | F::Disconnected { .. }
+        F::UnknownRegion { .. } | F::StaleEpoch { .. } | F::NoSuchReplica { .. }
     )
 }
 
