@@ -33,6 +33,15 @@ use crate::word::OwnerId;
 /// block can be read and CASed.
 const BLOCK_ALIGN: u64 = 8;
 
+/// Chunks of one kind carved front to back (metas, sealed blocks): the
+/// open one, and the unwritten tails earlier holders of the owner id left
+/// (`crate::tails`), last first (`None`: not looked up yet).
+#[derive(Debug, Default)]
+struct Front {
+    open: Bump,
+    tails: Option<Vec<Bump>>,
+}
+
 #[derive(Debug, Default)]
 struct Bump {
     next: u64,
@@ -62,7 +71,7 @@ pub struct BlockAllocator {
     /// False for an index's own allocator: raw chunks, no runs, nothing
     /// doomed.
     transactional: bool,
-    metas: Bump,
+    metas: Front,
     /// The open slab of each block size (a raw allocator has one, under 0).
     slabs: HashMap<u64, Bump>,
     free: HashMap<u64, Vec<u64>>,
@@ -72,13 +81,8 @@ pub struct BlockAllocator {
     /// The next reclaimed run to pop, once the runs head was taken.
     runs_next: Option<u64>,
     runs_taken: bool,
-    /// The open sealed chunk ([`BlockAllocator::sealed`]).
-    sealed: Bump,
-    /// Earlier holders' unwritten meta tails not carved yet, last first
-    /// (`None`: not looked up yet).
-    meta_tails: Option<Vec<Bump>>,
-    /// The same for sealed chunks.
-    sealed_tails: Option<Vec<Bump>>,
+    /// Sealed blocks ([`BlockAllocator::sealed`]).
+    sealed: Front,
     counts: AllocCounts,
 }
 
@@ -90,15 +94,13 @@ impl BlockAllocator {
             heap,
             owner,
             transactional: true,
-            metas: Bump::default(),
+            metas: Front::default(),
             slabs: HashMap::new(),
             free: HashMap::new(),
             doomed: HashMap::new(),
             runs_next: None,
             runs_taken: false,
-            sealed: Bump::default(),
-            meta_tails: None,
-            sealed_tails: None,
+            sealed: Front::default(),
             counts: AllocCounts::default(),
         }
     }
@@ -123,20 +125,7 @@ impl BlockAllocator {
 
     /// A fresh 16-byte meta.
     pub async fn meta(&mut self, client: &mut Client) -> Result<GlobalAddr, TxError> {
-        while self.metas.next + META_BYTES > self.metas.end {
-            if let Some(tail) = self.next_tail(client, TailKind::Metas).await {
-                self.metas = tail;
-                continue;
-            }
-            let c = self
-                .heap
-                .take_chunks(client, self.owner, 1, ChunkKind::Metas)
-                .await?;
-            self.metas.next = self.heap.chunk_offset(c);
-            self.metas.end = self.metas.next + self.heap.chunk_bytes();
-        }
-        let at = self.metas.next;
-        self.metas.next += META_BYTES;
+        let at = self.carve_front(client, TailKind::Metas, META_BYTES).await?;
         Ok(GlobalAddr::new(self.heap.region(), at))
     }
 
@@ -161,35 +150,49 @@ impl BlockAllocator {
         if bytes > self.heap.chunk_bytes() / 2 {
             return self.raw_data(client, bytes).await;
         }
-        while self.sealed.next + bytes > self.sealed.end {
-            if let Some(tail) = self.next_tail(client, TailKind::Sealed).await {
-                self.sealed = tail;
-                continue;
-            }
-            // The end of the old chunk is for the id's next holder.
-            let c = self
-                .heap
-                .take_chunks(client, self.owner, 1, ChunkKind::Sealed)
-                .await?;
-            let start = self.heap.chunk_offset(c);
-            self.sealed = Bump {
-                next: start,
-                end: start + self.heap.chunk_bytes(),
-            };
+        self.carve_front(client, TailKind::Sealed, bytes).await
+    }
+
+    fn front(&mut self, kind: TailKind) -> &mut Front {
+        match kind {
+            TailKind::Metas => &mut self.metas,
+            TailKind::Sealed => &mut self.sealed,
         }
-        self.sealed.next += bytes;
-        Ok(self.sealed.next - bytes)
+    }
+
+    /// `bytes` from the open chunk of `kind`; when it is used up, from the
+    /// next tail an earlier holder of the owner id left, then from a new
+    /// chunk (the end of the old one is for the id's next holder).
+    async fn carve_front(&mut self, client: &mut Client, kind: TailKind, bytes: u64) -> Result<u64, TxError> {
+        loop {
+            let open = &mut self.front(kind).open;
+            if open.next + bytes <= open.end {
+                open.next += bytes;
+                return Ok(open.next - bytes);
+            }
+            let next = match self.next_tail(client, kind).await {
+                Some(tail) => tail,
+                None => {
+                    let c = self
+                        .heap
+                        .take_chunks(client, self.owner, 1, kind.chunk_kind())
+                        .await?;
+                    let start = self.heap.chunk_offset(c);
+                    Bump {
+                        next: start,
+                        end: start + self.heap.chunk_bytes(),
+                    }
+                }
+            };
+            self.front(kind).open = next;
+        }
     }
 
     /// The next unwritten tail of `kind` an earlier holder of the owner id
     /// left, looked up at the first call (`crate::tails`). A lookup that
     /// fails finds none: those tails are left for the id's next holder.
     async fn next_tail(&mut self, client: &mut Client, kind: TailKind) -> Option<Bump> {
-        let slot = match kind {
-            TailKind::Metas => &mut self.meta_tails,
-            TailKind::Sealed => &mut self.sealed_tails,
-        };
-        if slot.is_none() {
+        if self.front(kind).tails.is_none() {
             let found = match self.heap.unwritten_tails(client, self.owner, kind).await {
                 Ok(found) => found,
                 Err(e) => {
@@ -207,7 +210,7 @@ impl BlockAllocator {
                 );
             }
             // Popped from the back: lowest offsets first.
-            *slot = Some(
+            self.front(kind).tails = Some(
                 found
                     .into_iter()
                     .rev()
@@ -215,7 +218,7 @@ impl BlockAllocator {
                     .collect(),
             );
         }
-        let tail = slot.as_mut().and_then(Vec::pop)?;
+        let tail = self.front(kind).tails.as_mut().and_then(Vec::pop)?;
         self.counts.tail_bytes_adopted += tail.end - tail.next;
         Some(tail)
     }

@@ -60,7 +60,7 @@ pub(crate) enum TailKind {
 }
 
 impl TailKind {
-    fn chunk_kind(self) -> ChunkKind {
+    pub(crate) fn chunk_kind(self) -> ChunkKind {
         match self {
             TailKind::Metas => ChunkKind::Metas,
             TailKind::Sealed => ChunkKind::Sealed,
