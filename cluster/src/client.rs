@@ -524,16 +524,9 @@ const MAP_MOVED_ATTEMPTS_MAX: u32 = 8;
 /// node may be dead, and the caller decides.
 fn map_moved(e: &ClusterError) -> bool {
     use fabric::FabricError as F;
-    let f = match e {
-        ClusterError::Fabric(f) | ClusterError::Tx(txn::TxError::Fabric(f)) => f,
-        ClusterError::Index(
-            index::IndexError::Fabric(f) | index::IndexError::Tx(txn::TxError::Fabric(f)),
-        ) => f,
-        _ => return false,
-    };
     matches!(
-        f,
-        F::UnknownRegion { .. } | F::StaleEpoch { .. } | F::NoSuchReplica { .. }
+        e.fabric_cause(),
+        Some(F::UnknownRegion { .. } | F::StaleEpoch { .. } | F::NoSuchReplica { .. })
     )
 }
 

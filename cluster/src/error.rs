@@ -88,4 +88,13 @@ impl ClusterError {
     pub fn refused_with(&self, status: u16) -> bool {
         matches!(self, ClusterError::Refused { source, .. } if source.status().is_some_and(|s| s.as_u16() == status))
     }
+
+    /// The fabric error under this one, if there is one.
+    pub fn fabric_cause(&self) -> Option<&fabric::FabricError> {
+        match self {
+            ClusterError::Fabric(f) | ClusterError::Tx(txn::TxError::Fabric(f)) => Some(f),
+            ClusterError::Index(e) => crate::handle::fabric_cause(e),
+            _ => None,
+        }
+    }
 }

@@ -102,7 +102,7 @@ impl Retry {
 }
 
 /// The fabric error under an index error, if there is one.
-fn fabric_cause(e: &IndexError) -> Option<&FabricError> {
+pub(crate) fn fabric_cause(e: &IndexError) -> Option<&FabricError> {
     match e {
         IndexError::Fabric(f) | IndexError::Tx(txn::TxError::Fabric(f)) => Some(f),
         _ => None,
