@@ -234,6 +234,14 @@ fn ycsb(dir: &Path, extra: &[&str]) -> std::process::Child {
     child
 }
 
+/// Runs a ycsb client named `victim` (with `extra` arguments) that SIGKILLs
+/// itself right after a lock-taking CAS 100 ms in, and waits for its death.
+fn run_victim(dir: &Path, extra: &[&str]) {
+    let args = [&["--die-after", "100ms", "--name", "victim"][..], extra].concat();
+    let status = ycsb(dir, &args).wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_logs_are_done() {
     let dir = tempfile::tempdir().unwrap();
@@ -246,9 +254,7 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
     let mut tree = survivor.btree("orders").await.unwrap();
 
     // It SIGKILLs itself right after a lock-taking CAS: mid-operation.
-    let mut victim = ycsb(dir.path(), &["--die-after", "100ms", "--name", "victim"]);
-    let status = victim.wait().unwrap();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    run_victim(dir.path(), &[]);
 
     let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
     let dead = eventually("the victim's expiry", Duration::from_secs(30), async || {
@@ -327,12 +333,7 @@ async fn a_killed_hash_clients_unwritten_kv_chunk_end_goes_to_the_heir_of_its_id
         .await
         .unwrap();
     let mut table = survivor.hash("orders").await.unwrap();
-    let mut victim = ycsb(
-        dir.path(),
-        &["--kind", "hash", "--die-after", "100ms", "--name", "victim"],
-    );
-    let status = victim.wait().unwrap();
-    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    run_victim(dir.path(), &["--kind", "hash"]);
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
     let dead = eventually("the victim's registration", Duration::from_secs(30), async || {
         let clients = api.clients().await.ok()?;
