@@ -163,8 +163,7 @@ impl TcpTransport {
     /// The live connection to `node`, connecting again if it broke.
     async fn conn(&self, node: NodeId) -> Result<Arc<Connection>, FabricError> {
         let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
-        let mandate = self.mandate.get().and_then(Weak::upgrade);
-        slot.live(mandate.as_deref()).await
+        slot.live(&self.mandate).await
     }
 
     /// From now on, a reconnection to a node stops as soon as `mandate`
@@ -237,12 +236,14 @@ impl Slot {
     /// The current connection if it is not broken; otherwise a new one
     /// (bounded attempts, exponential backoff). Concurrent callers wait for
     /// one reconnection rather than each opening their own.
-    async fn live(&self, mandate: Option<&Mandate>) -> Result<Arc<Connection>, FabricError> {
+    /// `mandate`: the process's, if it follows one (taken only when the
+    /// connection is broken: a live one costs the batch nothing more).
+    async fn live(&self, mandate: &OnceLock<Weak<Mandate>>) -> Result<Arc<Connection>, FabricError> {
         let mut current = self.current.lock().await;
         if current.pending().broken.is_none() {
             return Ok(current.clone());
         }
-        let Some(m) = mandate else {
+        let Some(m) = mandate.get().and_then(Weak::upgrade) else {
             return self.reconnect(&mut current).await;
         };
         let since = m.epoch();
