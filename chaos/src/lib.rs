@@ -13,6 +13,9 @@
 //! - [`history`], [`timeline`], [`plot`]: acknowledged writes and the final
 //!   check against them; throughput per bucket and what faults did to it;
 //!   the PNG.
+//! - [`linearizability`]: per-key linearizability of a history of every
+//!   client op (Jepsen-style JSON lines), judged by two independent checkers
+//!   that must agree.
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -20,6 +23,7 @@
 pub mod crash_points;
 pub mod experiment;
 pub mod history;
+pub mod linearizability;
 pub mod plot;
 pub mod run;
 pub mod timeline;
