@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use chaos::linearizability::{
     check, check_key_stateright, check_key_wgl, check_with_limits, operations, read_jsonl, write_jsonl,
     CrossCheck, Event, EventType, Function, HistoryError, Limits, OpResult, Report, Verdict,
-    CROSS_CHECK_MAX_OPS, MAX_SEARCH_STEPS_PER_KEY,
+    CROSS_CHECK_MAX_OPS, CROSS_CHECK_MAX_STEPS_PER_KEY, MAX_SEARCH_STEPS_PER_KEY,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -582,6 +582,7 @@ fn search_cap_reports_unknown_never_linearizable() {
     let history = hard_history(6);
     let limits = Limits {
         max_steps_per_key: 20,
+        cross_check_max_steps_per_key: 20,
         ..Limits::default()
     };
     let report = check_with_limits(&history, &absent, &limits).expect("well-formed");
@@ -692,6 +693,12 @@ struct Planned {
 /// takes effect at a point inside its interval (or, for info/pending, maybe
 /// never; for fail, never), and ok results come from that execution.
 fn constructed(rng: &mut StdRng, ops_per_lane: usize, keys: u64) -> Vec<Event> {
+    constructed_with(rng, ops_per_lane, keys, 12)
+}
+
+/// [`constructed`] with `unknown_percent` of the ops info or pending (half
+/// as many more fail).
+fn constructed_with(rng: &mut StdRng, ops_per_lane: usize, keys: u64, unknown_percent: u32) -> Vec<Event> {
     let mut planned = Vec::new();
     let mut next_value = 1;
     let mut next_process = LANES;
@@ -708,11 +715,11 @@ fn constructed(rng: &mut StdRng, ops_per_lane: usize, keys: u64) -> Vec<Event> {
                 next_value += 1;
                 next_value
             });
-            let roll = rng.gen_range(0..100);
+            let roll = rng.gen_range(0..200);
             let (kind, pending) = match roll {
-                0..=7 => (EventType::Info, false),
-                8..=11 => (EventType::Info, true),
-                12..=17 => (EventType::Fail, false),
+                r if r < unknown_percent => (EventType::Info, false),
+                r if r < 2 * unknown_percent => (EventType::Info, true),
+                r if r < 3 * unknown_percent => (EventType::Fail, false),
                 _ => (EventType::Ok, false),
             };
             planned.push(Planned {
@@ -763,7 +770,8 @@ fn both(events: &[Event]) -> Vec<(u64, Verdict, CrossCheck)> {
         .iter()
         .map(|(&key, key_ops)| {
             let primary = check_key_wgl(key_ops, None, MAX_SEARCH_STEPS_PER_KEY);
-            let cross = check_key_stateright(key_ops, None, MAX_SEARCH_STEPS_PER_KEY, CROSS_CHECK_MAX_OPS);
+            let cross =
+                check_key_stateright(key_ops, None, CROSS_CHECK_MAX_STEPS_PER_KEY, CROSS_CHECK_MAX_OPS);
             (key, primary, cross)
         })
         .collect()
@@ -935,4 +943,27 @@ fn random_arbitrary_histories_both_checkers_agree() {
         }
     }
     assert!(yes > 100 && no > 100, "linearizable {yes}, not {no}");
+}
+
+#[test]
+fn only_the_listed_rejected_keys_are_cross_checked() {
+    let mut lines = Vec::new();
+    for key in 0..3 {
+        lines.push(format!("1 invoke get k{key}"));
+        lines.push(format!("1 ok get k{key} 5"));
+    }
+    let history = h(&lines.iter().map(String::as_str).collect::<Vec<_>>());
+    let limits = Limits {
+        max_reported_keys: 1,
+        ..Limits::default()
+    };
+    let report = check_with_limits(&history, &absent, &limits).expect("well-formed");
+    assert_eq!(report.verdict, Verdict::NotLinearizable, "{report}");
+    assert_eq!((report.non_linearizable_keys, report.cross_check_skipped), (3, 2));
+    assert_eq!(
+        report.non_linearizable[0].verdicts.cross_check,
+        CrossCheck::Ran {
+            verdict: Verdict::NotLinearizable
+        }
+    );
 }

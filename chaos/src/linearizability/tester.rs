@@ -12,8 +12,8 @@
 //! [`Limits::cross_check_max_ops`](super::Limits::cross_check_max_ops) ops
 //! are skipped, and the search runs on a thread of its own with a stack of
 //! [`CROSS_CHECK_STACK_BYTES`]. Without memoisation a non-linearizable
-//! history can take exponential time, so the same step budget as the
-//! primary's applies; stateright offers no way to stop its search, so the
+//! history can take exponential time, so a step budget applies
+//! ([`CROSS_CHECK_MAX_STEPS_PER_KEY`](super::CROSS_CHECK_MAX_STEPS_PER_KEY)); stateright offers no way to stop its search, so the
 //! model unwinds out of it (`resume_unwind`, which runs no panic hook) when
 //! the budget is spent, and the verdict is [`Verdict::Unknown`].
 
