@@ -134,6 +134,34 @@ impl Client {
     /// completion (which may be a per-verb error); read them through the
     /// batch. An empty batch costs nothing and succeeds.
     pub async fn execute(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        self.execute_at(batch, None).await
+    }
+
+    /// [`Client::execute`], only if the map this client routes by is still
+    /// at `epoch` (the one [`Client::epoch`] gave after an earlier batch):
+    /// otherwise [`FabricError::MapMoved`] and no verb is issued. For a
+    /// protocol step whose later batch must reach the replicas its earlier
+    /// one did (a commit's backups, then its primary): a replica joining in
+    /// between would miss the earlier one.
+    pub async fn execute_pinned(
+        &mut self,
+        batch: &mut Batch,
+        epoch: crate::Epoch,
+    ) -> Result<(), FabricError> {
+        self.execute_at(batch, Some(epoch)).await
+    }
+
+    /// The epoch of the map the last batch was routed by (and the next is,
+    /// unless a newer map arrives first).
+    pub fn epoch(&self) -> crate::Epoch {
+        self.map.epoch()
+    }
+
+    async fn execute_at(
+        &mut self,
+        batch: &mut Batch,
+        pinned: Option<crate::Epoch>,
+    ) -> Result<(), FabricError> {
         if batch.is_empty() {
             return Ok(());
         }
@@ -155,6 +183,12 @@ impl Client {
             if let Err(e) = self.transport.learn(&self.map) {
                 tracing::warn!(error = %e, "cannot reach every node of the map");
             }
+        }
+        if let Some(pinned) = pinned.filter(|&p| p != self.map.epoch()) {
+            return Err(FabricError::MapMoved {
+                pinned,
+                now: self.map.epoch(),
+            });
         }
         batch.route(&self.map)?;
         let epoch = self.map.epoch();

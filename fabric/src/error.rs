@@ -30,6 +30,16 @@ pub enum FabricError {
     /// ids may already be another's.
     #[error("this process's lease is not certain (not renewed in time, or lost): no verb was issued")]
     LeaseUncertain,
+    /// A batch pinned to a map ([`crate::Client::execute_pinned`]) found a
+    /// newer one to route by: no verb was issued, since the replicas it
+    /// would reach are not those its earlier batches reached.
+    #[error("the map moved from epoch {pinned} to {now} under a pinned batch: no verb was issued")]
+    MapMoved {
+        /// The epoch the batch was pinned to.
+        pinned: Epoch,
+        /// The epoch of the map the client routes by now.
+        now: Epoch,
+    },
     /// The client's map has no such region.
     #[error("region {region} is not in the cluster map")]
     UnknownRegion {
@@ -90,6 +100,23 @@ pub enum FabricError {
         /// What the host said.
         reason: String,
     },
+}
+
+impl FabricError {
+    /// Whether the batch was refused before any of its verbs was sent (the
+    /// process's lease or map refused it, or it was too large): nothing of
+    /// it happened anywhere. Every other error may leave a batch run in
+    /// part.
+    pub fn sent_nothing(&self) -> bool {
+        matches!(
+            self,
+            FabricError::LeaseUncertain
+                | FabricError::MapMoved { .. }
+                | FabricError::UnknownRegion { .. }
+                | FabricError::NoSuchReplica { .. }
+                | FabricError::BatchTooLarge { .. }
+        )
+    }
 }
 
 /// Why a memory node could not be created, opened or attached.

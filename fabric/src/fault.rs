@@ -108,17 +108,45 @@ pub struct Faulty<T> {
     plan: FaultPlan,
     state: Mutex<State>,
     gate: Gate,
+    /// The clock skew now: the plan's at first, changed by
+    /// [`Faulty::set_clock_skew_ms`] (a skew that starts mid-run). Read on
+    /// every clock reading, so an atomic rather than the state's lock.
+    skew_ms: std::sync::atomic::AtomicI64,
+    /// The node whose WRITEs are acknowledged and never sent
+    /// ([`Faulty::drop_writes_to`]), or [`NO_NODE`].
+    drop_writes_to: std::sync::atomic::AtomicU32,
 }
+
+/// No node: nothing dropped.
+const NO_NODE: u32 = u32::MAX;
 
 impl<T: Transport> Faulty<T> {
     /// Wraps `inner`.
     pub fn new(inner: T, plan: FaultPlan) -> Self {
+        let plan_skew = plan.clock_skew_ms;
         Faulty {
             inner,
             plan,
             state: Mutex::new(State::default()),
             gate: Gate::default(),
+            skew_ms: std::sync::atomic::AtomicI64::new(plan_skew),
+            drop_writes_to: std::sync::atomic::AtomicU32::new(NO_NODE),
         }
+    }
+
+    /// From now on, every WRITE to `node` (`None`: none) is reported done
+    /// and never sent: a replica's writes lost on the way, the sabotage a
+    /// chaos campaign must catch (replicas that differ, data a promotion
+    /// loses). Other verbs to the node, and every verb to other nodes, run.
+    pub fn drop_writes_to(&self, node: Option<crate::NodeId>) {
+        let n = node.map_or(NO_NODE, u32::from);
+        self.drop_writes_to.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Puts the client's clock `ms` ahead of the real one (behind if
+    /// negative) from now on.
+    pub fn set_clock_skew_ms(&self, ms: i64) {
+        self.skew_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -348,7 +376,7 @@ impl<T: Transport> Transport for Faulty<T> {
     }
 
     fn clock_skew_ms(&self) -> i64 {
-        self.plan.clock_skew_ms
+        self.skew_ms.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -455,6 +483,28 @@ impl<T: Transport> Faulty<T> {
             let r = self.inner.execute(epoch, &ops[k..], payload, &mut rest).await;
             append(&first, out);
             append(&rest, out);
+            return r;
+        }
+        let dropped = self.drop_writes_to.load(std::sync::atomic::Ordering::Relaxed);
+        let sent = |op: &Op| !(u32::from(op.node) == dropped && matches!(op.kind, OpKind::Write { .. }));
+        if part.held_at.is_none() && !ops.iter().all(sent) {
+            let others: Vec<Op> = ops.iter().filter(|op| sent(op)).copied().collect();
+            let mut inner_out = Completions::default();
+            let r = self.inner.execute(epoch, &others, payload, &mut inner_out).await;
+            let mut ran = inner_out.as_slice().iter();
+            for op in ops {
+                if !sent(op) {
+                    out.push(Ok(Outcome::Done));
+                    continue;
+                }
+                let Some(c) = ran.next() else { break };
+                match c {
+                    Ok(Outcome::Read(range)) => out
+                        .push_read(range.len)
+                        .copy_from_slice(inner_out.read_data(*range)),
+                    other => out.push(*other),
+                }
+            }
             return r;
         }
         let Some(h) = part.held_at else {
