@@ -40,6 +40,11 @@ pub struct TxClient {
     pub(crate) hints: Arc<HintCache>,
     /// This owner's last log while it is not known to be DONE (`settle.rs`).
     pub(crate) open_log: Option<OpenLog>,
+    /// The last commit was cut off by a fabric error at or after its first
+    /// batch that can make it visible (a logged commit's DOING CAS, an Opt1
+    /// commit's pointer CASes): it may or may not have taken effect
+    /// ([`TxClient::take_commit_in_doubt`]).
+    pub(crate) commit_in_doubt: bool,
     /// The process's view of reclaims and this client's pin in it
     /// (`crate::quiesce`); `None` for a client that follows no control
     /// plane, where nothing is ever reclaimed.
@@ -70,6 +75,7 @@ impl TxClient {
             rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner)),
             hints: Arc::new(HintCache::default()),
             open_log: None,
+            commit_in_doubt: false,
             reclaims: None,
             section_depth: 0,
             section_seq: None,
@@ -243,6 +249,18 @@ impl TxClient {
     /// Starts a transaction by hand; prefer [`TxClient::run`].
     pub fn begin(&mut self) -> Tx<'_> {
         Tx::new(self)
+    }
+
+    /// Whether the last commit was cut off by a fabric error once it may
+    /// have become visible, and forgets it. Such a commit may or may not
+    /// have taken effect: running the caller's operation again would apply
+    /// a write twice (a put another write came between) or report a
+    /// conditional one's result wrong (an insert that finds its own key,
+    /// a delete that finds the key it removed gone). Its log, if it has
+    /// one, is settled before the next commit either way. Cut off before
+    /// that batch, nothing of it is visible and it can run again.
+    pub fn take_commit_in_doubt(&mut self) -> bool {
+        std::mem::take(&mut self.commit_in_doubt)
     }
 
     /// A transaction of this owner stopped on a fabric error: its open log

@@ -30,7 +30,13 @@
 //! repairer that finds the lease expired finishes RT4 from the log, and every
 //! step is an idempotent CAS, so owner and repairer may both run it.
 
-use fabric::{GlobalAddr, Replica, VerbHandle};
+use fabric::{FabricError, GlobalAddr, Replica, VerbHandle};
+
+/// Times a commit's backups' round trip goes again because the map moved
+/// before its primary's batch (a replica joined or left): each move is a
+/// recovery step, so more than a few under one commit means the commit is
+/// cut off instead.
+const MAP_MOVES_MAX: u32 = 8;
 
 /// The named crash point (`fabric::FaultPlan::crash_points`) a logged
 /// commit passes right after its commit point (log DOING), before it
@@ -54,9 +60,13 @@ impl Tx<'_> {
     /// its own lock when it meets it and settles the log before its next
     /// commit (`settle.rs`).
     pub async fn commit(mut self) -> Result<(), TxError> {
+        self.c.commit_in_doubt = false;
         let result = self.try_commit().await;
         if matches!(result, Err(TxError::Fabric(_))) {
             self.c.cut_off();
+        } else {
+            // Committed, or aborted with nothing of it visible.
+            self.c.commit_in_doubt = false;
         }
         result
     }
@@ -181,7 +191,10 @@ impl Tx<'_> {
                 LogHeader::of(LogState::Init, lock).raw(),
                 doing.raw(),
             );
-            self.c.fabric.execute(&mut self.batch).await?;
+            // From here a cut-off commit may have happened (a repairer, or
+            // this owner's settle, rolls a DOING log forward).
+            self.c.commit_in_doubt = true;
+            self.execute_commit_point().await?;
             // Before anything of the log is installed on a backup, every
             // backup's header says what the primary's decided.
             self.c
@@ -206,6 +219,19 @@ impl Tx<'_> {
             self.committed(installed);
         }
         Ok(())
+    }
+
+    /// Executes the batch that may make the commit visible: refused before
+    /// any verb was sent, nothing of it happened and the commit is not in
+    /// doubt.
+    async fn execute_commit_point(&mut self) -> Result<(), TxError> {
+        let sent = self.c.fabric.execute(&mut self.batch).await;
+        if let Err(e) = &sent {
+            if e.sent_nothing() {
+                self.c.commit_in_doubt = false;
+            }
+        }
+        Ok(sent?)
     }
 
     /// Counts the commit, frees the blocks it replaced (or parks them until
@@ -416,67 +442,106 @@ impl Tx<'_> {
             .all(|w| self.c.replicas(w.obj.meta.region()) == 1)
             && self.c.replicas(self.c.heap.region()) == 1;
         let logged = doing.is_some();
+        // An Opt1 commit's first pointer CAS may make it visible: on the
+        // primary at once, on a backup once that backup is promoted. (A
+        // logged one is in doubt from its DOING CAS on.)
+        self.c.commit_in_doubt = true;
+        let mut first_batch = !logged;
         let mut installs = Vec::with_capacity(self.writes.len());
-        // Backups first: a separate round trip when there are backups.
-        if !single_replica {
-            self.batch.clear();
-            if with_data {
-                self.push_new_data();
-            }
-            for (i, w) in self.writes.iter().enumerate() {
-                let replicas = self.c.replicas(w.obj.meta.region());
-                let new = w.new.expect("allocated").raw();
-                if logged {
-                    let h = self
-                        .batch
-                        .on(Replica::All)
-                        .cas(w.obj.dptr_addr(), w.old.raw(), new);
-                    installs.push((i, 0, h));
-                } else {
-                    for b in 0..replicas.saturating_sub(1) {
-                        let h =
-                            self.batch
-                                .on(Replica::Backup(b as u8))
-                                .cas(w.obj.dptr_addr(), w.old.raw(), new);
-                        installs.push((i, b + 1, h));
+        let mut map_moves = 0;
+        let (primary_cas, releases, done, header_addr) = loop {
+            // Backups first: a separate round trip when there are backups,
+            // and the primary's batch pinned to the map it was routed by.
+            let mut pinned = None;
+            if !single_replica {
+                self.batch.clear();
+                if with_data {
+                    self.push_new_data();
+                }
+                for (i, w) in self.writes.iter().enumerate() {
+                    let replicas = self.c.replicas(w.obj.meta.region());
+                    let new = w.new.expect("allocated").raw();
+                    if logged {
+                        let h = self
+                            .batch
+                            .on(Replica::All)
+                            .cas(w.obj.dptr_addr(), w.old.raw(), new);
+                        installs.push((i, 0, h));
+                    } else {
+                        for b in 0..replicas.saturating_sub(1) {
+                            let h = self.batch.on(Replica::Backup(b as u8)).cas(
+                                w.obj.dptr_addr(),
+                                w.old.raw(),
+                                new,
+                            );
+                            installs.push((i, b + 1, h));
+                        }
                     }
                 }
+                if std::mem::take(&mut first_batch) {
+                    self.execute_commit_point().await?;
+                } else {
+                    self.c.fabric.execute(&mut self.batch).await?;
+                }
+                pinned = Some(self.c.fabric.epoch());
+                self.check_done()?;
+                let moved = pointers_moved(&self.batch, &installs, |i| self.old_new(i))?;
+                if !moved.is_empty() {
+                    self.install_refused(lock, logged, &moved).await?;
+                }
+                installs.clear();
             }
-            self.c.fabric.execute(&mut self.batch).await?;
-            self.check_done()?;
-            let moved = pointers_moved(&self.batch, &installs, |i| self.old_new(i))?;
-            if !moved.is_empty() {
-                self.install_refused(lock, logged, &moved).await?;
+            self.batch.clear();
+            if with_data && single_replica {
+                self.push_new_data();
             }
-            installs.clear();
-        }
-        self.batch.clear();
-        if with_data && single_replica {
-            self.push_new_data();
-        }
-        let mut primary_cas = Vec::new();
-        for (i, w) in self.writes.iter().enumerate() {
-            if single_replica || !logged {
-                let new = w.new.expect("allocated").raw();
-                let h = self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new);
-                primary_cas.push(h);
-                installs.push((i, 0, h));
+            let mut primary_cas = Vec::new();
+            for (i, w) in self.writes.iter().enumerate() {
+                if single_replica || !logged {
+                    let new = w.new.expect("allocated").raw();
+                    let h = self.batch.cas(w.obj.dptr_addr(), w.old.raw(), new);
+                    primary_cas.push(h);
+                    installs.push((i, 0, h));
+                }
             }
-        }
-        let mut releases = Vec::with_capacity(self.writes.len());
-        for w in &self.writes {
-            let released = LockWord::unlocked(w.seen.version() + 1);
-            releases.push(self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw()));
-        }
-        let header_addr = self.c.heap.log_slot(self.c.owner)?.add(HEADER_OFFSET);
-        let done = doing.map(|doing| {
-            self.batch.on(Replica::All).cas(
-                header_addr,
-                doing.raw(),
-                LogHeader::of(LogState::Done, lock).raw(),
-            )
-        });
-        self.c.fabric.execute(&mut self.batch).await?;
+            let mut releases = Vec::with_capacity(self.writes.len());
+            for w in &self.writes {
+                let released = LockWord::unlocked(w.seen.version() + 1);
+                releases.push(self.batch.cas(w.obj.lock_addr(), lock.raw(), released.raw()));
+            }
+            let header_addr = self.c.heap.log_slot(self.c.owner)?.add(HEADER_OFFSET);
+            let done = doing.map(|doing| {
+                self.batch.on(Replica::All).cas(
+                    header_addr,
+                    doing.raw(),
+                    LogHeader::of(LogState::Done, lock).raw(),
+                )
+            });
+            match pinned {
+                // A replica that joined after the backups' round trip was
+                // copied from the primary before this commit's pointer
+                // reached it (Opt1: its commit point is in this batch), and
+                // would stay behind: the backups' round trip goes again,
+                // under the new map (every CAS in it is idempotent).
+                Some(epoch) => match self.c.fabric.execute_pinned(&mut self.batch, epoch).await {
+                    Err(FabricError::MapMoved { pinned, now }) if map_moves < MAP_MOVES_MAX => {
+                        map_moves += 1;
+                        tracing::debug!(
+                            owner = self.c.owner,
+                            pinned,
+                            now,
+                            "map moved under a commit: backups again"
+                        );
+                        installs.clear();
+                        continue;
+                    }
+                    sent => sent?,
+                },
+                None if first_batch => self.execute_commit_point().await?,
+                None => self.c.fabric.execute(&mut self.batch).await?,
+            }
+            break (primary_cas, releases, done, header_addr);
+        };
         self.check_done()?;
         if let Some(done) = done {
             self.c
