@@ -42,6 +42,25 @@ pub enum IndexError {
     /// The operation kept being retried.
     #[error("gave up after {0} attempts")]
     TooManyAttempts(u32),
+    /// A write was cut off (the error inside) once its commit point may
+    /// have been reached: it may or may not have taken effect. Not run
+    /// again: a second run would apply it twice, or find its own effect and
+    /// report the wrong result. The caller learns the outcome by reading.
+    #[error("outcome unknown: the write was cut off at its commit point ({0})")]
+    InDoubt(Box<IndexError>),
+}
+
+impl IndexError {
+    /// `e` as [`IndexError::InDoubt`] when it is a fabric failure (a lost
+    /// connection, a stale map, a crash): the ways a commit is cut off.
+    pub(crate) fn in_doubt_if_cut_off(e: IndexError) -> IndexError {
+        match &e {
+            IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) if !f.sent_nothing() => {
+                IndexError::InDoubt(Box::new(e))
+            }
+            _ => e,
+        }
+    }
 }
 
 impl From<fabric::ReadError> for IndexError {

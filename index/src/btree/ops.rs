@@ -246,6 +246,9 @@ impl BTree {
                         }
                         return Ok(written);
                     }
+                    Err(Step::Fail(e)) if self.store.take_commit_in_doubt() => {
+                        return Err(IndexError::in_doubt_if_cut_off(e));
+                    }
                     Err(step) => step,
                 },
                 Err(step) => {

@@ -44,6 +44,9 @@ pub struct Optimal {
     next: u64,
     end: u64,
     lock_attempts_max: u32,
+    /// The last write-back batch was cut off by a fabric error: some of
+    /// it may have landed (`Store::take_commit_in_doubt`).
+    pub(crate) commit_in_doubt: bool,
 }
 
 impl Optimal {
@@ -56,6 +59,7 @@ impl Optimal {
             next: 0,
             end: 0,
             lock_attempts_max: LOCK_ATTEMPTS_MAX,
+            commit_in_doubt: false,
         }
     }
 
@@ -247,11 +251,9 @@ impl<'a> OptimalTxn<'a> {
         if self.batch.is_empty() {
             return Ok(());
         }
-        self.o
-            .fabric
-            .execute(&mut self.batch)
-            .await
-            .map_err(|e| Step::Fail(e.into()))?;
+        let sent = self.o.fabric.execute(&mut self.batch).await;
+        self.o.commit_in_doubt = sent.as_ref().is_err_and(|e| !e.sent_nothing());
+        sent.map_err(|e| Step::Fail(e.into()))?;
         match self.batch.first_error() {
             Some(e) => Err(Step::Fail(IndexError::Verb(e))),
             None => Ok(()),

@@ -104,6 +104,17 @@ impl Store {
         }
     }
 
+    /// Whether the last commit was cut off once it may have taken effect
+    /// (and forgets it): rtx, at or after its commit point
+    /// ([`TxClient::take_commit_in_doubt`]); optimal, inside its one
+    /// write-back batch.
+    pub(crate) fn take_commit_in_doubt(&mut self) -> bool {
+        match self {
+            Store::Optimal(o) => std::mem::take(&mut o.commit_in_doubt),
+            Store::Rtx(c) => c.take_commit_in_doubt(),
+        }
+    }
+
     /// Whether cached parents keep their leaves' hints (see [`super::BTree`]).
     pub(crate) fn keeps_leaf_hints(&self) -> bool {
         matches!(self, Store::Rtx(_))

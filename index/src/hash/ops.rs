@@ -206,18 +206,34 @@ impl HashTable {
                 self.split(view.loc, header).await?;
                 continue;
             };
-            match self.publish(&view, pos, Slot::EMPTY, new, true).await? {
+            // The slot CAS is the commit point: cut off there, the insert
+            // may have happened, and running it again would find it.
+            let published = self
+                .publish(&view, pos, Slot::EMPTY, new, true)
+                .await
+                .map_err(IndexError::in_doubt_if_cut_off)?;
+            match published {
                 Published::Lost => {
                     self.stats.retries += 1;
                     continue;
                 }
+                // Published: a fabric error from here on leaves it in doubt.
                 Published::Stable(after) => {
                     let after = after.map_or(view, |a| *a);
-                    return self.keep_one_copy(key, pos, new, &after).await;
+                    return self
+                        .keep_one_copy(key, pos, new, &after)
+                        .await
+                        .map_err(IndexError::in_doubt_if_cut_off);
                 }
                 Published::Unsettled => {
-                    self.settle(view.loc, pos, Slot::EMPTY, new, h).await?;
-                    match self.where_is(key).await? {
+                    self.settle(view.loc, pos, Slot::EMPTY, new, h)
+                        .await
+                        .map_err(IndexError::in_doubt_if_cut_off)?;
+                    match self
+                        .where_is(key)
+                        .await
+                        .map_err(IndexError::in_doubt_if_cut_off)?
+                    {
                         Some(s) if s == new => return Ok(true),
                         Some(_) => return Ok(false),
                         None => continue,
@@ -280,12 +296,21 @@ impl HashTable {
                 Ok(Lookup::Absent { .. }) => return Ok(None),
                 Ok(Lookup::Found { view, pos, slot, .. }) => (view, pos, slot),
             };
-            match self.publish(&view, pos, old, new, false).await? {
+            let published = self
+                .publish(&view, pos, old, new, false)
+                .await
+                .map_err(IndexError::in_doubt_if_cut_off)?;
+            match published {
                 Published::Lost => self.stats.retries += 1,
                 Published::Stable(_) => return Ok(Some(new)),
                 Published::Unsettled => {
-                    self.settle(view.loc, pos, old, new, h).await?;
-                    let now = self.where_is(key).await?;
+                    self.settle(view.loc, pos, old, new, h)
+                        .await
+                        .map_err(IndexError::in_doubt_if_cut_off)?;
+                    let now = self
+                        .where_is(key)
+                        .await
+                        .map_err(IndexError::in_doubt_if_cut_off)?;
                     let done = if new.is_empty() {
                         now.is_none()
                     } else {
