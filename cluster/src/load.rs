@@ -82,6 +82,36 @@ impl Handle {
         }
     }
 
+    /// Inserts `key` if absent; `false` (nothing written) if present.
+    pub async fn insert(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        match self {
+            Handle::Tree(t) => t
+                .insert(key, value)
+                .await
+                .map(|w| w != index::btree::Written::Unchanged),
+            Handle::Table(t) => t.insert(key, value).await,
+        }
+    }
+
+    /// Replaces `key`'s value if present; `false` (nothing written) if absent.
+    pub async fn update(&mut self, key: u64, value: u64) -> Result<bool, IndexError> {
+        match self {
+            Handle::Tree(t) => t
+                .update(key, value)
+                .await
+                .map(|w| w != index::btree::Written::Unchanged),
+            Handle::Table(t) => t.update(key, value).await,
+        }
+    }
+
+    /// Removes `key`; `false` if it was absent.
+    pub async fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
+        match self {
+            Handle::Tree(t) => t.delete(key).await.map(|w| w != index::btree::Written::Unchanged),
+            Handle::Table(t) => t.delete(key).await,
+        }
+    }
+
     /// The epoch of the map this process routes by now.
     pub fn epoch(&self) -> fabric::Epoch {
         match self {

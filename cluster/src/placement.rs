@@ -131,9 +131,62 @@ pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> R
     tokio::select! {
         lost = lease => match lost {
             Ok(()) => Ok(()),
-            Err(e) => Err(ClusterError::LeaseLost(chain(&e))),
+            Err(e) => {
+                fence_at_the_clusters_epoch(&members, &node).await;
+                Err(ClusterError::LeaseLost(chain(&e)))
+            }
         },
         never = watch => match never {},
+    }
+}
+
+/// [`follow`] for the node's whole life: a node whose lease is lost (it was
+/// paused, or cut off, past two leases and declared dead) registers again,
+/// which takes it in as an empty spare once recovery has evicted its
+/// replicas, and follows the map again under the same id. Returns only if
+/// registration fails or gives another id.
+pub async fn follow_for_life(
+    members: Members,
+    id: MemNodeId,
+    node: Arc<MemoryNode>,
+    endpoint: String,
+    capacity_bytes: u64,
+) -> Result<(), ClusterError> {
+    loop {
+        match follow(members.clone(), id, node.clone()).await {
+            Err(ClusterError::LeaseLost(why)) => {
+                tracing::warn!(memnode = id, %why, "lease lost; registering again");
+            }
+            other => return other,
+        }
+        let again = register(&members, &endpoint, capacity_bytes).await?;
+        if again != id {
+            return Err(ClusterError::Map(format!(
+                "memory node {id} registered again as {again}: a node keeps its id by its endpoint"
+            )));
+        }
+        tracing::info!(memnode = id, "registered again; following the map");
+    }
+}
+
+/// Raises `node`'s epoch to the newest any member has applied, so that a
+/// client whose map still routes here is refused (`StaleEpoch`, and it
+/// fetches the map) rather than served what this node held when its lease
+/// lapsed: meanwhile the node may have been declared dead and its replicas
+/// promoted elsewhere and written. Clients with the newer map do not route
+/// here at all. Best effort: with no member reachable the node keeps its
+/// epoch, and a client that reaches it with an old map is one whose map
+/// no member could have changed either.
+async fn fence_at_the_clusters_epoch(members: &Members, node: &MemoryNode) {
+    let mut newest = None;
+    for c in members.clients() {
+        if let Ok(Ok(status)) = tokio::time::timeout(MEMBER_TIMEOUT, c.status()).await {
+            newest = newest.max(Some(status.epoch));
+        }
+    }
+    if let Some(epoch) = newest {
+        let now = node.advance_epoch(epoch);
+        tracing::warn!(epoch = now, "lease lost: fenced clients with older maps");
     }
 }
 

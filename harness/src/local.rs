@@ -303,6 +303,18 @@ impl LocalCluster {
         spec: &LocalClusterSpec,
         progress: impl Fn(&str),
     ) -> Result<LocalCluster, LocalError> {
+        Self::up_routed(exe, spec, progress, |_, members| Ok(members.to_vec())).await
+    }
+
+    /// [`LocalCluster::up`], with memory node `i` (from 1) given the
+    /// control-plane endpoints `control_for(i, members)` instead of the
+    /// members' own: proxies a chaos run can cut (a partition).
+    pub async fn up_routed(
+        exe: &Path,
+        spec: &LocalClusterSpec,
+        progress: impl Fn(&str),
+        mut control_for: impl FnMut(usize, &[String]) -> Result<Vec<String>, LocalError>,
+    ) -> Result<LocalCluster, LocalError> {
         spec.validate()?;
         let dir = spec.dir.clone();
         if let Ok(old) = ClusterFile::read(&dir) {
@@ -346,7 +358,7 @@ impl LocalCluster {
                 exe: exe.to_owned(),
                 i,
                 listen: "127.0.0.1:0".into(),
-                control: endpoints.join(","),
+                control: control_for(i, &endpoints)?.join(","),
                 capacity,
                 token: control.token.clone(),
                 log: dir.join(format!("memnode-{i}.log")),

@@ -190,7 +190,13 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "{}", harness::ServerLine::Listening(addr.to_string()))?;
         stdout.flush()?;
         drop(stdout);
-        let follower = tokio::spawn(placement::follow(members, id, node.clone()));
+        let follower = tokio::spawn(placement::follow_for_life(
+            members,
+            id,
+            node.clone(),
+            endpoint,
+            args.capacity,
+        ));
         fabric::server::serve(listener, node.clone(), shutdown).await?;
         follower.abort();
         anyhow::Ok(node)
