@@ -92,6 +92,13 @@ pub const MEMNODE_LEASE_MS_MIN: u64 = 60;
 /// share plus an 8 ms drift (`txn::TxConfig`), so anything shorter may
 /// never be suspected.
 pub const PAUSE_MIN: Duration = Duration::from_millis(20);
+/// Largest clock skew a fault injects, either way: ten seconds is far past
+/// any rTX lease (milliseconds) and a client lease (a second by default),
+/// enough to show what breaks beyond the drift.
+pub const SKEW_MS_MAX: u64 = 10_000;
+/// Control-plane members of a local-cluster run (`run::replica`): three,
+/// so that one can be killed and the others still form a quorum.
+pub const CONTROL_MEMBERS: u32 = 3;
 
 /// An experiment, as read from its file.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -117,6 +124,9 @@ pub struct Experiment {
     /// Seed of the keys, values and op streams (`--seed` overrides it).
     #[serde(default = "default_seed")]
     pub seed: u64,
+    /// What `kintsugi chaos campaign` may draw from this file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub campaign: Option<crate::campaign::CampaignSpec>,
 }
 
 fn default_seed() -> u64 {
@@ -238,15 +248,39 @@ pub struct Fault {
     /// To which client process (0-based; client faults only).
     #[serde(default)]
     pub client: u32,
-    /// Which replica's node (`kill-memnode` only).
+    /// Which replica's node (`kill-memnode`, `pause-memnode`).
     #[serde(default)]
     pub role: Option<ReplicaRole>,
     /// When, from the clients' common start.
     #[serde(with = "humantime_serde")]
     pub at: Duration,
-    /// How long a pause lasts (`pause-client` only).
+    /// How long the fault lasts: a pause (`pause-client`, `pause-memnode`),
+    /// a skew (`clock-skew`; to the end without it), or a leader's absence
+    /// (`kill-control-leader`: restarted after it; never without it).
     #[serde(default, rename = "for", with = "humantime_serde")]
     pub pause: Option<Duration>,
+    /// Milliseconds added to the client's clock (`clock-skew` only; negative
+    /// is behind).
+    #[serde(default)]
+    pub skew_ms: Option<i64>,
+    /// What a `partition` cuts off: a memory node (by `role`) or a client
+    /// (`client`).
+    #[serde(default)]
+    pub target: Option<PartitionTarget>,
+    /// The control-plane members (1..=3) a `partition` cuts the target
+    /// from; empty: all of them.
+    #[serde(default)]
+    pub members: Vec<u32>,
+}
+
+/// What a `partition` cuts off from the control plane.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionTarget {
+    /// The memory node holding the index's primary or first backup (`role`).
+    Memnode,
+    /// A client (`client`): its lease renewals and map watch.
+    Client,
 }
 
 /// The fault kinds this runner injects.
@@ -267,12 +301,53 @@ pub enum FaultKind {
     /// Start the last killed memory node again from its image: it must
     /// come back as an empty spare, never with its stale replica.
     RestartMemnode,
+    /// SIGSTOP the memory node holding the index's primary or a backup
+    /// (`role`) and SIGCONT it `for` later. Past two memory-node leases it
+    /// is declared dead and recovery acts as for a kill; when it resumes it
+    /// must serve nothing stale and come back as an empty spare.
+    PauseMemnode,
+    /// SIGKILL the control plane's Raft leader; restart it `for` later (if
+    /// given). The members elect another; leases, recovery and the clients'
+    /// map go on through it.
+    KillControlLeader,
+    /// Put `client`'s clock `skew_ms` ahead (or behind) for `for` (or to
+    /// the end): the lock leases it writes and the expiries it judges move
+    /// with it. Within the rTX drift the run must pass.
+    ClockSkew,
+    /// Cut a memory node's or a client's traffic to some (or all)
+    /// control-plane members for `for`, then heal it (`run::partition`:
+    /// in-path proxies). A node cut off past two leases is declared dead
+    /// and comes back as a spare; a client cut off past its lease loses it
+    /// and must stop.
+    Partition,
 }
 
 impl FaultKind {
-    /// Whether the fault is on a memory node (run by `run::replica`).
+    /// Every kind, for campaigns and `--help`.
+    pub const ALL: [FaultKind; 8] = [
+        FaultKind::KillClient,
+        FaultKind::PauseClient,
+        FaultKind::KillMemnode,
+        FaultKind::RestartMemnode,
+        FaultKind::PauseMemnode,
+        FaultKind::KillControlLeader,
+        FaultKind::ClockSkew,
+        FaultKind::Partition,
+    ];
+
+    /// Whether the fault is run by the local-cluster runner (`run::replica`):
+    /// faults on memory nodes and control-plane members, and the clock of
+    /// its in-process clients.
     pub fn on_memnode(self) -> bool {
-        matches!(self, FaultKind::KillMemnode | FaultKind::RestartMemnode)
+        matches!(
+            self,
+            FaultKind::KillMemnode
+                | FaultKind::RestartMemnode
+                | FaultKind::PauseMemnode
+                | FaultKind::KillControlLeader
+                | FaultKind::ClockSkew
+                | FaultKind::Partition
+        )
     }
 }
 
@@ -283,6 +358,10 @@ impl std::fmt::Display for FaultKind {
             FaultKind::PauseClient => "pause-client",
             FaultKind::KillMemnode => "kill-memnode",
             FaultKind::RestartMemnode => "restart-memnode",
+            FaultKind::PauseMemnode => "pause-memnode",
+            FaultKind::KillControlLeader => "kill-control-leader",
+            FaultKind::ClockSkew => "clock-skew",
+            FaultKind::Partition => "partition",
         })
     }
 }
@@ -495,6 +574,15 @@ impl Experiment {
             if f.role.is_some() {
                 return Err(invalid(field("role"), "only a kill-memnode fault has a role"));
             }
+            if f.skew_ms.is_some() {
+                return Err(invalid(field("skew_ms"), "only a clock-skew fault takes skew_ms"));
+            }
+            if f.target.is_some() || !f.members.is_empty() {
+                return Err(invalid(
+                    field("target"),
+                    "only a partition takes a target and members",
+                ));
+            }
             if f.client >= c.clients {
                 return Err(invalid(
                     field("client"),
@@ -589,39 +677,137 @@ impl Experiment {
                 "memory-node faults run YCSB a, uniform (the load whose acknowledged writes are checked)",
             ));
         }
-        // Kills in all, and nodes down (killed, not restarted) so far.
+        // Nodes lost in all (killed or paused), nodes down (killed, not
+        // restarted) so far, and when the last killed leader is back.
         let (mut kills, mut down) = (0, 0);
+        let mut leader_back: Option<Duration> = None;
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
-            if f.pause.is_some() {
-                return Err(invalid(field("for"), "only a pause-client fault lasts"));
+            let has_role = matches!(f.kind, FaultKind::KillMemnode | FaultKind::PauseMemnode)
+                || f.target == Some(PartitionTarget::Memnode);
+            if f.target.is_some() != (f.kind == FaultKind::Partition) {
+                return Err(invalid(
+                    field("target"),
+                    "a partition needs target = \"memnode\" or \"client\"; no other fault takes one",
+                ));
             }
-            match (f.kind, f.role) {
-                (FaultKind::KillMemnode, None) => {
-                    return Err(invalid(field("role"), "\"primary\" or \"backup\""));
+            if !f.members.is_empty() && f.kind != FaultKind::Partition {
+                return Err(invalid(field("members"), "only a partition names members"));
+            }
+            if let Some(m) = f.members.iter().find(|m| !(1..=CONTROL_MEMBERS).contains(*m)) {
+                return Err(invalid(
+                    field("members"),
+                    format!("{m} is not a member (1..={CONTROL_MEMBERS})"),
+                ));
+            }
+            match (has_role, f.role) {
+                (true, None) => return Err(invalid(field("role"), "\"primary\" or \"backup\"")),
+                (false, Some(_)) => {
+                    return Err(invalid(
+                        field("role"),
+                        "only kill-memnode and pause-memnode faults take a role \
+                         (a restart takes the last killed node)",
+                    ));
                 }
-                (FaultKind::KillMemnode, Some(_)) => {
+                _ => {}
+            }
+            if f.skew_ms.is_some() != (f.kind == FaultKind::ClockSkew) {
+                return Err(invalid(
+                    field("skew_ms"),
+                    "a clock-skew fault needs skew_ms (milliseconds, negative for behind); no other takes it",
+                ));
+            }
+            let has_client = f.kind == FaultKind::ClockSkew || f.target == Some(PartitionTarget::Client);
+            if !has_client && f.client != 0 {
+                return Err(invalid(
+                    field("client"),
+                    "only a clock-skew fault and a client partition name a client",
+                ));
+            }
+            if has_client && f.client >= c.clients {
+                return Err(invalid(
+                    field("client"),
+                    format!("{} is not a client (0..{})", f.client, c.clients),
+                ));
+            }
+            if let Some(p) = f.pause {
+                if f.at + p >= self.duration {
+                    return Err(invalid(field("for"), "the fault must end within the duration"));
+                }
+            }
+            match f.kind {
+                FaultKind::KillMemnode => {
+                    if f.pause.is_some() {
+                        return Err(invalid(
+                            field("for"),
+                            "a kill lasts; restart-memnode brings the node back",
+                        ));
+                    }
                     kills += 1;
                     down += 1;
                 }
-                (FaultKind::RestartMemnode, Some(_)) => {
-                    return Err(invalid(field("role"), "a restart takes the last killed node"));
+                FaultKind::RestartMemnode => {
+                    if f.pause.is_some() {
+                        return Err(invalid(field("for"), "a restart does not last"));
+                    }
+                    if down == 0 {
+                        return Err(invalid(
+                            field("kind"),
+                            "a restart-memnode needs a kill-memnode before it",
+                        ));
+                    }
+                    down -= 1;
                 }
-                (FaultKind::RestartMemnode, None) if down == 0 => {
-                    return Err(invalid(
-                        field("kind"),
-                        "a restart-memnode needs a kill-memnode before it",
-                    ));
+                FaultKind::PauseMemnode => {
+                    match f.pause {
+                        None => {
+                            return Err(invalid(
+                                field("for"),
+                                "a pause-memnode fault needs `for`, e.g. \"500ms\" (past two \
+                                 memory-node leases it is declared dead)",
+                            ));
+                        }
+                        Some(p) if p < PAUSE_MIN => {
+                            return Err(invalid(field("for"), format!("at least {PAUSE_MIN:?}")));
+                        }
+                        Some(_) => {}
+                    }
+                    kills += 1;
                 }
-                (FaultKind::RestartMemnode, None) => down -= 1,
-                // Refused above: one kind of fault per file.
-                (FaultKind::KillClient | FaultKind::PauseClient, _) => {}
+                FaultKind::KillControlLeader => {
+                    if leader_back.is_some_and(|back| f.at < back) {
+                        return Err(invalid(
+                            field("at"),
+                            "a leader killed earlier is not back yet (its `for` has not passed, or it \
+                             has none): a second member down would leave the three without a quorum",
+                        ));
+                    }
+                    leader_back = Some(f.pause.map_or(Duration::MAX, |p| f.at + p));
+                }
+                FaultKind::Partition => {
+                    if f.pause.is_none() {
+                        return Err(invalid(field("for"), "a partition needs `for`, e.g. \"500ms\""));
+                    }
+                    if f.target == Some(PartitionTarget::Memnode) {
+                        kills += 1;
+                    }
+                }
+                FaultKind::ClockSkew => {
+                    if f.skew_ms.is_some_and(|s| s.unsigned_abs() > SKEW_MS_MAX) {
+                        return Err(invalid(
+                            field("skew_ms"),
+                            format!("-{SKEW_MS_MAX} to {SKEW_MS_MAX}"),
+                        ));
+                    }
+                }
+                // Refused above: one runner per file.
+                FaultKind::KillClient | FaultKind::PauseClient => {}
             }
         }
         if kills > c.memory_nodes - 1 + c.spares {
             return Err(invalid(
                 "faults",
-                "more memory nodes killed than the cluster can lose",
+                "more memory nodes killed or paused than the cluster can lose",
             ));
         }
         Ok(())

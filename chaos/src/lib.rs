@@ -5,6 +5,8 @@
 //! - [`crash_points`]: systematic exploration: one run per verb position at
 //!   which a client crashes (or pauses past its lease), each followed by a
 //!   healthy client and a checker.
+//! - [`campaign`]: `kintsugi chaos campaign`: seeded random fault
+//!   schedules, one local-cluster run each, a row per seed.
 //! - [`experiment`]: experiments as TOML files: cluster, index, workload,
 //!   fault schedule.
 //! - [`run`]: `kintsugi chaos run`: starts a memory node and client
@@ -20,6 +22,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod campaign;
 pub mod crash_points;
 pub mod experiment;
 pub mod history;

@@ -37,6 +37,10 @@ are reported and the command exits 0 for it.")]
     /// their times (kill, pause), a throughput timeline, and checks of what is left. Exits non-zero
     /// if a check fails.
     Run(super::chaos_run::RunArgs),
+    /// Run many seeded random fault schedules drawn from an experiment file's kinds, each on a
+    /// fresh local cluster, every history checked for linearizability; a table, and the command
+    /// that reproduces each failure. Exits non-zero if a seed failed.
+    Campaign(super::chaos_campaign::CampaignArgs),
     /// One client process of `chaos run` (started by it, not by hand).
     #[command(hide = true)]
     Client(super::chaos_run::ClientArgs),
@@ -117,6 +121,7 @@ pub fn run(command: ChaosCommand) -> anyhow::Result<ExitCode> {
     match command {
         ChaosCommand::CrashPoints(args) => crash_points_cmd(args),
         ChaosCommand::Run(args) => super::chaos_run::run(args),
+        ChaosCommand::Campaign(args) => super::chaos_campaign::run(args),
         ChaosCommand::Client(args) => super::chaos_run::client(args),
     }
 }

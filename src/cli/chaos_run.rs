@@ -76,12 +76,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         out: out.clone(),
         seed: args.seed,
         progress: true,
+        sabotage: None,
     };
     if experiment.on_memnodes() {
         let summary = chaos::run::replica::run(experiment, &options)?;
         print!("{}", replica_report(&summary));
         println!(
-            "outputs: {0}/timeline.png, timeline.csv, summary.json",
+            "outputs: {0}/timeline.png, timeline.csv, history.jsonl, summary.json",
             out.display()
         );
         return Ok(if summary.passed {
@@ -131,41 +132,83 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 f.at_ms / 1e3,
                 ms(p.active_ms)
             ),
+            FaultKind::KillControlLeader => writeln!(
+                out,
+                "  {who} at {:.1} s: another member leads after {}, the killed one back after {}; \
+                 {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.elected_ms),
+                ms(p.member_back_ms),
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
+            ),
+            FaultKind::ClockSkew => writeln!(out, "  {who} at {:.1} s", f.at_ms / 1e3),
+            FaultKind::PauseMemnode if p.detected_ms.is_none() => writeln!(
+                out,
+                "  {who} at {:.1} s: resumed after {}, never declared dead, active after {}; \
+                 {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.resumed_ms),
+                ms(p.active_ms),
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
+            ),
             _ => writeln!(
                 out,
                 "  {who} at {:.1} s: dead after {}, evicted after {}, serving after {} ({} from the dead decision), \
-                 re-replicated after {}; {} ops/s before, {} ops/s after",
+                 re-replicated after {}{}; {} ops/s before, {} ops/s after",
                 f.at_ms / 1e3,
                 ms(p.detected_ms),
                 ms(p.evicted_ms),
                 ms(p.serving_ms),
                 ms(f.dead_to_serving_ms),
                 ms(p.rereplicated_ms),
+                match (p.resumed_ms, p.active_ms) {
+                    (Some(r), a) => format!(", resumed after {r:.0} ms, active again (an empty spare) after {}", ms(a)),
+                    (None, _) => String::new(),
+                },
                 rate(f.ops_per_sec_before),
                 rate(f.ops_per_sec_after)
             ),
         };
     }
     let c = &s.check;
+    let l = &c.linearizability;
     let _ = writeln!(
         out,
-        "  checks: {} error(s) reached the application; {} acknowledged key(s): {} lost; structure: {} violation(s); \
-         replicas: {} backup(s) against the primary, {} words and {} objects compared, {} difference(s)",
+        "  checks: {} error(s) reached the application ({} write(s) of unknown outcome, {} client(s) stopped by a \
+         lost lease); history: {} ok, {} fail, {} info over {} keys, \
+         {} lost, {} non-linearizable (two checkers, {} disagreement(s), {} too hard); \
+         structure: {} violation(s); replicas: {} backup(s) against the primary, {} words and {} objects \
+         compared, {} difference(s)",
         c.errors.len(),
-        c.acked_keys,
+        c.in_doubt,
+        c.lease_lost.len(),
+        l.ok,
+        l.fail,
+        l.info,
+        l.keys_checked,
         c.lost,
+        c.non_linearizable,
+        l.disagreement_count,
+        l.unknown_keys,
         c.structure_violations,
         c.replicas.replicas.saturating_sub(1),
         c.replicas.words_compared,
         c.replicas.objects,
         c.replicas.differences
     );
+    let keys = l
+        .non_linearizable
+        .iter()
+        .map(|k| format!("key {} is not linearizable", k.key));
     for v in c
         .errors
         .iter()
-        .chain(&c.lost_listed)
-        .chain(&c.structure)
-        .chain(&c.replicas.listed)
+        .cloned()
+        .chain(keys)
+        .chain(c.structure.iter().cloned())
+        .chain(c.replicas.listed.iter().cloned())
         .take(5)
     {
         let _ = writeln!(out, "    {v}");

@@ -73,8 +73,12 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
             role: None,
             at: duration * 2 / 5,
             pause: None,
+            skew_ms: None,
+            target: None,
+            members: Vec::new(),
         }],
         seed: 42,
+        campaign: None,
     }
 }
 
@@ -100,6 +104,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 out: out.clone(),
                 seed: None,
                 progress: true,
+                sabotage: None,
             },
         )?;
         print!("{}", super::chaos_run::report(&summary));

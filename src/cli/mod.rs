@@ -3,6 +3,7 @@
 
 mod bench;
 mod chaos;
+mod chaos_campaign;
 mod chaos_run;
 mod cluster;
 mod control;

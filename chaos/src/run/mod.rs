@@ -31,8 +31,10 @@ pub mod client;
 pub mod cluster;
 pub mod control;
 pub mod output;
+pub mod partition;
 pub mod replica;
 mod variant;
+pub mod workers;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -237,6 +239,36 @@ pub struct Options {
     pub seed: Option<u64>,
     /// Print progress (a line per phase and a live line while running) on stderr.
     pub progress: bool,
+    /// Break the system on purpose (local-cluster runs only), to show that
+    /// the checks catch it.
+    pub sabotage: Option<Sabotage>,
+}
+
+/// A defect put in on purpose: a campaign run with one must fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Sabotage {
+    /// Every client's WRITEs to the index's first backup are reported done
+    /// and never sent (`fabric::Faulty::drop_writes_to`).
+    DropBackupWrites,
+}
+
+impl std::fmt::Display for Sabotage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sabotage::DropBackupWrites => "drop-backup-writes",
+        })
+    }
+}
+
+impl std::str::FromStr for Sabotage {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "drop-backup-writes" => Ok(Sabotage::DropBackupWrites),
+            other => Err(format!("'{other}' is not a sabotage (drop-backup-writes)")),
+        }
+    }
 }
 
 /// How a client process ended.

@@ -29,18 +29,22 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::load::{Handle, LoadSpec};
+use cluster::load::Handle;
 use cluster::{Cluster, ClusterOptions};
 use control_plane::config::Timing;
 use control_plane::state::{MemNodeId, MemNodeState, Region};
 use harness::local::{IndexSection, LocalCluster, LocalClusterSpec, MemorySection};
 use index::{ObjectSizes, Variant};
+use nix::sys::signal::Signal;
 use serde::Serialize;
 
 use super::check::{compare_replicas, ReplicaCheck};
 use super::output::{PLOT_HEIGHT, PLOT_WIDTH, SMOOTH_BUCKETS};
-use super::{Options, RunError, BUCKET_US};
-use crate::experiment::{Experiment, FaultKind, ReplicaRole};
+use super::partition::Links;
+use super::workers::{self, WorkersSpec};
+use super::{Options, RunError, Sabotage, BUCKET_US};
+use crate::experiment::{Experiment, FaultKind, PartitionTarget, ReplicaRole};
+use crate::linearizability::{self, Event};
 use crate::plot::{render_png, Marker, Series, TimelinePlot};
 
 /// The index every such run creates.
@@ -49,6 +53,9 @@ const INDEX: &str = "chaos";
 /// whole before the check: far beyond a lease and a copy, so a run that
 /// reaches it has a recovery that does not finish.
 pub const PHASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a paused node that was not declared dead is watched after it
+/// resumes: a few memory-node leases, for a late detection to show.
+const PAUSE_SETTLE: Duration = Duration::from_millis(500);
 /// How often the control plane is asked while a phase is awaited.
 const PHASE_POLL: Duration = Duration::from_millis(2);
 /// Bytes each memory node offers (address space until written).
@@ -72,19 +79,30 @@ pub struct Phases {
     /// The region whole again: as many replicas as it was made with, none
     /// being made, and in the map.
     pub rereplicated_ms: Option<f64>,
-    /// A restarted node registered and active again (an empty spare).
+    /// A restarted or resumed node registered and active again (an empty
+    /// spare, or still in its replica set after a pause shorter than
+    /// detection).
     pub active_ms: Option<f64>,
+    /// A paused node continued (SIGCONT).
+    pub resumed_ms: Option<f64>,
+    /// Another member claimed the lead (`kill-control-leader`).
+    pub elected_ms: Option<f64>,
+    /// The killed leader restarted and a member again (`for` given).
+    pub member_back_ms: Option<f64>,
 }
 
 /// What one fault did.
 #[derive(Clone, Debug, Serialize)]
 pub struct MemnodeFault {
-    /// `kill-memnode` or `restart-memnode`.
+    /// Its kind.
     pub kind: FaultKind,
-    /// The role of the killed node's replica.
+    /// The role of the faulted node's replica.
     pub role: Option<ReplicaRole>,
-    /// The node.
+    /// The memory node, control-plane member (`kill-control-leader`) or
+    /// client (`clock-skew`) it hit.
     pub node: MemNodeId,
+    /// The clock skew put in (`clock-skew`).
+    pub skew_ms: Option<i64>,
     /// When, in ms after the load started.
     pub at_ms: f64,
     /// Its phases.
@@ -98,11 +116,36 @@ pub struct MemnodeFault {
 }
 
 impl MemnodeFault {
+    /// Whether every phase the fault must go through came.
+    pub fn completed(&self) -> bool {
+        let p = &self.phases;
+        match self.kind {
+            FaultKind::KillMemnode => p.rereplicated_ms.is_some(),
+            FaultKind::RestartMemnode | FaultKind::PauseMemnode => p.active_ms.is_some(),
+            FaultKind::KillControlLeader => p.elected_ms.is_some(),
+            // A memory node's (it has a role): back as for a pause.
+            FaultKind::Partition if self.role.is_some() => p.active_ms.is_some(),
+            FaultKind::Partition => p.resumed_ms.is_some(),
+            FaultKind::ClockSkew | FaultKind::KillClient | FaultKind::PauseClient => true,
+        }
+    }
+
+    /// From the fault to the cluster whole again, ms: the last phase that
+    /// came (none: 0).
+    pub fn recovered_ms(&self) -> f64 {
+        let p = &self.phases;
+        [p.rereplicated_ms, p.active_ms, p.elected_ms, p.member_back_ms]
+            .into_iter()
+            .flatten()
+            .fold(0.0, f64::max)
+    }
+
     /// What and whom: `kill-memnode 2 (primary)`.
     pub fn label(&self) -> String {
-        match self.role {
-            Some(r) => format!("{} {} ({r})", self.kind, self.node),
-            None => format!("{} {}", self.kind, self.node),
+        match (self.role, self.skew_ms) {
+            (Some(r), _) => format!("{} {} ({r})", self.kind, self.node),
+            (None, Some(skew)) => format!("{} client {} {skew:+} ms", self.kind, self.node),
+            (None, None) => format!("{} {}", self.kind, self.node),
         }
     }
 }
@@ -112,6 +155,7 @@ struct Injected {
     kind: FaultKind,
     role: Option<ReplicaRole>,
     node: MemNodeId,
+    skew_ms: Option<i64>,
     at_ms: f64,
     phases: Phases,
 }
@@ -124,11 +168,14 @@ impl Injected {
         let per_sec = 1e3 / (BUCKET_US as f64 / 1e3);
         let second = (1e3 / (BUCKET_US as f64 / 1e3)) as usize;
         let b = (self.at_ms as usize).min(timeline.len());
-        let a = (self.at_ms + self.phases.serving_ms.or(self.phases.active_ms).unwrap_or(0.0)) as usize;
+        let p = &self.phases;
+        let back = p.serving_ms.or(p.active_ms).or(p.elected_ms).unwrap_or(0.0);
+        let a = (self.at_ms + back) as usize;
         MemnodeFault {
             kind: self.kind,
             role: self.role,
             node: self.node,
+            skew_ms: self.skew_ms,
             at_ms: self.at_ms,
             dead_to_serving_ms: self
                 .phases
@@ -147,12 +194,23 @@ impl Injected {
 pub struct ReplicaRunCheck {
     /// Errors that reached the application (a task stopped early).
     pub errors: Vec<String>,
-    /// Keys written with an acknowledgement.
-    pub acked_keys: u64,
-    /// Of those, keys missing or holding another value.
+    /// Errors of clients a partition cut off from the control plane past
+    /// half their lease: their lease lost, they had to stop (not a failure).
+    pub lease_lost: Vec<String>,
+    /// Writes cut off at their commit point, outcome unknown to the
+    /// client (`info` in the history; not a failure: the checker lets each
+    /// have happened or not).
+    pub in_doubt: u64,
+    /// Keys in the workload's key space (each read back at the end).
+    pub keys: u64,
+    /// Keys whose history holds up until the final read and not with it:
+    /// an acknowledged write lost (or a value nobody wrote found).
     pub lost: u64,
-    /// The first of them: (key, found, acknowledged).
-    pub lost_listed: Vec<String>,
+    /// Keys whose history, final reads included, has no linearization
+    /// (`lost` among them).
+    pub non_linearizable: u64,
+    /// The linearizability check of the whole history, per key.
+    pub linearizability: linearizability::Report,
     /// Structural violations of the index.
     pub structure_violations: u64,
     /// The first of them.
@@ -166,6 +224,9 @@ impl ReplicaRunCheck {
     pub fn is_ok(&self) -> bool {
         self.errors.is_empty()
             && self.lost == 0
+            && self.non_linearizable == 0
+            && self.linearizability.unknown_keys == 0
+            && self.linearizability.disagreement_count == 0
             && self.structure_violations == 0
             && self.replicas.differences == 0
     }
@@ -192,6 +253,60 @@ pub struct ReplicaSummary {
     pub check: ReplicaRunCheck,
     /// Whether every check held and every phase came.
     pub passed: bool,
+}
+
+impl ReplicaSummary {
+    /// Why the run failed, in a line (empty if it passed).
+    pub fn why(&self) -> String {
+        let c = &self.check;
+        let l = &c.linearizability;
+        let mut why = Vec::new();
+        if let Some(e) = c.errors.first() {
+            why.push(format!(
+                "{} error(s) reached the application, first: {e}",
+                c.errors.len()
+            ));
+        }
+        if c.lost > 0 {
+            why.push(format!("{} key(s) lost an acknowledged write", c.lost));
+        }
+        if c.non_linearizable > 0 {
+            let keys: Vec<String> = l
+                .non_linearizable
+                .iter()
+                .take(5)
+                .map(|k| k.key.to_string())
+                .collect();
+            why.push(format!(
+                "{} non-linearizable key(s): {}",
+                c.non_linearizable,
+                keys.join(", ")
+            ));
+        }
+        if l.unknown_keys > 0 {
+            why.push(format!("{} key(s) too hard to check", l.unknown_keys));
+        }
+        if l.disagreement_count > 0 {
+            why.push(format!(
+                "the two checkers disagree on {} key(s)",
+                l.disagreement_count
+            ));
+        }
+        if c.structure_violations > 0 {
+            why.push(format!("{} structural violation(s)", c.structure_violations));
+        }
+        if c.replicas.differences > 0 {
+            why.push(format!("{} replica difference(s)", c.replicas.differences));
+        }
+        for f in self.faults.iter().filter(|f| !f.completed()) {
+            why.push(format!(
+                "{} did not complete its phases: {:?}",
+                f.label(),
+                f.phases
+            ));
+        }
+        why.join("; ")
+    }
 }
 
 /// Runs `experiment` (memory-node faults) and writes its outputs in
@@ -260,9 +375,23 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
             spec.memory.nodes, spec.control.members
         ),
     );
-    let mut local = LocalCluster::up(&options.exe, &spec, |_| {})
-        .await
-        .map_err(local_error)?;
+    // Every memory node reaches the members through proxies a partition
+    // can cut (`run::partition`), kept here by node number (from 1).
+    let mut node_links: BTreeMap<usize, Links> = BTreeMap::new();
+    let mut local = LocalCluster::up_routed(
+        &options.exe,
+        &spec,
+        |_| {},
+        |i, members| {
+            let links = Links::start(members)
+                .map_err(|e| harness::local::LocalError::State(format!("cannot start a proxy: {e}")))?;
+            let addrs = links.addrs();
+            node_links.insert(i, links);
+            Ok(addrs)
+        },
+    )
+    .await
+    .map_err(local_error)?;
     let file = local.file.clone();
     let tasks = (c.clients * c.threads_per_client) as usize;
     let cluster = Arc::new(
@@ -281,24 +410,61 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .await
         .map_err(RunError::index("cannot join the cluster"))?,
     );
-    let load = LoadSpec {
+    let spec = WorkersSpec {
         index: INDEX.into(),
         kind: e.index.kind,
-        tasks,
-        keys_per_task: (e.workload.keys / tasks as u64).max(1),
+        keys: e.workload.keys,
         duration: e.duration,
         seed: e.seed,
     };
     // Creates the index before the clock starts.
-    Handle::open(&cluster, INDEX, load.kind)
+    Handle::open(&cluster, INDEX, spec.kind)
         .await
         .map_err(RunError::index("cannot create the index"))?;
     let region = Status::read(&cluster).await?.region_of(INDEX)?.id;
+    // One session per client: its own lease, owner ids, map and fabric
+    // (where a clock skew or a sabotage goes), as a client process has.
+    let mut sessions = Vec::with_capacity(c.clients as usize);
+    let mut session_links = Vec::with_capacity(c.clients as usize);
+    for i in 0..c.clients {
+        let links = Links::start(&file.control).map_err(|e| RunError::io(&dir, e))?;
+        let session = Cluster::connect_with(
+            &links.addrs(),
+            &file.client_token,
+            ClusterOptions {
+                name: format!("chaos-client-{i}"),
+                owner_ids: c.threads_per_client as u16 + 2,
+                faults: Some(fabric::FaultPlan::default()),
+                ..ClusterOptions::default()
+            },
+        )
+        .await
+        .map_err(RunError::index("a client cannot join the cluster"))?;
+        sessions.push(Arc::new(session));
+        session_links.push(links);
+    }
+    if options.sabotage == Some(Sabotage::DropBackupWrites) {
+        let status = Status::read(&cluster).await?;
+        let backup = status.region(region)?.replicas.get(1).map(|l| l.node);
+        let node = backup.ok_or_else(|| RunError::Process("the region has no backup to sabotage".into()))?;
+        for s in &sessions {
+            if let Some(f) = s.faults() {
+                f.drop_writes_to(Some(node));
+            }
+        }
+        say(
+            options,
+            &format!("sabotage: every client's writes to memory node {node} are dropped"),
+        );
+    }
     say(
         options,
         &format!(
-            "YCSB A on the {} for {}",
+            "YCSB A over {} shared keys on the {}, {} client(s) x {} thread(s), for {}",
+            spec.keys,
             e.index.kind,
+            c.clients,
+            c.threads_per_client,
             humantime::format_duration(e.duration)
         ),
     );
@@ -307,8 +473,9 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     let ops = Arc::new(AtomicU64::new(0));
     let t0 = Instant::now();
     let task = {
-        let (cluster, load, stop, ops) = (cluster.clone(), load.clone(), stop.clone(), ops.clone());
-        tokio::spawn(async move { cluster::load::run(&cluster, &load, stop, ops).await })
+        let (sessions, spec, stop, ops) = (sessions.clone(), spec.clone(), stop.clone(), ops.clone());
+        let threads = c.threads_per_client as usize;
+        tokio::spawn(async move { workers::run(&sessions, threads, &spec, stop, ops, t0).await })
     };
     let sampler = {
         let (ops, stop) = (ops.clone(), stop.clone());
@@ -320,32 +487,102 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     // says when it went.
     let mut injected = Vec::new();
     let mut killed: Vec<(usize, MemNodeId)> = Vec::new();
+    let mut skews = Vec::new();
+    // Clients a partition cut off past half their lease: an error that
+    // stopped their tasks is their lease lost, as it must be.
+    let mut cut_off: Vec<usize> = Vec::new();
     for f in &e.faults {
         tokio::time::sleep_until((t0 + f.at).into()).await;
         let done = match f.kind {
-            FaultKind::KillMemnode => {
-                let status = Status::read(&cluster).await?;
-                let r = status.region(region)?;
-                let replica = usize::from(f.role == Some(ReplicaRole::Backup));
-                let node = r
-                    .replicas
-                    .get(replica)
-                    .ok_or_else(|| {
-                        RunError::Process(format!("region {region} has no replica {replica}: {r:?}"))
-                    })?
-                    .node;
-                let process = local.process_of(node, &status.0.memnodes).map_err(local_error)?;
-                local
-                    .memnode(process)
-                    .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?
-                    .kill()?;
+            FaultKind::Partition if f.target == Some(PartitionTarget::Client) => {
+                let links = session_links
+                    .get(f.client as usize)
+                    .ok_or_else(|| RunError::Process(format!("no client {}", f.client)))?;
+                let members = member_indexes(&f.members);
+                let pause = f.pause.unwrap_or_default();
+                links.set_cut(&members, true);
                 let at = Instant::now();
-                killed.push((process, node));
-                let phases = watch_kill(&cluster, region, node, at).await?;
+                tokio::time::sleep_until((at + pause).into()).await;
+                links.set_cut(&members, false);
+                if pause >= c.client_lease / 2 {
+                    // Its lease may lapse: the control plane may expire it, and
+                    // then its tasks must stop with an error.
+                    cut_off.push(f.client as usize);
+                }
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: f.client as MemNodeId,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases: Phases {
+                        resumed_ms: Some(at.elapsed().as_secs_f64() * 1e3),
+                        ..Phases::default()
+                    },
+                }
+            }
+            FaultKind::Partition => {
+                let (node, process) = node_by_role(&cluster, &local, region, f.role).await?;
+                let links = node_links.get(&(process + 1)).ok_or_else(|| {
+                    RunError::Process(format!("memory node process {process} has no proxies"))
+                })?;
+                let members = member_indexes(&f.members);
+                let pause = f.pause.unwrap_or_default();
+                links.set_cut(&members, true);
+                let at = Instant::now();
+                let heal = async {
+                    tokio::time::sleep_until((at + pause).into()).await;
+                    links.set_cut(&members, false);
+                    Instant::now()
+                };
+                let (phases, healed) = tokio::join!(watch_pause(&cluster, region, node, at, pause), heal);
+                let mut phases = phases?;
+                phases.resumed_ms = Some((healed - at).as_secs_f64() * 1e3);
                 Injected {
                     kind: f.kind,
                     role: f.role,
                     node,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::KillMemnode | FaultKind::PauseMemnode => {
+                let (node, process) = node_by_role(&cluster, &local, region, f.role).await?;
+                let p = local
+                    .memnode(process)
+                    .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?;
+                let (at, phases) = if f.kind == FaultKind::KillMemnode {
+                    p.kill()?;
+                    let at = Instant::now();
+                    killed.push((process, node));
+                    (at, watch_kill(&cluster, region, node, at).await?)
+                } else {
+                    let pause = f.pause.unwrap_or_default();
+                    p.signal(Signal::SIGSTOP)?;
+                    let at = Instant::now();
+                    let pid = p.pid();
+                    let resume = async move {
+                        tokio::time::sleep_until((at + pause).into()).await;
+                        let sent = pid.map(|pid| nix::sys::signal::kill(pid, Signal::SIGCONT));
+                        (Instant::now(), sent)
+                    };
+                    let (phases, (resumed, sent)) =
+                        tokio::join!(watch_pause(&cluster, region, node, at, pause), resume);
+                    if let Some(Err(e)) = sent {
+                        return Err(RunError::Process(format!(
+                            "cannot SIGCONT memory node {node}: {e}"
+                        )));
+                    }
+                    let mut phases = phases?;
+                    phases.resumed_ms = Some((resumed - at).as_secs_f64() * 1e3);
+                    (at, phases)
+                };
+                Injected {
+                    kind: f.kind,
+                    role: f.role,
+                    node,
+                    skew_ms: None,
                     at_ms: (at - t0).as_secs_f64() * 1e3,
                     phases,
                 }
@@ -361,13 +598,49 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                     kind: f.kind,
                     role: None,
                     node,
+                    skew_ms: None,
                     at_ms: (at - t0).as_secs_f64() * 1e3,
                     phases,
                 }
             }
+            FaultKind::KillControlLeader => {
+                let (member, at, phases) = kill_leader(&mut local, f.pause).await?;
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: member,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::ClockSkew => {
+                let skew = f.skew_ms.unwrap_or_default();
+                let faults = sessions
+                    .get(f.client as usize)
+                    .and_then(|s| s.faults())
+                    .ok_or_else(|| RunError::Process(format!("no client {}", f.client)))?
+                    .clone();
+                faults.set_clock_skew_ms(skew);
+                let at = Instant::now();
+                if let Some(d) = f.pause {
+                    skews.push(tokio::spawn(async move {
+                        tokio::time::sleep_until((at + d).into()).await;
+                        faults.set_clock_skew_ms(0);
+                    }));
+                }
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: f.client as MemNodeId,
+                    skew_ms: Some(skew),
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases: Phases::default(),
+                }
+            }
             FaultKind::KillClient | FaultKind::PauseClient => {
                 return Err(RunError::Process(format!(
-                    "{} is not a memory-node fault",
+                    "{} is not a local-cluster fault",
                     f.kind
                 )));
             }
@@ -384,9 +657,12 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
 
     let report = task
         .await
-        .map_err(|e| RunError::Process(format!("the load task failed: {e}")))?
-        .map_err(RunError::index("the load failed"))?;
+        .map_err(|e| RunError::Process(format!("the client tasks failed: {e}")))?
+        .map_err(RunError::index("the clients failed"))?;
     stop.store(true, Ordering::Relaxed);
+    for s in skews {
+        let _ = s.await;
+    }
     let timeline = sampler.await.unwrap_or_default();
     let faults: Vec<MemnodeFault> = injected.into_iter().map(|i| i.outcome(&timeline)).collect();
     say(options, &format!("{} ops; checking", report.ops));
@@ -406,13 +682,27 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         }
         tokio::time::sleep(PHASE_POLL).await;
     }
-    let check = check(&cluster, &load, &report.acked, report.errors.clone(), region).await?;
-    let passed = check.is_ok()
-        && faults.iter().all(|f| match f.kind {
-            FaultKind::KillMemnode => f.phases.rereplicated_ms.is_some(),
-            _ => f.phases.active_ms.is_some(),
-        });
-    // The session's map watch goes before the members it watches.
+    let checker = workers::CHECKER_PROCESS;
+    let mut history = report.events;
+    let before_final = history.len();
+    history.extend(
+        workers::read_all(&cluster, &spec, checker, t0)
+            .await
+            .map_err(RunError::index("cannot read the keys back"))?,
+    );
+    write_history(&history, &options.out)?;
+    let threads = u64::from(c.threads_per_client);
+    let (expected, errors): (Vec<_>, Vec<_>) = report
+        .errors
+        .into_iter()
+        .partition(|(process, _)| cut_off.contains(&((process / threads) as usize)));
+    let errors = errors.into_iter().map(|(_, e)| e).collect();
+    let mut check = check(&cluster, &spec, &history, before_final, errors, region).await?;
+    check.lease_lost = expected.into_iter().map(|(_, e)| e).collect();
+    check.in_doubt = report.in_doubt;
+    let passed = check.is_ok() && faults.iter().all(MemnodeFault::completed);
+    // The sessions' map watches go before the members they watch.
+    drop(sessions);
     drop(cluster);
     drop(local);
     Ok(ReplicaSummary {
@@ -528,18 +818,28 @@ async fn watch_restart(cluster: &Cluster, node: MemNodeId, start: Instant) -> Re
     Ok(p)
 }
 
-/// The final check (module docs, step 4).
+/// The final check (module docs, step 4). `history` ends with the final
+/// reads, which start at `before_final`.
 async fn check(
     cluster: &Cluster,
-    load: &LoadSpec,
-    acked: &BTreeMap<u64, u64>,
+    spec: &WorkersSpec,
+    history: &[Event],
+    before_final: usize,
     errors: Vec<String>,
     region: fabric::RegionId,
 ) -> Result<ReplicaRunCheck, RunError> {
-    let lost = cluster::load::lost(cluster, INDEX, load.kind, acked)
-        .await
-        .map_err(RunError::index("cannot read the acknowledged keys back"))?;
-    let (structure, sizes) = match Handle::open(cluster, INDEX, load.kind)
+    let absent = |_| None;
+    let full = linearizability::check(history, &absent)
+        .map_err(|e| RunError::Process(format!("the history is malformed: {e}")))?;
+    // A key whose history holds up until the final read, and not with it,
+    // lost an acknowledged write (or gained one nobody made): counted
+    // apart from keys that went wrong while the clients ran.
+    let ran = linearizability::check(&history[..before_final], &absent)
+        .map_err(|e| RunError::Process(format!("the history is malformed: {e}")))?;
+    let lost = full
+        .non_linearizable_keys
+        .saturating_sub(ran.non_linearizable_keys) as u64;
+    let (structure, sizes) = match Handle::open(cluster, INDEX, spec.kind)
         .await
         .map_err(RunError::index("cannot open the index"))?
     {
@@ -566,17 +866,142 @@ async fn check(
     let replicas = compare_replicas(&mut fabric, &heap, &sizes, &|_| true, 0).await?;
     Ok(ReplicaRunCheck {
         errors,
-        acked_keys: acked.len() as u64,
-        lost: lost.len() as u64,
-        lost_listed: lost
-            .iter()
-            .take(10)
-            .map(|(k, found, want)| format!("key {k}: found {found:?}, acknowledged {want}"))
-            .collect(),
+        lease_lost: Vec::new(),
+        in_doubt: 0,
+        keys: spec.keys,
+        lost,
+        non_linearizable: full.non_linearizable_keys as u64,
+        linearizability: full,
         structure_violations: structure.len() as u64,
         structure: structure.into_iter().take(10).collect(),
         replicas,
     })
+}
+
+/// `history.jsonl`: every event, one JSON line each, the final reads last.
+fn write_history(history: &[Event], out: &Path) -> Result<(), RunError> {
+    let path = out.join("history.jsonl");
+    let io = |e| RunError::io(&path, e);
+    let w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+    linearizability::write_jsonl(w, history).map_err(io)
+}
+
+/// Polls the control plane from a pause at `start` of `node` for `pause`:
+/// a pause past detection goes as a kill (declared dead, evicted, the
+/// region whole again elsewhere) and then the node active again as an
+/// empty spare; a shorter one ends with the node still active a few leases
+/// after it resumed.
+async fn watch_pause(
+    cluster: &Cluster,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+    pause: Duration,
+) -> Result<Phases, RunError> {
+    let ms = || start.elapsed().as_secs_f64() * 1e3;
+    let settle = pause + PAUSE_SETTLE;
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = Status::read(cluster).await?;
+        let state = status.node_state(node);
+        if p.detected_ms.is_none() && state == Some(MemNodeState::Dead) {
+            p.detected_ms = Some(ms());
+        }
+        let r = status.region(region)?;
+        if p.evicted_ms.is_none() && !r.on(node) {
+            p.evicted_ms = Some(ms());
+            p.detected_ms = p.detected_ms.or(p.evicted_ms);
+        }
+        if p.evicted_ms.is_some() && p.serving_ms.is_none() && r.usable() {
+            p.serving_ms = Some(ms());
+        }
+        if p.evicted_ms.is_some() && p.rereplicated_ms.is_none() && r.whole() {
+            p.rereplicated_ms = Some(ms());
+        }
+        let resumed = start.elapsed() > pause;
+        if resumed && state == Some(MemNodeState::Active) {
+            let back = match p.evicted_ms {
+                Some(_) => p.rereplicated_ms.is_some() && !r.on(node) || r.whole(),
+                None => start.elapsed() > settle,
+            };
+            if back {
+                p.active_ms = Some(ms());
+                return Ok(p);
+            }
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
+}
+
+/// The members `members` (1-based, as a fault names them) as link indexes.
+fn member_indexes(members: &[u32]) -> Vec<usize> {
+    members.iter().map(|m| *m as usize - 1).collect()
+}
+
+/// The memory node holding the region's primary or first backup, and its
+/// process (from 0).
+async fn node_by_role(
+    cluster: &Cluster,
+    local: &LocalCluster,
+    region: fabric::RegionId,
+    role: Option<ReplicaRole>,
+) -> Result<(MemNodeId, usize), RunError> {
+    let status = Status::read(cluster).await?;
+    let r = status.region(region)?;
+    let replica = usize::from(role == Some(ReplicaRole::Backup));
+    let node = r
+        .replicas
+        .get(replica)
+        .ok_or_else(|| RunError::Process(format!("region {region} has no replica {replica}: {r:?}")))?
+        .node;
+    let process = local.process_of(node, &status.0.memnodes).map_err(local_error)?;
+    Ok((node, process))
+}
+
+/// SIGKILLs the Raft leader, waits for another member to claim the lead,
+/// and (with `back_after`) restarts it that long after the kill and waits
+/// until it knows the leader again. Returns the member's id and when it
+/// was killed.
+async fn kill_leader(
+    local: &mut LocalCluster,
+    back_after: Option<Duration>,
+) -> Result<(MemNodeId, Instant, Phases), RunError> {
+    let control = |e: harness::control::ControlError| RunError::Control(e.to_string());
+    let clients = local.control().clients().map_err(control)?;
+    let (i, status) = local
+        .control()
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control)?;
+    let at = local.control().kill(i).map_err(control)?;
+    let mut p = Phases::default();
+    let (_, new) = local
+        .control()
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control)?;
+    p.elected_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+    tracing::info!(
+        killed = status.member,
+        elected = new.member,
+        "control-plane leader replaced"
+    );
+    if let Some(d) = back_after {
+        tokio::time::sleep_until((at + d).into()).await;
+        local.control().restart(i).await.map_err(control)?;
+        let c = &clients[i];
+        while at.elapsed() < d + PHASE_TIMEOUT {
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await {
+                if s.leader.is_some() {
+                    p.member_back_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                    break;
+                }
+            }
+            tokio::time::sleep(PHASE_POLL).await;
+        }
+    }
+    Ok((status.member as MemNodeId, at, p))
 }
 
 /// `summary.json`, `timeline.csv` (a `phase` column marks each phase's

@@ -685,8 +685,17 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 actions.push((f.at + fallback, c, Action::Signal(Signal::SIGSTOP)));
                 actions.push((f.at + p, c, Action::Signal(Signal::SIGCONT)));
             }
-            // Memory-node faults are `run::replica`'s.
-            (FaultKind::PauseClient, None) | (FaultKind::KillMemnode | FaultKind::RestartMemnode, _) => {}
+            // Local-cluster faults are `run::replica`'s.
+            (FaultKind::PauseClient, None)
+            | (
+                FaultKind::KillMemnode
+                | FaultKind::RestartMemnode
+                | FaultKind::PauseMemnode
+                | FaultKind::KillControlLeader
+                | FaultKind::ClockSkew
+                | FaultKind::Partition,
+                _,
+            ) => {}
         }
     }
     actions.sort_by_key(|a| a.0);

@@ -1,0 +1,212 @@
+//! Network partitions for local-cluster runs, as in-path TCP proxies.
+//!
+//! Each link a partition may cut (a memory node's, or a client session's,
+//! traffic to one control-plane member) goes through a [`Link`]: a proxy
+//! on loopback that forwards bytes both ways while healed. Cut, it forwards
+//! nothing and closes nothing: bytes sent meanwhile wait in the proxy
+//! (and, once its buffer is full, in the kernel's), new connections are
+//! accepted and held, and all of it flows again when the link heals. That
+//! is what a partition looks like to TCP, which retransmits through one:
+//! requests time out at the application, not with a reset.
+//!
+//! Why proxies and not network namespaces with veth pairs: every process
+//! of a run talks on 127.0.0.1 today, and a proxy cuts exactly one
+//! process's traffic to exactly one member without moving the others into
+//! namespaces of their own, needs no root, no `ip` or `iptables` in CI, and
+//! leaves nothing behind on the host when the run dies. What it cannot cut
+//! is traffic that does not pass through it: the data path (clients and
+//! memory nodes talk directly), and Raft between members.
+
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Bytes a proxy reads from one side before it writes them to the other.
+const CHUNK_BYTES: usize = 64 << 10;
+
+/// One proxied link: `addr` forwards to the upstream while healed.
+#[derive(Debug)]
+pub struct Link {
+    /// Where the proxy listens (`127.0.0.1:port`): what the cut process is
+    /// told the member's address is.
+    pub addr: String,
+    cut: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Link {
+    /// Starts a proxy to `upstream` (`host:port`), healed. Within a tokio
+    /// runtime; not async, so that a synchronous hook can start one.
+    pub fn start(upstream: String) -> std::io::Result<Link> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let listener = TcpListener::from_std(listener)?;
+        let addr = listener.local_addr()?.to_string();
+        let (cut, watch) = watch::channel(false);
+        let upstream = Arc::new(upstream);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((down, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (upstream, watch) = (upstream.clone(), watch.clone());
+                tokio::spawn(async move {
+                    let _ = forward(down, &upstream, watch).await;
+                });
+            }
+        });
+        Ok(Link { addr, cut, task })
+    }
+
+    /// Cuts the link (`true`) or heals it (`false`).
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Waits while the link is cut.
+async fn healed(watch: &mut watch::Receiver<bool>) -> std::io::Result<()> {
+    watch
+        .wait_for(|cut| !cut)
+        .await
+        .map(|_| ())
+        .map_err(|_| std::io::Error::other("the link is gone"))
+}
+
+async fn forward(down: TcpStream, upstream: &str, mut watch: watch::Receiver<bool>) -> std::io::Result<()> {
+    // A connection made while cut is held until the link heals.
+    healed(&mut watch).await?;
+    let up = TcpStream::connect(upstream).await?;
+    let _ = down.set_nodelay(true);
+    let _ = up.set_nodelay(true);
+    let (down_r, down_w) = down.into_split();
+    let (up_r, up_w) = up.into_split();
+    let there = pump(down_r, up_w, watch.clone());
+    let back = pump(up_r, down_w, watch);
+    // Either side closing ends both: the other's half is dropped.
+    tokio::select! {
+        r = there => r,
+        r = back => r,
+    }
+}
+
+/// Copies `from` to `to`, holding each chunk while the link is cut.
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut watch: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            return to.shutdown().await;
+        }
+        healed(&mut watch).await?;
+        to.write_all(&buf[..n]).await?;
+    }
+}
+
+/// The links of one process to every member, in member order.
+#[derive(Debug)]
+pub struct Links(pub Vec<Link>);
+
+impl Links {
+    /// Proxies to each of `members`.
+    pub fn start(members: &[String]) -> std::io::Result<Links> {
+        let mut links = Vec::with_capacity(members.len());
+        for m in members {
+            links.push(Link::start(m.clone())?);
+        }
+        Ok(Links(links))
+    }
+
+    /// The proxies' addresses: the member list the process is given.
+    pub fn addrs(&self) -> Vec<String> {
+        self.0.iter().map(|l| l.addr.clone()).collect()
+    }
+
+    /// Cuts (or heals) the links to the members `which` (0-based; empty:
+    /// all).
+    pub fn set_cut(&self, which: &[usize], cut: bool) {
+        for (i, l) in self.0.iter().enumerate() {
+            if which.is_empty() || which.contains(&i) {
+                l.set_cut(cut);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server: what the proxy forwards to.
+    async fn echo() -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let (mut s, _) = l.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        addr
+    }
+
+    async fn round_trip(s: &mut TcpStream, byte: u8) -> u8 {
+        s.write_all(&[byte]).await.unwrap();
+        let mut b = [0u8];
+        s.read_exact(&mut b).await.unwrap();
+        b[0]
+    }
+
+    #[tokio::test]
+    async fn a_cut_link_holds_bytes_and_new_connections_until_it_heals() {
+        let link = Link::start(echo().await).unwrap();
+        let mut s = TcpStream::connect(&link.addr).await.unwrap();
+        assert_eq!(round_trip(&mut s, 7).await, 7);
+
+        link.set_cut(true);
+        s.write_all(&[8]).await.unwrap();
+        let mut held = TcpStream::connect(&link.addr).await.unwrap();
+        held.write_all(&[9]).await.unwrap();
+        // Nothing comes back while cut: a read that completes would be a
+        // forwarded byte. Polled once after the runtime ran every task
+        // that was ready (the proxy's included), not timed.
+        let mut b = [0u8];
+        for _ in 0..64 {
+            tokio::task::yield_now().await;
+        }
+        let nothing = futures_poll_once(s.read(&mut b)).await;
+        assert!(nothing.is_none(), "a byte crossed a cut link");
+
+        link.set_cut(false);
+        s.read_exact(&mut b).await.unwrap();
+        assert_eq!(b[0], 8, "the byte sent while cut arrives after the heal");
+        held.read_exact(&mut b).await.unwrap();
+        assert_eq!(b[0], 9, "a connection made while cut is forwarded after the heal");
+        assert_eq!(round_trip(&mut s, 10).await, 10);
+    }
+
+    /// Polls `f` once: `Some` if it was ready.
+    async fn futures_poll_once<F: std::future::Future>(f: F) -> Option<F::Output> {
+        let mut f = std::pin::pin!(f);
+        std::future::poll_fn(|cx| match f.as_mut().poll(cx) {
+            std::task::Poll::Ready(v) => std::task::Poll::Ready(Some(v)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await
+    }
+}
