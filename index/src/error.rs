@@ -51,14 +51,33 @@ pub enum IndexError {
 }
 
 impl IndexError {
-    /// `e` as [`IndexError::InDoubt`] when it is a fabric failure (a lost
-    /// connection, a stale map, a crash): the ways a commit is cut off.
+    /// The fabric failure under `e`, if it is one.
+    fn fabric(&self) -> Option<&fabric::FabricError> {
+        match self {
+            IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// `e`, from the batch that is a write's commit point, as
+    /// [`IndexError::InDoubt`] when it is a fabric failure (a lost
+    /// connection, a stale map, a crash) that may have let some of the
+    /// batch run; a batch refused before any verb was sent changed nothing.
     pub(crate) fn in_doubt_if_cut_off(e: IndexError) -> IndexError {
-        match &e {
-            IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) if !f.sent_nothing() => {
-                IndexError::InDoubt(Box::new(e))
-            }
+        match e.fabric() {
+            Some(f) if !f.sent_nothing() => IndexError::InDoubt(Box::new(e)),
             _ => e,
+        }
+    }
+
+    /// `e`, from a step after a write's commit point was reached (its
+    /// backups, its settling), as [`IndexError::InDoubt`] when it is any
+    /// fabric failure: the write happened, or may have, whatever this batch
+    /// did.
+    pub(crate) fn in_doubt_after_commit(e: IndexError) -> IndexError {
+        match e.fabric() {
+            Some(_) => IndexError::InDoubt(Box::new(e)),
+            None => e,
         }
     }
 }

@@ -246,8 +246,11 @@ impl BTree {
                         }
                         return Ok(written);
                     }
+                    // The transaction layer judged the batch that failed
+                    // (one refused whole after the commit point is in doubt
+                    // too).
                     Err(Step::Fail(e)) if self.store.take_commit_in_doubt() => {
-                        return Err(IndexError::in_doubt_if_cut_off(e));
+                        return Err(IndexError::in_doubt_after_commit(e));
                     }
                     Err(step) => step,
                 },

@@ -223,16 +223,16 @@ impl HashTable {
                     return self
                         .keep_one_copy(key, pos, new, &after)
                         .await
-                        .map_err(IndexError::in_doubt_if_cut_off);
+                        .map_err(IndexError::in_doubt_after_commit);
                 }
                 Published::Unsettled => {
                     self.settle(view.loc, pos, Slot::EMPTY, new, h)
                         .await
-                        .map_err(IndexError::in_doubt_if_cut_off)?;
+                        .map_err(IndexError::in_doubt_after_commit)?;
                     match self
                         .where_is(key)
                         .await
-                        .map_err(IndexError::in_doubt_if_cut_off)?
+                        .map_err(IndexError::in_doubt_after_commit)?
                     {
                         Some(s) if s == new => return Ok(true),
                         Some(_) => return Ok(false),
@@ -306,11 +306,11 @@ impl HashTable {
                 Published::Unsettled => {
                     self.settle(view.loc, pos, old, new, h)
                         .await
-                        .map_err(IndexError::in_doubt_if_cut_off)?;
+                        .map_err(IndexError::in_doubt_after_commit)?;
                     let now = self
                         .where_is(key)
                         .await
-                        .map_err(IndexError::in_doubt_if_cut_off)?;
+                        .map_err(IndexError::in_doubt_after_commit)?;
                     let done = if new.is_empty() {
                         now.is_none()
                     } else {
@@ -511,7 +511,11 @@ impl HashTable {
         // A slot in the subtable's live block: the backups follow before
         // the write counts (an unsettled one is replicated once settled).
         if let Ok(Published::Stable(_)) = &out {
-            self.replicate_slot(at, old, new).await?;
+            // The primary's CAS landed: whatever stops its replication, the
+            // write may be seen.
+            self.replicate_slot(at, old, new)
+                .await
+                .map_err(IndexError::in_doubt_after_commit)?;
         }
         out
     }
