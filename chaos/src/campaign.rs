@@ -369,6 +369,9 @@ pub fn run(
                 why: Some(err.to_string()),
             },
         };
+        if row.passed {
+            prune(&run_options.out);
+        }
         progress(&row);
         rows.push(row);
     }
@@ -378,6 +381,27 @@ pub fn run(
         sabotage: options.sabotage,
         rows,
     })
+}
+
+/// Removes from a passing seed's outputs what only a failure needs: the
+/// memory nodes' images (sparse, but tens of MiB each once written) and the
+/// history (every op: megabytes). Its summary, timeline and logs stay. A
+/// hundred seeds would otherwise hold gigabytes.
+fn prune(out: &std::path::Path) {
+    let _ = std::fs::remove_file(out.join("history.jsonl"));
+    let cluster = out.join("rtx").join("cluster");
+    let Ok(entries) = std::fs::read_dir(&cluster) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let image = path.extension().is_some_and(|x| x == "img");
+        // The members' Raft state is kept: small, and what a reader of the
+        // logs may want.
+        if image {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
 }
 
 /// A fault as scheduled, in a few words.
@@ -405,4 +429,92 @@ pub fn describe(f: &Fault) -> String {
         s += &format!(" for {}ms", p.as_millis());
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Experiment {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/experiments/campaign-btree.toml");
+        Experiment::from_file(&path).unwrap()
+    }
+
+    #[test]
+    fn a_seed_draws_one_valid_schedule_of_the_kinds_asked_for() {
+        let mut base = base();
+        let all = kinds(&base);
+        assert_eq!(all.len(), 6, "{all:?}");
+        for kind in all.iter().copied() {
+            base.campaign.as_mut().unwrap().kinds = vec![kind];
+            let mut seen = std::collections::BTreeSet::new();
+            for seed in 1..=200 {
+                let e = schedule(&base, seed).unwrap();
+                assert_eq!(
+                    e,
+                    schedule(&base, seed).unwrap(),
+                    "seed {seed}: not a function of the seed"
+                );
+                e.validate().unwrap();
+                assert_eq!(e.seed, seed);
+                assert!((1..=FAULTS_PER_SCHEDULE_DEFAULT).contains(&e.faults.len()));
+                for f in &e.faults {
+                    // A restart drawn with no node down is preceded by the kill it needs.
+                    let allowed = f.kind == kind
+                        || (kind == FaultKind::RestartMemnode && f.kind == FaultKind::KillMemnode);
+                    assert!(allowed, "seed {seed}: {kind} drew {}", describe(f));
+                }
+                seen.insert(e.faults.iter().map(describe).collect::<Vec<_>>().join(", "));
+            }
+            assert!(
+                seen.len() > 20,
+                "{kind}: only {} distinct schedules in 200 seeds",
+                seen.len()
+            );
+        }
+    }
+
+    #[test]
+    fn skews_stay_within_the_drift_unless_asked_beyond() {
+        let mut base = base();
+        let drift = txn::TxConfig::default().drift.as_millis() as i64;
+        let spec = base.campaign.as_mut().unwrap();
+        spec.kinds = vec![FaultKind::ClockSkew];
+        let most = |base: &Experiment| {
+            (1..=300)
+                .flat_map(|seed| schedule(base, seed).unwrap().faults)
+                .filter_map(|f| f.skew_ms)
+                .map(i64::abs)
+                .max()
+                .unwrap()
+        };
+        assert!(most(&base) < drift);
+        base.campaign.as_mut().unwrap().skew_beyond_drift = true;
+        assert!(most(&base) > drift);
+    }
+
+    #[test]
+    fn a_campaign_needs_kinds_that_run_on_a_local_cluster() {
+        let mut base = base();
+        base.campaign = None;
+        // The file's own fault (pause-memnode) is the default kind.
+        assert_eq!(kinds(&base), vec![FaultKind::PauseMemnode]);
+        base.faults.clear();
+        let e = schedule(&base, 1).unwrap_err().to_string();
+        assert!(e.contains("campaign.kinds"), "{e}");
+        base.campaign = Some(CampaignSpec {
+            kinds: vec![FaultKind::KillClient],
+            ..CampaignSpec::default()
+        });
+        let e = schedule(&base, 1).unwrap_err().to_string();
+        assert!(e.contains("kill-client"), "{e}");
+        base.campaign = Some(CampaignSpec {
+            kinds: vec![FaultKind::PauseMemnode],
+            faults_max: 0,
+            ..CampaignSpec::default()
+        });
+        let e = schedule(&base, 1).unwrap_err().to_string();
+        assert!(e.contains("faults_max"), "{e}");
+    }
 }

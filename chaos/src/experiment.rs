@@ -54,7 +54,35 @@
 //! [[faults]]
 //! kind = "restart-memnode"   # the last killed node, from its image
 //! at = "3s"
+//!
+//! [[faults]]
+//! kind = "pause-memnode"     # SIGSTOP, SIGCONT after `for` (past two leases: declared dead)
+//! role = "backup"
+//! at = "3500ms"
+//! for = "400ms"
+//!
+//! [[faults]]
+//! kind = "kill-control-leader" # SIGKILL the Raft leader; restarted after `for` (if given)
+//! at = "4s"
+//! for = "500ms"
+//!
+//! [[faults]]
+//! kind = "clock-skew"        # the client's clock skew_ms ahead (negative: behind), for `for`
+//! client = 1
+//! skew_ms = 5
+//! at = "4500ms"
+//!
+//! [[faults]]
+//! kind = "partition"         # cut a memory node (by role) or a client from members, for `for`
+//! target = "memnode"         # or "client" (with client = N)
+//! role = "primary"
+//! members = [1, 2]           # default: all three
+//! at = "5s"
+//! for = "300ms"
 //! ```
+//!
+//! A `[campaign]` section says what `kintsugi chaos campaign` draws from
+//! (`campaign::CampaignSpec`: kinds, faults_max, skew_beyond_drift).
 //!
 //! [`Experiment::from_toml`] parses and validates; every error names the
 //! field and the rule.
@@ -979,6 +1007,95 @@ for = "100ms"
             .replace("\"insert\"", "\"e\"");
         let e = Experiment::from_toml(&hash_e).unwrap_err().to_string();
         assert!(e.contains("no scans"), "{e}");
+    }
+
+    const CLUSTER: &str = r#"
+name = "cluster-faults"
+duration = "4s"
+[cluster]
+memory_nodes = 3
+spares = 2
+transport = "tcp"
+clients = 2
+[index]
+kind = "btree"
+variants = ["rtx"]
+[workload]
+ycsb = "a"
+keys = 1000
+[[faults]]
+kind = "pause-memnode"
+role = "backup"
+at = "1s"
+for = "300ms"
+[[faults]]
+kind = "kill-control-leader"
+at = "1500ms"
+for = "500ms"
+[[faults]]
+kind = "clock-skew"
+client = 1
+skew_ms = -5
+at = "2s"
+[[faults]]
+kind = "partition"
+target = "memnode"
+role = "primary"
+members = [1, 3]
+at = "2500ms"
+for = "300ms"
+"#;
+
+    #[test]
+    fn local_cluster_fault_rules_name_their_field() {
+        let e = Experiment::from_toml(CLUSTER).unwrap();
+        assert!(e.on_memnodes());
+        assert_eq!(e.faults[2].skew_ms, Some(-5));
+        assert_eq!(e.faults[3].members, vec![1, 3]);
+        for (from, to, field) in [
+            ("for = \"300ms\"", "", "faults[0].for"),
+            ("role = \"backup\"", "", "faults[0].role"),
+            ("for = \"300ms\"", "for = \"10ms\"", "faults[0].for"),
+            ("for = \"300ms\"", "for = \"9s\"", "faults[0].for"),
+            // A second leader kill while the first is down.
+            ("at = \"1500ms\"\nfor = \"500ms\"", "at = \"1500ms\"", ""),
+            (
+                "at = \"2s\"",
+                "at = \"1600ms\"\n[[faults]]\nkind = \"kill-control-leader\"\nat = \"1700ms\"",
+                "faults",
+            ),
+            ("skew_ms = -5", "", "faults[2].skew_ms"),
+            ("skew_ms = -5", "skew_ms = 20000", "faults[2].skew_ms"),
+            ("client = 1", "client = 2", "faults[2].client"),
+            ("target = \"memnode\"", "", "faults[3].target"),
+            ("target = \"memnode\"", "target = \"switch\"", "unknown variant"),
+            ("members = [1, 3]", "members = [4]", "faults[3].members"),
+            (
+                "target = \"memnode\"\nrole = \"primary\"",
+                "target = \"client\"\nclient = 1",
+                "",
+            ),
+            (
+                "target = \"memnode\"\nrole = \"primary\"",
+                "target = \"client\"\nclient = 5",
+                "faults[3].client",
+            ),
+            (
+                "kind = \"clock-skew\"",
+                "kind = \"kill-client\"",
+                "faults[2].kind",
+            ),
+        ] {
+            assert!(CLUSTER.contains(from), "{from}");
+            let text = CLUSTER.replacen(from, to, 1);
+            let r = Experiment::from_toml(&text);
+            if field.is_empty() {
+                assert!(r.is_ok(), "{to}: {r:?}");
+                continue;
+            }
+            let e = r.expect_err(to).to_string();
+            assert!(e.contains(field), "{to}: {e}");
+        }
     }
 
     #[test]

@@ -20,8 +20,9 @@ application, no acknowledged write lost, every key's history linearizable (two i
 the structure sound, the replicas equal word for word.
 
 Prints a row per seed as it finishes, a table at the end, and for every failure the one command that
-reproduces it. Exits non-zero if a seed failed. Outputs in --out/seed-N (history.jsonl, summary.json,
-timeline, the processes' logs); --out/campaign.json holds every row.
+reproduces it. Exits non-zero if a seed failed. Outputs in --out/seed-N (summary.json, timeline, the
+processes' logs; a failed seed also keeps history.jsonl and the memory nodes' images);
+--out/campaign.json holds every row.
 
 Kinds: kill-memnode, restart-memnode, pause-memnode, kill-control-leader, clock-skew.
 
@@ -42,8 +43,9 @@ pub struct CampaignArgs {
     /// Where the outputs go [default: chaos-out/NAME-campaign].
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Break the system on purpose, to see the campaign fail:
-    /// drop-backup-writes (every client's WRITEs to the first backup are dropped).
+    /// Break the system on purpose, to see the campaign fail: drop-backup-writes (every
+    /// client's WRITEs to the first backup are dropped), no-repair (clients repair no other
+    /// owner's expired lock).
     #[arg(long, value_name = "DEFECT")]
     sabotage: Option<Sabotage>,
     /// Draw from these fault kinds instead of the file's (comma-separated), e.g.

@@ -251,12 +251,17 @@ pub enum Sabotage {
     /// Every client's WRITEs to the index's first backup are reported done
     /// and never sent (`fabric::Faulty::drop_writes_to`).
     DropBackupWrites,
+    /// The clients repair no other owner's expired lock
+    /// (`txn::TxConfig::repair` off): a lock a cut-off commit left blocks
+    /// everyone else.
+    NoRepair,
 }
 
 impl std::fmt::Display for Sabotage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Sabotage::DropBackupWrites => "drop-backup-writes",
+            Sabotage::NoRepair => "no-repair",
         })
     }
 }
@@ -266,7 +271,10 @@ impl std::str::FromStr for Sabotage {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "drop-backup-writes" => Ok(Sabotage::DropBackupWrites),
-            other => Err(format!("'{other}' is not a sabotage (drop-backup-writes)")),
+            "no-repair" => Ok(Sabotage::NoRepair),
+            other => Err(format!(
+                "'{other}' is not a sabotage (drop-backup-writes, no-repair)"
+            )),
         }
     }
 }

@@ -435,6 +435,10 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                 name: format!("chaos-client-{i}"),
                 owner_ids: c.threads_per_client as u16 + 2,
                 faults: Some(fabric::FaultPlan::default()),
+                tx: txn::TxConfig {
+                    repair: options.sabotage != Some(Sabotage::NoRepair),
+                    ..txn::TxConfig::default()
+                },
                 ..ClusterOptions::default()
             },
         )
