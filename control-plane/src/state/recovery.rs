@@ -147,12 +147,39 @@ impl ControlState {
     /// holding nothing, once recovery has evicted all its replicas.
     /// Whatever its memory kept is never served again: a new replica on
     /// it is copied afresh.
+    ///
+    /// Except where it is the only copy: a node declared dead while it was
+    /// a region's primary with no live, allocated backup cannot be evicted
+    /// (its contents would be lost), and nothing was promoted in its place,
+    /// so what it holds is still the region. Such a node, declared dead
+    /// falsely (a renewal late under load, a partition shorter than
+    /// recovery), comes back as it was, active, its replicas kept;
+    /// otherwise it would wait for an eviction that never comes, and the
+    /// region with it.
     pub(super) fn revive_memnode(&mut self, id: MemNodeId, capacity_bytes: u64) -> Response {
-        if let Some(r) = self.regions.values().find(|r| r.on(id)) {
-            return Err(CommandError::Conflict(format!(
-                "memory node {id} is dead and still named by region {}: recovery has not evicted it yet; retry",
-                r.id
-            )));
+        let live = |s: &ControlState, n: MemNodeId| {
+            s.memnodes.get(&n).is_some_and(|m| m.state != MemNodeState::Dead)
+        };
+        let naming: Vec<&crate::state::Region> = self.regions.values().filter(|r| r.on(id)).collect();
+        if let Some(r) = naming.first() {
+            let sole_copy = |r: &crate::state::Region| {
+                r.replicas.first().is_some_and(|p| p.node == id)
+                    && !r.replicas[1..]
+                        .iter()
+                        .any(|x| live(self, x.node) && !r.pending.contains(&x.node))
+            };
+            if !naming.iter().all(|r| sole_copy(r)) {
+                return Err(CommandError::Conflict(format!(
+                    "memory node {id} is dead and still named by region {}: recovery has not evicted it yet; retry",
+                    r.id
+                )));
+            }
+            let n = self
+                .memnodes
+                .get_mut(&id)
+                .ok_or(CommandError::UnknownMemNode { id })?;
+            n.state = MemNodeState::Active;
+            return Ok(Outcome::MemNode(n.clone()));
         }
         let n = self
             .memnodes

@@ -802,6 +802,63 @@ fn a_dead_node_registers_again_as_an_empty_spare_once_evicted() {
 }
 
 #[test]
+fn a_node_declared_dead_while_it_was_the_only_copy_comes_back_with_its_replicas() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let (p, b) = (r.replicas[0].node, r.replicas[1].node);
+    let again = |s: &ControlState, id: MemNodeId| Command::RegisterMemNode {
+        endpoint: s.memnodes[&id].endpoint.clone(),
+        capacity_bytes: 1 << 20,
+    };
+    // The backup is gone; then the primary is declared dead (falsely: it
+    // was only late). It cannot be evicted, so it is revived as it was.
+    dead(&mut s, b);
+    s.apply(&req(
+        11,
+        Command::EvictReplica {
+            region: r.id,
+            node: b,
+        },
+    ))
+    .unwrap();
+    dead(&mut s, p);
+    assert!(matches!(
+        s.apply(&req(
+            11,
+            Command::EvictReplica {
+                region: r.id,
+                node: p
+            }
+        )),
+        Err(CommandError::Conflict(_))
+    ));
+    let allocated = s.memnodes[&p].allocated_bytes;
+    let Ok(Outcome::MemNode(n)) = s.apply(&req(12, again(&s, p))) else {
+        panic!("register again")
+    };
+    assert_eq!(
+        (n.id, n.state, n.allocated_bytes),
+        (p, MemNodeState::Active, allocated)
+    );
+    assert_eq!(s.regions[&r.id].primary(), p);
+    assert_eq!(s.check(), Ok(()));
+    // A dead backup, or a dead primary with a live allocated backup, is not
+    // revived: recovery evicts it first.
+    let r2 = ready_region(&mut s, 2);
+    let b2 = r2.replicas[1].node;
+    dead(&mut s, b2);
+    assert!(matches!(
+        s.apply(&req(13, again(&s, b2))),
+        Err(CommandError::Conflict(_))
+    ));
+    let mut t = cluster(4, 1 << 20);
+    let r3 = ready_region(&mut t, 2);
+    dead(&mut t, r3.replicas[0].node);
+    let c = again(&t, r3.replicas[0].node);
+    assert!(matches!(t.apply(&req(13, c)), Err(CommandError::Conflict(_))));
+}
+
+#[test]
 fn a_join_cut_by_the_primary_s_death_goes_back_to_being_made() {
     let mut s = cluster(4, 1 << 20);
     let r = ready_region(&mut s, 2);
