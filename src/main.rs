@@ -9,7 +9,7 @@ use clap::Parser;
 
 fn main() -> std::process::ExitCode {
     let args = cli::Cli::parse();
-    cli::init_tracing(args.verbose);
+    cli::init_tracing(args.verbose, args.quiet_by_default());
     if let Err(e) = harness::launch::stop_with_parent() {
         eprintln!("error: {e}");
         return std::process::ExitCode::FAILURE;

@@ -86,8 +86,12 @@ pub(crate) fn print_report<J: std::fmt::Display, T: std::fmt::Display>(
 }
 
 /// Logs go to stderr so that stdout stays machine-readable.
-pub fn init_tracing(verbose: u8) {
+pub fn init_tracing(verbose: u8, quiet: bool) {
     let default = match verbose {
+        // A campaign's in-process clients warn of every connection a fault
+        // breaks, hundreds of times a seed; its rows say what happened, and
+        // each seed's processes log to files.
+        0 if quiet => "error",
         // openraft narrates every election and replication step at info.
         0 => "info,openraft=warn",
         1 => "debug",
@@ -102,6 +106,19 @@ pub fn init_tracing(verbose: u8) {
         // runs log to files.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+}
+
+impl Cli {
+    /// Whether the command logs only errors unless asked for more: a
+    /// campaign, whose progress lines would drown in its runs' warnings.
+    pub fn quiet_by_default(&self) -> bool {
+        matches!(
+            &self.command,
+            Command::Chaos {
+                command: chaos::ChaosCommand::Campaign(_)
+            }
+        )
+    }
 }
 
 /// Runs the parsed command.

@@ -417,7 +417,7 @@ impl TxClient {
         if lock.owner() == self.owner {
             return Some(lock) != running;
         }
-        lock.is_expired(self.now_tick())
+        self.config.repair && lock.is_expired(self.now_tick())
     }
 
     /// Replicas of `region`.

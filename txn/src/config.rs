@@ -26,6 +26,10 @@ pub struct TxConfig {
     /// ...up to this.
     #[serde(with = "humantime_serde")]
     pub backoff_max: Duration,
+    /// Repair other owners' expired locks (the point of rTX). Off only to
+    /// show what it buys: a chaos campaign run with it off must fail, its
+    /// clients blocked behind locks nobody releases, as optimal's are.
+    pub repair: bool,
 }
 
 impl Default for TxConfig {
@@ -37,6 +41,7 @@ impl Default for TxConfig {
             attempts_max: 10_000,
             backoff_min: Duration::from_micros(2),
             backoff_max: Duration::from_millis(1),
+            repair: true,
         }
     }
 }

@@ -26,6 +26,7 @@ fn a_full_config_parses_and_round_trips() {
             attempts_max: 50,
             backoff_min: Duration::from_micros(1),
             backoff_max: Duration::from_micros(2_500),
+            repair: true,
         }
     );
     // n * OP_TIME + DRIFT, in lease ticks of 1/256 ms, rounded up:
