@@ -52,6 +52,10 @@ pub struct CampaignArgs {
     /// `--kinds pause-memnode,partition`.
     #[arg(long, value_name = "KIND,...", value_delimiter = ',', value_parser = parse_kind)]
     kinds: Vec<FaultKind>,
+    /// Draw clock skews past the rTX drift (up to 20 times it), to see what breaks there:
+    /// the paper's bounded-drift assumption, broken on purpose.
+    #[arg(long)]
+    skew_beyond_drift: bool,
     /// Only print the schedules the seeds draw; run nothing.
     #[arg(long)]
     dry_run: bool,
@@ -72,12 +76,20 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
     if !args.kinds.is_empty() {
         base.campaign.get_or_insert_with(Default::default).kinds = args.kinds.clone();
     }
-    let kinds_flag = if args.kinds.is_empty() {
+    if args.skew_beyond_drift {
+        base.campaign
+            .get_or_insert_with(Default::default)
+            .skew_beyond_drift = true;
+    }
+    let mut kinds_flag = if args.kinds.is_empty() {
         String::new()
     } else {
         let k: Vec<String> = args.kinds.iter().map(|k| k.to_string()).collect();
         format!(" --kinds {}", k.join(","))
     };
+    if args.skew_beyond_drift {
+        kinds_flag += " --skew-beyond-drift";
+    }
     if args.dry_run {
         for seed in args.first_seed..args.first_seed.saturating_add(args.seeds) {
             let e = campaign::schedule(&base, seed)?;

@@ -143,6 +143,12 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 rate(f.ops_per_sec_after)
             ),
             FaultKind::ClockSkew => writeln!(out, "  {who} at {:.1} s", f.at_ms / 1e3),
+            FaultKind::Partition if f.role.is_none() => writeln!(
+                out,
+                "  {who} at {:.1} s: cut off from the control plane, healed after {}",
+                f.at_ms / 1e3,
+                ms(p.resumed_ms)
+            ),
             FaultKind::PauseMemnode if p.detected_ms.is_none() => writeln!(
                 out,
                 "  {who} at {:.1} s: resumed after {}, never declared dead, active after {}; \
@@ -164,7 +170,7 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 ms(f.dead_to_serving_ms),
                 ms(p.rereplicated_ms),
                 match (p.resumed_ms, p.active_ms) {
-                    (Some(r), a) => format!(", resumed after {r:.0} ms, active again (an empty spare) after {}", ms(a)),
+                    (Some(r), a) => format!(", resumed (healed) after {r:.0} ms, active again after {}", ms(a)),
                     (None, _) => String::new(),
                 },
                 rate(f.ops_per_sec_before),

@@ -143,6 +143,9 @@ impl MemnodeFault {
     /// What and whom: `kill-memnode 2 (primary)`.
     pub fn label(&self) -> String {
         match (self.role, self.skew_ms) {
+            (None, None) if self.kind == FaultKind::Partition => {
+                format!("{} client {}", self.kind, self.node)
+            }
             (Some(r), _) => format!("{} {} ({r})", self.kind, self.node),
             (None, Some(skew)) => format!("{} client {} {skew:+} ms", self.kind, self.node),
             (None, None) => format!("{} {}", self.kind, self.node),
