@@ -35,6 +35,14 @@ fn campaign_file(dir: &Path, index: &str) -> PathBuf {
     path
 }
 
+/// `kintsugi chaos campaign --experiment FILE ARGS... --out OUT`.
+fn campaign(file: &Path, args: &[&str], out: &Path) -> (i32, String, String) {
+    let mut all = vec!["chaos", "campaign", "--experiment", path_str(file)];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--out", path_str(out)]);
+    kintsugi(&all)
+}
+
 /// One seed of each kind; every row must pass with its checks run.
 fn every_kind_passes(index: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -42,20 +50,8 @@ fn every_kind_passes(index: &str) {
     for (i, kind) in KINDS.iter().enumerate() {
         let out = dir.path().join(kind);
         let seed = (i + 1).to_string();
-        let (code, stdout, stderr) = kintsugi(&[
-            "chaos",
-            "campaign",
-            "--experiment",
-            path_str(&file),
-            "--seeds",
-            "1",
-            "--first-seed",
-            &seed,
-            "--kinds",
-            kind,
-            "--out",
-            path_str(&out),
-        ]);
+        let args = ["--seeds", "1", "--first-seed", &seed, "--kinds", kind];
+        let (code, stdout, stderr) = campaign(&file, &args, &out);
         assert_eq!(code, 0, "{index} {kind}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("1 of 1 seed(s) passed"), "{stdout}");
         let report: serde_json::Value =
@@ -106,11 +102,7 @@ fn a_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
     let dir = tempfile::tempdir().unwrap();
     let file = campaign_file(dir.path(), "btree");
     let out = dir.path().join("out");
-    let (code, stdout, stderr) = kintsugi(&[
-        "chaos",
-        "campaign",
-        "--experiment",
-        path_str(&file),
+    let args = [
         "--seeds",
         "1",
         "--first-seed",
@@ -119,9 +111,8 @@ fn a_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
         "clock-skew",
         "--sabotage",
         "drop-backup-writes",
-        "--out",
-        path_str(&out),
-    ]);
+    ];
+    let (code, stdout, stderr) = campaign(&file, &args, &out);
     assert_ne!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("seed 7 FAILED"), "{stdout}");
     let repro = format!(

@@ -928,6 +928,19 @@ at = "1500ms"
 for = "100ms"
 "#;
 
+    /// `base` with `from` replaced by `to` is refused naming `field`, or
+    /// (`field` empty) accepted.
+    fn assert_rule(base: &str, from: &str, to: &str, field: &str) {
+        assert!(base.contains(from), "{from}");
+        let r = Experiment::from_toml(&base.replacen(from, to, 1));
+        if field.is_empty() {
+            assert!(r.is_ok(), "{to}: {r:?}");
+        } else {
+            let e = r.expect_err(to).to_string();
+            assert!(e.contains(field), "{to}: {e}");
+        }
+    }
+
     #[test]
     fn a_good_file_parses_with_defaults() {
         let e = Experiment::from_toml(GOOD).unwrap();
@@ -992,15 +1005,7 @@ for = "100ms"
             ("kind = \"btree\"", "kind = \"hash\"\n", ""),
             ("[workload]", "[workload]\nbogus = 1", "bogus"),
         ] {
-            assert!(GOOD.contains(from), "{from}");
-            let text = GOOD.replacen(from, to, 1);
-            let r = Experiment::from_toml(&text);
-            if field.is_empty() {
-                assert!(r.is_ok(), "{to}: {r:?}");
-                continue;
-            }
-            let e = r.expect_err(to).to_string();
-            assert!(e.contains(field), "{to}: {e}");
+            assert_rule(GOOD, from, to, field);
         }
         let hash_e = GOOD
             .replace("kind = \"btree\"", "kind = \"hash\"")
@@ -1086,15 +1091,7 @@ for = "300ms"
                 "faults[2].kind",
             ),
         ] {
-            assert!(CLUSTER.contains(from), "{from}");
-            let text = CLUSTER.replacen(from, to, 1);
-            let r = Experiment::from_toml(&text);
-            if field.is_empty() {
-                assert!(r.is_ok(), "{to}: {r:?}");
-                continue;
-            }
-            let e = r.expect_err(to).to_string();
-            assert!(e.contains(field), "{to}: {e}");
+            assert_rule(CLUSTER, from, to, field);
         }
     }
 
