@@ -210,12 +210,20 @@ impl Cluster {
                 .members
                 .call("listing regions", |c| async move { c.regions().await })
                 .await?;
-            let region = regions.iter().find(|r| r.id == x.region).ok_or_else(|| {
-                ClusterError::Map(format!(
-                    "index {:?} names region {}, which does not exist",
-                    x.name, x.region
-                ))
-            })?;
+            // The index record came from a member that had applied its
+            // creation; the member answering now may lag behind it and not
+            // know the region yet (seen under load). Missing until the
+            // deadline, the region does not exist.
+            let Some(region) = regions.iter().find(|r| r.id == x.region) else {
+                if Instant::now() >= deadline {
+                    return Err(ClusterError::Map(format!(
+                        "index {:?} names region {}, which does not exist",
+                        x.name, x.region
+                    )));
+                }
+                tokio::time::sleep(OPEN_POLL).await;
+                continue;
+            };
             if region.ready() && self.mandate.epoch() >= region.epoch {
                 return Ok(());
             }

@@ -83,6 +83,10 @@ impl Retry {
             // counted the replicas) and this batch, which was refused whole
             // before any verb: run it again under the new map.
             Some(FabricError::NoSuchReplica { .. }) => true,
+            // The primary changed under a transaction before its commit
+            // point (after it, the index says the write is in doubt): its
+            // locks were on the old primary; run it again on the new one.
+            Some(FabricError::MapMoved { .. }) => true,
             // The process could not renew its lease in time (no leader
             // for a moment): no verb was issued. A renewal that arrives
             // lets it go on; a lease that is lost for good does not.

@@ -140,12 +140,13 @@ impl Tx<'_> {
             self.push_log(log)?;
         }
         if log_alone {
-            self.c.fabric.execute(&mut self.batch).await?;
+            self.execute_under_locks().await?;
             self.check_done()?;
             self.batch.clear();
         }
         let lock_handles = self.push_locks(lock);
-        self.c.fabric.execute(&mut self.batch).await?;
+        self.execute_under_locks().await?;
+        self.note_locked();
         self.check_done()?;
         let mut failed = None;
         for &(i, h) in &lock_handles {
@@ -225,13 +226,13 @@ impl Tx<'_> {
     /// any verb was sent, nothing of it happened and the commit is not in
     /// doubt.
     async fn execute_commit_point(&mut self) -> Result<(), TxError> {
-        let sent = self.c.fabric.execute(&mut self.batch).await;
-        if let Err(e) = &sent {
+        let sent = self.execute_under_locks().await;
+        if let Err(TxError::Fabric(e)) = &sent {
             if e.sent_nothing() {
                 self.c.commit_in_doubt = false;
             }
         }
-        Ok(sent?)
+        sent
     }
 
     /// Counts the commit, frees the blocks it replaced (or parks them until
@@ -392,7 +393,7 @@ impl Tx<'_> {
             .iter()
             .map(|&i| self.batch.read(self.reads[i].obj.meta, META_BYTES as u32))
             .collect();
-        self.c.fabric.execute(&mut self.batch).await?;
+        self.execute_under_locks().await?;
         for (&i, h) in to_check.iter().zip(handles) {
             let meta = self.batch.read_result(h).map_err(TxError::Verb)?;
             let lock = LockWord::from_raw(le_word(meta, 0));
@@ -481,7 +482,7 @@ impl Tx<'_> {
                 if std::mem::take(&mut first_batch) {
                     self.execute_commit_point().await?;
                 } else {
-                    self.c.fabric.execute(&mut self.batch).await?;
+                    self.execute_under_locks().await?;
                 }
                 pinned = Some(self.c.fabric.epoch());
                 self.check_done()?;
@@ -524,7 +525,15 @@ impl Tx<'_> {
                 // would stay behind: the backups' round trip goes again,
                 // under the new map (every CAS in it is idempotent).
                 Some(epoch) => match self.c.fabric.execute_pinned(&mut self.batch, epoch).await {
-                    Err(FabricError::MapMoved { pinned, now }) if map_moves < MAP_MOVES_MAX => {
+                    // Followed only while the primary, which holds the
+                    // locks, is the same (`Tx::execute_under_locks`);
+                    // otherwise the commit stops here, in doubt.
+                    Err(FabricError::MapMoved { pinned, now })
+                        if map_moves < MAP_MOVES_MAX
+                            && self
+                                .locked_under
+                                .is_none_or(|(_, p)| self.c.primary(self.c.heap.region()) == p) =>
+                    {
                         map_moves += 1;
                         tracing::debug!(
                             owner = self.c.owner,
@@ -538,7 +547,7 @@ impl Tx<'_> {
                     sent => sent?,
                 },
                 None if first_batch => self.execute_commit_point().await?,
-                None => self.c.fabric.execute(&mut self.batch).await?,
+                None => self.execute_under_locks().await?,
             }
             break (primary_cas, releases, done, header_addr);
         };
@@ -586,9 +595,13 @@ impl Tx<'_> {
             // this transaction did not happen. Its new block may be
             // referenced by a backup until the repairer is done, so it is
             // not reused.
+            // It may find its own new pointer: a backup that its first
+            // round trip reached was promoted since (the round trip went
+            // again under the new map, `MapMoved`). The commit is then in.
             let w = &self.writes[0];
             let found = self.batch.old_value(primary_cas[0]).map_err(TxError::Verb)?;
-            if found != w.old.raw() {
+            let ours = w.new.is_some_and(|n| n.raw() == found);
+            if found != w.old.raw() && !ours {
                 tracing::debug!(owner = self.c.owner, "single-object commit fenced by a repairer");
                 return Err(TxError::Abort(AbortReason::Repaired));
             }

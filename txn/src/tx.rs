@@ -68,6 +68,10 @@ pub struct Tx<'c> {
     pub(crate) fresh: Vec<Fresh>,
     /// The lock word pre-locks were taken with, if any.
     pub(crate) prelock: Option<LockWord>,
+    /// The map the transaction's first locks were taken under, and the
+    /// primary of its heap's region there: every later batch is pinned to
+    /// it ([`Tx::execute_under_locks`]).
+    pub(crate) locked_under: Option<(fabric::Epoch, Option<fabric::NodeId>)>,
     pub(crate) batch: Batch,
 }
 
@@ -90,6 +94,7 @@ impl<'c> Tx<'c> {
             writes: Vec::new(),
             fresh: Vec::new(),
             prelock: None,
+            locked_under: None,
             batch,
         }
     }
@@ -259,7 +264,8 @@ impl<'c> Tx<'c> {
         let seen = self.writes[i].seen;
         self.batch.clear();
         let h = self.batch.cas(obj.lock_addr(), seen.raw(), lock.raw());
-        self.c.fabric.execute(&mut self.batch).await?;
+        self.execute_under_locks().await?;
+        self.note_locked();
         let found = LockWord::from_raw(self.batch.old_value(h).map_err(TxError::Verb)?);
         if found == seen {
             self.writes[i].prelocked = true;
@@ -374,6 +380,39 @@ impl<'c> Tx<'c> {
             self.c.repair(obj, lock).await?;
         }
         Err(TxError::Abort(AbortReason::Locked))
+    }
+
+    /// Executes the batch, pinned to the map the transaction's locks were
+    /// taken under, if it took any. Lock words live on the primary: a batch
+    /// routed by a map with another primary would act on objects this
+    /// transaction does not hold (a batch held up by a paused primary runs
+    /// there when it resumes, while its replacement serves others). A map
+    /// that moved and kept the primary (a backup joined or left) is followed;
+    /// one that changed it is `FabricError::MapMoved`, nothing sent.
+    pub(crate) async fn execute_under_locks(&mut self) -> Result<(), TxError> {
+        let Some((mut epoch, primary)) = self.locked_under else {
+            return Ok(self.c.fabric.execute(&mut self.batch).await?);
+        };
+        loop {
+            match self.c.fabric.execute_pinned(&mut self.batch, epoch).await {
+                Err(fabric::FabricError::MapMoved { now, .. })
+                    if self.c.primary(self.c.heap.region()) == primary =>
+                {
+                    epoch = now;
+                    self.locked_under = Some((now, primary));
+                }
+                sent => return Ok(sent?),
+            }
+        }
+    }
+
+    /// A batch that took locks ran: from now on the transaction's batches
+    /// follow its map ([`Tx::execute_under_locks`]).
+    pub(crate) fn note_locked(&mut self) {
+        if self.locked_under.is_none() {
+            let region = self.c.heap.region();
+            self.locked_under = Some((self.c.fabric.epoch(), self.c.primary(region)));
+        }
     }
 
     /// Aborts this attempt on purpose; [`TxClient::run`] retries it.

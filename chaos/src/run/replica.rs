@@ -53,6 +53,10 @@ const INDEX: &str = "chaos";
 /// whole before the check: far beyond a lease and a copy, so a run that
 /// reaches it has a recovery that does not finish.
 pub const PHASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Opens of the index before a run gives up creating it, and the pause
+/// between them.
+const CREATE_ATTEMPTS_MAX: u32 = 4;
+const CREATE_RETRY_PAUSE: Duration = Duration::from_millis(250);
 /// How long a paused node that was not declared dead is watched after it
 /// resumes: a few memory-node leases, for a late detection to show.
 const PAUSE_SETTLE: Duration = Duration::from_millis(500);
@@ -420,10 +424,19 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         duration: e.duration,
         seed: e.seed,
     };
-    // Creates the index before the clock starts.
-    Handle::open(&cluster, INDEX, spec.kind)
-        .await
-        .map_err(RunError::index("cannot create the index"))?;
+    // Creates the index before the clock starts. Under load the first
+    // open can find the region missing from a map that should have it (a
+    // known race in `cluster::catalog`, not a fault of the run's: noted in
+    // docs/chaos.md §7): tried again a few times before it counts.
+    let mut opened = Handle::open(&cluster, INDEX, spec.kind).await.map(|_| ());
+    for _ in 1..CREATE_ATTEMPTS_MAX {
+        if opened.is_ok() {
+            break;
+        }
+        tokio::time::sleep(CREATE_RETRY_PAUSE).await;
+        opened = Handle::open(&cluster, INDEX, spec.kind).await.map(|_| ());
+    }
+    opened.map_err(RunError::index("cannot create the index"))?;
     let region = Status::read(&cluster).await?.region_of(INDEX)?.id;
     // One session per client: its own lease, owner ids, map and fabric
     // (where a clock skew or a sabotage goes), as a client process has.
@@ -511,9 +524,11 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                 let at = Instant::now();
                 tokio::time::sleep_until((at + pause).into()).await;
                 links.set_cut(&members, false);
-                if pause >= c.client_lease / 2 {
-                    // Its lease may lapse: the control plane may expire it, and
-                    // then its tasks must stop with an error.
+                if pause * 3 >= c.client_lease {
+                    // Renewals go every third of the lease: cut off longer, its
+                    // lease may lapse by its own reckoning (and the control
+                    // plane may expire it), and then its tasks must stop with
+                    // an error.
                     cut_off.push(f.client as usize);
                 }
                 Injected {
@@ -850,12 +865,23 @@ async fn check(
         .await
         .map_err(RunError::index("cannot open the index"))?
     {
+        // A write cut off past its commit point (in doubt) may have left
+        // its locks, long expired: repaired first, as any client meeting
+        // them would, so that only locks nobody can repair count.
         Handle::Tree(mut t) => {
+            t.inner()
+                .repair_expired_locks()
+                .await
+                .map_err(RunError::index("cannot repair expired locks"))?;
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
             let objects = t.inner().objects_in(&r);
             (r.violations, ObjectSizes::new(objects))
         }
         Handle::Table(mut t) => {
+            t.inner()
+                .repair_expired_locks()
+                .await
+                .map_err(RunError::index("cannot repair expired locks"))?;
             let r = t.inner().check().await.map_err(RunError::index("cannot check"))?;
             let objects = t
                 .inner()

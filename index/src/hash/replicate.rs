@@ -46,6 +46,11 @@ const CONVERGE_ROUNDS_MAX: u32 = 64;
 /// primary): the handles of one slot's backup CASes live on the stack.
 const BACKUPS_MAX: usize = fabric::REPLICAS_MAX - 1;
 
+/// Times a slot's replication follows a map that moved under it with the
+/// same primary (a replica joining, another leaving) before it gives up:
+/// each move is a recovery step.
+const MAP_MOVES_MAX: u32 = 8;
+
 impl HashTable {
     /// After this client's CAS of the primary's slot at `at` from `old` to
     /// `new` won: brings every backup's slot there to `new` or to a later
@@ -56,6 +61,57 @@ impl HashTable {
         at: GlobalAddr,
         old: Slot,
         new: Slot,
+    ) -> Result<(), IndexError> {
+        self.replicate_slot_pinned(at, old, new, None).await
+    }
+
+    /// [`HashTable::replicate_slot`] after a publish whose CAS was routed by
+    /// the map of `epoch`, to primary `primary`. If the map moved since and
+    /// the region's primary with it, the CAS went to a node that is no
+    /// longer the primary (a batch held up by a paused node, run when it
+    /// resumed, say), and the primary that replaced it never saw it: the
+    /// write is in doubt (`FabricError::MapMoved` inside
+    /// `IndexError::InDoubt`), never acknowledged. A move that kept the
+    /// primary (a backup joined or left) only changes the backups reached.
+    pub(crate) async fn replicate_published(
+        &mut self,
+        at: GlobalAddr,
+        old: Slot,
+        new: Slot,
+        (mut epoch, primary): (fabric::Epoch, Option<fabric::NodeId>),
+    ) -> Result<(), IndexError> {
+        for _ in 0..MAP_MOVES_MAX {
+            match self.replicate_slot_pinned(at, old, new, Some(epoch)).await {
+                Err(IndexError::Fabric(fabric::FabricError::MapMoved { now, .. }))
+                    if self.primary_node() == primary =>
+                {
+                    epoch = now;
+                }
+                Err(e @ IndexError::Fabric(fabric::FabricError::MapMoved { .. })) => {
+                    return Err(IndexError::InDoubt(Box::new(e)));
+                }
+                done => return done,
+            }
+        }
+        Err(IndexError::TooManyAttempts(MAP_MOVES_MAX))
+    }
+
+    /// The node of this table's region's primary in the map the client
+    /// routes by now.
+    pub(crate) fn primary_node(&mut self) -> Option<fabric::NodeId> {
+        let region = self.heap.region();
+        self.fabric()
+            .map()
+            .region(region)
+            .and_then(|r| r.replicas.first().map(|l| l.node))
+    }
+
+    async fn replicate_slot_pinned(
+        &mut self,
+        at: GlobalAddr,
+        old: Slot,
+        new: Slot,
+        pinned: Option<fabric::Epoch>,
     ) -> Result<(), IndexError> {
         if self.info.variant != Variant::Rtx {
             return Ok(());
@@ -76,7 +132,10 @@ impl HashTable {
         for (b, h) in hs.iter_mut().enumerate().take(backups) {
             *h = Some(batch.on(Replica::Backup(b as u8)).cas(at, old.0, new.0));
         }
-        let r = self.fabric().execute(&mut batch).await;
+        let r = match pinned {
+            Some(epoch) => self.fabric().execute_pinned(&mut batch, epoch).await,
+            None => self.fabric().execute(&mut batch).await,
+        };
         let found = r.map_err(IndexError::from).and_then(|()| {
             let mut found = [0u64; BACKUPS_MAX];
             for (f, h) in found.iter_mut().zip(hs.iter().flatten()) {
