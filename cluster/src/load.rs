@@ -17,6 +17,10 @@ use crate::{Cluster, ClusterError, Table, Tree};
 /// Keys one task may own: a value carries the key's task in its high bits.
 pub const KEYS_PER_TASK_MAX: u64 = 1 << 32;
 
+/// Writes of one key in a row whose outcome may be unknown before the
+/// load gives up on it: each is a map change under a commit.
+const IN_DOUBT_REWRITES_MAX: u32 = 8;
+
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct LoadSpec {
@@ -43,6 +47,10 @@ pub struct LoadReport {
     pub writes: u64,
     /// Operations run again after a map change or a lost connection.
     pub retries: u64,
+    /// Writes whose outcome the index could not know (`IndexError::InDoubt`:
+    /// cut off at their commit point); each was followed by another write
+    /// of the same key, acknowledged, which decides what the key holds.
+    pub in_doubt: u64,
     /// The last acknowledged value of every key written.
     pub acked: BTreeMap<u64, u64>,
     /// Why a task stopped early, per task that did.
@@ -214,12 +222,24 @@ pub async fn run_observed(
                 let done = if x & (1 << 40) == 0 {
                     h.get(k).await.map(|_| ())
                 } else {
-                    seq += 1;
-                    let v = (task as u64 + 1) << 40 | seq;
-                    h.put(k, v).await.map(|()| {
-                        acked.insert(k, v);
-                        report.writes += 1;
-                    })
+                    // A write in doubt may or may not have landed (and will
+                    // not land later: its commit was settled or never
+                    // happened). Writing the key again, acknowledged, decides
+                    // what it holds.
+                    let mut written = Ok(());
+                    for _ in 0..IN_DOUBT_REWRITES_MAX {
+                        seq += 1;
+                        let v = (task as u64 + 1) << 40 | seq;
+                        written = h.put(k, v).await.map(|()| {
+                            acked.insert(k, v);
+                            report.writes += 1;
+                        });
+                        match &written {
+                            Err(IndexError::InDoubt(_)) => report.in_doubt += 1,
+                            _ => break,
+                        }
+                    }
+                    written
                 };
                 if let Err(e) = done {
                     break Err(format!("task {task}: {e}"));
@@ -246,6 +266,7 @@ pub async fn run_observed(
         total.ops += r.ops;
         total.writes += r.writes;
         total.retries += r.retries;
+        total.in_doubt += r.in_doubt;
         total.acked.extend(r.acked);
         total.errors.extend(r.errors);
     }
