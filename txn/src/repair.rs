@@ -420,7 +420,6 @@ impl TxClient {
         obj: RawObj,
         stolen: LockWord,
     ) -> Result<Option<(Vec<DataPtr>, DataPtr)>, TxError> {
-        let replicas = self.replicas(obj.meta.region());
         let mut batch = Batch::new();
         // The suspected holder has at most one pointer CAS left to land on
         // the primary, and so has each repairer suspected before this one.
@@ -434,6 +433,10 @@ impl TxClient {
             if le_word(batch.read_result(held).map_err(TxError::Verb)?, 0) != stolen.raw() {
                 return Ok(None);
             }
+            // As many as the map the batch was routed by has, which may
+            // not be the one of the previous round (a replica joined or
+            // left: a chaos campaign pausing a primary panicked here).
+            let replicas = batch.completions(ptrs).len();
             let seen: Vec<DataPtr> = (0..replicas)
                 .map(|i| {
                     batch
