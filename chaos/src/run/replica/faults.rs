@@ -1,0 +1,566 @@
+//! The faults of a local-cluster run, as injected, and the phases each is
+//! watched through on the control plane: a memory node killed, restarted,
+//! paused or cut off; the Raft leader killed; a client's clock skewed or its
+//! links to the members cut.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cluster::Cluster;
+use control_plane::state::{MemNodeId, MemNodeState, Region};
+use harness::local::LocalCluster;
+use nix::sys::signal::Signal;
+use serde::Serialize;
+
+use super::{local_error, PHASE_TIMEOUT};
+use crate::experiment::{Fault, FaultKind, PartitionTarget, ReplicaRole};
+use crate::run::partition::Links;
+use crate::run::{RunError, BUCKET_US};
+
+/// How long a paused node that was not declared dead is watched after it
+/// resumes: a few memory-node leases, for a late detection to show.
+const PAUSE_SETTLE: Duration = Duration::from_millis(500);
+/// How often the control plane is asked while a phase is awaited.
+const PHASE_POLL: Duration = Duration::from_millis(2);
+
+/// When each phase of one fault came, in ms after the fault.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Phases {
+    /// The control plane declared the killed node dead.
+    pub detected_ms: Option<f64>,
+    /// Its replica left the region's replica set (a dead primary's first
+    /// live backup promoted in its place).
+    pub evicted_ms: Option<f64>,
+    /// The region back in the clients' map: serving verbs.
+    pub serving_ms: Option<f64>,
+    /// The region whole again: as many replicas as it was made with, none
+    /// being made, and in the map.
+    pub rereplicated_ms: Option<f64>,
+    /// A restarted or resumed node registered and active again (an empty
+    /// spare, or still in its replica set after a pause shorter than
+    /// detection).
+    pub active_ms: Option<f64>,
+    /// A paused node continued (SIGCONT).
+    pub resumed_ms: Option<f64>,
+    /// Another member claimed the lead (`kill-control-leader`).
+    pub elected_ms: Option<f64>,
+    /// The killed leader restarted and a member again (`for` given).
+    pub member_back_ms: Option<f64>,
+}
+
+/// What one fault did.
+#[derive(Clone, Debug, Serialize)]
+pub struct MemnodeFault {
+    /// Its kind.
+    pub kind: FaultKind,
+    /// The role of the faulted node's replica.
+    pub role: Option<ReplicaRole>,
+    /// The memory node, control-plane member (`kill-control-leader`) or
+    /// client (`clock-skew`) it hit.
+    pub node: MemNodeId,
+    /// The clock skew put in (`clock-skew`).
+    pub skew_ms: Option<i64>,
+    /// When, in ms after the load started.
+    pub at_ms: f64,
+    /// Its phases.
+    pub phases: Phases,
+    /// From the control plane's dead decision to the region serving again.
+    pub dead_to_serving_ms: Option<f64>,
+    /// Mean ops/s over the second before the fault.
+    pub ops_per_sec_before: f64,
+    /// Mean ops/s from the region serving again to one second later.
+    pub ops_per_sec_after: f64,
+}
+
+impl MemnodeFault {
+    /// Whether every phase the fault must go through came.
+    pub fn completed(&self) -> bool {
+        let p = &self.phases;
+        match self.kind {
+            FaultKind::KillMemnode => p.rereplicated_ms.is_some(),
+            FaultKind::RestartMemnode | FaultKind::PauseMemnode => p.active_ms.is_some(),
+            FaultKind::KillControlLeader => p.elected_ms.is_some(),
+            // A memory node's (it has a role): back as for a pause.
+            FaultKind::Partition if self.role.is_some() => p.active_ms.is_some(),
+            FaultKind::Partition => p.resumed_ms.is_some(),
+            FaultKind::ClockSkew | FaultKind::KillClient | FaultKind::PauseClient => true,
+        }
+    }
+
+    /// From the fault to the cluster whole again, ms: the last phase that
+    /// came (none: 0).
+    pub fn recovered_ms(&self) -> f64 {
+        let p = &self.phases;
+        [p.rereplicated_ms, p.active_ms, p.elected_ms, p.member_back_ms]
+            .into_iter()
+            .flatten()
+            .fold(0.0, f64::max)
+    }
+
+    /// What and whom: `kill-memnode 2 (primary)`.
+    pub fn label(&self) -> String {
+        match (self.role, self.skew_ms) {
+            (None, None) if self.kind == FaultKind::Partition => {
+                format!("{} client {}", self.kind, self.node)
+            }
+            (Some(r), _) => format!("{} {} ({r})", self.kind, self.node),
+            (None, Some(skew)) => format!("{} client {} {skew:+} ms", self.kind, self.node),
+            (None, None) => format!("{} {}", self.kind, self.node),
+        }
+    }
+}
+
+/// A fault as injected, before the timeline is known.
+pub(super) struct Injected {
+    pub(super) kind: FaultKind,
+    pub(super) role: Option<ReplicaRole>,
+    pub(super) node: MemNodeId,
+    pub(super) skew_ms: Option<i64>,
+    pub(super) at_ms: f64,
+    pub(super) phases: Phases,
+}
+
+impl Injected {
+    /// The fault with its rates read off `timeline` (1 ms buckets): the
+    /// second before it, and the second from the region serving again (a
+    /// restart: from the node active again).
+    pub(super) fn outcome(self, timeline: &[u64]) -> MemnodeFault {
+        let per_sec = 1e3 / (BUCKET_US as f64 / 1e3);
+        let second = (1e3 / (BUCKET_US as f64 / 1e3)) as usize;
+        let b = (self.at_ms as usize).min(timeline.len());
+        let p = &self.phases;
+        let back = p.serving_ms.or(p.active_ms).or(p.elected_ms).unwrap_or(0.0);
+        let a = (self.at_ms + back) as usize;
+        MemnodeFault {
+            kind: self.kind,
+            role: self.role,
+            node: self.node,
+            skew_ms: self.skew_ms,
+            at_ms: self.at_ms,
+            dead_to_serving_ms: self
+                .phases
+                .detected_ms
+                .zip(self.phases.serving_ms)
+                .map(|(d, s)| s - d),
+            phases: self.phases,
+            ops_per_sec_before: crate::timeline::mean(timeline, b.saturating_sub(second)..b) * per_sec,
+            ops_per_sec_after: crate::timeline::mean(timeline, a..a + second) * per_sec,
+        }
+    }
+}
+
+/// What the faults act on, and what they leave for the end of the run.
+pub(super) struct Injector<'a> {
+    /// The runner's own session: the control plane's state.
+    pub cluster: &'a Cluster,
+    /// The processes.
+    pub local: &'a mut LocalCluster,
+    /// The index's region.
+    pub region: fabric::RegionId,
+    /// The run's clock.
+    pub t0: Instant,
+    /// The clients' sessions, by client number.
+    pub sessions: &'a [Arc<Cluster>],
+    /// Each client session's proxies to the members.
+    pub session_links: &'a [Links],
+    /// Each memory node's proxies to the members, by node number (from 1).
+    pub node_links: &'a BTreeMap<usize, Links>,
+    /// The control plane's lease of a client.
+    pub client_lease: Duration,
+    /// Memory nodes killed and not restarted: (process, node).
+    pub killed: Vec<(usize, MemNodeId)>,
+    /// Skews to undo when their time comes.
+    pub skews: Vec<tokio::task::JoinHandle<()>>,
+    /// Clients a partition cut off long enough to lose their lease: an
+    /// error that stopped their tasks is that, as it must be.
+    pub cut_off: Vec<usize>,
+}
+
+impl Injector<'_> {
+    /// Injects `f` now and watches it through its phases (or
+    /// [`PHASE_TIMEOUT`]).
+    pub async fn inject(&mut self, f: &Fault) -> Result<Injected, RunError> {
+        let (cluster, region, t0) = (self.cluster, self.region, self.t0);
+        Ok(match f.kind {
+            FaultKind::Partition if f.target == Some(PartitionTarget::Client) => {
+                let links = self
+                    .session_links
+                    .get(f.client as usize)
+                    .ok_or_else(|| RunError::Process(format!("no client {}", f.client)))?;
+                let members = member_indexes(&f.members);
+                let pause = f.pause.unwrap_or_default();
+                links.set_cut(&members, true);
+                let at = Instant::now();
+                tokio::time::sleep_until((at + pause).into()).await;
+                links.set_cut(&members, false);
+                if pause * 3 >= self.client_lease {
+                    // Renewals go every third of the lease: cut off longer, its
+                    // lease may lapse by its own reckoning (and the control
+                    // plane may expire it), and then its tasks must stop with
+                    // an error.
+                    self.cut_off.push(f.client as usize);
+                }
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: f.client as MemNodeId,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases: Phases {
+                        resumed_ms: Some(at.elapsed().as_secs_f64() * 1e3),
+                        ..Phases::default()
+                    },
+                }
+            }
+            FaultKind::Partition => {
+                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
+                let links = self.node_links.get(&(process + 1)).ok_or_else(|| {
+                    RunError::Process(format!("memory node process {process} has no proxies"))
+                })?;
+                let members = member_indexes(&f.members);
+                let pause = f.pause.unwrap_or_default();
+                links.set_cut(&members, true);
+                let at = Instant::now();
+                let heal = async {
+                    tokio::time::sleep_until((at + pause).into()).await;
+                    links.set_cut(&members, false);
+                    Instant::now()
+                };
+                let (phases, healed) = tokio::join!(watch_pause(cluster, region, node, at, pause), heal);
+                let mut phases = phases?;
+                phases.resumed_ms = Some((healed - at).as_secs_f64() * 1e3);
+                Injected {
+                    kind: f.kind,
+                    role: f.role,
+                    node,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::KillMemnode | FaultKind::PauseMemnode => {
+                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
+                let p = self
+                    .local
+                    .memnode(process)
+                    .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?;
+                let (at, phases) = if f.kind == FaultKind::KillMemnode {
+                    p.kill()?;
+                    let at = Instant::now();
+                    self.killed.push((process, node));
+                    (at, watch_kill(cluster, region, node, at).await?)
+                } else {
+                    let pause = f.pause.unwrap_or_default();
+                    p.signal(Signal::SIGSTOP)?;
+                    let at = Instant::now();
+                    let pid = p.pid();
+                    let resume = async move {
+                        tokio::time::sleep_until((at + pause).into()).await;
+                        let sent = pid.map(|pid| nix::sys::signal::kill(pid, Signal::SIGCONT));
+                        (Instant::now(), sent)
+                    };
+                    let (phases, (resumed, sent)) =
+                        tokio::join!(watch_pause(cluster, region, node, at, pause), resume);
+                    if let Some(Err(e)) = sent {
+                        return Err(RunError::Process(format!(
+                            "cannot SIGCONT memory node {node}: {e}"
+                        )));
+                    }
+                    let mut phases = phases?;
+                    phases.resumed_ms = Some((resumed - at).as_secs_f64() * 1e3);
+                    (at, phases)
+                };
+                Injected {
+                    kind: f.kind,
+                    role: f.role,
+                    node,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::RestartMemnode => {
+                let (process, node) = self
+                    .killed
+                    .pop()
+                    .ok_or_else(|| RunError::Process("a restart with no node killed".into()))?;
+                self.local.restart_memnode(process).map_err(local_error)?;
+                let at = Instant::now();
+                let phases = watch_restart(cluster, node, at).await?;
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::KillControlLeader => {
+                let (member, at, phases) = kill_leader(self.local, f.pause).await?;
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: member,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
+            FaultKind::ClockSkew => {
+                let skew = f.skew_ms.unwrap_or_default();
+                let faults = self
+                    .sessions
+                    .get(f.client as usize)
+                    .and_then(|s| s.faults())
+                    .ok_or_else(|| RunError::Process(format!("no client {}", f.client)))?
+                    .clone();
+                faults.set_clock_skew_ms(skew);
+                let at = Instant::now();
+                if let Some(d) = f.pause {
+                    self.skews.push(tokio::spawn(async move {
+                        tokio::time::sleep_until((at + d).into()).await;
+                        faults.set_clock_skew_ms(0);
+                    }));
+                }
+                Injected {
+                    kind: f.kind,
+                    role: None,
+                    node: f.client as MemNodeId,
+                    skew_ms: Some(skew),
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases: Phases::default(),
+                }
+            }
+            FaultKind::KillClient | FaultKind::PauseClient => {
+                return Err(RunError::Process(format!(
+                    "{} is not a local-cluster fault",
+                    f.kind
+                )));
+            }
+        })
+    }
+}
+
+/// One read of the control plane's state (bounded, from any member that
+/// answers: `Cluster::status`).
+pub(super) struct Status(control_plane::api::Status);
+
+impl Status {
+    pub(super) async fn read(cluster: &Cluster) -> Result<Status, RunError> {
+        cluster
+            .status()
+            .await
+            .map(Status)
+            .map_err(|e| RunError::Control(e.to_string()))
+    }
+
+    pub(super) fn region_of(&self, index: &str) -> Result<&Region, RunError> {
+        let x = self
+            .0
+            .indexes
+            .iter()
+            .find(|x| x.name == index)
+            .ok_or_else(|| RunError::Control(format!("no index {index}")))?;
+        self.region(x.region)
+    }
+
+    pub(super) fn region(&self, id: fabric::RegionId) -> Result<&Region, RunError> {
+        self.0
+            .regions
+            .iter()
+            .find(|r| r.id == id)
+            .ok_or_else(|| RunError::Control(format!("no region {id}")))
+    }
+
+    fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
+        self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
+    }
+}
+
+/// Polls the control plane from a kill at `start` until `region` is
+/// whole without `node`.
+async fn watch_kill(
+    cluster: &Cluster,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+) -> Result<Phases, RunError> {
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = Status::read(cluster).await?;
+        if p.note_loss(&status, region, node, start)? {
+            return Ok(p);
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
+}
+
+impl Phases {
+    /// Notes the phases of losing `node` that `status` shows, timed from
+    /// `start`: declared dead, evicted, the region serving again, whole
+    /// again. Returns whether it is whole again without the node.
+    fn note_loss(
+        &mut self,
+        status: &Status,
+        region: fabric::RegionId,
+        node: MemNodeId,
+        start: Instant,
+    ) -> Result<bool, RunError> {
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        if self.detected_ms.is_none() && status.node_state(node) == Some(MemNodeState::Dead) {
+            self.detected_ms = Some(ms);
+        }
+        let r = status.region(region)?;
+        if self.evicted_ms.is_none() && !r.on(node) {
+            self.evicted_ms = Some(ms);
+            // A detection the poll missed is no later than the eviction.
+            self.detected_ms = self.detected_ms.or(self.evicted_ms);
+        }
+        if self.evicted_ms.is_some() && self.serving_ms.is_none() && r.usable() {
+            self.serving_ms = Some(ms);
+        }
+        let whole = self.evicted_ms.is_some() && r.whole();
+        if whole && self.rereplicated_ms.is_none() {
+            self.rereplicated_ms = Some(ms);
+        }
+        Ok(whole)
+    }
+}
+
+/// Polls the control plane from a restart at `start` until the node is
+/// active.
+async fn watch_restart(cluster: &Cluster, node: MemNodeId, start: Instant) -> Result<Phases, RunError> {
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        if Status::read(cluster).await?.node_state(node) == Some(MemNodeState::Active) {
+            p.active_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+            return Ok(p);
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
+}
+
+/// Polls the control plane from a pause at `start` of `node` for `pause`:
+/// a pause past detection goes as a kill (declared dead, evicted, the
+/// region whole again elsewhere) and then the node active again as an
+/// empty spare; a shorter one ends with the node still active a few leases
+/// after it resumed.
+async fn watch_pause(
+    cluster: &Cluster,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+    pause: Duration,
+) -> Result<Phases, RunError> {
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = Status::read(cluster).await?;
+        let whole = p.note_loss(&status, region, node, start)?;
+        let resumed = start.elapsed() > pause;
+        if resumed && status.node_state(node) == Some(MemNodeState::Active) {
+            let back = match p.evicted_ms {
+                Some(_) => whole,
+                None => start.elapsed() > pause + PAUSE_SETTLE,
+            };
+            if back {
+                p.active_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+                return Ok(p);
+            }
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
+}
+
+/// The members `members` (1-based, as a fault names them) as link indexes.
+fn member_indexes(members: &[u32]) -> Vec<usize> {
+    members.iter().map(|m| *m as usize - 1).collect()
+}
+
+/// The memory node holding the region's primary or first backup, and its
+/// process (from 0).
+async fn node_by_role(
+    cluster: &Cluster,
+    local: &LocalCluster,
+    region: fabric::RegionId,
+    role: Option<ReplicaRole>,
+) -> Result<(MemNodeId, usize), RunError> {
+    let status = Status::read(cluster).await?;
+    let r = status.region(region)?;
+    let replica = usize::from(role == Some(ReplicaRole::Backup));
+    let node = r
+        .replicas
+        .get(replica)
+        .ok_or_else(|| RunError::Process(format!("region {region} has no replica {replica}: {r:?}")))?
+        .node;
+    let process = local.process_of(node, &status.0.memnodes).map_err(local_error)?;
+    Ok((node, process))
+}
+
+/// SIGKILLs the Raft leader, waits for another member to claim the lead,
+/// and (with `back_after`) restarts it that long after the kill and waits
+/// until it knows the leader again. Returns the member's id and when it
+/// was killed.
+async fn kill_leader(
+    local: &mut LocalCluster,
+    back_after: Option<Duration>,
+) -> Result<(MemNodeId, Instant, Phases), RunError> {
+    let control = |e: harness::control::ControlError| RunError::Control(e.to_string());
+    let clients = local.control().clients().map_err(control)?;
+    let (i, status) = local
+        .control()
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control)?;
+    let at = local.control().kill(i).map_err(control)?;
+    let mut p = Phases::default();
+    let (_, new) = local
+        .control()
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control)?;
+    p.elected_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+    tracing::info!(
+        killed = status.member,
+        elected = new.member,
+        "control-plane leader replaced"
+    );
+    if let Some(d) = back_after {
+        tokio::time::sleep_until((at + d).into()).await;
+        local.control().restart(i).await.map_err(control)?;
+        let c = &clients[i];
+        while at.elapsed() < d + PHASE_TIMEOUT {
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await {
+                if s.leader.is_some() {
+                    p.member_back_ms = Some(at.elapsed().as_secs_f64() * 1e3);
+                    break;
+                }
+            }
+            tokio::time::sleep(PHASE_POLL).await;
+        }
+    }
+    Ok((status.member as MemNodeId, at, p))
+}
+
+/// Waits until `region` is whole (as many replicas as it was made with,
+/// none being made, in the map), at most [`PHASE_TIMEOUT`].
+pub(super) async fn await_whole(cluster: &Cluster, region: fabric::RegionId) -> Result<(), RunError> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    loop {
+        let status = Status::read(cluster).await?;
+        let r = status.region(region)?;
+        if r.whole() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(RunError::Process(format!(
+                "the region was not whole again within {PHASE_TIMEOUT:?}: {r:?}"
+            )));
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+}
