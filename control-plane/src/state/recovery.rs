@@ -5,7 +5,7 @@
 //! dies between two of them leaves a state the next one resumes from.
 
 use super::{ControlState, MemNodeState, Outcome, Response};
-use crate::state::{ClientId, ClientState, CommandError, MemNodeId, RegionId};
+use crate::state::{ClientId, ClientState, CommandError, MemNodeId, Region, RegionId};
 
 impl ControlState {
     /// Drops `node`'s replica of `region`; `node` must be dead. A dead
@@ -25,9 +25,6 @@ impl ControlState {
                 n.state
             )));
         }
-        let live = |s: &ControlState, id: MemNodeId| {
-            s.memnodes.get(&id).is_some_and(|n| n.state != MemNodeState::Dead)
-        };
         let epoch = self.next_epoch();
         let r = self
             .regions
@@ -55,11 +52,7 @@ impl ControlState {
                 CommandError::Conflict(format!("node {node} is not a replica of region {region}"))
             })?;
             if at == 0 {
-                let heir = r.replicas[1..]
-                    .iter()
-                    .position(|x| live(self, x.node) && !r.pending.contains(&x.node))
-                    .map(|i| i + 1)
-                    .ok_or_else(|| {
+                let heir = self.heir(&r).ok_or_else(|| {
                         CommandError::Conflict(format!(
                             "region {region} has no live, allocated backup: its contents are lost with node {node}"
                         ))
@@ -157,17 +150,11 @@ impl ControlState {
     /// otherwise it would wait for an eviction that never comes, and the
     /// region with it.
     pub(super) fn revive_memnode(&mut self, id: MemNodeId, capacity_bytes: u64) -> Response {
-        let live = |s: &ControlState, n: MemNodeId| {
-            s.memnodes.get(&n).is_some_and(|m| m.state != MemNodeState::Dead)
-        };
-        let naming: Vec<&crate::state::Region> = self.regions.values().filter(|r| r.on(id)).collect();
+        let naming: Vec<&Region> = self.regions.values().filter(|r| r.on(id)).collect();
         if let Some(r) = naming.first() {
-            let sole_copy = |r: &crate::state::Region| {
-                r.replicas.first().is_some_and(|p| p.node == id)
-                    && !r.replicas[1..]
-                        .iter()
-                        .any(|x| live(self, x.node) && !r.pending.contains(&x.node))
-            };
+            // As eviction judges it: no heir to hand the region to.
+            let sole_copy =
+                |r: &Region| r.replicas.first().is_some_and(|p| p.node == id) && self.heir(r).is_none();
             if !naming.iter().all(|r| sole_copy(r)) {
                 return Err(CommandError::Conflict(format!(
                     "memory node {id} is dead and still named by region {}: recovery has not evicted it yet; retry",
@@ -189,5 +176,19 @@ impl ControlState {
         n.state = MemNodeState::Joining;
         n.capacity_bytes = capacity_bytes;
         Ok(Outcome::MemNode(n.clone()))
+    }
+
+    /// The position of the backup a dead primary of `r` hands over to: the
+    /// first on a live node and allocated (not pending).
+    fn heir(&self, r: &Region) -> Option<usize> {
+        let live = |id: MemNodeId| {
+            self.memnodes
+                .get(&id)
+                .is_some_and(|n| n.state != MemNodeState::Dead)
+        };
+        r.replicas[1..]
+            .iter()
+            .position(|x| live(x.node) && !r.pending.contains(&x.node))
+            .map(|i| i + 1)
     }
 }
