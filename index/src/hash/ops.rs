@@ -475,8 +475,6 @@ impl HashTable {
                 .map(|s| batch.read(base.add(s * BUCKET_BYTES), COMBINED_BYTES))
         });
         let r = self.fabric().execute(&mut batch).await;
-        // The map the CAS was routed by, and the primary it reached.
-        let routed = (self.fabric().epoch(), self.primary_node());
         let out = r.map_err(IndexError::from).and_then(|()| {
             if batch.old_value(cas).map_err(IndexError::Verb)? != old.0 {
                 return Ok(Published::Lost);
@@ -515,7 +513,7 @@ impl HashTable {
         if let Ok(Published::Stable(_)) = &out {
             // The primary's CAS landed: whatever stops its replication, the
             // write may be seen.
-            self.replicate_published(at, old, new, routed)
+            self.replicate_published(at, old, new)
                 .await
                 .map_err(IndexError::in_doubt_after_commit)?;
         }

@@ -65,8 +65,10 @@ impl HashTable {
         self.replicate_slot_pinned(at, old, new, None).await
     }
 
-    /// [`HashTable::replicate_slot`] after a publish whose CAS was routed by
-    /// the map of `epoch`, to primary `primary`. If the map moved since and
+    /// [`HashTable::replicate_slot`] right after a publish, before this
+    /// client's next batch: its map is still the one the publish's CAS was
+    /// routed by (a client takes a newer map only when it executes a batch).
+    /// If the map moved since and
     /// the region's primary with it, the CAS went to a node that is no
     /// longer the primary (a batch held up by a paused node, run when it
     /// resumed, say), and the primary that replaced it never saw it: the
@@ -78,8 +80,11 @@ impl HashTable {
         at: GlobalAddr,
         old: Slot,
         new: Slot,
-        (mut epoch, primary): (fabric::Epoch, Option<fabric::NodeId>),
     ) -> Result<(), IndexError> {
+        if self.backups() == 0 {
+            return Ok(());
+        }
+        let (mut epoch, primary) = (self.fabric().epoch(), self.primary_node());
         for _ in 0..MAP_MOVES_MAX {
             match self.replicate_slot_pinned(at, old, new, Some(epoch)).await {
                 Err(IndexError::Fabric(fabric::FabricError::MapMoved { now, .. }))
@@ -96,9 +101,22 @@ impl HashTable {
         Err(IndexError::TooManyAttempts(MAP_MOVES_MAX))
     }
 
+    /// Backups a slot CAS must reach: none for optimal tables and
+    /// unreplicated regions.
+    fn backups(&mut self) -> usize {
+        if self.info.variant != Variant::Rtx {
+            return 0;
+        }
+        let region = self.heap.region();
+        self.fabric()
+            .map()
+            .region(region)
+            .map_or(0, |r| r.replicas.len().saturating_sub(1))
+    }
+
     /// The node of this table's region's primary in the map the client
     /// routes by now.
-    pub(crate) fn primary_node(&mut self) -> Option<fabric::NodeId> {
+    fn primary_node(&mut self) -> Option<fabric::NodeId> {
         let region = self.heap.region();
         self.fabric()
             .map()
@@ -113,15 +131,7 @@ impl HashTable {
         new: Slot,
         pinned: Option<fabric::Epoch>,
     ) -> Result<(), IndexError> {
-        if self.info.variant != Variant::Rtx {
-            return Ok(());
-        }
-        let region = self.heap.region();
-        let backups = self
-            .fabric()
-            .map()
-            .region(region)
-            .map_or(0, |r| r.replicas.len().saturating_sub(1));
+        let backups = self.backups();
         if backups == 0 {
             return Ok(());
         }
