@@ -486,39 +486,47 @@ impl<T: Transport> Faulty<T> {
             return r;
         }
         let dropped = self.drop_writes_to.load(std::sync::atomic::Ordering::Relaxed);
-        let sent = |op: &Op| !(u32::from(op.node) == dropped && matches!(op.kind, OpKind::Write { .. }));
-        if part.held_at.is_none() && !ops.iter().all(sent) {
-            let others: Vec<Op> = ops.iter().filter(|op| sent(op)).copied().collect();
-            let mut inner_out = Completions::default();
-            let r = self.inner.execute(epoch, &others, payload, &mut inner_out).await;
-            let mut ran = inner_out.as_slice().iter();
-            for op in ops {
-                if !sent(op) {
-                    out.push(Ok(Outcome::Done));
-                    continue;
-                }
-                let Some(c) = ran.next() else { break };
-                match c {
-                    Ok(Outcome::Read(range)) => out
-                        .push_read(range.len)
-                        .copy_from_slice(inner_out.read_data(*range)),
-                    other => out.push(*other),
-                }
+        let dropped = |op: &Op| u32::from(op.node) == dropped && matches!(op.kind, OpKind::Write { .. });
+        match part.held_at {
+            Some(h) => self.run_skipping(epoch, ops, payload, out, |i, _| i == h).await,
+            None if ops.iter().any(dropped) => {
+                self.run_skipping(epoch, ops, payload, out, |_, op| dropped(op))
+                    .await
             }
-            return r;
+            None => self.inner.execute(epoch, ops, payload, out).await,
         }
-        let Some(h) = part.held_at else {
-            return self.inner.execute(epoch, ops, payload, out).await;
-        };
+    }
+
+    /// Runs `ops` but those `skip` names (a WRITE held back, or dropped),
+    /// and reports each of those done, as the client sees it.
+    async fn run_skipping(
+        &self,
+        epoch: Epoch,
+        ops: &[Op],
+        payload: &[u8],
+        out: &mut Completions,
+        skip: impl Fn(usize, &Op) -> bool,
+    ) -> Result<(), FabricError> {
         let others: Vec<Op> = ops
             .iter()
             .enumerate()
-            .filter(|&(i, _)| i != h)
+            .filter(|&(i, op)| !skip(i, op))
             .map(|(_, op)| *op)
             .collect();
-        let mut inner_out = Completions::default();
-        let r = self.inner.execute(epoch, &others, payload, &mut inner_out).await;
-        merge_with_held(&inner_out, h, out);
+        let mut ran = Completions::default();
+        let r = self.inner.execute(epoch, &others, payload, &mut ran).await;
+        let mut from = ran.as_slice().iter();
+        for (i, op) in ops.iter().enumerate() {
+            if skip(i, op) {
+                out.push(Ok(Outcome::Done));
+                continue;
+            }
+            let Some(c) = from.next() else { break };
+            match c {
+                Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(ran.read_data(*range)),
+                other => out.push(*other),
+            }
+        }
         r
     }
 
@@ -541,23 +549,6 @@ fn append(from: &Completions, out: &mut Completions) {
     for c in from.as_slice() {
         match c {
             Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(from.read_data(*range)),
-            other => out.push(*other),
-        }
-    }
-}
-
-/// Rebuilds the completions of a batch from those of the ops that ran,
-/// reporting the held WRITE (at position `held`) as done.
-fn merge_with_held(ran: &Completions, held: usize, out: &mut Completions) {
-    let mut from = ran.as_slice().iter();
-    for i in 0..=ran.len() {
-        if i == held {
-            out.push(Ok(Outcome::Done));
-            continue;
-        }
-        let Some(c) = from.next() else { break };
-        match c {
-            Ok(Outcome::Read(range)) => out.push_read(range.len).copy_from_slice(ran.read_data(*range)),
             other => out.push(*other),
         }
     }
