@@ -35,11 +35,13 @@ fn campaign_file(dir: &Path, index: &str) -> PathBuf {
     path
 }
 
-/// `kintsugi chaos campaign --experiment FILE ARGS... --out OUT`.
-fn campaign(file: &Path, args: &[&str], out: &Path) -> (i32, String, String) {
+/// `kintsugi chaos campaign --experiment FILE ARGS... [--out OUT]`.
+fn campaign(file: &Path, args: &[&str], out: Option<&Path>) -> (i32, String, String) {
     let mut all = vec!["chaos", "campaign", "--experiment", path_str(file)];
     all.extend_from_slice(args);
-    all.extend_from_slice(&["--out", path_str(out)]);
+    if let Some(out) = out {
+        all.extend_from_slice(&["--out", path_str(out)]);
+    }
     kintsugi(&all)
 }
 
@@ -51,7 +53,7 @@ fn every_kind_passes(index: &str) {
         let out = dir.path().join(kind);
         let seed = (i + 1).to_string();
         let args = ["--seeds", "1", "--first-seed", &seed, "--kinds", kind];
-        let (code, stdout, stderr) = campaign(&file, &args, &out);
+        let (code, stdout, stderr) = campaign(&file, &args, Some(&out));
         assert_eq!(code, 0, "{index} {kind}:\n{stdout}\n{stderr}");
         assert!(stdout.contains("1 of 1 seed(s) passed"), "{stdout}");
         let report: serde_json::Value =
@@ -112,7 +114,7 @@ fn a_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
         "--sabotage",
         "drop-backup-writes",
     ];
-    let (code, stdout, stderr) = campaign(&file, &args, &out);
+    let (code, stdout, stderr) = campaign(&file, &args, Some(&out));
     assert_ne!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("seed 7 FAILED"), "{stdout}");
     let repro = format!(
@@ -130,39 +132,16 @@ fn a_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
 fn a_campaign_refuses_kinds_it_cannot_run() {
     let dir = tempfile::tempdir().unwrap();
     let file = campaign_file(dir.path(), "btree");
-    let (code, _, stderr) = kintsugi(&[
-        "chaos",
-        "campaign",
-        "--experiment",
-        path_str(&file),
-        "--kinds",
-        "kill-client",
-        "--dry-run",
-    ]);
+    let (code, _, stderr) = campaign(&file, &["--kinds", "kill-client", "--dry-run"], None);
     assert_ne!(code, 0);
     assert!(
         stderr.contains("kill-client") && stderr.contains("campaign.kinds"),
         "{stderr}"
     );
-    let (code, _, stderr) = kintsugi(&[
-        "chaos",
-        "campaign",
-        "--experiment",
-        path_str(&file),
-        "--kinds",
-        "meteor",
-    ]);
+    let (code, _, stderr) = campaign(&file, &["--kinds", "meteor"], None);
     assert_ne!(code, 0);
     assert!(stderr.contains("'meteor' is not a fault kind"), "{stderr}");
-    let (code, stdout, _) = kintsugi(&[
-        "chaos",
-        "campaign",
-        "--experiment",
-        path_str(&file),
-        "--seeds",
-        "3",
-        "--dry-run",
-    ]);
+    let (code, stdout, _) = campaign(&file, &["--seeds", "3", "--dry-run"], None);
     assert_eq!(code, 0);
     assert_eq!(
         stdout.lines().filter(|l| l.starts_with("seed ")).count(),

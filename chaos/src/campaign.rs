@@ -152,19 +152,23 @@ impl Draw {
 
 /// The kinds `base` allows a campaign to draw.
 pub fn kinds(base: &Experiment) -> Vec<FaultKind> {
-    let spec = base.campaign.clone().unwrap_or_default();
-    let mut kinds = if spec.kinds.is_empty() {
+    let listed = base
+        .campaign
+        .as_ref()
+        .map(|c| c.kinds.as_slice())
+        .unwrap_or_default();
+    let from = if listed.is_empty() {
         base.faults.iter().map(|f| f.kind).collect()
     } else {
-        spec.kinds
+        listed.to_vec()
     };
-    kinds.dedup();
-    let mut seen = Vec::new();
-    kinds.retain(|k| {
-        let new = !seen.contains(k);
-        seen.push(*k);
-        new
-    });
+    // Each once, in the order first listed.
+    let mut kinds = Vec::new();
+    for k in from {
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
     kinds
 }
 
