@@ -529,10 +529,7 @@ impl Tx<'_> {
                     // locks, is the same (`Tx::execute_under_locks`);
                     // otherwise the commit stops here, in doubt.
                     Err(FabricError::MapMoved { pinned, now })
-                        if map_moves < MAP_MOVES_MAX
-                            && self
-                                .locked_under
-                                .is_none_or(|(_, p)| self.c.primary(self.c.heap.region()) == p) =>
+                        if map_moves < MAP_MOVES_MAX && self.primary_kept() =>
                     {
                         map_moves += 1;
                         tracing::debug!(

@@ -395,15 +395,20 @@ impl<'c> Tx<'c> {
         };
         loop {
             match self.c.fabric.execute_pinned(&mut self.batch, epoch).await {
-                Err(fabric::FabricError::MapMoved { now, .. })
-                    if self.c.primary(self.c.heap.region()) == primary =>
-                {
+                Err(fabric::FabricError::MapMoved { now, .. }) if self.primary_kept() => {
                     epoch = now;
                     self.locked_under = Some((now, primary));
                 }
                 sent => return Ok(sent?),
             }
         }
+    }
+
+    /// Whether the map the client routes by now has the primary the
+    /// transaction's locks were taken on (yes if it took none).
+    pub(crate) fn primary_kept(&self) -> bool {
+        self.locked_under
+            .is_none_or(|(_, p)| self.c.primary(self.c.heap.region()) == p)
     }
 
     /// A batch that took locks ran: from now on the transaction's batches
