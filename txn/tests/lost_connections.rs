@@ -2,7 +2,9 @@
 //! tcp, at every verb (issue 19, item 5): part of a batch that spans nodes
 //! may have run, the client sees `Disconnected`, reconnects on its next
 //! batch, finishes whatever its log left, and commits again. Nothing
-//! acknowledged is lost, nothing is half done, and the replicas agree.
+//! acknowledged is lost, nothing is half done, and the replicas agree; and
+//! a cut that let the commit happen is one the client reports in doubt
+//! (`TxClient::take_commit_in_doubt`), so that no caller runs it again.
 
 mod common;
 
@@ -35,6 +37,9 @@ async fn a_commit_cut_off_at_any_verb_is_finished_and_the_client_commits_again()
                 Err(TxError::Fabric(FabricError::Disconnected { .. })) => false,
                 Err(e) => panic!("{what}: {e}"),
             };
+            // Whether the client may not know the outcome: it must, for every
+            // cut that let the commit happen (checked below).
+            let in_doubt = c.take_commit_in_doubt();
             // The same client goes on, without anyone else's help.
             spread(&mut c, objs.clone())
                 .await
@@ -47,6 +52,10 @@ async fn a_commit_cut_off_at_any_verb_is_finished_and_the_client_commits_again()
                 assert!(
                     after == vec![80, 120] || after == vec![90, 110],
                     "{what}: {after:?}"
+                );
+                assert!(
+                    in_doubt || after == vec![90, 110],
+                    "{what}: the cut-off commit happened but was not reported in doubt"
                 );
             }
             cluster.assert_unlocked(&objs).await;
