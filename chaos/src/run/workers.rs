@@ -54,8 +54,9 @@ pub struct WorkersReport {
     /// Operations the handles ran again after a map change or a lost
     /// connection.
     pub retries: u64,
-    /// Why a task stopped early, per task that did (by process): an error
-    /// that reached the application.
+    /// Why a task stopped early, per task that did (by task number, which
+    /// names its session as processes don't: a task's later incarnations
+    /// are other processes): an error that reached the application.
     pub errors: Vec<(u64, String)>,
     /// Writes whose outcome the index could not know (cut off at their
     /// commit point: `IndexError::InDoubt`), recorded as `info`. Each
@@ -186,7 +187,7 @@ async fn task(
                     continue;
                 }
                 report.errors.push((
-                    process,
+                    first,
                     format!("process {process}: {} of key {key}: {e}", f.name()),
                 ));
                 break;

@@ -389,7 +389,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     let (expected, errors): (Vec<_>, Vec<_>) = report
         .errors
         .into_iter()
-        .partition(|(process, _)| cut_off.contains(&((process / threads) as usize)));
+        .partition(|(task, _)| cut_off.contains(&((task / threads) as usize)));
     let errors = errors.into_iter().map(|(_, e)| e).collect();
     let mut check = check::check(&cluster, &spec, &history, before_final, errors, region).await?;
     check.lease_lost = expected.into_iter().map(|(_, e)| e).collect();
