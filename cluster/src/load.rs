@@ -120,6 +120,15 @@ impl Handle {
         }
     }
 
+    /// Up to `count` entries with keys at or above `from`, in key order;
+    /// `None` for a hash table, which keeps no order to scan.
+    pub async fn scan(&mut self, from: u64, count: usize) -> Option<Result<Vec<(u64, u64)>, IndexError>> {
+        match self {
+            Handle::Tree(t) => Some(t.scan(from, count).await),
+            Handle::Table(_) => None,
+        }
+    }
+
     /// The epoch of the map this process routes by now.
     pub fn epoch(&self) -> fabric::Epoch {
         match self {

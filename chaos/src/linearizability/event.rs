@@ -5,7 +5,13 @@
 //! {"process":3,"type":"invoke","f":"put","key":12,"value":99,"time_ns":123456}
 //! {"process":3,"type":"ok","f":"put","key":12,"value":99,"time_ns":123999}
 //! {"process":3,"type":"ok","f":"get","key":12,"result":null,"time_ns":124500}
+//! {"process":3,"type":"invoke","f":"scan","key":10,"value":4,"time_ns":125000}
+//! {"process":3,"type":"ok","f":"scan","key":10,"entries":[[12,99],[15,7]],"time_ns":125900}
 //! ```
+//!
+//! A scan names the key it starts from and, as its `value`, the most entries
+//! it asks for. It is not one op on one key: the checker reads it as the gets
+//! it implies (`history::operations`).
 
 use std::io::{BufRead, Write};
 
@@ -42,12 +48,20 @@ pub enum Function {
     Update,
     /// Removes the key if present (`result`: whether it removed it).
     Delete,
+    /// Up to `value` entries with keys at or above `key`, in key order
+    /// (`entries`). Not a snapshot: each key it covers is read at some
+    /// moment of it, as a get would be.
+    Scan,
 }
 
 impl Function {
-    /// Whether the op carries a `value` to write.
+    /// Whether the op carries a `value`: the value it writes, or the most
+    /// entries a scan asks for.
     pub fn takes_value(self) -> bool {
-        matches!(self, Function::Put | Function::Insert | Function::Update)
+        matches!(
+            self,
+            Function::Put | Function::Insert | Function::Update | Function::Scan
+        )
     }
 
     /// The name used in the JSON `f` field.
@@ -58,6 +72,7 @@ impl Function {
             Function::Insert => "insert",
             Function::Update => "update",
             Function::Delete => "delete",
+            Function::Scan => "scan",
         }
     }
 }
@@ -78,7 +93,7 @@ pub enum OpResult {
 }
 
 /// One line of a history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     /// The client's process id; a process has at most one op outstanding and
     /// never issues another op after an `info`.
@@ -90,7 +105,8 @@ pub struct Event {
     pub f: Function,
     /// The key the op is on.
     pub key: u64,
-    /// The value put/insert/update writes; absent for get and delete.
+    /// The value put/insert/update writes, or the most entries a scan asks
+    /// for; absent for get and delete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<u64>,
     /// What an `ok` op returned; absent for put and on invoke/fail/info.
@@ -102,6 +118,10 @@ pub struct Event {
         skip_serializing_if = "Option::is_none"
     )]
     pub result: Option<OpResult>,
+    /// What an `ok` scan returned, (key, value) in key order; absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<Vec<(u64, u64)>>,
     /// Monotonic nanoseconds since the run's start.
     pub time_ns: u64,
 }
@@ -122,6 +142,7 @@ impl Event {
             key,
             value,
             result: None,
+            entries: None,
             time_ns,
         }
     }
@@ -143,6 +164,22 @@ impl Event {
             key,
             value,
             result,
+            entries: None,
+            time_ns,
+        }
+    }
+
+    /// The `ok` completion of `process`'s scan from `from` for at most
+    /// `count` entries, which returned `entries`.
+    pub fn scanned(process: u64, from: u64, count: u64, entries: Vec<(u64, u64)>, time_ns: u64) -> Self {
+        Event {
+            process,
+            kind: EventType::Ok,
+            f: Function::Scan,
+            key: from,
+            value: Some(count),
+            result: None,
+            entries: Some(entries),
             time_ns,
         }
     }

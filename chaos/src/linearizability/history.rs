@@ -1,7 +1,7 @@
 //! Pairing a history's invocations with their completions into ops, per
 //! key, and rejecting histories that break the recording rules.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
 use serde::Serialize;
@@ -210,9 +210,12 @@ pub struct Operations {
     pub info: usize,
     /// Invokes never completed.
     pub pending: usize,
-    /// Info and pending gets, dropped: a read whose result is unknown
-    /// constrains nothing.
+    /// Info and pending gets and scans, dropped: a read whose result is
+    /// unknown constrains nothing.
     pub dropped_reads: usize,
+    /// Entries ok scans returned, each checked as a get of its key (the
+    /// keys a scan covered and found absent are checked too, uncounted).
+    pub scan_reads: usize,
 }
 
 /// A process's outstanding invoke.
@@ -242,6 +245,7 @@ fn describe(f: Function, key: u64, value: Option<u64>) -> String {
 /// recording rules.
 pub fn operations(history: &[Event]) -> Result<Operations, HistoryError> {
     let mut ops = Operations::default();
+    let mut scans = Vec::new();
     let mut processes: HashMap<u64, ProcessState> = HashMap::new();
     for (index, ev) in history.iter().enumerate() {
         let event = index + 1;
@@ -282,7 +286,7 @@ pub fn operations(history: &[Event]) -> Result<Operations, HistoryError> {
                     None => format!("{} without a value", ev.f.name()),
                 }));
             }
-            if ev.result.is_some() {
+            if ev.result.is_some() || ev.entries.is_some() {
                 return Err(bad("an invoke has no result".into()));
             }
             state.outstanding = Some(Outstanding {
@@ -306,6 +310,41 @@ pub fn operations(history: &[Event]) -> Result<Operations, HistoryError> {
                 invoked: describe(invoked.f, invoked.key, invoked.value),
                 completed: describe(ev.f, ev.key, ev.value),
             });
+        }
+        if ev.f != Function::Scan && ev.entries.is_some() {
+            return Err(bad(format!("{} returns no entries", ev.f.name())));
+        }
+        if ev.f == Function::Scan {
+            match (ev.kind, &ev.entries) {
+                (EventType::Ok, Some(entries)) => {
+                    ops.ok += 1;
+                    let count = invoked.value.unwrap_or_default();
+                    check_scan(invoked.key, count, entries).map_err(bad)?;
+                    scans.push(Scan {
+                        process,
+                        from: invoked.key,
+                        count,
+                        entries: entries.clone(),
+                        invoke: invoked.at,
+                        at,
+                    });
+                }
+                (EventType::Ok, None) => return Err(bad("an ok scan without entries".into())),
+                (_, Some(_)) => return Err(bad("only an ok scan has entries".into())),
+                // An unknown or failed scan read nothing anyone can hold
+                // it to, and changed nothing.
+                (EventType::Fail, None) => ops.fail += 1,
+                (EventType::Info, None) => {
+                    ops.info += 1;
+                    ops.dropped_reads += 1;
+                    state.info = Some(event);
+                }
+                (EventType::Invoke, None) => unreachable!("invokes are handled above"),
+            }
+            if ev.result.is_some() {
+                return Err(bad("a scan's result is its entries".into()));
+            }
+            continue;
         }
         let outcome = match ev.kind {
             EventType::Invoke => unreachable!("invokes are handled above"),
@@ -358,12 +397,88 @@ pub fn operations(history: &[Event]) -> Result<Operations, HistoryError> {
     left.sort_by_key(|(_, o)| o.event);
     for (process, invoked) in left {
         ops.pending += 1;
+        if invoked.f == Function::Scan {
+            ops.dropped_reads += 1;
+            continue;
+        }
         push(&mut ops, invoked, process, Outcome::Pending);
+    }
+    // Every key named anywhere, scans' entries included, before any scan is
+    // expanded: which keys a scan found absent must not depend on the order.
+    let mut keys: BTreeSet<u64> = ops.by_key.keys().copied().collect();
+    keys.extend(scans.iter().flat_map(|s| s.entries.iter().map(|&(k, _)| k)));
+    for scan in scans {
+        scan.expand(&keys, &mut ops);
     }
     for key_ops in ops.by_key.values_mut() {
         key_ops.sort_by_key(|op| op.invoke);
     }
     Ok(ops)
+}
+
+/// An ok scan, kept until every key of the history is known.
+struct Scan {
+    process: u64,
+    from: u64,
+    count: u64,
+    entries: Vec<(u64, u64)>,
+    invoke: Stamp,
+    at: Stamp,
+}
+
+impl Scan {
+    /// Whether the scan read `key`: from `from` on, up to its last entry, or
+    /// past it when it returned fewer entries than it asked for (it then
+    /// read to the end of the index).
+    fn covers(&self, key: u64) -> bool {
+        key >= self.from
+            && (self.entries.len() < self.count as usize
+                || self.entries.last().is_some_and(|&(last, _)| key <= last))
+    }
+
+    /// The gets the scan implies, each within its interval: every entry's
+    /// value, and absence for every other key it covered. Keys nothing else
+    /// in the history names are left out (absent throughout, they constrain
+    /// nothing), which keeps a scan to the end of the index finite.
+    fn expand(self, keys: &BTreeSet<u64>, ops: &mut Operations) {
+        let read = |key: u64, value: Option<u64>| Operation {
+            process: self.process,
+            f: Function::Get,
+            key,
+            value: None,
+            invoke: self.invoke,
+            outcome: Outcome::Ok {
+                at: self.at,
+                result: Some(OpResult::Value(value)),
+            },
+        };
+        let returned: BTreeMap<u64, u64> = self.entries.iter().copied().collect();
+        let absent = keys
+            .range(self.from..)
+            .filter(|&&k| self.covers(k) && !returned.contains_key(&k));
+        for &key in absent {
+            ops.by_key.entry(key).or_default().push(read(key, None));
+        }
+        for (key, value) in returned {
+            ops.by_key.entry(key).or_default().push(read(key, Some(value)));
+        }
+        ops.scan_reads += self.entries.len();
+    }
+}
+
+/// A scan's entries must be what a scan can return: at most `count`, keys
+/// at or above `from`, strictly ascending.
+fn check_scan(from: u64, count: u64, entries: &[(u64, u64)]) -> Result<(), String> {
+    if entries.len() as u64 > count {
+        return Err(format!("a scan for {count} entries returned {}", entries.len()));
+    }
+    if entries.first().is_some_and(|&(k, _)| k < from) {
+        return Err(format!("a scan from key {from} returned a key below it"));
+    }
+    if entries.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err("a scan's keys are not strictly ascending".into());
+    }
+    Ok(())
 }
 
 fn push(ops: &mut Operations, invoked: Outstanding, process: u64, outcome: Outcome) {

@@ -20,7 +20,9 @@ pub(crate) enum Ret {
 /// Applies `f` to a key holding `state`: the next state and the return.
 pub(crate) fn step(state: Option<u64>, f: Function, value: Option<u64>) -> (Option<u64>, Ret) {
     match f {
-        Function::Get => (state, Ret::Value(state)),
+        // A scan reaches the checkers only as the gets it implies
+        // (`history::operations`); it reads.
+        Function::Get | Function::Scan => (state, Ret::Value(state)),
         // A put/insert/update without a value never gets here: history
         // pairing rejects it. `state` keeps the model total anyway.
         Function::Put => (value.or(state), Ret::Put),

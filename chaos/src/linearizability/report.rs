@@ -40,6 +40,9 @@ pub struct Report {
     pub info: usize,
     /// Invocations never completed (treated as info).
     pub pending: usize,
+    /// Entries that ok scans returned, each checked as a get of its key
+    /// (keys a scan covered and found absent are checked too, uncounted).
+    pub scan_reads: usize,
     /// Keys found linearizable.
     pub linearizable_keys: usize,
     /// Keys found not linearizable, by either checker with the other not
@@ -78,6 +81,7 @@ impl Report {
             fail: ops.fail,
             info: ops.info,
             pending: ops.pending,
+            scan_reads: ops.scan_reads,
             linearizable_keys: 0,
             non_linearizable_keys: 0,
             unknown_keys: 0,
@@ -158,7 +162,7 @@ impl fmt::Display for Report {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             out,
-            "linearizability: {:?}: {} keys, {} ops checked (ok {}, fail {}, info {}, pending {}) in {:.3} s",
+            "linearizability: {:?}: {} keys, {} ops checked (ok {}, fail {}, info {}, pending {}; scan entries {}) in {:.3} s",
             self.verdict,
             self.keys_checked,
             self.ops_checked,
@@ -166,6 +170,7 @@ impl fmt::Display for Report {
             self.fail,
             self.info,
             self.pending,
+            self.scan_reads,
             self.elapsed_ns as f64 / 1e9
         )?;
         writeln!(

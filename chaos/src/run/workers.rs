@@ -29,6 +29,24 @@ pub const CHECKER_PROCESS: u64 = 1 << 23;
 /// A process id's sequence number stays in the value's low bits.
 const SEQ_BITS: u32 = 40;
 
+/// Of every 100 ops on an ordered index, how many are scans (taken from the
+/// gets' share). Each is checked as a read of every key it covers, absent
+/// ones too, so a scan costs the checker about twice its entries in reads:
+/// few scans still read every key many times in a run.
+const SCAN_PERCENT: u64 = 2;
+
+/// The most entries a scan asks for: a leaf or two, so a scan stays short
+/// against the faults' windows and its reads few for the checker.
+const SCAN_ENTRIES_MAX: u64 = 8;
+
+/// How an op that completed ok ended.
+enum Done {
+    /// What it returned (nothing for a put).
+    Result(Option<OpResult>),
+    /// A scan's entries.
+    Entries(Vec<(u64, u64)>),
+}
+
 /// What the tasks run.
 #[derive(Clone, Debug)]
 pub struct WorkersSpec {
@@ -124,6 +142,7 @@ async fn task(
     // After an `info` the task goes on as a new process (Jepsen's rule):
     // `first`, then `first + tasks`, and so on.
     let mut process = first;
+    let ordered = matches!(h, Handle::Tree(_));
     // xorshift: seeded, per task.
     let mut x = spec.seed ^ (first + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut seq = 0u64;
@@ -133,39 +152,53 @@ async fn task(
         x ^= x << 17;
         let key = 1 + (x >> 8) % spec.keys;
         let f = match x % 100 {
+            0..SCAN_PERCENT if ordered => Function::Scan,
             0..50 => Function::Get,
             50..70 => Function::Put,
             70..80 => Function::Insert,
             80..90 => Function::Update,
             _ => Function::Delete,
         };
-        let value = f.takes_value().then(|| {
-            seq += 1;
-            (process + 1) << SEQ_BITS | seq
-        });
+        let value = match f {
+            Function::Scan => Some(1 + (x >> 32) % SCAN_ENTRIES_MAX),
+            _ => f.takes_value().then(|| {
+                seq += 1;
+                (process + 1) << SEQ_BITS | seq
+            }),
+        };
         report.events.push(Event::invoke(process, f, key, value, ns(t0)));
         let v = value.unwrap_or_default();
         let done = match f {
-            Function::Get => h.get(key).await.map(|r| Some(OpResult::Value(r))),
-            Function::Put => h.put(key, v).await.map(|()| None),
-            Function::Insert => h.insert(key, v).await.map(|w| Some(OpResult::Wrote(w))),
-            Function::Update => h.update(key, v).await.map(|w| Some(OpResult::Wrote(w))),
-            Function::Delete => h.delete(key).await.map(|w| Some(OpResult::Wrote(w))),
+            Function::Get => h.get(key).await.map(|r| Done::Result(Some(OpResult::Value(r)))),
+            Function::Scan => match h.scan(key, v as usize).await {
+                Some(scanned) => scanned.map(Done::Entries),
+                None => unreachable!("scans are drawn for ordered indexes only"),
+            },
+            Function::Put => h.put(key, v).await.map(|()| Done::Result(None)),
+            Function::Insert => h
+                .insert(key, v)
+                .await
+                .map(|w| Done::Result(Some(OpResult::Wrote(w)))),
+            Function::Update => h
+                .update(key, v)
+                .await
+                .map(|w| Done::Result(Some(OpResult::Wrote(w)))),
+            Function::Delete => h
+                .delete(key)
+                .await
+                .map(|w| Done::Result(Some(OpResult::Wrote(w)))),
         };
         let time_ns = ns(t0);
         match done {
-            Ok(result) => {
-                report.events.push(Event::complete(
-                    process,
-                    EventType::Ok,
-                    f,
-                    key,
-                    value,
-                    result,
-                    time_ns,
-                ));
+            Ok(done) => {
+                report.events.push(match done {
+                    Done::Result(result) => {
+                        Event::complete(process, EventType::Ok, f, key, value, result, time_ns)
+                    }
+                    Done::Entries(entries) => Event::scanned(process, key, v, entries, time_ns),
+                });
                 report.ops += 1;
-                report.writes += u64::from(f != Function::Get);
+                report.writes += u64::from(!matches!(f, Function::Get | Function::Scan));
                 ops.fetch_add(1, Ordering::Relaxed);
             }
             Err(e) => {

@@ -4,11 +4,12 @@
 //! One module per idea: `verdicts` (histories of known verdicts, in the
 //! shorthand below), `history` (the recording rules and the JSON lines),
 //! `limits` (the search caps and what is cross-checked), `random` (seeded
-//! random histories).
+//! random histories), `scans` (scans read as the gets they imply).
 
 mod history;
 mod limits;
 mod random;
+mod scans;
 mod verdicts;
 
 use std::collections::BTreeMap;
@@ -24,7 +25,8 @@ use rand::{Rng, SeedableRng};
 /// A history in shorthand, one event per line, times 10 ns apart:
 /// `process type f [kKEY] [value] [result]`, e.g. `1 ok get k2 nil`,
 /// `3 ok insert 7 false`. The first number after f is put/insert/update's
-/// value, the next token the result (`nil` is a get of an absent key).
+/// value (a scan's count), the next token the result (`nil` is a get of an
+/// absent key); a scan's entries are `=KEY:VALUE,...` (`=` alone: none).
 fn h(lines: &[&str]) -> Vec<Event> {
     lines
         .iter()
@@ -54,6 +56,7 @@ fn parse(line: &str, time_ns: u64) -> Event {
         "insert" => Function::Insert,
         "update" => Function::Update,
         "delete" => Function::Delete,
+        "scan" => Function::Scan,
         other => panic!("f {other}"),
     };
     let mut event = Event {
@@ -63,10 +66,19 @@ fn parse(line: &str, time_ns: u64) -> Event {
         key: 0,
         value: None,
         result: None,
+        entries: None,
         time_ns,
     };
     for token in line.split_whitespace().skip(3) {
         match token {
+            t if t.starts_with('=') => {
+                let pairs = t[1..].split(',').filter(|p| !p.is_empty());
+                let entry = |p: &str| {
+                    let (k, v) = p.split_once(':').expect("KEY:VALUE");
+                    (k.parse().expect("key"), v.parse().expect("value"))
+                };
+                event.entries = Some(pairs.map(entry).collect());
+            }
             "nil" => event.result = Some(OpResult::Value(None)),
             "true" => event.result = Some(OpResult::Wrote(true)),
             "false" => event.result = Some(OpResult::Wrote(false)),

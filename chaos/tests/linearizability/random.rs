@@ -28,7 +28,18 @@ fn apply(state: &mut Option<u64>, f: Function, value: Option<u64>) -> Option<OpR
             *state = None;
             Some(OpResult::Wrote(wrote))
         }
+        Function::Scan => panic!("a scan reads many keys: see `scan`"),
     }
+}
+
+/// A scan from `from` for `count` entries of `state` at one instant (an
+/// atomic scan: more than a real one promises, so as good a witness).
+fn scan(state: &BTreeMap<u64, Option<u64>>, from: u64, count: u64) -> Vec<(u64, u64)> {
+    state
+        .range(from..)
+        .filter_map(|(&k, v)| v.map(|v| (k, v)))
+        .take(count as usize)
+        .collect()
 }
 
 const FUNCTIONS: [Function; 5] = [
@@ -62,12 +73,19 @@ struct Planned {
 /// takes effect at a point inside its interval (or, for info/pending, maybe
 /// never; for fail, never), and ok results come from that execution.
 fn constructed(rng: &mut StdRng, ops_per_lane: usize, keys: u64) -> Vec<Event> {
-    constructed_with(rng, ops_per_lane, keys, 12)
+    constructed_with(rng, ops_per_lane, keys, 12, 0)
 }
 
 /// [`constructed`] with `unknown_percent` of the ops info or pending (half
-/// as many more fail).
-fn constructed_with(rng: &mut StdRng, ops_per_lane: usize, keys: u64, unknown_percent: u32) -> Vec<Event> {
+/// as many more fail), and `scan_percent` of them scans (when not 0, the
+/// draws differ from a history without scans).
+pub(super) fn constructed_with(
+    rng: &mut StdRng,
+    ops_per_lane: usize,
+    keys: u64,
+    unknown_percent: u32,
+    scan_percent: u32,
+) -> Vec<Event> {
     let mut planned = Vec::new();
     let mut next_value = 1;
     let mut next_process = LANES;
@@ -79,11 +97,18 @@ fn constructed_with(rng: &mut StdRng, ops_per_lane: usize, keys: u64, unknown_pe
             let start = (t + rng.gen_range(0..4)) * 8 + lane;
             let end = start + 8 * rng.gen_range(1..30);
             t = end / 8 + 1;
-            let f = FUNCTIONS[rng.gen_range(0..FUNCTIONS.len())];
-            let value = f.takes_value().then(|| {
-                next_value += 1;
-                next_value
-            });
+            let f = if scan_percent > 0 && rng.gen_range(0..100) < scan_percent {
+                Function::Scan
+            } else {
+                FUNCTIONS[rng.gen_range(0..FUNCTIONS.len())]
+            };
+            let value = match f {
+                Function::Scan => Some(rng.gen_range(1..=keys)),
+                _ => f.takes_value().then(|| {
+                    next_value += 1;
+                    next_value
+                }),
+            };
             let roll = rng.gen_range(0..200);
             let (kind, pending) = match roll {
                 r if r < unknown_percent => (EventType::Info, false),
@@ -113,16 +138,27 @@ fn constructed_with(rng: &mut StdRng, ops_per_lane: usize, keys: u64, unknown_pe
     order.sort_by_key(|&i| (planned[i].lin, i));
     let mut state: BTreeMap<u64, Option<u64>> = BTreeMap::new();
     let mut results = vec![None; planned.len()];
+    let mut scanned = vec![Vec::new(); planned.len()];
     for i in order {
         let p = &planned[i];
-        if p.effect {
+        if p.f == Function::Scan {
+            scanned[i] = scan(&state, p.key, p.value.unwrap_or_default());
+        } else if p.effect {
             results[i] = apply(state.entry(p.key).or_default(), p.f, p.value);
         }
     }
     let mut timed = Vec::new();
-    for (p, result) in planned.iter().zip(results) {
+    for ((p, result), entries) in planned.iter().zip(results).zip(scanned) {
         timed.push(Event::invoke(p.process, p.f, p.key, p.value, p.start));
-        if !p.pending {
+        if p.f == Function::Scan && p.kind == EventType::Ok {
+            timed.push(Event::scanned(
+                p.process,
+                p.key,
+                p.value.unwrap_or_default(),
+                entries,
+                p.end,
+            ));
+        } else if !p.pending {
             let result = if p.kind == EventType::Ok { result } else { None };
             timed.push(Event::complete(
                 p.process, p.kind, p.f, p.key, p.value, result, p.end,
