@@ -19,8 +19,9 @@ use crate::run::RunError;
 pub struct ReplicaRunCheck {
     /// Errors that reached the application (a task stopped early).
     pub errors: Vec<String>,
-    /// Errors of clients a partition cut off from the control plane past
-    /// half their lease: their lease lost, they had to stop (not a failure).
+    /// Errors of clients a partition cut off from the control plane for a
+    /// third of their lease or more (a renewal's budget): their lease may
+    /// lapse, and then they had to stop (not a failure).
     pub lease_lost: Vec<String>,
     /// Writes cut off at their commit point, outcome unknown to the
     /// client (`info` in the history; not a failure: the checker lets each
