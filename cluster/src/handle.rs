@@ -9,7 +9,9 @@
 //! off this way before its next transaction: `docs/txn.md`). A lost
 //! connection is reconnected by the transport on the next batch, and a
 //! lease that lapsed because no renewal got through in time (the control
-//! plane between leaders) is waited for until a renewal lands. A batch
+//! plane between leaders) is waited for until a renewal lands; so is a
+//! memory node's (it refuses batches meanwhile), or the map that replaces
+//! it. A batch
 //! aimed at a backup that left the map after the operation counted its
 //! replicas is refused whole, before any verb, and the operation runs
 //! again. The application sees none of this, only the time it took; after
@@ -31,6 +33,12 @@ pub const RETRIES_MAX: u32 = 32;
 
 /// Longest wait for the newer map a node demands.
 pub const MAP_WAIT: Duration = Duration::from_secs(10);
+
+/// Longest wait, per retry, for a newer map after a node whose lease may
+/// have lapsed refused a batch: a fraction of a memory node's lease, so
+/// that the node's next renewal is not waited out by much; [`RETRIES_MAX`]
+/// of them outlast a control-plane election.
+const LAPSED_PAUSE: Duration = Duration::from_millis(100);
 
 /// Pause before retrying after a lost connection (the transport backs off
 /// too).
@@ -91,6 +99,15 @@ impl Retry {
             // for a moment): no verb was issued. A renewal that arrives
             // lets it go on; a lease that is lost for good does not.
             Some(FabricError::LeaseUncertain) => self.mandate.held_within(MAP_WAIT).await,
+            // A node whose own lease may have lapsed refused the batch
+            // (before any verb on it): it serves again once renewed, or
+            // the map moves on without it (declared dead). Wait for
+            // either, a little at a time.
+            Some(FabricError::NodeLeaseLapsed { .. }) => {
+                let now = self.mandate.epoch();
+                let _ = tokio::time::timeout(LAPSED_PAUSE, self.epochs.wait_for(|&e| e > now)).await;
+                true
+            }
             Some(FabricError::Disconnected { .. }) => {
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 true
@@ -190,6 +207,11 @@ impl Tree {
     pub fn inner(&mut self) -> &mut BTree {
         &mut self.inner
     }
+
+    /// The rTX client's counters (`None` for the optimal variant).
+    pub fn tx_stats(&self) -> Option<txn::TxStats> {
+        self.inner.tx_stats()
+    }
 }
 
 /// A handle on a named hash table: keys and values are `u64`.
@@ -247,5 +269,10 @@ impl Table {
     /// The index client underneath. Operations through it are not retried.
     pub fn inner(&mut self) -> &mut HashTable {
         &mut self.inner
+    }
+
+    /// The rTX client's counters (`None` for the optimal variant).
+    pub fn tx_stats(&self) -> Option<txn::TxStats> {
+        self.inner.tx_stats()
     }
 }

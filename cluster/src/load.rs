@@ -129,6 +129,15 @@ impl Handle {
         }
     }
 
+    /// The rTX client's counters (`None` for the optimal variant, which
+    /// has none).
+    pub fn tx_stats(&self) -> Option<txn::TxStats> {
+        match self {
+            Handle::Tree(t) => t.tx_stats(),
+            Handle::Table(t) => t.tx_stats(),
+        }
+    }
+
     /// The epoch of the map this process routes by now.
     pub fn epoch(&self) -> fabric::Epoch {
         match self {

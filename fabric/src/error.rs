@@ -25,6 +25,17 @@ pub enum FabricError {
         /// The node's epoch.
         node_epoch: Epoch,
     },
+    /// A memory node refused the whole batch, before any verb, because its
+    /// own lease with the control plane may have lapsed (it was paused or
+    /// cut off): it may have been declared dead and its regions promoted
+    /// elsewhere. Verbs to other nodes in the same batch may have run. The
+    /// node serves again once its lease is renewed, or the map moves on
+    /// without it.
+    #[error("memory node {node} refused the batch: its lease may have lapsed")]
+    NodeLeaseLapsed {
+        /// The node that refused.
+        node: NodeId,
+    },
     /// The process's lease is not certain (it could not renew in time, or
     /// the control plane refused it): it issues no verb, since its owner
     /// ids may already be another's.

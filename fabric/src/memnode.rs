@@ -7,6 +7,8 @@
 //! what the memory controller and IOMMU enforce).
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -76,6 +78,62 @@ pub struct MemoryNode {
     /// A `--shm` image is volatile memory that happens to have a name: it is
     /// removed when its node stops. Persistent and attached images are kept.
     remove_on_drop: Option<PathBuf>,
+    /// Until when this node serves verbs ([`MemoryNode::hold_lease_until`]).
+    lease: ServingLease,
+}
+
+/// How long a node that keeps a lease with the control plane may serve
+/// verbs: until the end of its last granted lease, by this process's
+/// monotonic clock, counted from when the renewal was sent (the control
+/// plane counts from when it heard it, later). A node past it may have been
+/// declared dead and its regions promoted elsewhere and written: what it
+/// holds may be stale, and a batch a client sent before the promotion may
+/// still be waiting in its socket (a node paused past its lease finds them
+/// when it resumes). It serves again once a renewal is granted; a node
+/// declared dead is refused that and fences its old clients first
+/// (`cluster::placement`). A node that keeps no lease (tests, a node with
+/// no control plane) serves always.
+///
+/// Where the node's CPU does not see the verbs (the `shm` transport) this
+/// is not enforced; there the epoch fence alone refuses old maps.
+#[derive(Debug)]
+struct ServingLease {
+    /// What `until_ns` counts from.
+    base: Instant,
+    /// Nanoseconds after `base` the lease ends; [`ServingLease::NONE`] while
+    /// no lease was ever granted.
+    until_ns: AtomicU64,
+}
+
+impl ServingLease {
+    const NONE: u64 = u64::MAX;
+
+    fn new() -> Self {
+        ServingLease {
+            base: Instant::now(),
+            until_ns: AtomicU64::new(Self::NONE),
+        }
+    }
+
+    fn hold_until(&self, until: Instant) {
+        let ns = (until.saturating_duration_since(self.base).as_nanos() as u64).min(Self::NONE - 1);
+        // A later grant never shortens an earlier one (renewals are
+        // sequential anyway); the first replaces NONE.
+        let _ = self
+            .until_ns
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+                Some(if current == Self::NONE {
+                    ns
+                } else {
+                    current.max(ns)
+                })
+            });
+    }
+
+    fn serving(&self) -> bool {
+        let until = self.until_ns.load(Ordering::Acquire);
+        until == Self::NONE || (self.base.elapsed().as_nanos() as u64) < until
+    }
 }
 
 impl MemoryNode {
@@ -162,6 +220,7 @@ impl MemoryNode {
             regions: RegionTable::new(&header.regions),
             append: std::sync::Mutex::new(()),
             remove_on_drop: None,
+            lease: ServingLease::new(),
         })
     }
 
@@ -173,6 +232,7 @@ impl MemoryNode {
             regions: RegionTable::new(&header.regions),
             append: std::sync::Mutex::new(()),
             remove_on_drop,
+            lease: ServingLease::new(),
         }
     }
 
@@ -437,6 +497,20 @@ impl MemoryNode {
         }
     }
 
+    /// The control plane granted this node's lease until `until` (by this
+    /// process's clock, from when the renewal was sent): it serves verbs
+    /// until then, and refuses every batch after it
+    /// ([`FabricError::NodeLeaseLapsed`]) until the next grant.
+    pub fn hold_lease_until(&self, until: Instant) {
+        self.lease.hold_until(until);
+    }
+
+    /// Whether this node serves verbs now: its lease is current, or it
+    /// keeps none.
+    pub fn serving(&self) -> bool {
+        self.lease.serving()
+    }
+
     /// Fails with `StaleEpoch` if a batch from a client at `client_epoch`
     /// must be refused.
     pub fn check_epoch(&self, client_epoch: Epoch) -> Result<(), FabricError> {
@@ -621,9 +695,11 @@ pub(crate) fn execute_inline<'a>(
     let mut nodes = BatchNodes::default();
     for op in ops {
         if nodes.find(op.node).is_none() {
-            node(op.node)
-                .ok_or(FabricError::UnknownNode { node: op.node })?
-                .check_epoch(epoch)?;
+            let n = node(op.node).ok_or(FabricError::UnknownNode { node: op.node })?;
+            if !n.serving() {
+                return Err(FabricError::NodeLeaseLapsed { node: op.node });
+            }
+            n.check_epoch(epoch)?;
             nodes.add(op.node);
         }
     }

@@ -123,6 +123,7 @@ async fn serve_connection(stream: TcpStream, node: &MemoryNode) -> io::Result<()
                     Err(FabricError::StaleEpoch { node_epoch, .. }) => {
                         wire::encode_stale(&mut response, id, node_epoch)
                     }
+                    Err(FabricError::NodeLeaseLapsed { .. }) => wire::encode_lapsed(&mut response, id),
                     Err(e) => return Err(invalid(e.to_string())),
                 }
             }

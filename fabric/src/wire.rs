@@ -15,6 +15,7 @@
 //!   OK       = count: u16 | completion*
 //!   STALE    = node_epoch: u64
 //!   HELLO    = node: u16 | epoch: u64 | region_count: u16 | (id: u16 | size: u64 | key: u32)*
+//!   LAPSED   = (nothing: the node's lease may have lapsed; it ran no verb)
 //! completion = 0 | len: u32 | bytes[len]          READ data
 //!            | 1                                  WRITE/FLUSH done
 //!            | 2 | old: u64                       CAS/FAA old value
@@ -57,6 +58,7 @@ const KIND_BATCH: u8 = 2;
 const STATUS_OK: u8 = 0;
 const STATUS_STALE: u8 = 1;
 const STATUS_HELLO: u8 = 2;
+const STATUS_LAPSED: u8 = 3;
 const VERB_READ: u8 = 1;
 const VERB_WRITE: u8 = 2;
 const VERB_CAS: u8 = 3;
@@ -100,6 +102,8 @@ pub enum Response {
         /// The node's epoch.
         node_epoch: Epoch,
     },
+    /// The node refused the batch: its lease may have lapsed.
+    Lapsed,
     /// The node's descriptor.
     Hello(NodeDescriptor),
 }
@@ -304,6 +308,14 @@ pub fn encode_stale(buf: &mut Vec<u8>, id: u64, node_epoch: Epoch) {
     end_frame(buf);
 }
 
+/// Encodes a refusal by a node whose lease may have lapsed.
+pub fn encode_lapsed(buf: &mut Vec<u8>, id: u64) {
+    begin_frame(buf);
+    buf.extend_from_slice(&id.to_le_bytes());
+    buf.push(STATUS_LAPSED);
+    end_frame(buf);
+}
+
 /// Encodes the answer to HELLO.
 pub fn encode_hello_response(buf: &mut Vec<u8>, id: u64, d: &NodeDescriptor) {
     begin_frame(buf);
@@ -353,6 +365,7 @@ pub fn decode_response(body: &[u8], out: &mut Completions) -> Result<Response, W
             Response::Done
         }
         STATUS_STALE => Response::Stale { node_epoch: r.u64()? },
+        STATUS_LAPSED => Response::Lapsed,
         STATUS_HELLO => {
             let node = r.u16()?;
             let epoch = r.u64()?;
@@ -481,7 +494,7 @@ mod tests {
     }
 
     #[test]
-    fn hello_and_stale_round_trip() {
+    fn hello_stale_and_lapsed_round_trip() {
         let d = NodeDescriptor {
             node: 3,
             epoch: 11,
@@ -500,6 +513,9 @@ mod tests {
             decode_response(&buf[4..], &mut out),
             Ok(Response::Stale { node_epoch: 12 })
         );
+        encode_lapsed(&mut buf, 3);
+        assert_eq!(buf[4..], [3, 0, 0, 0, 0, 0, 0, 0, STATUS_LAPSED]);
+        assert_eq!(decode_response(&buf[4..], &mut out), Ok(Response::Lapsed));
         encode_hello(&mut buf, 8);
         assert_eq!(
             decode_request(&buf[4..], 0, &mut Vec::new()),

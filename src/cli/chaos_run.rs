@@ -122,6 +122,13 @@ fn replica_report(s: &ReplicaSummary) -> String {
         rate(s.ops_per_sec),
         s.retries
     );
+    for (client, t) in s.tx_by_client.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  client {client}: {} commits, {} aborts, {} repairs, {} expired locks met",
+            t.commits, t.aborts, t.repairs, t.expired_seen
+        );
+    }
     for f in &s.faults {
         let p = &f.phases;
         let who = f.label();

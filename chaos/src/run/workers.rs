@@ -19,6 +19,7 @@ use cluster::Cluster;
 use control_plane::state::IndexKind;
 
 use index::IndexError;
+use txn::TxStats;
 
 use crate::linearizability::{Event, EventType, Function, OpResult};
 
@@ -82,6 +83,9 @@ pub struct WorkersReport {
     pub in_doubt: u64,
     /// Every task's events, in time order.
     pub events: Vec<Event>,
+    /// Each client session's rTX counters, summed over its tasks (by
+    /// client number): what a faulty client did to others' locks.
+    pub tx_by_client: Vec<TxStats>,
 }
 
 /// Runs `threads` tasks on each of `sessions` until the duration passes or
@@ -107,11 +111,26 @@ pub async fn run(
     let mut set = tokio::task::JoinSet::new();
     for (process, h) in handles.into_iter().enumerate() {
         let (spec, stop, ops) = (spec.clone(), stop.clone(), ops.clone());
-        set.spawn(async move { task(process as u64, tasks, h, &spec, &stop, &ops, t0, deadline).await });
+        set.spawn(async move {
+            let first = process as u64;
+            (
+                first,
+                task(first, tasks, h, &spec, &stop, &ops, t0, deadline).await,
+            )
+        });
     }
-    let mut total = WorkersReport::default();
+    let mut total = WorkersReport {
+        tx_by_client: vec![TxStats::default(); sessions.len()],
+        ..WorkersReport::default()
+    };
     while let Some(joined) = set.join_next().await {
-        let r = joined.map_err(|e| cluster::ClusterError::Map(format!("a client task failed: {e}")))?;
+        let (task, r) =
+            joined.map_err(|e| cluster::ClusterError::Map(format!("a client task failed: {e}")))?;
+        if let Some(client) = total.tx_by_client.get_mut(task as usize / threads.max(1)) {
+            for t in &r.tx_by_client {
+                *client += *t;
+            }
+        }
         total.ops += r.ops;
         total.writes += r.writes;
         total.retries += r.retries;
@@ -232,6 +251,7 @@ async fn task(
         }
     }
     report.retries = h.retries();
+    report.tx_by_client = h.tx_stats().into_iter().collect();
     report
 }
 

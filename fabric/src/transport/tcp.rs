@@ -436,6 +436,7 @@ impl Connection {
                 client_epoch: epoch,
                 node_epoch,
             }),
+            Ok(Response::Lapsed) => Err(FabricError::NodeLeaseLapsed { node: self.node }),
             Ok(Response::Hello(_)) => Err(FabricError::Protocol {
                 node: self.node,
                 reason: "answered a batch with hello".into(),

@@ -83,6 +83,10 @@ pub struct ReplicaSummary {
     /// Operations the handles ran again after a map change or a lost
     /// connection (what the application did not see).
     pub retries: u64,
+    /// Each client's rTX counters (by client number): repairs it made,
+    /// expired locks it met (each a false expiry while every client
+    /// lives, as under a clock skew past the drift), aborts.
+    pub tx_by_client: Vec<txn::TxStats>,
     /// The faults.
     pub faults: Vec<MemnodeFault>,
     /// The check.
@@ -403,6 +407,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         ops: report.ops,
         ops_per_sec: report.ops as f64 / e.duration.as_secs_f64(),
         retries: report.retries,
+        tx_by_client: report.tx_by_client,
         timeline,
         faults,
         check,

@@ -1,0 +1,77 @@
+//! A memory node that keeps a lease serves verbs only while it holds it
+//! (`MemoryNode::hold_lease_until`): past it, every batch that touches it
+//! is refused whole, before any of its verbs run, and the client learns
+//! why (`FabricError::NodeLeaseLapsed`). The node's CPU enforces it, so the
+//! transports where it executes the verbs (local, tcp) are tried; under
+//! `shm` the client executes them and the epoch fence alone holds.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use fabric::{Batch, FabricError, Outcome, Replica};
+
+async fn a_lapsed_node_refuses_everything_until_renewed(kind: Kind) {
+    let c = Cluster::build(kind, 2).await;
+    let mut client = c.client();
+    // Keeping no lease: serves.
+    assert!(c.node(2).serving(), "[{kind}]");
+    write_u64_all(&mut client, big(0), 111).await;
+
+    // A lease that ended a moment ago (granted from a renewal sent then).
+    c.node(2)
+        .hold_lease_until(Instant::now() - Duration::from_millis(1));
+    assert!(!c.node(2).serving(), "[{kind}]");
+    // The primary, which keeps no lease, still serves batches that touch
+    // only it.
+    let r = single(&mut client, |b| b.faa(big(8), 1)).await;
+    assert_eq!(r, Ok(Outcome::Old(0)), "[{kind}] node 1 serves");
+    for replica in [Replica::Backup(0), Replica::All] {
+        let mut b = Batch::new();
+        b.on(replica).write(big(0), &222u64.to_le_bytes());
+        let r = client.execute(&mut b).await;
+        assert!(
+            matches!(r, Err(FabricError::NodeLeaseLapsed { node: 2 })),
+            "[{kind}] {replica:?}: {r:?}"
+        );
+        assert!(
+            r.is_err_and(|e| !e.sent_nothing()),
+            "[{kind}] another node's verbs may have run"
+        );
+    }
+    // Even a READ is refused: what the node holds may be stale.
+    let mut b = Batch::new();
+    b.on(Replica::Backup(0)).read(big(0), 8);
+    assert!(
+        matches!(
+            client.execute(&mut b).await,
+            Err(FabricError::NodeLeaseLapsed { node: 2 })
+        ),
+        "[{kind}]"
+    );
+
+    // Renewed: it serves again, and ran nothing meanwhile.
+    c.node(2)
+        .hold_lease_until(Instant::now() + Duration::from_secs(60));
+    assert!(c.node(2).serving(), "[{kind}]");
+    assert_eq!(
+        read_u64_on(&mut client, Replica::Backup(0), big(0)).await,
+        111,
+        "[{kind}]"
+    );
+    // An earlier grant arriving late never shortens the lease.
+    c.node(2)
+        .hold_lease_until(Instant::now() - Duration::from_secs(1));
+    assert!(c.node(2).serving(), "[{kind}] a late, shorter grant is ignored");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local() {
+    a_lapsed_node_refuses_everything_until_renewed(Kind::Local).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp() {
+    a_lapsed_node_refuses_everything_until_renewed(Kind::Tcp).await
+}
