@@ -398,6 +398,32 @@ async fn watch_kill(
     Ok(p)
 }
 
+/// The phases that came, for a progress line: `dead 457 ms, evicted 460
+/// ms, ...`, or `done` when the fault has none (a skew).
+impl std::fmt::Display for Phases {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let phases = [
+            ("dead", self.detected_ms),
+            ("evicted", self.evicted_ms),
+            ("serving", self.serving_ms),
+            ("re-replicated", self.rereplicated_ms),
+            ("resumed", self.resumed_ms),
+            ("active", self.active_ms),
+            ("elected", self.elected_ms),
+            ("member back", self.member_back_ms),
+        ];
+        let came: Vec<String> = phases
+            .iter()
+            .filter_map(|(name, ms)| ms.map(|ms| format!("{name} {ms:.0} ms")))
+            .collect();
+        if came.is_empty() {
+            write!(out, "done")
+        } else {
+            write!(out, "{}", came.join(", "))
+        }
+    }
+}
+
 impl Phases {
     /// Notes the phases of losing `node` that `status` shows, timed from
     /// `start`: declared dead, evicted, the region serving again, whole

@@ -358,7 +358,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         say(
             options,
             &format!(
-                "{} {} at {:.0} ms: {:?}",
+                "{} {} at {:.0} ms: {}",
                 done.kind, done.node, done.at_ms, done.phases
             ),
         );
