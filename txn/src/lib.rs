@@ -18,6 +18,7 @@
 //! - [`heap`]: how a region is organised (header, log array, chunk owner
 //!   table, chunks) and chunk allocation.
 //! - [`TxClient`] runs transactions as one owner id; [`Tx`] is one attempt.
+//! - [`dtx`]: the FORD-style DTX baseline (its layouts so far).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -27,6 +28,7 @@ mod client;
 mod commit;
 pub mod config;
 mod converge;
+pub mod dtx;
 mod error;
 pub mod heap;
 pub mod hint;

@@ -88,6 +88,10 @@ impl Log {
             Some(u64::from_le_bytes(b.try_into().ok()?))
         };
         let header = LogHeader::from_raw(word(0)?)?;
+        // A DTX log (`crate::dtx::log`) in the slot is not rTX's to act on.
+        if header.state().is_dtx() {
+            return None;
+        }
         let checksum = LockWord::from_raw(word(1)?);
         let count = usize::try_from(word(2)?).ok()?;
         if count > LOG_ENTRIES_MAX {

@@ -182,7 +182,8 @@ impl TxClient {
                 self.converge_header(header_addr, log.checksum).await?;
                 Ok(Some(RepairOutcome::Repaired))
             }
-            LogState::Empty => Ok(Some(RepairOutcome::Retry)),
+            // `Log::decode` gives no log for DTX states: never here.
+            LogState::Empty | LogState::Locking | LogState::Committed => Ok(Some(RepairOutcome::Retry)),
         }
     }
 

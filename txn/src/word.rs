@@ -192,6 +192,12 @@ pub enum LogState {
     Doing,
     /// Finished (committed, or aborted with its locks released).
     Done,
+    /// A DTX transaction taking its locks, its undo entries written
+    /// (`crate::dtx::log`): aborted unless every replica says COMMITTED.
+    Locking,
+    /// A DTX transaction's undo images, invisible marks and data written
+    /// on the replica that holds it; committed once every replica does.
+    Committed,
 }
 
 impl LogState {
@@ -202,7 +208,15 @@ impl LogState {
             LogState::Abort => 2,
             LogState::Doing => 3,
             LogState::Done => 4,
+            LogState::Locking => 5,
+            LogState::Committed => 6,
         }
+    }
+
+    /// Whether the state is one of DTX's (`crate::dtx`), which rTX never
+    /// acts on.
+    pub fn is_dtx(self) -> bool {
+        matches!(self, LogState::Locking | LogState::Committed)
     }
 }
 
@@ -235,15 +249,15 @@ impl LogHeader {
     pub fn stage(self) -> u8 {
         match self.state() {
             LogState::Empty => 0,
-            LogState::Init => 1,
-            LogState::Abort | LogState::Doing => 2,
+            LogState::Init | LogState::Locking => 1,
+            LogState::Abort | LogState::Doing | LogState::Committed => 2,
             LogState::Done => 3,
         }
     }
 
     /// From a word read from DM; `None` for an unknown state code.
     pub fn from_raw(raw: u64) -> Option<Self> {
-        (raw >> 48 <= 4).then_some(LogHeader(raw))
+        (raw >> 48 <= 6).then_some(LogHeader(raw))
     }
 
     /// The word as stored.
@@ -263,7 +277,9 @@ impl LogHeader {
             1 => LogState::Init,
             2 => LogState::Abort,
             3 => LogState::Doing,
-            _ => LogState::Done,
+            4 => LogState::Done,
+            5 => LogState::Locking,
+            _ => LogState::Committed,
         }
     }
 
@@ -359,10 +375,22 @@ mod tests {
         let h = LogHeader::new(LogState::Doing, LEASE_TICK_MAX);
         assert_eq!(h.raw(), (3 << 48) | LEASE_TICK_MAX);
         assert_eq!(h.lease_tick(), LEASE_TICK_MAX);
-        for s in [LogState::Empty, LogState::Init, LogState::Abort, LogState::Done] {
-            let h = LogHeader::new(s, 0);
+        for (s, code) in [
+            (LogState::Empty, 0),
+            (LogState::Init, 1),
+            (LogState::Abort, 2),
+            (LogState::Done, 4),
+            (LogState::Locking, 5),
+            (LogState::Committed, 6),
+        ] {
+            let h = LogHeader::new(s, 0x1234);
+            assert_eq!(h.raw(), (code << 48) | 0x1234);
             assert_eq!(LogHeader::from_raw(h.raw()).map(LogHeader::state), Some(s));
+            assert_eq!(s.is_dtx(), code >= 5);
         }
+        assert_eq!(LogHeader::from_raw(7 << 48), None);
         assert_eq!(LogHeader::from_raw(9 << 48), None);
+        assert_eq!(LogHeader::new(LogState::Locking, 0).stage(), 1);
+        assert_eq!(LogHeader::new(LogState::Committed, 0).stage(), 2);
     }
 }
