@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use control_plane::api::{keep_lease, keep_lease_with, Leaseholder};
+use control_plane::liveness::memnode_serves_until;
 use control_plane::state::{Command, MemNodeId, MemNodeState, Outcome, Region};
 use fabric::{Epoch, MemoryNode};
 
@@ -122,15 +123,16 @@ pub async fn keep_registered(
 /// Serves placements to `node` (memory node `id`) until the lease is lost
 /// (returned as an error) or the caller drops the future.
 pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> Result<(), ClusterError> {
-    // The node serves verbs only while its lease is certain
-    // (`MemoryNode::hold_lease_until`): one paused or cut off past it may
-    // have been replaced, and must not serve what clients sent it before.
+    // The node serves verbs only until it could have been declared dead
+    // (`MemoryNode::hold_lease_until`, `memnode_serves_until`): one paused
+    // or cut off that long may have been replaced, and must not serve what
+    // clients sent it before.
     let lease = keep_lease_with(
         members.clients(),
         Leaseholder::MemNode(id),
         None,
         std::future::pending(),
-        |sent, lease| node.hold_lease_until(sent + lease),
+        |sent, lease| node.hold_lease_until(memnode_serves_until(sent, lease)),
     );
     let watch = watch_placements(&members, id, &node);
     tokio::select! {

@@ -50,6 +50,25 @@ use crate::state::{ClientId, ClientState, Command, ControlState, MemNodeId, MemN
 /// A Raft term.
 pub type Term = u64;
 
+/// Leases of silence after which the leader declares a memory node dead
+/// (one makes it suspect). What a node may count on: it cannot be declared
+/// dead, and so replaced, before this many leases have passed since it sent
+/// its last granted renewal ([`memnode_serves_until`]).
+pub const MEMNODE_DEAD_LEASES: u32 = 2;
+
+/// Until when a memory node whose renewal, sent at `sent`, was granted a
+/// `lease` may serve verbs: short of [`MEMNODE_DEAD_LEASES`] leases after
+/// `sent` by a quarter lease, the margin for the node's and the leader's
+/// clocks running at different rates. The leader counts silence from when
+/// it heard the renewal, no earlier than `sent`, and declares the node dead
+/// only after `MEMNODE_DEAD_LEASES` leases of it; a promotion comes later
+/// still. So a node that stops serving by then never serves beside its
+/// replacement, and one whose renewal is merely late (an election, a busy
+/// machine) keeps serving. 2 x 250 ms leases: until 437.5 ms after `sent`.
+pub fn memnode_serves_until(sent: Instant, lease: Duration) -> Instant {
+    sent + lease * MEMNODE_DEAD_LEASES - lease / 4
+}
+
 /// What the leader has heard, and since when it has been listening.
 #[derive(Debug)]
 pub struct Liveness {
@@ -235,7 +254,7 @@ impl Liveness {
                     out.push(Command::ActivateMemNode { id });
                 }
                 MemNodeState::Active if quiet >= lease => out.push(Command::SuspectMemNode { id }),
-                MemNodeState::Suspect if quiet >= 2 * lease => {
+                MemNodeState::Suspect if quiet >= lease * MEMNODE_DEAD_LEASES => {
                     out.push(Command::DeclareMemNodeDead { id });
                 }
                 _ => {}
@@ -305,6 +324,31 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// A node serves no later than the leader can declare it dead, even
+    /// when the leader heard its renewal the instant it was sent.
+    #[test]
+    fn a_memnode_stops_serving_before_it_can_be_declared_dead() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let mut s = state();
+        l.lead(t0, 1);
+        l.renew_client(0, t0 + ms(10_000), 1);
+        let sent = t0 + ms(50);
+        l.renew_memnode(0, sent, 1);
+        apply(&mut s, Command::ActivateMemNode { id: 0 });
+        apply(&mut s, Command::SuspectMemNode { id: 0 });
+        let serves_until = memnode_serves_until(sent, LEASE);
+        assert_eq!(serves_until, sent + ms(175), "2 leases less a quarter");
+        assert!(
+            l.decisions(serves_until, &s).is_empty(),
+            "not dead while it may serve"
+        );
+        assert_eq!(
+            l.decisions(sent + LEASE * MEMNODE_DEAD_LEASES, &s),
+            vec![Command::DeclareMemNodeDead { id: 0 }]
+        );
     }
 
     #[test]

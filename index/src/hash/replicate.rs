@@ -51,6 +51,15 @@ const BACKUPS_MAX: usize = fabric::REPLICAS_MAX - 1;
 /// each move is a recovery step.
 const MAP_MOVES_MAX: u32 = 8;
 
+/// Rounds of a slot's replication that a backup whose lease may have lapsed
+/// may refuse (`FabricError::NodeLeaseLapsed`), [`LAPSED_PAUSE`] apart:
+/// 40 x 25 ms outlast the node's renewal or its replacement at any
+/// memory-node lease up to 500 ms (declared dead after two).
+const LAPSES_MAX: u32 = 40;
+
+/// Pause between replication rounds that a lapsed backup refused.
+const LAPSED_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
 impl HashTable {
     /// After this client's CAS of the primary's slot at `at` from `old` to
     /// `new` won: brings every backup's slot there to `new` or to a later
@@ -85,20 +94,32 @@ impl HashTable {
             return Ok(());
         }
         let (mut epoch, primary) = (self.fabric().epoch(), self.primary_node());
-        for _ in 0..MAP_MOVES_MAX {
+        let (mut moves, mut lapses) = (0, 0);
+        loop {
             match self.replicate_slot_pinned(at, old, new, Some(epoch)).await {
                 Err(IndexError::Fabric(fabric::FabricError::MapMoved { now, .. }))
-                    if self.primary_node() == primary =>
+                    if self.primary_node() == primary && moves < MAP_MOVES_MAX =>
                 {
+                    moves += 1;
                     epoch = now;
                 }
                 Err(e @ IndexError::Fabric(fabric::FabricError::MapMoved { .. })) => {
                     return Err(IndexError::InDoubt(Box::new(e)));
                 }
+                // A backup whose lease may have lapsed refused the batch:
+                // it serves again once renewed, or leaves the map (the
+                // next round then moves with it). The CASes are made to be
+                // sent again; giving up would leave that backup behind the
+                // primary for this slot, which no one would bring along.
+                Err(IndexError::Fabric(fabric::FabricError::NodeLeaseLapsed { .. }))
+                    if lapses < LAPSES_MAX =>
+                {
+                    lapses += 1;
+                    tokio::time::sleep(LAPSED_PAUSE).await;
+                }
                 done => return done,
             }
         }
-        Err(IndexError::TooManyAttempts(MAP_MOVES_MAX))
     }
 
     /// Backups a slot CAS must reach: none for optimal tables and
