@@ -126,7 +126,9 @@ pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> R
     // The node serves verbs only until it could have been declared dead
     // (`MemoryNode::hold_lease_until`, `memnode_serves_until`): one paused
     // or cut off that long may have been replaced, and must not serve what
-    // clients sent it before.
+    // clients sent it before. Nor before its first grant: a node reopened
+    // from its image holds regions it may since have lost.
+    node.hold_lease_until(std::time::Instant::now());
     let lease = keep_lease_with(
         members.clients(),
         Leaseholder::MemNode(id),

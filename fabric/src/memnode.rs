@@ -83,9 +83,10 @@ pub struct MemoryNode {
 }
 
 /// How long a node that keeps a lease with the control plane may serve
-/// verbs: until the end of its last granted lease, by this process's
-/// monotonic clock, counted from when the renewal was sent (the control
-/// plane counts from when it heard it, later). A node past it may have been
+/// verbs: until the instant its keeper gives with each granted renewal
+/// (`cluster::placement` gives the last instant the control plane cannot
+/// yet have declared it dead, by this process's monotonic clock), and from
+/// its first grant on once it expects one. A node past it may have been
 /// declared dead and its regions promoted elsewhere and written: what it
 /// holds may be stale, and a batch a client sent before the promotion may
 /// still be waiting in its socket (a node paused past its lease finds them
@@ -497,10 +498,11 @@ impl MemoryNode {
         }
     }
 
-    /// The control plane granted this node's lease until `until` (by this
-    /// process's clock, from when the renewal was sent): it serves verbs
-    /// until then, and refuses every batch after it
-    /// ([`FabricError::NodeLeaseLapsed`]) until the next grant.
+    /// This node may serve verbs until `until` (by this process's clock),
+    /// as its lease keeper judges from a granted renewal: it refuses every
+    /// batch after it ([`FabricError::NodeLeaseLapsed`]) until a later
+    /// instant is given. An instant already past makes a node that served
+    /// freely (no lease kept yet) wait for its first grant.
     pub fn hold_lease_until(&self, until: Instant) {
         self.lease.hold_until(until);
     }

@@ -66,12 +66,38 @@ async fn a_lapsed_node_refuses_everything_until_renewed(kind: Kind) {
     assert!(c.node(2).serving(), "[{kind}] a late, shorter grant is ignored");
 }
 
+async fn a_node_expecting_a_lease_waits_for_its_first_grant(kind: Kind) {
+    let c = Cluster::build(kind, 1).await;
+    let mut client = c.client();
+    // What a node following the control plane does before its first
+    // renewal: it may hold regions it has since lost.
+    c.node(1).hold_lease_until(Instant::now());
+    let mut b = Batch::new();
+    b.read(big(0), 8);
+    assert!(
+        matches!(
+            client.execute(&mut b).await,
+            Err(FabricError::NodeLeaseLapsed { node: 1 })
+        ),
+        "[{kind}]"
+    );
+    c.node(1)
+        .hold_lease_until(Instant::now() + Duration::from_secs(60));
+    assert_eq!(
+        read_u64(&mut client, big(0)).await,
+        0,
+        "[{kind}] served after the grant"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local() {
-    a_lapsed_node_refuses_everything_until_renewed(Kind::Local).await
+    a_lapsed_node_refuses_everything_until_renewed(Kind::Local).await;
+    a_node_expecting_a_lease_waits_for_its_first_grant(Kind::Local).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp() {
-    a_lapsed_node_refuses_everything_until_renewed(Kind::Tcp).await
+    a_lapsed_node_refuses_everything_until_renewed(Kind::Tcp).await;
+    a_node_expecting_a_lease_waits_for_its_first_grant(Kind::Tcp).await;
 }

@@ -6,7 +6,7 @@
 //! {"process":3,"type":"ok","f":"put","key":12,"value":99,"time_ns":123999}
 //! {"process":3,"type":"ok","f":"get","key":12,"result":null,"time_ns":124500}
 //! {"process":3,"type":"invoke","f":"scan","key":10,"value":4,"time_ns":125000}
-//! {"process":3,"type":"ok","f":"scan","key":10,"entries":[[12,99],[15,7]],"time_ns":125900}
+//! {"process":3,"type":"ok","f":"scan","key":10,"value":4,"entries":[[12,99],[15,7]],"time_ns":125900}
 //! ```
 //!
 //! A scan names the key it starts from and, as its `value`, the most entries

@@ -53,9 +53,11 @@ const MAP_MOVES_MAX: u32 = 8;
 
 /// Rounds of a slot's replication that a backup whose lease may have lapsed
 /// may refuse (`FabricError::NodeLeaseLapsed`), [`LAPSED_PAUSE`] apart:
-/// 40 x 25 ms outlast the node's renewal or its replacement at any
-/// memory-node lease up to 500 ms (declared dead after two).
-const LAPSES_MAX: u32 = 40;
+/// 3.2 s, as long as the index handles wait for such a node
+/// (`cluster::handle`), to outlast a control-plane election (a new leader
+/// gives every node a full lease before judging it) or the node's
+/// replacement.
+const LAPSES_MAX: u32 = 128;
 
 /// Pause between replication rounds that a lapsed backup refused.
 const LAPSED_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
@@ -94,7 +96,7 @@ impl HashTable {
             return Ok(());
         }
         let (mut epoch, primary) = (self.fabric().epoch(), self.primary_node());
-        let (mut moves, mut lapses) = (0, 0);
+        let mut moves = 0;
         loop {
             match self.replicate_slot_pinned(at, old, new, Some(epoch)).await {
                 Err(IndexError::Fabric(fabric::FabricError::MapMoved { now, .. }))
@@ -105,17 +107,6 @@ impl HashTable {
                 }
                 Err(e @ IndexError::Fabric(fabric::FabricError::MapMoved { .. })) => {
                     return Err(IndexError::InDoubt(Box::new(e)));
-                }
-                // A backup whose lease may have lapsed refused the batch:
-                // it serves again once renewed, or leaves the map (the
-                // next round then moves with it). The CASes are made to be
-                // sent again; giving up would leave that backup behind the
-                // primary for this slot, which no one would bring along.
-                Err(IndexError::Fabric(fabric::FabricError::NodeLeaseLapsed { .. }))
-                    if lapses < LAPSES_MAX =>
-                {
-                    lapses += 1;
-                    tokio::time::sleep(LAPSED_PAUSE).await;
                 }
                 done => return done,
             }
@@ -145,7 +136,33 @@ impl HashTable {
             .and_then(|r| r.replicas.first().map(|l| l.node))
     }
 
+    /// One slot's replication, sent again while a backup whose lease may
+    /// have lapsed refuses it: that backup serves again once renewed, or
+    /// leaves the map (a pinned round then says the map moved). The CASes
+    /// are made to be sent again; giving up would leave that backup behind
+    /// the primary for this slot, and nobody would bring it along.
     async fn replicate_slot_pinned(
+        &mut self,
+        at: GlobalAddr,
+        old: Slot,
+        new: Slot,
+        pinned: Option<fabric::Epoch>,
+    ) -> Result<(), IndexError> {
+        let mut lapses = 0;
+        loop {
+            match self.replicate_slot_round(at, old, new, pinned).await {
+                Err(IndexError::Fabric(fabric::FabricError::NodeLeaseLapsed { .. }))
+                    if lapses < LAPSES_MAX =>
+                {
+                    lapses += 1;
+                    tokio::time::sleep(LAPSED_PAUSE).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn replicate_slot_round(
         &mut self,
         at: GlobalAddr,
         old: Slot,
