@@ -128,6 +128,29 @@ fn a_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
     assert!(out.join("seed-7").join("history.jsonl").exists());
 }
 
+/// The hash table's backups miss the KV blocks its slots name: the check
+/// reads every replica's copy of each (the slots alone compare equal).
+#[test]
+fn a_hash_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = campaign_file(dir.path(), "hash");
+    let args = [
+        "--seeds",
+        "1",
+        "--first-seed",
+        "7",
+        "--kinds",
+        "clock-skew",
+        "--sabotage",
+        "drop-backup-writes",
+    ];
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = campaign(&file, &args, Some(&out));
+    assert_ne!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("seed 7 FAILED"), "{stdout}");
+    assert!(stdout.contains("--sabotage drop-backup-writes"), "{stdout}");
+}
+
 #[test]
 fn a_campaign_refuses_kinds_it_cannot_run() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fabric::GlobalAddr;
+use fabric::{GlobalAddr, Replica};
 use txn::LockWord;
 
 use super::layout::{decode_kv, dir_hash, fingerprint, word, Header, Slot, BUCKET_BYTES, KV_BYTES};
@@ -174,15 +174,44 @@ impl HashTable {
             }
             let slots = full_slots(g, &data);
             let mut batch = fabric::Batch::new();
-            for chunk in slots.chunks(fabric::VERBS_PER_BATCH_MAX) {
+            // Every replica's copy of each KV block a slot names: the
+            // block was written to every replica before any slot named it
+            // (`ops::read_view`), so copies that differ are a replica left
+            // behind (a dropped WRITE, say), which comparing the slots
+            // alone does not see.
+            let replicas = if self.info.variant == Variant::Rtx {
+                self.fabric()
+                    .map()
+                    .region(region)
+                    .map_or(1, |r| r.replicas.len())
+                    .max(1)
+            } else {
+                1
+            };
+            for chunk in slots.chunks(fabric::VERBS_PER_BATCH_MAX / replicas) {
                 batch.clear();
                 let hs: Vec<_> = chunk
                     .iter()
-                    .map(|(_, s)| batch.read(GlobalAddr::new(region, s.ptr()), KV_BYTES))
+                    .map(|(_, s)| {
+                        let at = GlobalAddr::new(region, s.ptr());
+                        if replicas > 1 {
+                            batch.on(Replica::All).read(at, KV_BYTES)
+                        } else {
+                            batch.read(at, KV_BYTES)
+                        }
+                    })
                     .collect();
                 self.fabric().execute(&mut batch).await?;
                 for (&(offset, slot), h) in chunk.iter().zip(hs) {
                     let b = batch.read_result(h).map_err(IndexError::Verb)?;
+                    for r in 1..batch.completions(h).len() {
+                        if batch.read_result_of(h, r).map_err(IndexError::Verb)? != b {
+                            report.violation(format!(
+                                "subtable {sub:#x} slot at {offset}: the KV block at {:#x} differs on replica {r}",
+                                slot.ptr()
+                            ));
+                        }
+                    }
                     let Some((key, value)) = decode_kv(b) else {
                         report.violation(format!(
                             "subtable {sub:#x} slot at {offset}: KV block check fails"
