@@ -464,18 +464,49 @@ async fn stop_with_nothing_lost(running: RunningLoad, c: &Cluster, load: &LoadSp
 /// The `n` replicas of `region` agree word for word wherever they must,
 /// every object's data included.
 async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
-    let sizes = match Handle::open(c, &load.index, load.kind).await.unwrap() {
-        Handle::Tree(mut t) => ObjectSizes::new(t.inner().objects().await.unwrap()),
-        Handle::Table(mut t) => ObjectSizes::new(t.inner().objects().await.unwrap()),
+    // These reads bypass the handles' retries: a node whose renewal came
+    // late (a 100 ms memory-node lease on a busy machine) refuses them for
+    // a moment (`FabricError::NodeLeaseLapsed`), before any verb.
+    for attempt in 0.. {
+        match replicas_compared(c, load, region).await {
+            Ok(replicas) => {
+                assert_eq!(replicas.replicas, n);
+                assert_eq!(replicas.differences, 0, "{:?}", replicas.listed);
+                return;
+            }
+            Err(e) if e.contains("lease may have lapsed") && attempt < LAPSED_RETRIES_MAX => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("cannot compare the replicas: {e}"),
+        }
+    }
+}
+
+/// Tries of a check that bypasses the handles, while a node whose renewal
+/// came late refuses it: 100 x 50 ms, past a control-plane election.
+const LAPSED_RETRIES_MAX: u32 = 100;
+
+async fn replicas_compared(
+    c: &Cluster,
+    load: &LoadSpec,
+    region: u16,
+) -> Result<kintsugi::txn::replicas::ReplicaReport, String> {
+    let sizes = match Handle::open(c, &load.index, load.kind)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Handle::Tree(mut t) => ObjectSizes::new(t.inner().objects().await.map_err(|e| format!("{e:?} {e}"))?),
+        Handle::Table(mut t) => {
+            ObjectSizes::new(t.inner().objects().await.map_err(|e| format!("{e:?} {e}"))?)
+        }
     };
     let mut fabric = c.fabric();
-    let heap = kintsugi::txn::Heap::open(&mut fabric, region).await.unwrap();
-    let replicas = heap
-        .compare_replicas(&mut fabric, &|meta| sizes.of(meta), &|_| true)
+    let heap = kintsugi::txn::Heap::open(&mut fabric, region)
         .await
-        .unwrap();
-    assert_eq!(replicas.replicas, n);
-    assert_eq!(replicas.differences, 0, "{:?}", replicas.listed);
+        .map_err(|e| format!("{e:?} {e}"))?;
+    heap.compare_replicas(&mut fabric, &|meta| sizes.of(meta), &|_| true)
+        .await
+        .map_err(|e| format!("{e:?} {e}"))
 }
 
 /// `kintsugi bench recover`, small: a primary and then a backup killed
