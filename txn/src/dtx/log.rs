@@ -26,7 +26,7 @@
 
 use fabric::GlobalAddr;
 
-use crate::log::LOG_SLOT_BYTES;
+use crate::log::{word_at, LOG_SLOT_BYTES};
 use crate::word::{LockWord, LogHeader, LogState};
 
 /// Bytes of one half of a slot: one DTX log.
@@ -103,10 +103,7 @@ impl DtxLog {
     /// Decodes a half read from DM. `None` unless it holds a DTX log:
     /// never written, an rTX log, or garbage.
     pub fn decode(bytes: &[u8]) -> Option<DtxLog> {
-        let word = |i: usize| -> Option<u64> {
-            let b = bytes.get(i * 8..i * 8 + 8)?;
-            Some(u64::from_le_bytes(b.try_into().ok()?))
-        };
+        let word = |i: usize| word_at(bytes, i);
         let header = LogHeader::from_raw(word(0)?)?;
         let checksum = LockWord::from_raw(word(1)?);
         if !(header.state().is_dtx() || header.state() == LogState::Done) || !checksum.is_locked() {
