@@ -467,7 +467,7 @@ async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
     // These reads bypass the handles' retries: a node whose renewal came
     // late (a 100 ms memory-node lease on a busy machine) refuses them for
     // a moment (`FabricError::NodeLeaseLapsed`), before any verb.
-    for attempt in 0.. {
+    for attempt in 0u128.. {
         match replicas_compared(c, load, region).await {
             Ok(replicas) => {
                 assert_eq!(replicas.replicas, n);
@@ -483,8 +483,8 @@ async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
 }
 
 /// Tries of a check that bypasses the handles, while a node whose renewal
-/// came late refuses it: 100 x 50 ms, past a control-plane election.
-const LAPSED_RETRIES_MAX: u32 = 100;
+/// came late refuses it: 50 ms apart, `fabric::NODE_LAPSE_WAIT_MAX` in all.
+const LAPSED_RETRIES_MAX: u128 = kintsugi::fabric::NODE_LAPSE_WAIT_MAX.as_millis() / 50;
 
 async fn replicas_compared(
     c: &Cluster,

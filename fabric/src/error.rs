@@ -11,6 +11,12 @@ use thiserror::Error;
 use crate::addr::{Epoch, NodeId, RegionId, Replica};
 use crate::image::HeaderError;
 
+/// How long a caller may keep offering batches to a node that refuses them
+/// with [`FabricError::NodeLeaseLapsed`] before it takes the refusal as an
+/// error: 3.2 s, past a control-plane election (a new leader gives every
+/// node a full lease before it judges) and past the node's replacement.
+pub const NODE_LAPSE_WAIT_MAX: std::time::Duration = std::time::Duration::from_millis(3200);
+
 /// Why a batch could not be executed (or only partly: see each variant).
 #[derive(Debug, Error)]
 pub enum FabricError {

@@ -43,7 +43,7 @@ pub use addr::{
 };
 pub use batch::{Batch, On, VerbHandle};
 pub use client::{Client, ReadError};
-pub use error::{FabricError, NodeError};
+pub use error::{FabricError, NodeError, NODE_LAPSE_WAIT_MAX};
 pub use fault::{FaultPlan, Faulty, FlyWrite};
 pub use mandate::Mandate;
 pub use map::{ClusterMap, MapError, NodeInfo, RegionInfo, ReplicaLoc, REPLICAS_MAX};

@@ -53,11 +53,8 @@ const MAP_MOVES_MAX: u32 = 8;
 
 /// Rounds of a slot's replication that a backup whose lease may have lapsed
 /// may refuse (`FabricError::NodeLeaseLapsed`), [`LAPSED_PAUSE`] apart:
-/// 3.2 s, as long as the index handles wait for such a node
-/// (`cluster::handle`), to outlast a control-plane election (a new leader
-/// gives every node a full lease before judging it) or the node's
-/// replacement.
-const LAPSES_MAX: u32 = 128;
+/// [`fabric::NODE_LAPSE_WAIT_MAX`] in all.
+const LAPSES_MAX: u32 = (fabric::NODE_LAPSE_WAIT_MAX.as_millis() / LAPSED_PAUSE.as_millis()) as u32;
 
 /// Pause between replication rounds that a lapsed backup refused.
 const LAPSED_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
