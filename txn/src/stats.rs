@@ -52,6 +52,18 @@ pub struct TxStats {
     /// unwritten that this client carves (`txn::tails`).
     #[serde(default)]
     pub tail_bytes_adopted: u64,
+    /// DTX reads that found a record invisible (being written in place
+    /// under another transaction's lock) and read it again.
+    #[serde(default)]
+    pub invisible_waits: u64,
+    /// DTX records recovery put back from their undo images (their
+    /// transaction had not committed on every replica).
+    #[serde(default)]
+    pub rollbacks: u64,
+    /// DTX records recovery made visible at their new version (their
+    /// transaction had committed; its release never came).
+    #[serde(default)]
+    pub rollforwards: u64,
 }
 
 impl Add for TxStats {
@@ -69,6 +81,9 @@ impl Add for TxStats {
             blocks_adopted: self.blocks_adopted + o.blocks_adopted,
             blocks_doomed: self.blocks_doomed + o.blocks_doomed,
             tail_bytes_adopted: self.tail_bytes_adopted + o.tail_bytes_adopted,
+            invisible_waits: self.invisible_waits + o.invisible_waits,
+            rollbacks: self.rollbacks + o.rollbacks,
+            rollforwards: self.rollforwards + o.rollforwards,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! transaction's log.
 //!
 //! ```text
-//! word 0     header    LogHeader: LOCKING | COMMITTED | DONE, tick = the lock word's lease tick
+//! word 0     header    LogHeader: LOCKING | COMMITTED | DONE | ABORT, tick = the lock word's lease tick
 //! word 1     checksum  the lock word L the transaction locks with (owner | lease)
 //! word 2     count     entries
 //! word 3+4i  record    GlobalAddr of the record
@@ -23,6 +23,13 @@
 //! replica holds COMMITTED (or DONE) with its checksum, and aborted
 //! otherwise. As with rTX's logs, every lock word an owner uses is unique
 //! (`crate::lease`), so a checksum names one transaction.
+//!
+//! Only recovery writes DONE (a committed log it finished) and ABORT (an
+//! uncommitted one it rolled back): the owner leaves a released log as it
+//! is, and the next transaction but one overwrites it. Neither mark can
+//! change the decision a later recoverer takes from the headers (DONE only
+//! follows COMMITTED on every replica), so a recoverer stopped after any
+//! verb is finished by the next one.
 
 use fabric::GlobalAddr;
 
@@ -45,6 +52,18 @@ pub fn half_addr(slot: GlobalAddr, parity: u8) -> GlobalAddr {
     slot.add(u64::from(parity) * HALF_BYTES)
 }
 
+/// The states a DTX half may hold: its own two, and the marks recovery
+/// leaves (DONE: finished committed, ABORT: rolled back).
+fn is_dtx_log_state(s: LogState) -> bool {
+    s.is_dtx() || matches!(s, LogState::Done | LogState::Abort)
+}
+
+/// Whether a log in `state` still needs recovery: its transaction may hold
+/// locks or have records invisible.
+pub fn is_unfinished(state: LogState) -> bool {
+    state.is_dtx()
+}
+
 /// One record a DTX transaction locked (or may have).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DtxEntry {
@@ -63,7 +82,7 @@ pub struct DtxEntry {
 /// A decoded DTX log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DtxLog {
-    /// LOCKING, COMMITTED or DONE.
+    /// LOCKING, COMMITTED, DONE or ABORT.
     pub header: LogHeader,
     /// The lock word of the transaction that wrote it.
     pub checksum: LockWord,
@@ -81,11 +100,11 @@ impl DtxLog {
     ///
     /// # Panics
     /// With more than [`ENTRIES_MAX`] entries (the client refuses such a
-    /// transaction before it logs), or a header that is not a DTX state or
-    /// DONE, or a checksum that is not a held lock word.
+    /// transaction before it logs), or a header that is not a DTX log's
+    /// state, or a checksum that is not a held lock word.
     pub fn encode(&self, buf: &mut Vec<u8>) {
         assert!(self.entries.len() <= ENTRIES_MAX);
-        assert!(self.header.state().is_dtx() || self.header.state() == LogState::Done);
+        assert!(is_dtx_log_state(self.header.state()));
         assert!(self.checksum.is_locked());
         buf.clear();
         let mut put = |w: u64| buf.extend_from_slice(&w.to_le_bytes());
@@ -106,7 +125,7 @@ impl DtxLog {
         let word = |i: usize| word_at(bytes, i);
         let header = LogHeader::from_raw(word(0)?)?;
         let checksum = LockWord::from_raw(word(1)?);
-        if !(header.state().is_dtx() || header.state() == LogState::Done) || !checksum.is_locked() {
+        if !is_dtx_log_state(header.state()) || !checksum.is_locked() {
             return None;
         }
         let count = usize::try_from(word(2)?).ok()?;
@@ -209,6 +228,7 @@ mod tests {
         assert_eq!(with(4, u64::MAX), None, "a length past u32");
         assert!(with(0, (6 << 48) | 0x1_0000).is_some(), "COMMITTED");
         assert!(with(0, (4 << 48) | 0x1_0000).is_some(), "DONE");
+        assert!(with(0, (2 << 48) | 0x1_0000).is_some(), "ABORT (rolled back)");
         assert_eq!(DtxLog::decode(&buf[..20]), None, "truncated");
     }
 

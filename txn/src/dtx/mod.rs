@@ -11,8 +11,20 @@
 //! acts on a DTX lock: a dead coordinator blocks others until recovery
 //! rolls its logs back, after its lease expired.
 //!
-//! Built so far: the layouts. The client, its recovery and the indexes'
-//! `dtx` arms follow (issue 24).
+//! - [`record`], [`log`]: the bit layouts.
+//! - [`DtxClient`] runs transactions as one owner id; [`DtxTx`] is one
+//!   attempt (`tx.rs` tabulates its round trips).
+//! - [`DtxClient::finish_owner_log`] (`recover.rs`): rolls a stopped
+//!   owner's logs back or forward.
+//!
+//! The indexes' `dtx` arms follow (issue 24, `docs/plans/dtx.md`).
 
+mod client;
 pub mod log;
 pub mod record;
+mod recover;
+mod tx;
+
+pub use client::{DtxClient, INVISIBLE_READS_MAX, UNDO_HALF_BYTES};
+pub use recover::Finished;
+pub use tx::DtxTx;

@@ -102,6 +102,24 @@ impl Cluster {
         (TxClient::new(fabric, self.heap, owner, config).unwrap(), faults)
     }
 
+    /// A DTX client as `owner`, without faults.
+    pub fn dtx(&self, owner: OwnerId) -> txn::dtx::DtxClient {
+        txn::dtx::DtxClient::new(self.fabric.fork(), self.heap, owner, TxConfig::default()).unwrap()
+    }
+
+    /// A DTX client as `owner` whose fabric runs `plan`, and the handle on
+    /// its faults.
+    pub fn dtx_faulty(
+        &self,
+        owner: OwnerId,
+        plan: FaultPlan,
+    ) -> (txn::dtx::DtxClient, Arc<Faulty<BaseTransport>>) {
+        let (t, faults) = self.fabric.transport().clone().with_faults(plan);
+        let fabric = Client::new(self.fabric.map().clone(), t);
+        let c = txn::dtx::DtxClient::new(fabric, self.heap, owner, TxConfig::default()).unwrap();
+        (c, faults)
+    }
+
     /// A client whose clock runs `SKEW_MS` ahead: every lease taken in real
     /// time looks expired to it.
     pub fn skewed(&self, owner: OwnerId) -> TxClient {

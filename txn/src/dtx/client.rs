@@ -1,0 +1,445 @@
+//! The DTX client: one owner id, its log slot's two halves, its undo area,
+//! the releases it owes, and the retry loop around transaction bodies.
+
+use std::time::Duration;
+
+use fabric::{Batch, Client, GlobalAddr, Replica};
+use rand::{Rng, SeedableRng};
+
+use crate::alloc::BlockAllocator;
+use crate::config::TxConfig;
+use crate::dtx::log::{half_addr, HALF_BYTES};
+use crate::dtx::record::{self, Record, Version, RECORD_ALIGN};
+use crate::dtx::tx::DtxTx;
+use crate::error::{AbortReason, TxError};
+use crate::heap::Heap;
+use crate::lease::{LeaseSequence, Parity};
+use crate::stats::TxStats;
+use crate::word::{LockWord, OwnerId};
+
+/// Bytes of one half of a client's undo area: the undo images (version word
+/// and data) of one transaction. Matches a log half: 31 entries of a 1 KiB
+/// B+tree node (1,032 bytes each) fit.
+pub const UNDO_HALF_BYTES: u64 = 32 * 1024;
+
+/// Reads of a record found invisible (being written in place) before a
+/// read gives up and aborts `Locked`: a writer holds a record invisible for
+/// one round trip, so a few yields usually see it visible again.
+pub const INVISIBLE_READS_MAX: u32 = 16;
+
+/// What a committed or aborted transaction still owes a record: its lock,
+/// and for a record it wrote, the visible version that replaces its
+/// invisible mark.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Release {
+    pub record: Record,
+    /// The version to make visible, if the transaction wrote the record.
+    pub version: Option<u64>,
+}
+
+/// The release verbs [`DtxClient::open_batch`] put in a batch, to check
+/// once it ran.
+#[derive(Debug, Default)]
+#[must_use]
+pub(crate) struct Opened {
+    release_verbs: Vec<fabric::VerbHandle>,
+}
+
+/// Runs DTX transactions as one owner. One per client thread or coroutine.
+///
+/// Everything it sends goes through `open_batch` and `send`, which put the
+/// releases the last transaction owes at the head of the batch (FORD's
+/// background release: no round trip of its own). A fabric error on any
+/// batch that may have left this owner's locks or invisible marks behind
+/// makes the client *unsettled*: before its next transaction it finishes
+/// its own log halves with the recovery routine (`recover.rs`).
+#[derive(Debug)]
+pub struct DtxClient {
+    pub(crate) fabric: Client,
+    pub(crate) heap: Heap,
+    pub(crate) owner: OwnerId,
+    pub(crate) config: TxConfig,
+    pub(crate) alloc: BlockAllocator,
+    /// The undo area: two halves of [`UNDO_HALF_BYTES`], matching the log
+    /// halves; taken at the first transaction that locks.
+    pub(crate) undo: Option<GlobalAddr>,
+    /// The log half (and undo half) the next locking transaction uses.
+    pub(crate) parity: u8,
+    lock_leases: LeaseSequence,
+    /// Releases owed and not yet sent: they ride the next batch.
+    pub(crate) pending: Vec<Release>,
+    /// A fabric error may have left this owner's log half in use (locks,
+    /// invisible marks, a release cut off): settle before anything else.
+    pub(crate) unsettled: bool,
+    pub(crate) commit_in_doubt: bool,
+    pub(crate) stats: TxStats,
+    rng: rand::rngs::StdRng,
+}
+
+impl DtxClient {
+    /// A client running DTX transactions in `heap` as `owner`.
+    pub fn new(fabric: Client, heap: Heap, owner: OwnerId, config: TxConfig) -> Result<Self, TxError> {
+        heap.log_slot(owner)?;
+        Ok(DtxClient {
+            fabric,
+            heap,
+            owner,
+            config,
+            alloc: BlockAllocator::raw(heap, owner),
+            undo: None,
+            parity: 0,
+            lock_leases: LeaseSequence::default(),
+            pending: Vec::new(),
+            unsettled: false,
+            commit_in_doubt: false,
+            stats: TxStats::default(),
+            rng: rand::rngs::StdRng::seed_from_u64(u64::from(owner) ^ 0xD7C0),
+        })
+    }
+
+    /// The owner id.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+
+    /// The heap.
+    pub fn heap(&self) -> Heap {
+        self.heap
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TxConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> TxStats {
+        self.stats
+    }
+
+    /// The fabric client (for its counters, or for verbs outside
+    /// transactions).
+    pub fn fabric(&mut self) -> &mut Client {
+        &mut self.fabric
+    }
+
+    /// The fabric client, shared.
+    pub fn fabric_ref(&self) -> &Client {
+        &self.fabric
+    }
+
+    /// This client's clock in lease ticks.
+    pub fn now_tick(&self) -> u64 {
+        crate::lease::now_tick(&self.fabric)
+    }
+
+    /// Whether releases are owed and not yet sent.
+    pub fn owes_releases(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether the last commit was cut off by a fabric error in its commit
+    /// batch, and forgets it: it may or may not have committed (every
+    /// replica's COMMITTED decides, and recovery, which this client runs
+    /// on its own log before its next transaction, finds out). Running the
+    /// caller's operation again could apply it twice.
+    pub fn take_commit_in_doubt(&mut self) -> bool {
+        std::mem::take(&mut self.commit_in_doubt)
+    }
+
+    /// Starts a transaction by hand; prefer [`DtxClient::run`]. The client
+    /// must be settled first ([`DtxClient::settle`]), which `run` does.
+    pub fn begin(&mut self) -> DtxTx<'_> {
+        DtxTx::new(self)
+    }
+
+    /// Runs `body` as a transaction until it commits, retrying on abort with
+    /// exponential backoff (no-wait locking: a record found locked aborts
+    /// the attempt), and returns the body's value from the attempt that
+    /// committed. A body error other than an abort rolls the attempt back
+    /// and is returned as is.
+    pub async fn run<R>(
+        &mut self,
+        mut body: impl AsyncFnMut(&mut DtxTx<'_>) -> Result<R, TxError>,
+    ) -> Result<R, TxError> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            self.settle().await?;
+            let mut tx = self.begin();
+            let result = match body(&mut tx).await {
+                Ok(value) => tx.commit().await.map(|()| value),
+                Err(e) => {
+                    tx.rollback();
+                    Err(e)
+                }
+            };
+            let reason = match result {
+                Ok(value) => return Ok(value),
+                Err(TxError::Abort(reason)) => reason,
+                Err(e) => return Err(e),
+            };
+            self.stats.aborts += 1;
+            if attempt >= self.config.attempts_max {
+                self.release_pending().await?;
+                return Err(TxError::TooManyAborts {
+                    attempts: attempt,
+                    last: reason,
+                });
+            }
+            self.backoff(attempt).await?;
+        }
+    }
+
+    /// Waits before attempt `attempt + 1`. A wait that sleeps sends the
+    /// releases owed first: nobody should wait on locks this client holds
+    /// while it sleeps.
+    pub async fn backoff(&mut self, attempt: u32) -> Result<(), TxError> {
+        let min = self.config.backoff_min.as_nanos() as u64;
+        let max = self.config.backoff_max.as_nanos() as u64;
+        let ceiling = min.saturating_mul(1 << attempt.min(20)).min(max);
+        let wait = Duration::from_nanos(self.rng.gen_range(0..=ceiling));
+        if attempt <= 2 || wait.is_zero() || tokio::runtime::Handle::try_current().is_err() {
+            tokio::task::yield_now().await;
+        } else {
+            self.release_pending().await?;
+            tokio::time::sleep(wait).await;
+        }
+        Ok(())
+    }
+
+    /// Sends the releases owed now, in a round trip of their own (idle,
+    /// shutdown, before a sleep). Nothing to send costs nothing.
+    pub async fn release_pending(&mut self) -> Result<(), TxError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut batch = self.fabric.take_batch();
+        let opened = self.open_batch(&mut batch);
+        let result = self.send(&mut batch, opened, None).await;
+        self.fabric.give_batch(batch);
+        result
+    }
+
+    /// Finishes this owner's own logs if a fabric error may have left them
+    /// in use (locks held, records invisible): the recovery routine on its
+    /// own slot. Every transaction of [`DtxClient::run`] does this first.
+    pub async fn settle(&mut self) -> Result<(), TxError> {
+        if !self.unsettled {
+            return Ok(());
+        }
+        self.finish_own_logs().await?;
+        self.unsettled = false;
+        Ok(())
+    }
+
+    /// Clears `batch` and puts the releases owed at its head: on each
+    /// node they precede whatever the caller pushes next. Pass the result
+    /// to [`DtxClient::send`].
+    pub(crate) fn open_batch(&mut self, batch: &mut Batch) -> Opened {
+        batch.clear();
+        let releases = std::mem::take(&mut self.pending);
+        Opened {
+            release_verbs: push_releases(batch, &releases),
+        }
+    }
+
+    /// Executes a batch [`DtxClient::open_batch`] began, in one round trip,
+    /// pinned to `epoch` when given ([`Client::execute_pinned`]: a commit's
+    /// batches must reach the replicas its locks' batch reached).
+    ///
+    /// A fabric error, or a release verb refused, makes the client
+    /// unsettled: its releases may or may not have landed, and only the
+    /// recovery routine (which looks at what DM holds) may finish them.
+    /// (Callers mark it unsettled too when their own verbs may have left
+    /// locks or marks.)
+    pub(crate) async fn send(
+        &mut self,
+        batch: &mut Batch,
+        opened: Opened,
+        epoch: Option<fabric::Epoch>,
+    ) -> Result<(), TxError> {
+        let result = match epoch {
+            Some(epoch) => self.fabric.execute_pinned(batch, epoch).await,
+            None => self.fabric.execute(batch).await,
+        };
+        if let Err(e) = result {
+            self.unsettled |= !opened.release_verbs.is_empty();
+            return Err(e.into());
+        }
+        for h in opened.release_verbs {
+            if let Err(e) = batch.done(h) {
+                self.unsettled = true;
+                return Err(TxError::Verb(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// The next lock word of this owner: unique (the checksum rule), its
+    /// lease `op_time * objects + drift` long. No DTX client acts on a
+    /// lease; it makes the word unique and says when its holder meant to
+    /// be done, for diagnostics.
+    pub(crate) async fn next_lock(&mut self, objects: usize) -> LockWord {
+        let lease_ticks = self.config.lease_ticks(objects);
+        let (tick, waited) = self
+            .lock_leases
+            .take_by(&self.fabric, lease_ticks, Parity::Any)
+            .await;
+        self.stats.lease_waits += u64::from(waited);
+        LockWord::locked(self.owner, tick)
+    }
+
+    /// The log half and undo half of the next locking transaction.
+    pub(crate) async fn halves(&mut self) -> Result<(GlobalAddr, GlobalAddr), TxError> {
+        let undo = match self.undo {
+            Some(undo) => undo,
+            None => {
+                let at = self
+                    .alloc
+                    .data(&mut self.fabric, (2 * UNDO_HALF_BYTES) as u32)
+                    .await?;
+                let undo = GlobalAddr::new(self.heap.region(), at);
+                self.undo = Some(undo);
+                undo
+            }
+        };
+        let slot = self.heap.log_slot(self.owner)?;
+        let p = self.parity;
+        Ok((half_addr(slot, p), undo.add(u64::from(p) * UNDO_HALF_BYTES)))
+    }
+
+    /// A locking transaction used its halves: the next one takes the
+    /// others, so that this one's release, riding the next one's first
+    /// batch, never shares a half with its log.
+    pub(crate) fn flip_halves(&mut self) {
+        self.parity ^= 1;
+    }
+
+    /// Space for a record of `len` data bytes (16-byte aligned), never
+    /// reused (as an index's own memory).
+    pub(crate) async fn alloc_record(&mut self, len: u32) -> Result<Record, TxError> {
+        let bytes = (record::HEADER_BYTES + u64::from(len)).next_multiple_of(RECORD_ALIGN);
+        let bytes = u32::try_from(bytes)
+            .map_err(|_| TxError::BadObject(format!("a record of {len} bytes is too large")))?;
+        let at = self.alloc.data(&mut self.fabric, bytes).await?;
+        if at % RECORD_ALIGN != 0 {
+            return Err(TxError::Heap(format!(
+                "the allocator returned {at:#x} for a record: not {RECORD_ALIGN}-byte aligned"
+            )));
+        }
+        Ok(Record::new(GlobalAddr::new(self.heap.region(), at), len))
+    }
+
+    /// Creates a record holding `bytes` outside any transaction: allocated
+    /// and written (free, visible at version 0) on every replica in one
+    /// round trip. It is unreachable until something committed names it.
+    pub async fn create_raw(&mut self, bytes: &[u8]) -> Result<Record, TxError> {
+        self.settle().await?;
+        let len = u32::try_from(bytes.len())
+            .map_err(|_| TxError::BadObject(format!("a record of {} bytes is too large", bytes.len())))?;
+        let rec = self.alloc_record(len).await?;
+        let mut batch = self.fabric.take_batch();
+        let opened = self.open_batch(&mut batch);
+        let h = batch.on(Replica::All).write(rec.addr, &created_image(bytes));
+        let result = match self.send(&mut batch, opened, None).await {
+            Ok(()) => batch.done(h).map_err(TxError::Verb),
+            Err(e) => Err(e),
+        };
+        self.fabric.give_batch(batch);
+        result.map(|()| rec)
+    }
+
+    /// Reads a record outside any transaction, without a lock: its version
+    /// and data, consistent (the version word read before and after the
+    /// data, in one round trip, equal and visible). For an index's lookups.
+    pub async fn read_record(&mut self, rec: Record) -> Result<(u64, Vec<u8>), TxError> {
+        self.settle().await?;
+        let mut batch = self.fabric.take_batch();
+        let result = self.read_consistent(&mut batch, rec).await;
+        self.fabric.give_batch(batch);
+        result
+    }
+
+    /// One record, read whole and then its version word again (1 round
+    /// trip per try), again while it is invisible.
+    pub(crate) async fn read_consistent(
+        &mut self,
+        batch: &mut Batch,
+        rec: Record,
+    ) -> Result<(u64, Vec<u8>), TxError> {
+        for _ in 0..INVISIBLE_READS_MAX {
+            let whole = u32::try_from(rec.bytes())
+                .map_err(|_| TxError::BadObject(format!("record {rec:?} is too large to read")))?;
+            let opened = self.open_batch(batch);
+            let r = batch.read(rec.addr, whole);
+            let v = batch.read(rec.version_addr(), 8);
+            self.send(batch, opened, None).await?;
+            let bytes = batch.read_result(r).map_err(TxError::Verb)?;
+            let after = batch.read_result(v).map_err(TxError::Verb)?;
+            let before = word(bytes, record::VERSION_OFFSET as usize);
+            match Version::from_raw(before) {
+                Version::Visible(version) if before == word(after, 0) => {
+                    return Ok((version, bytes[record::DATA_OFFSET as usize..].to_vec()));
+                }
+                _ => {
+                    self.stats.invisible_waits += 1;
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        Err(TxError::Abort(AbortReason::Locked))
+    }
+
+    /// Replicas of the heap's region.
+    pub(crate) fn replicas(&self) -> usize {
+        self.fabric
+            .map()
+            .region(self.heap.region())
+            .map_or(1, |r| r.replicas.len())
+    }
+}
+
+/// A record's bytes as created: free, visible at version 0, the data.
+pub(crate) fn created_image(data: &[u8]) -> Vec<u8> {
+    let mut image = Vec::with_capacity(record::HEADER_BYTES as usize + data.len());
+    image.extend_from_slice(&record::created_header(0));
+    image.extend_from_slice(data);
+    image
+}
+
+/// Pushes `releases` onto `batch`: per record, its new visible version
+/// (every replica) before its lock word (the primary), so that on the
+/// primary a free lock never shows an invisible record. Returns the
+/// handles to check.
+pub(crate) fn push_releases(batch: &mut Batch, releases: &[Release]) -> Vec<fabric::VerbHandle> {
+    let mut handles = Vec::with_capacity(releases.len() * 2);
+    for r in releases {
+        if let Some(v) = r.version {
+            let visible = Version::Visible(v).raw().to_le_bytes();
+            handles.push(batch.on(Replica::All).write(r.record.version_addr(), &visible));
+        }
+        handles.push(batch.write(r.record.lock_addr(), &record::FREE.to_le_bytes()));
+    }
+    handles
+}
+
+/// The replica target of the `i`-th replica (0: the primary).
+pub(crate) fn replica(i: usize) -> Replica {
+    match i {
+        0 => Replica::Primary,
+        i => Replica::Backup(u8::try_from(i - 1).unwrap_or(u8::MAX)),
+    }
+}
+
+/// A little-endian word of READ bytes at byte `at` (0 past the end: READs
+/// return what was asked for, so a short one is a bug caught by the
+/// callers' length checks).
+pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
+    bytes
+        .get(at..at + 8)
+        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+}
+
+/// Bytes of one half of the log, as a READ length.
+pub(crate) const HALF_READ_BYTES: u32 = HALF_BYTES as u32;

@@ -1,0 +1,458 @@
+//! Recovery of DTX logs: what a dead (or cut-off) coordinator left is
+//! rolled back or forward from its log halves and undo images.
+//!
+//! A DTX transaction is committed when every replica's half holds its
+//! checksum in COMMITTED (or DONE, recovery's mark of a committed log), and
+//! aborted otherwise. Once its owner stopped, that decision no longer
+//! changes: recovery marks a log DONE only when committed and ABORT only
+//! when aborted, so a recoverer stopped after any verb leaves the decision
+//! to the next one as it found it.
+//!
+//! Per log (at most one per half of the owner's slot):
+//!
+//! 1. Act only on records whose lock this recoverer holds. The owner
+//!    settling its own log holds its own lock word already. Anyone else
+//!    **adopts**: writes a log of its own naming the records with
+//!    `adopted` = the dead lock word (before the CASes, on each node), then
+//!    CASes each lock from the dead word to its own. A second recoverer
+//!    (after a leader change) loses those CASes and leaves the records
+//!    alone; if the adopter dies, recovery of the adopter's owner id finds
+//!    its log and adopts again, taking the decision from the original
+//!    owner's slot (which is not reused before that id is forgotten). In
+//!    the same round trip: every replica's version word and undo image.
+//! 2. For each record whose version is the writer's lock word (invisible)
+//!    on some replica: committed, WRITE version v + 1 on every replica (the
+//!    data is in place everywhere); aborted, WRITE the undo image's data
+//!    and version v + 1 on every replica. A committed record the recoverer
+//!    does not hold (the owner released its lock on the primary, not yet
+//!    its version on a backup) gets a CAS of the version from the writer's
+//!    word to v + 1 on each such replica, which cannot clobber a later
+//!    writer's mark. (1 round trip, when there is anything to write.)
+//! 3. Only after those landed: every held lock freed (CAS, on the
+//!    primary), so a backup's version is never behind a free lock; the
+//!    log's headers marked DONE or ABORT; the adopter's own log DONE.
+//!
+//! Cost: reading the slot (1 round trip), then 2 or 3 per log found
+//! unfinished, whatever the size of the index (no sweep).
+
+use std::collections::HashMap;
+
+use fabric::{Batch, GlobalAddr, Replica};
+
+use crate::dtx::client::{replica, word, DtxClient, HALF_READ_BYTES};
+use crate::dtx::log::{half_addr, is_unfinished, DtxEntry, DtxLog};
+use crate::dtx::record::{self, Version};
+use crate::error::TxError;
+use crate::log::LOG_SLOT_BYTES;
+use crate::word::{LockWord, LogHeader, LogState, OwnerId};
+
+/// What recovery of one owner id's logs did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Finished {
+    /// Logs found unfinished and finished.
+    pub logs: u32,
+    /// Records put back from their undo images.
+    pub rolled_back: u32,
+    /// Records made visible at their new version.
+    pub rolled_forward: u32,
+    /// Locks freed.
+    pub released: u32,
+}
+
+/// The decision on a DTX transaction, from its owner's slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Committed,
+    Aborted,
+    /// No half of the owner's slot names the transaction any more: it was
+    /// finished and its half reused.
+    Gone,
+}
+
+/// An owner's slot as every replica holds it.
+struct SlotView {
+    slot: GlobalAddr,
+    /// Per replica, per half: the decoded log, if it is a DTX log.
+    halves: Vec<[Option<DtxLog>; 2]>,
+}
+
+impl SlotView {
+    /// The decision on the transaction that logged as `w`, and the half it
+    /// is in.
+    fn decide(&self, w: LockWord) -> (Decision, Option<u8>) {
+        for h in 0..2u8 {
+            let named = self
+                .halves
+                .iter()
+                .any(|r| r[h as usize].as_ref().is_some_and(|l| l.checksum == w));
+            if !named {
+                continue;
+            }
+            let committed = self.halves.iter().all(|r| {
+                r[h as usize].as_ref().is_some_and(|l| {
+                    l.checksum == w && matches!(l.header.state(), LogState::Committed | LogState::Done)
+                })
+            });
+            let d = if committed {
+                Decision::Committed
+            } else {
+                Decision::Aborted
+            };
+            return (d, Some(h));
+        }
+        (Decision::Gone, None)
+    }
+
+    /// The lock words of the logs in half `h` some replica holds
+    /// unfinished, oldest first.
+    fn unfinished(&self, h: u8) -> Vec<LockWord> {
+        let mut ws: Vec<LockWord> = self
+            .halves
+            .iter()
+            .filter_map(|r| r[h as usize].as_ref())
+            .filter(|l| is_unfinished(l.header.state()))
+            .map(|l| l.checksum)
+            .collect();
+        ws.sort_by_key(|w| w.lease_tick());
+        ws.dedup();
+        ws
+    }
+
+    /// The entries of `w`'s log in half `h`: the longest any replica holds
+    /// (a lock batch cut off may have reached one replica and not another;
+    /// on the primary the log always names every lock taken).
+    fn entries(&self, h: u8, w: LockWord) -> Vec<DtxEntry> {
+        self.halves
+            .iter()
+            .filter_map(|r| r[h as usize].as_ref())
+            .filter(|l| l.checksum == w)
+            .map(|l| l.entries.clone())
+            .max_by_key(Vec::len)
+            .unwrap_or_default()
+    }
+
+    /// The header CASes that mark `w`'s log in half `h` finished: per
+    /// replica holding it unfinished, (replica, address, old header).
+    fn marks(&self, h: u8, w: LockWord) -> Vec<(usize, GlobalAddr, u64)> {
+        self.halves
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let l = r[h as usize].as_ref()?;
+                (l.checksum == w && is_unfinished(l.header.state()))
+                    .then(|| (i, half_addr(self.slot, h), l.header.raw()))
+            })
+            .collect()
+    }
+}
+
+/// One header CAS of a mark: replica, address, old and new header.
+type Mark = (usize, GlobalAddr, u64, u64);
+
+impl DtxClient {
+    /// Finishes every unfinished DTX log of `owner` (a client whose lease
+    /// expired and whose quarantine is over: DTX assumes it does nothing
+    /// more), rolling each transaction back or forward. Idempotent; a
+    /// recoverer stopped after any verb is finished by the next.
+    pub async fn finish_owner_log(&mut self, owner: OwnerId) -> Result<Finished, TxError> {
+        if owner == self.owner {
+            return self.finish_own_logs().await;
+        }
+        self.settle().await?;
+        self.release_pending().await?;
+        self.finish_logs_of(owner, false).await
+    }
+
+    /// Finishes this owner's own logs after a fabric error cut a batch off
+    /// (it holds its own lock words: no adoption). Releases owed are
+    /// dropped: recovery decides from what DM holds.
+    pub(crate) async fn finish_own_logs(&mut self) -> Result<Finished, TxError> {
+        self.pending.clear();
+        self.finish_logs_of(self.owner, true).await
+    }
+
+    async fn finish_logs_of(&mut self, owner: OwnerId, own: bool) -> Result<Finished, TxError> {
+        let view = self.read_slot(owner).await?;
+        let mut finished = Finished::default();
+        let mut logs: Vec<(u8, LockWord)> = (0..2u8)
+            .flat_map(|h| view.unfinished(h).into_iter().map(move |w| (h, w)))
+            .collect();
+        logs.sort_by_key(|(_, w)| w.lease_tick());
+        let mut slots: HashMap<OwnerId, SlotView> = HashMap::new();
+        for (h, w) in logs {
+            let entries = view.entries(h, w);
+            // Decisions: the log's own, or, for a recoverer's log, those of
+            // the transactions it adopted, from their owners' slots.
+            let own_decision = view.decide(w).0;
+            let mut decisions = Vec::with_capacity(entries.len());
+            let mut marks: Vec<Mark> = Vec::new();
+            for e in &entries {
+                let Some(adopted) = e.adopted else {
+                    decisions.push(own_decision);
+                    continue;
+                };
+                let o = adopted.owner();
+                if let std::collections::hash_map::Entry::Vacant(v) = slots.entry(o) {
+                    let s = self.read_slot(o).await?;
+                    v.insert(s);
+                }
+                let s = &slots[&o];
+                let (d, half) = s.decide(adopted);
+                decisions.push(d);
+                if let Some(ah) = half {
+                    for (i, at, old) in s.marks(ah, adopted) {
+                        let mark = mark_of(d, adopted);
+                        if !marks.iter().any(|m| m.0 == i && m.1 == at) {
+                            marks.push((i, at, old, mark));
+                        }
+                    }
+                }
+            }
+            let all_adopted = !entries.is_empty() && entries.iter().all(|e| e.adopted.is_some());
+            let this_mark = if all_adopted {
+                LogHeader::of(LogState::Done, w).raw()
+            } else {
+                mark_of(own_decision, w)
+            };
+            for (i, at, old) in view.marks(h, w) {
+                marks.push((i, at, old, this_mark));
+            }
+            self.finish_log(w, &entries, &decisions, own, marks, &mut finished)
+                .await?;
+            finished.logs += 1;
+        }
+        self.stats.rollbacks += u64::from(finished.rolled_back);
+        self.stats.rollforwards += u64::from(finished.rolled_forward);
+        if finished.rolled_back + finished.rolled_forward + finished.released > 0 {
+            self.stats.repairs += 1;
+            tracing::debug!(owner, recoverer = self.owner, ?finished, "DTX logs finished");
+        }
+        Ok(finished)
+    }
+
+    /// Finishes one log, locked as `w` (see the module's steps).
+    async fn finish_log(
+        &mut self,
+        w: LockWord,
+        entries: &[DtxEntry],
+        decisions: &[Decision],
+        own: bool,
+        marks: Vec<Mark>,
+        finished: &mut Finished,
+    ) -> Result<(), TxError> {
+        let replicas = self.replicas();
+        let mut batch = self.fabric.take_batch();
+        let result = self
+            .finish_log_in(&mut batch, replicas, w, entries, decisions, own, marks, finished)
+            .await;
+        self.fabric.give_batch(batch);
+        if result.is_err() && !own {
+            // The adoption may have taken locks: this recoverer's own log
+            // names them.
+            self.unsettled = true;
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn finish_log_in(
+        &mut self,
+        batch: &mut Batch,
+        replicas: usize,
+        w: LockWord,
+        entries: &[DtxEntry],
+        decisions: &[Decision],
+        own: bool,
+        mut marks: Vec<Mark>,
+        finished: &mut Finished,
+    ) -> Result<(), TxError> {
+        // Step 1: hold the locks (adopting them unless they are ours), read
+        // versions and undo images everywhere.
+        let held = if own {
+            w
+        } else {
+            self.next_lock(entries.len()).await
+        };
+        let mut own_log = None;
+        batch.clear();
+        if !own && !entries.is_empty() {
+            let slot = self.heap.log_slot(self.owner)?;
+            let at = half_addr(slot, self.parity);
+            let mut log = Vec::new();
+            DtxLog {
+                header: LogHeader::of(LogState::Locking, held),
+                checksum: held,
+                entries: entries
+                    .iter()
+                    .map(|e| DtxEntry {
+                        adopted: Some(e.adopted.unwrap_or(w)),
+                        ..*e
+                    })
+                    .collect(),
+            }
+            .encode(&mut log);
+            batch.on(Replica::All).write(at, &log);
+            own_log = Some(at);
+        }
+        let mut verbs = Vec::with_capacity(entries.len());
+        for e in entries {
+            let rec = record::Record::new(e.record, e.len);
+            let lock = if own {
+                batch.read(rec.lock_addr(), 8)
+            } else {
+                batch.cas(rec.lock_addr(), w.raw(), held.raw())
+            };
+            let version = batch.on(Replica::All).read(rec.version_addr(), 8);
+            let image = e.undo.map(|u| batch.on(Replica::All).read(u, 8 + e.len));
+            verbs.push((rec, lock, version, image));
+        }
+        self.fabric.execute(batch).await?;
+        if let Some(e) = batch.first_error() {
+            return Err(TxError::Verb(e));
+        }
+
+        // Step 2: what each record needs.
+        let mut won = Vec::new();
+        let mut writes: Vec<(Replica, GlobalAddr, Vec<u8>)> = Vec::new();
+        let mut cases: Vec<(usize, GlobalAddr, u64, u64)> = Vec::new();
+        for (k, &(rec, lock, version, image)) in verbs.iter().enumerate() {
+            let e = &entries[k];
+            let writer = e.adopted.unwrap_or(w);
+            let holds = if own {
+                batch
+                    .read_result(lock)
+                    .map(|b| word(b, 0))
+                    .map_err(TxError::Verb)?
+                    == held.raw()
+            } else {
+                batch.cas_succeeded(lock).map_err(TxError::Verb)?
+            };
+            let invisible: Vec<usize> = (0..replicas)
+                .filter(|&i| {
+                    batch
+                        .read_result_of(version, i)
+                        .is_ok_and(|b| word(b, 0) == writer.raw())
+                })
+                .collect();
+            if holds {
+                won.push(rec);
+            }
+            let Some(&first) = invisible.first() else {
+                continue;
+            };
+            let (Some(image), Some(_)) = (image, e.undo) else {
+                return Err(TxError::Invariant(format!(
+                    "DTX record {rec:?} is invisible under {writer:?} but its log entry names no undo image"
+                )));
+            };
+            let img = batch.read_result_of(image, first).map_err(TxError::Verb)?;
+            let v = match Version::from_raw(word(img, 0)) {
+                Version::Visible(v) => v,
+                Version::Invisible(by) => {
+                    return Err(TxError::Invariant(format!(
+                        "the undo image of {rec:?} under {writer:?} holds an invisible version ({by:?})"
+                    )))
+                }
+            };
+            let next = Version::Visible(v + 1).raw();
+            match (decisions[k], holds) {
+                (Decision::Committed, true) => {
+                    writes.push((Replica::All, rec.version_addr(), next.to_le_bytes().to_vec()));
+                    finished.rolled_forward += 1;
+                }
+                (Decision::Aborted, true) => {
+                    writes.push((Replica::All, rec.data_addr(), img[8..].to_vec()));
+                    writes.push((Replica::All, rec.version_addr(), next.to_le_bytes().to_vec()));
+                    finished.rolled_back += 1;
+                }
+                (Decision::Committed, false) => {
+                    for &i in &invisible {
+                        cases.push((i, rec.version_addr(), writer.raw(), next));
+                    }
+                    finished.rolled_forward += 1;
+                }
+                // Another recoverer holds it and acts on it.
+                (Decision::Aborted, false) => {}
+                (Decision::Gone, _) => {
+                    return Err(TxError::Invariant(format!(
+                        "DTX record {rec:?} is invisible under {writer:?}, whose log is gone"
+                    )))
+                }
+            }
+        }
+
+        // Step 2's writes, acknowledged before any lock is freed.
+        if !writes.is_empty() || !cases.is_empty() {
+            batch.clear();
+            for (target, at, bytes) in &writes {
+                batch.on(*target).write(*at, bytes);
+            }
+            for &(i, at, old, new) in &cases {
+                batch.on(replica(i)).cas(at, old, new);
+            }
+            self.fabric.execute(batch).await?;
+            if let Some(e) = batch.first_error() {
+                return Err(TxError::Verb(e));
+            }
+        }
+
+        // Step 3: free the held locks, mark the logs finished.
+        batch.clear();
+        for rec in &won {
+            batch.cas(rec.lock_addr(), held.raw(), record::FREE);
+        }
+        for (i, at, old, new) in marks.drain(..) {
+            batch.on(replica(i)).cas(at, old, new);
+        }
+        if let Some(at) = own_log {
+            batch
+                .on(Replica::All)
+                .write(at, &LogHeader::of(LogState::Done, held).raw().to_le_bytes());
+        }
+        self.fabric.execute(batch).await?;
+        if let Some(e) = batch.first_error() {
+            return Err(TxError::Verb(e));
+        }
+        finished.released += won.len() as u32;
+        if own_log.is_some() {
+            self.flip_halves();
+        }
+        Ok(())
+    }
+
+    /// Reads `owner`'s log slot on every replica (1 round trip).
+    async fn read_slot(&mut self, owner: OwnerId) -> Result<SlotView, TxError> {
+        let slot = self.heap.log_slot(owner)?;
+        let replicas = self.replicas();
+        let mut batch = self.fabric.take_batch();
+        batch.clear();
+        let h = batch.on(Replica::All).read(slot, LOG_SLOT_BYTES as u32);
+        let result = self.fabric.execute(&mut batch).await;
+        let view = result.map_err(TxError::from).and_then(|()| {
+            let mut halves = Vec::with_capacity(replicas);
+            for i in 0..replicas {
+                let bytes = batch.read_result_of(h, i).map_err(TxError::Verb)?;
+                let half = |p: usize| {
+                    let start = p * HALF_READ_BYTES as usize;
+                    bytes
+                        .get(start..start + HALF_READ_BYTES as usize)
+                        .and_then(DtxLog::decode)
+                };
+                halves.push([half(0), half(1)]);
+            }
+            Ok(SlotView { slot, halves })
+        });
+        self.fabric.give_batch(batch);
+        view
+    }
+}
+
+/// The header recovery leaves on a log it finished: DONE if committed,
+/// ABORT otherwise (a log that is gone is not marked).
+fn mark_of(d: Decision, w: LockWord) -> u64 {
+    let state = match d {
+        Decision::Committed => LogState::Done,
+        Decision::Aborted | Decision::Gone => LogState::Abort,
+    };
+    LogHeader::of(state, w).raw()
+}
