@@ -21,7 +21,8 @@
 //!    owner's slot (which is not reused before that id is forgotten). In
 //!    the same round trip: every replica's version word and undo image.
 //! 2. For each record whose version is the writer's lock word (invisible)
-//!    on some replica: committed, WRITE version v + 1 on every replica (the
+//!    on some replica (or, held, whose replicas disagree on a visible
+//!    version: a recoverer stopped inside its writes; the highest wins): committed, WRITE version v + 1 on every replica (the
 //!    data is in place everywhere); aborted, WRITE the undo image's data
 //!    and version v + 1 on every replica. A committed record the recoverer
 //!    does not hold (the owner released its lock on the primary, not yet
@@ -80,6 +81,7 @@ impl SlotView {
     /// The decision on the transaction that logged as `w`, and the half it
     /// is in.
     fn decide(&self, w: LockWord) -> (Decision, Option<u8>) {
+        // (The half is for diagnostics and tests of this module.)
         for h in 0..2u8 {
             let named = self
                 .halves
@@ -185,7 +187,6 @@ impl DtxClient {
             // the transactions it adopted, from their owners' slots.
             let own_decision = view.decide(w).0;
             let mut decisions = Vec::with_capacity(entries.len());
-            let mut marks: Vec<Mark> = Vec::new();
             for e in &entries {
                 let Some(adopted) = e.adopted else {
                     decisions.push(own_decision);
@@ -196,18 +197,12 @@ impl DtxClient {
                     let s = self.read_slot(o).await?;
                     v.insert(s);
                 }
-                let s = &slots[&o];
-                let (d, half) = s.decide(adopted);
-                decisions.push(d);
-                if let Some(ah) = half {
-                    for (i, at, old) in s.marks(ah, adopted) {
-                        let mark = mark_of(d, adopted);
-                        if !marks.iter().any(|m| m.0 == i && m.1 == at) {
-                            marks.push((i, at, old, mark));
-                        }
-                    }
-                }
+                // The adopted transaction's own log is left as it is: its
+                // recovery (which may find records this adopter never got
+                // to) marks it.
+                decisions.push(slots[&o].decide(adopted).0);
             }
+            let mut marks: Vec<Mark> = Vec::new();
             let all_adopted = !entries.is_empty() && entries.iter().all(|e| e.adopted.is_some());
             let this_mark = if all_adopted {
                 LogHeader::of(LogState::Done, w).raw()
@@ -338,6 +333,23 @@ impl DtxClient {
                 won.push(rec);
             }
             let Some(&first) = invisible.first() else {
+                // Nothing invisible, yet the replicas' versions may differ:
+                // a recoverer stopped inside its writes left some replicas
+                // at v + 1 and others at v, with the same data (an aborted
+                // transaction's new data is only ever on a replica whose
+                // version is its lock word). The holder brings them level.
+                let visible: Vec<u64> = (0..replicas)
+                    .filter_map(|i| batch.read_result_of(version, i).ok().map(|b| word(b, 0)))
+                    .collect();
+                let top = visible.iter().copied().max().unwrap_or(0);
+                if holds && visible.iter().any(|&v| v != top) {
+                    if !matches!(Version::from_raw(top), Version::Visible(_)) {
+                        return Err(TxError::Invariant(format!(
+                            "DTX record {rec:?} held by {held:?} shows version words {visible:x?}"
+                        )));
+                    }
+                    writes.push((Replica::All, rec.version_addr(), top.to_le_bytes().to_vec()));
+                }
                 continue;
             };
             let (Some(image), Some(_)) = (image, e.undo) else {
