@@ -19,6 +19,14 @@ Target rtx: a transaction reads and rewrites N objects (N = 1, 2, 3, 8; one repl
 victim stops, a survivor whose clock is past the victim's leases must read all-old or all-new values,
 repair what was left, and commit; no lock may remain and replicas must agree.
 
+Target dtx: the FORD-style baseline. A victim runs 4 DTX transactions over N records (N = 1, 2, 3, 8),
+each incrementing counters, and stops after each of its verbs: crashes, or pauses and is fenced
+(its lease revoked) before it resumes, which is DTX's quarantine. Kinds: owner; recoverer (the
+recovery client itself crashes after each of its verbs, a second one finishes); dropped-connection
+(the victim settles its own log and goes on). After recovery nothing may stay locked or invisible,
+the replicas must agree, the counters must be those of whole transactions holding every acknowledged
+one, and a survivor must write every record. (resume-order is rTX's kind and is skipped for dtx.)
+
 Target btree: an insert that writes one entry, splits a leaf, or splits a leaf and the internal root.
 After the victim stops, a survivor inserts next to its key; then the tree's check() must pass, every
 acknowledged key must be present, and the victim's key present or absent, never half. The optimal
@@ -50,6 +58,8 @@ are reported and the command exits 0 for it.")]
 pub enum Target {
     /// Repairable transactions.
     Rtx,
+    /// FORD-style DTX transactions and their recovery.
+    Dtx,
     /// The B+tree (choose --variant).
     Btree,
     /// RACE hashing (choose --variant).
@@ -93,17 +103,17 @@ pub struct CrashPointsArgs {
     /// What to explore.
     #[arg(long, value_enum)]
     target: Target,
-    /// Write-set sizes to explore (rtx).
+    /// Write-set sizes to explore (rtx), records per scenario (dtx).
     #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 3, 8])]
     objects: Vec<usize>,
-    /// Replication factors to explore (rtx).
+    /// Replication factors to explore (rtx, dtx).
     #[arg(long, value_delimiter = ',', default_values_t = [1u16, 2, 3])]
     replicas: Vec<u16>,
-    /// Kinds of scenario to explore (rtx): the victim stopped at each verb
-    /// (owner); the repairer stopped at each of its verbs while a third
-    /// client commits (repairer); victim and repairer both paused, resumed
-    /// in each order (resume-order); the victim's tcp connections dropped at
-    /// each verb (dropped-connection).
+    /// Kinds of scenario to explore (rtx, dtx): the victim stopped at each
+    /// verb (owner); the repairer (dtx: the recovery client) stopped at each
+    /// of its verbs (repairer); victim and repairer both paused, resumed in
+    /// each order (resume-order, rtx only); the victim's connections dropped
+    /// at each verb (dropped-connection).
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [KindArg::Owner, KindArg::Repairer, KindArg::ResumeOrder, KindArg::DroppedConnection])]
     kinds: Vec<KindArg>,
     /// Stop modes to explore.
@@ -166,6 +176,31 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
                 kinds: args.kinds.iter().map(|k| k.kind()).collect(),
             };
             (runtime.block_on(crash_points::rtx::explore(&options))?, true)
+        }
+        Target::Dtx => {
+            if let Some(&n) = args.objects.iter().find(|&&n| n > txn::dtx::log::ENTRIES_MAX) {
+                anyhow::bail!(
+                    "--objects {n}: a DTX transaction locks at most {} records",
+                    txn::dtx::log::ENTRIES_MAX
+                );
+            }
+            let kinds = args
+                .kinds
+                .iter()
+                .filter_map(|k| match k {
+                    KindArg::Owner => Some(crash_points::dtx::Kind::Owner),
+                    KindArg::Repairer => Some(crash_points::dtx::Kind::Recoverer),
+                    KindArg::DroppedConnection => Some(crash_points::dtx::Kind::DroppedConnection),
+                    KindArg::ResumeOrder => None,
+                })
+                .collect();
+            let options = crash_points::dtx::Options {
+                records: args.objects,
+                replicas: args.replicas,
+                modes,
+                kinds,
+            };
+            (runtime.block_on(crash_points::dtx::explore(&options))?, true)
         }
         Target::Btree | Target::Hash => {
             let options = crash_points::IndexOptions {

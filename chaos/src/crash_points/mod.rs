@@ -14,6 +14,7 @@
 //! [`Violation`]; a target that is meant to be crash-tolerant must have none.
 
 pub mod btree;
+pub mod dtx;
 pub mod hash;
 pub mod rtx;
 
