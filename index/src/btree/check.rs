@@ -11,12 +11,9 @@
 
 use std::collections::HashMap;
 
-use fabric::{Batch, GlobalAddr};
-use txn::LockWord;
+use fabric::GlobalAddr;
 
 use super::node::{Node, NodeRef, KEY_MAX, KEY_MIN};
-use super::optimal::LOCK_WORDS;
-use super::seam::Store;
 use super::{BTree, IndexError};
 
 /// Nodes the checker visits at most: a bound on a corrupt chain that loops.
@@ -109,14 +106,7 @@ impl BTree {
 
     /// [`BTree::objects`] from a [`BTree::check`] already made.
     pub fn objects_in(&self, report: &CheckReport) -> HashMap<GlobalAddr, u32> {
-        if self.variant() != super::Variant::Rtx {
-            return HashMap::new();
-        }
-        report
-            .nodes
-            .iter()
-            .map(|&r| (GlobalAddr::from_raw(r), super::node::NODE_BYTES as u32))
-            .collect()
+        self.store.objects(&report.nodes)
     }
 
     /// Meets every lock in the tree once: each lock whose lease has expired
@@ -126,7 +116,7 @@ impl BTree {
     /// recovery module's sweep, or a checker before `check`). Returns the
     /// locks repaired. The optimal variant has nothing to repair with.
     pub async fn repair_expired_locks(&mut self) -> Result<usize, IndexError> {
-        if !matches!(self.store, Store::Rtx(_)) {
+        if !self.store.repairs_online() {
             return Ok(0);
         }
         let mut refs = Vec::new();
@@ -140,28 +130,7 @@ impl BTree {
                 _ => break,
             }
         }
-        let Store::Rtx(c) = &mut self.store else {
-            return Ok(0);
-        };
-        let mut repaired = 0;
-        let mut batch = Batch::new();
-        for r in refs {
-            batch.clear();
-            let h = batch.read(GlobalAddr::from_raw(r), 8);
-            c.fabric().execute(&mut batch).await?;
-            let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
-            if lock.is_expired(c.now_tick()) {
-                let obj = txn::RawObj {
-                    meta: GlobalAddr::from_raw(r),
-                    len: super::node::NODE_BYTES as u32,
-                };
-                if c.repair(obj, lock).await? == txn::RepairOutcome::Repaired {
-                    repaired += 1;
-                }
-            }
-        }
-        Ok(repaired)
+        self.store.repair_expired(&refs).await
     }
 
     async fn read_chain(
@@ -187,52 +156,7 @@ impl BTree {
     }
 
     async fn check_locks(&mut self, nodes: &[NodeRef], report: &mut CheckReport) -> Result<(), IndexError> {
-        let mut batch = Batch::new();
-        match &mut self.store {
-            Store::Optimal(o) => {
-                let table = o.lock_table();
-                let words_per_read = 1 << 17;
-                let mut first = 0;
-                while first < LOCK_WORDS {
-                    let n = (LOCK_WORDS - first).min(words_per_read);
-                    batch.clear();
-                    let h = batch.read(table.add(first * 8), (n * 8) as u32);
-                    o.fabric.execute(&mut batch).await?;
-                    let bytes = batch.read_result(h).map_err(IndexError::Verb)?;
-                    for (i, w) in bytes.chunks_exact(8).enumerate() {
-                        let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
-                        if holder != 0 {
-                            report.locks_held += 1;
-                            report.violations.push(format!(
-                                "lock word {} is held by owner id {} (word value {holder})",
-                                first + i as u64,
-                                holder - 1
-                            ));
-                        }
-                    }
-                    first += n;
-                }
-            }
-            Store::Rtx(c) => {
-                for chunk in nodes.chunks(1024) {
-                    batch.clear();
-                    let handles: Vec<_> = chunk
-                        .iter()
-                        .map(|&r| batch.read(GlobalAddr::from_raw(r), 8))
-                        .collect();
-                    c.fabric().execute(&mut batch).await?;
-                    for (&r, h) in chunk.iter().zip(handles) {
-                        let b = batch.read_result(h).map_err(IndexError::Verb)?;
-                        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
-                        if lock.is_locked() {
-                            report.locks_held += 1;
-                            report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.store.check_locks(nodes, report).await
     }
 }
 

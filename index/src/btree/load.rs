@@ -9,11 +9,12 @@
 use fabric::{Batch, GlobalAddr, Replica, VERB_BYTES_MAX};
 
 use super::node::{Node, NodeRef, INTERNAL_SLOTS, KEY_MAX, KEY_MIN, LEAF_SLOTS, NODE_BYTES};
-use super::seam::Store;
 use super::{BTree, IndexError};
 
-/// Nodes written per round trip: one WRITE of `VERB_BYTES_MAX`.
-const NODES_PER_WRITE: usize = VERB_BYTES_MAX as usize / NODE_BYTES;
+/// Nodes written per round trip: one WRITE of `VERB_BYTES_MAX`, for the
+/// largest node image (a dtx record: the node behind its two header words).
+const NODES_PER_WRITE: usize =
+    VERB_BYTES_MAX as usize / (NODE_BYTES + txn::dtx::record::HEADER_BYTES as usize);
 
 /// What a bulk load built.
 #[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
@@ -28,13 +29,13 @@ pub struct LoadReport {
     pub bytes_per_key: f64,
 }
 
-/// Where a level's nodes go.
-struct Placement {
+/// Where a level's nodes go (`Store::place`).
+pub(crate) struct Placement {
     /// Node i's ref.
-    refs: Vec<NodeRef>,
+    pub refs: Vec<NodeRef>,
     /// Where node i's bytes go (the ref itself for optimal; the data block
-    /// for rtx).
-    data: Vec<GlobalAddr>,
+    /// for rtx). Nodes of one placement lie back to back.
+    pub data: Vec<GlobalAddr>,
 }
 
 impl BTree {
@@ -137,78 +138,24 @@ impl BTree {
 
     /// Bytes one node costs in DM (its meta included for rtx).
     fn node_bytes(&self) -> u64 {
-        match self.store {
-            Store::Optimal(_) => NODE_BYTES as u64,
-            Store::Rtx(_) => NODE_BYTES as u64 + txn::META_BYTES,
-        }
+        self.store.node_bytes()
     }
 
     /// Takes chunks for `n` nodes of one level and lays them out back to
-    /// back (for rtx: metas in one run, data blocks in another, metas
-    /// written at once, unlocked, version 0).
+    /// back (`Store::place`).
     async fn place(&mut self, n: usize) -> Result<Placement, IndexError> {
-        let heap = self.heap;
-        let owner = self.owner();
-        let chunks = |bytes: u64| bytes.div_ceil(heap.chunk_bytes());
-        // rtx nodes are TXObj data, in slabs of node-sized blocks (which
-        // lie back to back across the chunks as well, none straddling two:
-        // a reclaim reads each chunk as a slab of its own); optimal ones
-        // are the index's own memory.
+        // Chunks are multiples of 4 KiB: node-sized blocks lie back to back
+        // across them, none straddling two.
         const _: () = assert!(4096 % NODE_BYTES == 0, "chunks are multiples of 4 KiB");
-        let kind = match self.store {
-            Store::Optimal(_) => txn::ChunkKind::Raw,
-            Store::Rtx(_) => txn::ChunkKind::Data {
-                block_bytes: NODE_BYTES as u64,
-            },
-        };
-        let fabric = self.store.fabric();
-        let first = heap
-            .take_chunks(fabric, owner, chunks(n as u64 * NODE_BYTES as u64), kind)
-            .await?;
-        let data_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
-        let data: Vec<GlobalAddr> = (0..n).map(|i| data_base.add((i * NODE_BYTES) as u64)).collect();
-        if let Store::Optimal(_) = self.store {
-            return Ok(Placement {
-                refs: data.iter().map(|a| a.raw()).collect(),
-                data,
-            });
-        }
-        let fabric = self.store.fabric();
-        let first = heap
-            .take_chunks(
-                fabric,
-                owner,
-                chunks(n as u64 * txn::META_BYTES),
-                txn::ChunkKind::Metas,
-            )
-            .await?;
-        let meta_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
-        let refs: Vec<NodeRef> = (0..n)
-            .map(|i| meta_base.add(i as u64 * txn::META_BYTES).raw())
-            .collect();
-        let per_write = VERB_BYTES_MAX as usize / txn::META_BYTES as usize;
-        let mut batch = Batch::new();
-        for (run, addrs) in data.chunks(per_write).enumerate() {
-            let mut bytes = Vec::with_capacity(addrs.len() * txn::META_BYTES as usize);
-            for a in addrs {
-                bytes.extend_from_slice(&0u64.to_le_bytes());
-                bytes.extend_from_slice(&txn::DataPtr::new(0, a.offset()).raw().to_le_bytes());
-            }
-            batch.clear();
-            let h = batch
-                .on(Replica::All)
-                .write(meta_base.add((run * per_write) as u64 * txn::META_BYTES), &bytes);
-            fabric.execute(&mut batch).await?;
-            batch.done(h).map_err(IndexError::Verb)?;
-        }
-        Ok(Placement { refs, data })
+        let heap = self.heap;
+        self.store.place(heap, n).await
     }
 
     /// Writes `nodes`, which are nodes `first..` of `place`, contiguous.
     async fn write_run(&mut self, place: &Placement, first: usize, nodes: &[Node]) -> Result<(), IndexError> {
         let mut bytes = Vec::with_capacity(nodes.len() * NODE_BYTES);
         for n in nodes {
-            bytes.extend_from_slice(&n.encode());
+            self.store.push_node_image(&mut bytes, n);
         }
         let mut batch = Batch::new();
         let h = batch.on(Replica::All).write(place.data[first], &bytes);
@@ -218,17 +165,7 @@ impl BTree {
 
     /// Writes `node` over the root's current bytes (exclusive loading only).
     async fn write_root(&mut self, node: &Node) -> Result<(), IndexError> {
-        let at = match &mut self.store {
-            Store::Optimal(_) => GlobalAddr::from_raw(self.root),
-            Store::Rtx(c) => {
-                let mut batch = Batch::new();
-                let h = batch.read(GlobalAddr::from_raw(self.root).add(txn::DPTR_OFFSET), 8);
-                c.fabric().execute(&mut batch).await?;
-                let b = batch.read_result(h).map_err(IndexError::Verb)?;
-                let dptr = txn::DataPtr::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
-                GlobalAddr::new(GlobalAddr::from_raw(self.root).region(), dptr.offset())
-            }
-        };
+        let at = self.store.node_data_addr(self.root).await?;
         let mut batch = Batch::new();
         let h = batch.on(Replica::All).write(at, &node.encode());
         self.store.fabric().execute(&mut batch).await?;

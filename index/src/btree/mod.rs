@@ -20,10 +20,10 @@ mod optimal;
 mod rtx;
 mod seam;
 
-use fabric::{Batch, Client, GlobalAddr, Replica};
+use fabric::{Batch, Client, Replica};
 use std::sync::Arc;
 
-use txn::{Heap, HintCache, TxClient, TxConfig};
+use txn::{Heap, HintCache, TxConfig};
 
 pub use cache::{LeafHintTable, NodeCache};
 pub use check::CheckReport;
@@ -32,7 +32,6 @@ pub use node::{NodeRef, KEY_MAX, KEY_MIN};
 pub use seam::{Store, Variant};
 
 use node::Node;
-use optimal::Optimal;
 
 /// Heap root slots a tree uses: its root node, its variant, its lock table.
 const ROOT_SLOT: usize = 0;
@@ -90,32 +89,17 @@ impl BTree {
     /// Creates an empty tree of `variant` in `heap` (whose named roots 0..3
     /// it takes) and returns a client of it running as `owner`.
     pub async fn create(
-        mut fabric: Client,
+        fabric: Client,
         heap: Heap,
         variant: Variant,
         owner: u16,
     ) -> Result<BTree, IndexError> {
         let root_node = Node::leaf(KEY_MIN, KEY_MAX);
-        let (store, root) = match variant {
-            Variant::Optimal => {
-                let lock_table = Optimal::make_lock_table(&mut fabric, &heap, owner).await?;
-                let mut o = Optimal::new(fabric, heap, owner, lock_table);
-                let root = o.alloc().await?;
-                let mut batch = Batch::new();
-                let h = batch
-                    .on(Replica::All)
-                    .write(GlobalAddr::from_raw(root), &root_node.encode());
-                o.fabric.execute(&mut batch).await?;
-                batch.done(h).map_err(IndexError::Verb)?;
-                set_root(&mut o.fabric, &heap, LOCK_TABLE_SLOT, lock_table.raw()).await?;
-                (Store::Optimal(o), root)
-            }
-            Variant::Rtx => {
-                let mut c = TxClient::new(fabric, heap, owner, TxConfig::default())?;
-                let root = c.create(&root_node.encode()).await?.meta().raw();
-                (Store::Rtx(Box::new(c)), root)
-            }
-        };
+        let (mut store, root) = Store::create(fabric, heap, variant, owner, &root_node).await?;
+        let lock_table = store.lock_table_raw();
+        if lock_table != 0 {
+            set_root(store.fabric(), &heap, LOCK_TABLE_SLOT, lock_table).await?;
+        }
         let mut tree = BTree::with_store(store, heap, root);
         set_root(tree.store.fabric(), &heap, VARIANT_SLOT, variant.tag()).await?;
         // The root slot last: a tree is there once it is.
@@ -163,15 +147,7 @@ impl BTree {
         config: TxConfig,
         info: TreeInfo,
     ) -> Result<BTree, IndexError> {
-        let store = match info.variant {
-            Variant::Optimal => Store::Optimal(Optimal::new(
-                fabric,
-                heap,
-                owner,
-                GlobalAddr::from_raw(info.lock_table),
-            )),
-            Variant::Rtx => Store::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
-        };
+        let store = Store::attach(fabric, heap, owner, config, &info)?;
         Ok(BTree::with_store(store, heap, info.root))
     }
 
@@ -180,10 +156,7 @@ impl BTree {
         TreeInfo {
             root: self.root,
             variant: self.variant(),
-            lock_table: match &self.store {
-                Store::Optimal(o) => o.lock_table().raw(),
-                Store::Rtx(_) => 0,
-            },
+            lock_table: self.store.lock_table_raw(),
         }
     }
 
@@ -237,10 +210,7 @@ impl BTree {
 
     /// rTX counters (rtx variant).
     pub fn tx_stats(&self) -> Option<txn::TxStats> {
-        match &self.store {
-            Store::Rtx(c) => Some(c.stats()),
-            Store::Optimal(_) => None,
-        }
+        self.store.tx_stats()
     }
 
     /// The fabric client (for its counters).
@@ -257,27 +227,20 @@ impl BTree {
     /// was last seen, which makes a lookup one round trip. `None` for
     /// optimal.
     pub fn hints(&self) -> Option<&Arc<HintCache>> {
-        match &self.store {
-            Store::Rtx(c) => Some(c.hints()),
-            Store::Optimal(_) => None,
-        }
+        self.store.hints()
     }
 
     /// Shares `hints` with the other clients of this process (rtx; optimal
     /// has none): a node one client committed or read is then one round
     /// trip for all of them.
     pub fn share_hints(&mut self, hints: Arc<HintCache>) {
-        if let Store::Rtx(c) = &mut self.store {
-            c.share_hints(hints);
-        }
+        self.store.share_hints(hints);
     }
 
     /// Follows the reclaims of `view` (`txn::quiesce`; rtx: its nodes are
     /// transactional objects, whose blocks a reclaim hands out).
     pub fn follow_reclaims(&mut self, view: Arc<txn::ReclaimView>) {
-        if let Store::Rtx(c) = &mut self.store {
-            c.follow_reclaims(view);
-        }
+        self.store.follow_reclaims(view);
     }
 
     /// Shares the leaf hints of cached level-1 nodes (`cache.rs`) with the
@@ -297,9 +260,7 @@ impl BTree {
     /// writers give up quickly).
     pub fn set_attempts_max(&mut self, attempts: u32) {
         self.attempts_max = attempts.max(1);
-        if let Store::Optimal(o) = &mut self.store {
-            o.set_lock_attempts_max(attempts);
-        }
+        self.store.set_attempts_max(attempts);
     }
 }
 

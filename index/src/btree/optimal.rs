@@ -11,6 +11,8 @@
 use fabric::{Batch, Client, GlobalAddr, Replica};
 use txn::Heap;
 
+use super::check::CheckReport;
+use super::load::Placement;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
@@ -140,6 +142,76 @@ impl Optimal {
     /// The lock table's address (for the checker).
     pub(crate) fn lock_table(&self) -> GlobalAddr {
         self.lock_table
+    }
+
+    /// A new tree's client and root leaf: the lock table taken, the root
+    /// written on every replica.
+    pub(crate) async fn create(
+        mut fabric: Client,
+        heap: Heap,
+        owner: u16,
+        root: &Node,
+    ) -> Result<(Optimal, NodeRef), IndexError> {
+        let lock_table = Optimal::make_lock_table(&mut fabric, &heap, owner).await?;
+        let mut o = Optimal::new(fabric, heap, owner, lock_table);
+        let r = o.alloc().await?;
+        let mut batch = Batch::new();
+        let h = batch
+            .on(Replica::All)
+            .write(GlobalAddr::from_raw(r), &root.encode());
+        o.fabric.execute(&mut batch).await?;
+        batch.done(h).map_err(IndexError::Verb)?;
+        Ok((o, r))
+    }
+
+    /// `n` nodes back to back in raw chunks (bulk load): a node's ref is
+    /// its block.
+    pub(crate) async fn place(&mut self, n: usize) -> Result<Placement, IndexError> {
+        let bytes = n as u64 * NODE_BYTES as u64;
+        let first = self
+            .heap
+            .take_chunks(
+                &mut self.fabric,
+                self.owner,
+                bytes.div_ceil(self.heap.chunk_bytes()),
+                txn::ChunkKind::Raw,
+            )
+            .await?;
+        let base = GlobalAddr::new(self.heap.region(), self.heap.chunk_offset(first));
+        let data: Vec<GlobalAddr> = (0..n).map(|i| base.add((i * NODE_BYTES) as u64)).collect();
+        Ok(Placement {
+            refs: data.iter().map(|a| a.raw()).collect(),
+            data,
+        })
+    }
+
+    /// Every held word of the lock table is a violation (the checker runs
+    /// quiescent).
+    pub(crate) async fn check_locks(&mut self, report: &mut CheckReport) -> Result<(), IndexError> {
+        let table = self.lock_table;
+        let words_per_read = 1 << 17;
+        let mut first = 0;
+        let mut batch = Batch::new();
+        while first < LOCK_WORDS {
+            let n = (LOCK_WORDS - first).min(words_per_read);
+            batch.clear();
+            let h = batch.read(table.add(first * 8), (n * 8) as u32);
+            self.fabric.execute(&mut batch).await?;
+            let bytes = batch.read_result(h).map_err(IndexError::Verb)?;
+            for (i, w) in bytes.chunks_exact(8).enumerate() {
+                let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                if holder != 0 {
+                    report.locks_held += 1;
+                    report.violations.push(format!(
+                        "lock word {} is held by owner id {} (word value {holder})",
+                        first + i as u64,
+                        holder - 1
+                    ));
+                }
+            }
+            first += n;
+        }
+        Ok(())
     }
 }
 

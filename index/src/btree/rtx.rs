@@ -3,9 +3,13 @@
 //! pre-locked during execution (Opt2), as the paper does for Sherman, so
 //! concurrent writers of one leaf wait instead of aborting at commit.
 
-use fabric::{Batch, GlobalAddr};
-use txn::{DataPtr, HintSlot, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
+use std::collections::HashMap;
 
+use fabric::{Batch, GlobalAddr, Replica, VERB_BYTES_MAX};
+use txn::{DataPtr, Heap, HintSlot, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
+
+use super::check::CheckReport;
+use super::load::Placement;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
 
@@ -151,6 +155,116 @@ async fn read_node_with(
         known = Known::read(lock, dptr);
     }
     Err(IndexError::Torn(r))
+}
+
+/// `n` nodes for a bulk load: data blocks back to back in slabs of
+/// node-sized blocks (a reclaim reads each chunk as a slab of its own),
+/// metas in a run of their own, written at once (unlocked, version 0).
+pub(crate) async fn place(c: &mut TxClient, heap: Heap, n: usize) -> Result<Placement, IndexError> {
+    let owner = c.owner();
+    let chunks = |bytes: u64| bytes.div_ceil(heap.chunk_bytes());
+    let fabric = c.fabric();
+    let first = heap
+        .take_chunks(
+            fabric,
+            owner,
+            chunks(n as u64 * NODE_BYTES as u64),
+            txn::ChunkKind::Data {
+                block_bytes: NODE_BYTES as u64,
+            },
+        )
+        .await?;
+    let data_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
+    let data: Vec<GlobalAddr> = (0..n).map(|i| data_base.add((i * NODE_BYTES) as u64)).collect();
+    let first = heap
+        .take_chunks(
+            fabric,
+            owner,
+            chunks(n as u64 * META_BYTES),
+            txn::ChunkKind::Metas,
+        )
+        .await?;
+    let meta_base = GlobalAddr::new(heap.region(), heap.chunk_offset(first));
+    let refs: Vec<NodeRef> = (0..n)
+        .map(|i| meta_base.add(i as u64 * META_BYTES).raw())
+        .collect();
+    let per_write = VERB_BYTES_MAX as usize / META_BYTES as usize;
+    let mut batch = Batch::new();
+    for (run, addrs) in data.chunks(per_write).enumerate() {
+        let mut bytes = Vec::with_capacity(addrs.len() * META_BYTES as usize);
+        for a in addrs {
+            bytes.extend_from_slice(&0u64.to_le_bytes());
+            bytes.extend_from_slice(&DataPtr::new(0, a.offset()).raw().to_le_bytes());
+        }
+        batch.clear();
+        let h = batch
+            .on(Replica::All)
+            .write(meta_base.add((run * per_write) as u64 * META_BYTES), &bytes);
+        fabric.execute(&mut batch).await?;
+        batch.done(h).map_err(IndexError::Verb)?;
+    }
+    Ok(Placement { refs, data })
+}
+
+/// Where node `r`'s data block is now (its meta's pointer).
+pub(crate) async fn node_data_addr(c: &mut TxClient, r: NodeRef) -> Result<GlobalAddr, IndexError> {
+    let mut batch = Batch::new();
+    let h = batch.read(GlobalAddr::from_raw(r).add(txn::DPTR_OFFSET), 8);
+    c.fabric().execute(&mut batch).await?;
+    let b = batch.read_result(h).map_err(IndexError::Verb)?;
+    let dptr = DataPtr::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    Ok(GlobalAddr::new(GlobalAddr::from_raw(r).region(), dptr.offset()))
+}
+
+/// The tree's nodes as rTX objects (for the replica comparison).
+pub(crate) fn objects(nodes: &[NodeRef]) -> HashMap<GlobalAddr, u32> {
+    nodes
+        .iter()
+        .map(|&r| (GlobalAddr::from_raw(r), NODE_BYTES as u32))
+        .collect()
+}
+
+/// Repairs every lock among `refs` whose lease expired by `c`'s clock.
+pub(crate) async fn repair_expired(c: &mut TxClient, refs: &[NodeRef]) -> Result<usize, IndexError> {
+    let mut repaired = 0;
+    let mut batch = Batch::new();
+    for &r in refs {
+        batch.clear();
+        let h = batch.read(GlobalAddr::from_raw(r), 8);
+        c.fabric().execute(&mut batch).await?;
+        let b = batch.read_result(h).map_err(IndexError::Verb)?;
+        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        if lock.is_expired(c.now_tick()) && c.repair(obj(r), lock).await? == txn::RepairOutcome::Repaired {
+            repaired += 1;
+        }
+    }
+    Ok(repaired)
+}
+
+/// Every node among `nodes` whose lock is held is a violation.
+pub(crate) async fn check_locks(
+    c: &mut TxClient,
+    nodes: &[NodeRef],
+    report: &mut CheckReport,
+) -> Result<(), IndexError> {
+    let mut batch = Batch::new();
+    for chunk in nodes.chunks(1024) {
+        batch.clear();
+        let handles: Vec<_> = chunk
+            .iter()
+            .map(|&r| batch.read(GlobalAddr::from_raw(r), 8))
+            .collect();
+        c.fabric().execute(&mut batch).await?;
+        for (&r, h) in chunk.iter().zip(handles) {
+            let b = batch.read_result(h).map_err(IndexError::Verb)?;
+            let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+            if lock.is_locked() {
+                report.locks_held += 1;
+                report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A write in progress on an rtx tree: one rTX.

@@ -4,13 +4,18 @@
 //! entries or whole nodes, create nodes, commit or roll back). Each variant
 //! is one arm; a `dtx` variant is a third arm here and touches nothing else.
 
-use fabric::GlobalAddr;
-use txn::{HintSlot, MetaHint, TxClient, META_BYTES};
+use std::collections::HashMap;
+use std::sync::Arc;
 
+use fabric::{Client, GlobalAddr};
+use txn::{Heap, HintCache, HintSlot, MetaHint, TxClient, TxConfig, META_BYTES};
+
+use super::check::CheckReport;
+use super::load::Placement;
 use super::node::{Node, NodeRef, NODE_BYTES};
 use super::optimal::{Optimal, OptimalTxn};
 use super::rtx::{self, RtxTxn};
-use super::{IndexError, Step};
+use super::{IndexError, Step, TreeInfo};
 
 /// How a tree keeps its nodes consistent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -69,6 +74,157 @@ pub enum Store {
 }
 
 impl Store {
+    /// A new tree's client, running as `owner`, and its root node, written
+    /// as `root`.
+    pub(crate) async fn create(
+        fabric: Client,
+        heap: Heap,
+        variant: Variant,
+        owner: u16,
+        root: &Node,
+    ) -> Result<(Store, NodeRef), IndexError> {
+        Ok(match variant {
+            Variant::Optimal => {
+                let (o, r) = Optimal::create(fabric, heap, owner, root).await?;
+                (Store::Optimal(o), r)
+            }
+            Variant::Rtx => {
+                let mut c = TxClient::new(fabric, heap, owner, TxConfig::default())?;
+                let r = c.create(&root.encode()).await?.meta().raw();
+                (Store::Rtx(Box::new(c)), r)
+            }
+        })
+    }
+
+    /// A client of the tree `info` describes, issuing no verb.
+    pub(crate) fn attach(
+        fabric: Client,
+        heap: Heap,
+        owner: u16,
+        config: TxConfig,
+        info: &TreeInfo,
+    ) -> Result<Store, IndexError> {
+        Ok(match info.variant {
+            Variant::Optimal => Store::Optimal(Optimal::new(
+                fabric,
+                heap,
+                owner,
+                GlobalAddr::from_raw(info.lock_table),
+            )),
+            Variant::Rtx => Store::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
+        })
+    }
+
+    /// The optimal variant's lock table (0 for the others).
+    pub(crate) fn lock_table_raw(&self) -> u64 {
+        match self {
+            Store::Optimal(o) => o.lock_table().raw(),
+            Store::Rtx(_) => 0,
+        }
+    }
+
+    /// Transaction counters (not for optimal).
+    pub(crate) fn tx_stats(&self) -> Option<txn::TxStats> {
+        match self {
+            Store::Optimal(_) => None,
+            Store::Rtx(c) => Some(c.stats()),
+        }
+    }
+
+    /// rtx's meta hints.
+    pub(crate) fn hints(&self) -> Option<&Arc<HintCache>> {
+        match self {
+            Store::Rtx(c) => Some(c.hints()),
+            Store::Optimal(_) => None,
+        }
+    }
+
+    /// Shares rtx's meta hints with other clients of the process.
+    pub(crate) fn share_hints(&mut self, hints: Arc<HintCache>) {
+        if let Store::Rtx(c) = self {
+            c.share_hints(hints);
+        }
+    }
+
+    /// Follows a process's reclaims (rtx: nodes are transactional objects,
+    /// whose blocks a reclaim hands out).
+    pub(crate) fn follow_reclaims(&mut self, view: Arc<txn::ReclaimView>) {
+        if let Store::Rtx(c) = self {
+            c.follow_reclaims(view);
+        }
+    }
+
+    /// Bounds the variant's own waits on a held lock.
+    pub(crate) fn set_attempts_max(&mut self, attempts: u32) {
+        if let Store::Optimal(o) = self {
+            o.set_lock_attempts_max(attempts);
+        }
+    }
+
+    /// Bytes one node costs in DM.
+    pub(crate) fn node_bytes(&self) -> u64 {
+        match self {
+            Store::Optimal(_) => NODE_BYTES as u64,
+            Store::Rtx(_) => NODE_BYTES as u64 + META_BYTES,
+        }
+    }
+
+    /// Takes chunks for `n` nodes of one level of a bulk load and lays them
+    /// out back to back.
+    pub(crate) async fn place(&mut self, heap: Heap, n: usize) -> Result<Placement, IndexError> {
+        match self {
+            Store::Optimal(o) => o.place(n).await,
+            Store::Rtx(c) => rtx::place(c, heap, n).await,
+        }
+    }
+
+    /// Appends what a bulk load writes at a node's [`Placement::data`].
+    pub(crate) fn push_node_image(&self, out: &mut Vec<u8>, node: &Node) {
+        out.extend_from_slice(&node.encode());
+    }
+
+    /// Where node `r`'s bytes are now (exclusive bulk loading only).
+    pub(crate) async fn node_data_addr(&mut self, r: NodeRef) -> Result<GlobalAddr, IndexError> {
+        match self {
+            Store::Optimal(_) => Ok(GlobalAddr::from_raw(r)),
+            Store::Rtx(c) => rtx::node_data_addr(c, r).await,
+        }
+    }
+
+    /// The objects `nodes` are, with their data bytes, for the replica
+    /// comparison (`txn::replicas`); none for optimal.
+    pub(crate) fn objects(&self, nodes: &[NodeRef]) -> HashMap<GlobalAddr, u32> {
+        match self {
+            Store::Optimal(_) => HashMap::new(),
+            Store::Rtx(_) => rtx::objects(nodes),
+        }
+    }
+
+    /// Whether this variant repairs expired locks online (rtx).
+    pub(crate) fn repairs_online(&self) -> bool {
+        matches!(self, Store::Rtx(_))
+    }
+
+    /// Repairs the expired locks among `refs`; returns how many.
+    pub(crate) async fn repair_expired(&mut self, refs: &[NodeRef]) -> Result<usize, IndexError> {
+        match self {
+            Store::Optimal(_) => Ok(0),
+            Store::Rtx(c) => rtx::repair_expired(c, refs).await,
+        }
+    }
+
+    /// Reports every lock held (the checker runs quiescent).
+    pub(crate) async fn check_locks(
+        &mut self,
+        nodes: &[NodeRef],
+        report: &mut CheckReport,
+    ) -> Result<(), IndexError> {
+        match self {
+            Store::Optimal(o) => o.check_locks(report).await,
+            Store::Rtx(c) => rtx::check_locks(c, nodes, report).await,
+        }
+    }
+
     /// Which variant.
     pub fn variant(&self) -> Variant {
         match self {
