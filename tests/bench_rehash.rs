@@ -249,7 +249,7 @@ fn rehash_refuses_bad_arguments() {
     for (args, needle) in [
         (vec!["bench", "rehash", "--keys", "0"], "--keys"),
         (vec!["bench", "rehash", "--groups", "0"], "--groups"),
-        (vec!["bench", "rehash", "--variant", "dtx"], "variant"),
+        (vec!["bench", "rehash", "--variant", "ford"], "variant"),
         (vec!["bench", "rehash", "--bucket", "10us"], "--bucket"),
         (
             vec!["bench", "rehash", "--keys", "1000000", "--dir-depth", "9"],

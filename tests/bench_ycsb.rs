@@ -60,7 +60,7 @@ fn ycsb_refuses_bad_arguments() {
         (vec!["bench", "ycsb", "--keys", "0"], "--keys"),
         (vec!["bench", "ycsb", "--fill", "2"], "--fill"),
         (vec!["bench", "ycsb", "--threads", "0"], "--threads"),
-        (vec!["bench", "ycsb", "--variant", "dtx"], "variant"),
+        (vec!["bench", "ycsb", "--variant", "ford"], "variant"),
         (vec!["bench", "ycsb", "--rounds", "0"], "--rounds"),
         (vec!["bench", "ycsb", "--rounds", "101"], "--rounds"),
         (vec!["bench", "ycsb", "--index", "skiplist"], "index"),

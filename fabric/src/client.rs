@@ -268,6 +268,13 @@ impl Client {
         self.stats
     }
 
+    /// Adds what a fork of this client issued on its behalf (a batch sent
+    /// in the background) to this client's counters, so that they count
+    /// every verb of its work.
+    pub fn absorb_stats(&mut self, fork: Stats) {
+        self.stats += fork;
+    }
+
     /// The map verbs are routed with.
     pub fn map(&self) -> &ClusterMap {
         &self.map

@@ -46,7 +46,7 @@ async fn load(variant: Variant, keys: u64, fill: f64) {
 
 #[tokio::test]
 async fn bulk_loads_are_valid_trees() {
-    for variant in [Variant::Optimal, Variant::Rtx] {
+    for variant in [Variant::Optimal, Variant::Rtx, Variant::Dtx] {
         for (keys, fill) in [(1, 0.8), (40, 1.0), (41, 1.0), (5_000, 0.7), (60_000, 0.9)] {
             load(variant, keys, fill).await;
         }

@@ -205,8 +205,8 @@ async fn a_held_lock_is_reported() {
                 (word, 9 + 1, "lock word 1234 is held by owner id 9")
             }
             // rtx: the node's TXObj lock word, held by owner 9 with a lease
-            // that has not expired.
-            Variant::Rtx => {
+            // that has not expired. dtx: the record's lock word, the same.
+            Variant::Rtx | Variant::Dtx => {
                 let lease = txn::now_tick(t.fabric()) + 3_600_000 * txn::TICKS_PER_MS;
                 (
                     GlobalAddr::from_raw(leaf),

@@ -166,6 +166,11 @@ async fn rtx_disjoint_keys_match_the_models() {
     disjoint(Variant::Rtx, 11).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dtx_disjoint_keys_match_the_models() {
+    disjoint(Variant::Dtx, 11).await;
+}
+
 /// The value client `id` writes to `key` as its `seq`-th write of it.
 fn tagged(key: u64, id: u64, seq: u64) -> u64 {
     (key << 32) | (id << 24) | seq
@@ -257,6 +262,11 @@ async fn optimal_overlapping_upserts_keep_a_written_value() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rtx_overlapping_upserts_keep_a_written_value() {
     overlapping(Variant::Rtx, 12).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dtx_overlapping_upserts_keep_a_written_value() {
+    overlapping(Variant::Dtx, 12).await;
 }
 
 /// The single-threaded model test with both variants in one tree client

@@ -88,3 +88,8 @@ async fn optimal_matches_the_model() {
 async fn rtx_matches_the_model() {
     random_ops(Variant::Rtx, 1, 30_000, 20_000).await;
 }
+
+#[tokio::test]
+async fn dtx_matches_the_model() {
+    random_ops(Variant::Dtx, 1, 30_000, 20_000).await;
+}

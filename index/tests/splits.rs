@@ -111,6 +111,11 @@ async fn rtx_concurrent_inserts_split_every_level() {
     splits_at_every_level(Variant::Rtx).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dtx_concurrent_inserts_split_every_level() {
+    splits_at_every_level(Variant::Dtx).await;
+}
+
 /// Writers' progress: writer `w` inserts its keys in the order `order[w]`
 /// and has had the first `acked[w]` of them acknowledged; `pos[k]` is the
 /// place of key `k` in its writer's order.
@@ -287,4 +292,9 @@ async fn optimal_scans_during_splits_miss_nothing_acknowledged() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 6)]
 async fn rtx_scans_during_splits_miss_nothing_acknowledged() {
     scans_during_splits(Variant::Rtx).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 6)]
+async fn dtx_scans_during_splits_miss_nothing_acknowledged() {
+    scans_during_splits(Variant::Dtx).await;
 }

@@ -321,6 +321,27 @@ async fn a_leaf_split_updates_three_nodes() {
                 );
                 assert_eq!(v.cas, 9, "{v:?}");
             }
+            Variant::Dtx => {
+                // The previous insert's release rides the first batch
+                // (version + lock, 16 B). Lock + read the leaf, the log
+                // naming it (7 words); lock + read the parent, the log
+                // naming both (11 words); commit: the new leaf's record
+                // (16 + 1 KiB), per locked node its undo image (8 + 1 KiB),
+                // invisible mark (8) and the whole node in place, COMMITTED
+                // (8). This insert's own release rides the next operation.
+                assert_eq!((c.commits, c.aborts, c.logged_commits), (1, 0, 1), "{c:?}");
+                assert_eq!(v.round_trips, 3, "{v:?}");
+                assert_eq!((v.reads, v.bytes_read), (2, 2 * (KIB + 16)), "{v:?}");
+                let release = 16;
+                let logs = 8 * 7 + 8 * 11;
+                let commit = (16 + KIB) + 2 * ((8 + KIB) + 8 + KIB) + 8;
+                assert_eq!(
+                    (v.writes, v.bytes_written),
+                    (2 + 2 + 8, release + logs + commit),
+                    "{v:?}"
+                );
+                assert_eq!(v.cas, 2, "{v:?}");
+            }
         }
         let report = common::check_ok(&mut t, "after the split").await;
         assert_eq!(report.entries.len(), 200 + 20 + 1);
@@ -407,4 +428,82 @@ async fn rtx_hints_cold_stale_and_shared() {
     let v = cost(&mut shared, &b).verbs;
     assert_eq!(v.round_trips, 1, "a leaf hint from t's commit: {v:?}");
     common::check_ok(&mut t, "after the hint cases").await;
+}
+
+/// dtx: FORD's protocol on a 1 KiB record (two header words, the node in
+/// place). A write is one round trip of WRITE(log: 7 words) + CAS(lock) +
+/// READ(record, 1K + 16), then one of WRITE(undo image: version + node,
+/// 8 + 1K) + WRITE(invisible mark, 8) + WRITE(the 24-byte entry in place)
+/// + WRITE(COMMITTED, 8); its release (version + lock, 2 x 8) rides the
+/// next batch, which here is the next operation's first. A lookup is one
+/// round trip: the record, then its version word again.
+#[tokio::test]
+async fn dtx_verbs_match_table_2() {
+    let mut t = built(Variant::Dtx).await;
+    for (i, (what, key, expect)) in [
+        ("insert", 15, Written::Inserted),
+        ("update", 20, Written::Updated),
+        ("delete", 30, Written::Updated),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let b = before(&mut t);
+        let got = match what {
+            "insert" => t.insert(key, 150).await.unwrap(),
+            "update" => t.update(key, 201).await.unwrap(),
+            _ => t.delete(key).await.unwrap(),
+        };
+        assert_eq!(got, expect, "dtx {what}");
+        let c = cost(&mut t, &b);
+        assert_cached_fast_path(&c, &format!("dtx {what}"));
+        let v = c.verbs;
+        assert_eq!(
+            (c.commits, c.aborts, c.logged_commits),
+            (1, 0, 1),
+            "dtx {what}: {c:?}"
+        );
+        assert_eq!(v.round_trips, 2, "dtx {what}: lock + read, then commit: {v:?}");
+        assert_eq!(
+            (v.reads, v.bytes_read),
+            (1, KIB + 16),
+            "dtx {what}: READ = 1K + 16: {v:?}"
+        );
+        assert_eq!(v.cas, 1, "dtx {what}: #CAS = 1 x 8 (the lock): {v:?}");
+        // The previous write's release (2 writes, 16 B; the warm-up lookup
+        // carried the build's last one), the log, the undo image, the
+        // invisible mark, the entry, COMMITTED.
+        let release = if i == 0 { (0, 0) } else { (2, 16) };
+        assert_eq!(
+            (v.writes, v.bytes_written),
+            (release.0 + 5, release.1 + 56 + (8 + KIB) + 8 + ENTRY + 8),
+            "dtx {what}: {v:?}"
+        );
+    }
+
+    // One lookup: the record and its version word again, one round trip
+    // (carrying the last write's release).
+    let b = before(&mut t);
+    assert_eq!(t.get(20).await.unwrap(), Some(201));
+    let c = cost(&mut t, &b);
+    assert_cached_fast_path(&c, "dtx get");
+    let v = c.verbs;
+    assert_eq!(
+        (v.round_trips, v.reads, v.bytes_read),
+        (1, 2, KIB + 16 + 8),
+        "dtx get: {v:?}"
+    );
+    assert_eq!(
+        (v.writes, v.bytes_written, v.cas, c.commits),
+        (2, 16, 0, 0),
+        "dtx get: {v:?}"
+    );
+    let b = before(&mut t);
+    assert_eq!(t.get(20).await.unwrap(), Some(201));
+    let v = cost(&mut t, &b).verbs;
+    assert_eq!(
+        (v.round_trips, v.reads, v.writes),
+        (1, 2, 0),
+        "dtx get, nothing owed: {v:?}"
+    );
 }

@@ -88,7 +88,7 @@ fn every_rule_names_its_field() {
         ("\"optimal\", \"rtx\"]", "\"rtx\", \"rtx\"]", "index.variants"),
         (
             "expect_violations = [\"optimal\"]",
-            "expect_violations = [\"dtx\"]",
+            "expect_violations = [\"ford\"]",
             "variant",
         ),
         ("ycsb = \"insert\"", "ycsb = \"z\"", "workload.ycsb"),

@@ -8,10 +8,12 @@
 //! scans along the sibling chain; a structural checker (`check.rs`).
 //!
 //! The algorithm (`ops.rs`) is written once against the seam in `seam.rs`;
-//! the variants are `optimal` (`optimal.rs`) and `rtx` (`rtx.rs`).
+//! the variants are `optimal` (`optimal.rs`), `rtx` (`rtx.rs`) and `dtx`
+//! (`dtx.rs`, the FORD-style baseline).
 
 mod cache;
 mod check;
+mod dtx;
 mod load;
 pub mod node;
 mod ops;

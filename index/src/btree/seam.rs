@@ -2,15 +2,18 @@
 //! only through [`Store`] (lock-free reads) and [`NodeTxn`] (one
 //! modification: lock or pre-lock the leaf, read parents for update, write
 //! entries or whole nodes, create nodes, commit or roll back). Each variant
-//! is one arm; a `dtx` variant is a third arm here and touches nothing else.
+//! is one arm here and a module of its own (`optimal.rs`, `rtx.rs`,
+//! `dtx.rs`); nothing else in the tree knows which variant it runs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use fabric::{Client, GlobalAddr};
+use txn::dtx::DtxClient;
 use txn::{Heap, HintCache, HintSlot, MetaHint, TxClient, TxConfig, META_BYTES};
 
 use super::check::CheckReport;
+use super::dtx::{self, DtxTxn};
 use super::load::Placement;
 use super::node::{Node, NodeRef, NODE_BYTES};
 use super::optimal::{Optimal, OptimalTxn};
@@ -25,6 +28,9 @@ pub enum Variant {
     Optimal,
     /// Every node a TXObj, every insert an rTX.
     Rtx,
+    /// Every node a DTX record, every insert a FORD-style DTX transaction
+    /// (the baseline: recovery, not online repair).
+    Dtx,
 }
 
 impl Variant {
@@ -32,6 +38,7 @@ impl Variant {
         match self {
             Variant::Optimal => 1,
             Variant::Rtx => 2,
+            Variant::Dtx => 3,
         }
     }
 
@@ -39,6 +46,7 @@ impl Variant {
         match tag {
             1 => Some(Variant::Optimal),
             2 => Some(Variant::Rtx),
+            3 => Some(Variant::Dtx),
             _ => None,
         }
     }
@@ -50,7 +58,8 @@ impl std::str::FromStr for Variant {
         match s.to_ascii_lowercase().as_str() {
             "optimal" => Ok(Variant::Optimal),
             "rtx" => Ok(Variant::Rtx),
-            other => Err(format!("unknown variant '{other}': expected optimal or rtx")),
+            "dtx" => Ok(Variant::Dtx),
+            other => Err(format!("unknown variant '{other}': expected optimal, rtx or dtx")),
         }
     }
 }
@@ -60,6 +69,7 @@ impl std::fmt::Display for Variant {
         f.write_str(match self {
             Variant::Optimal => "optimal",
             Variant::Rtx => "rtx",
+            Variant::Dtx => "dtx",
         })
     }
 }
@@ -71,6 +81,8 @@ pub enum Store {
     Optimal(Optimal),
     /// rTX (boxed: a transaction client is several times larger).
     Rtx(Box<TxClient>),
+    /// DTX (boxed, as rTX).
+    Dtx(Box<DtxClient>),
 }
 
 impl Store {
@@ -93,6 +105,11 @@ impl Store {
                 let r = c.create(&root.encode()).await?.meta().raw();
                 (Store::Rtx(Box::new(c)), r)
             }
+            Variant::Dtx => {
+                let mut c = DtxClient::new(fabric, heap, owner, TxConfig::default())?;
+                let r = dtx::create_root(&mut c, root).await?;
+                (Store::Dtx(Box::new(c)), r)
+            }
         })
     }
 
@@ -112,6 +129,7 @@ impl Store {
                 GlobalAddr::from_raw(info.lock_table),
             )),
             Variant::Rtx => Store::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
+            Variant::Dtx => Store::Dtx(Box::new(DtxClient::new(fabric, heap, owner, config)?)),
         })
     }
 
@@ -119,7 +137,7 @@ impl Store {
     pub(crate) fn lock_table_raw(&self) -> u64 {
         match self {
             Store::Optimal(o) => o.lock_table().raw(),
-            Store::Rtx(_) => 0,
+            Store::Rtx(_) | Store::Dtx(_) => 0,
         }
     }
 
@@ -128,6 +146,7 @@ impl Store {
         match self {
             Store::Optimal(_) => None,
             Store::Rtx(c) => Some(c.stats()),
+            Store::Dtx(c) => Some(c.stats()),
         }
     }
 
@@ -135,7 +154,7 @@ impl Store {
     pub(crate) fn hints(&self) -> Option<&Arc<HintCache>> {
         match self {
             Store::Rtx(c) => Some(c.hints()),
-            Store::Optimal(_) => None,
+            Store::Optimal(_) | Store::Dtx(_) => None,
         }
     }
 
@@ -166,6 +185,7 @@ impl Store {
         match self {
             Store::Optimal(_) => NODE_BYTES as u64,
             Store::Rtx(_) => NODE_BYTES as u64 + META_BYTES,
+            Store::Dtx(_) => dtx::RECORD_BYTES,
         }
     }
 
@@ -175,12 +195,16 @@ impl Store {
         match self {
             Store::Optimal(o) => o.place(n).await,
             Store::Rtx(c) => rtx::place(c, heap, n).await,
+            Store::Dtx(c) => dtx::place(c, heap, n).await,
         }
     }
 
     /// Appends what a bulk load writes at a node's [`Placement::data`].
     pub(crate) fn push_node_image(&self, out: &mut Vec<u8>, node: &Node) {
-        out.extend_from_slice(&node.encode());
+        match self {
+            Store::Optimal(_) | Store::Rtx(_) => out.extend_from_slice(&node.encode()),
+            Store::Dtx(_) => dtx::push_image(out, node),
+        }
     }
 
     /// Where node `r`'s bytes are now (exclusive bulk loading only).
@@ -188,6 +212,7 @@ impl Store {
         match self {
             Store::Optimal(_) => Ok(GlobalAddr::from_raw(r)),
             Store::Rtx(c) => rtx::node_data_addr(c, r).await,
+            Store::Dtx(_) => Ok(dtx::node_data_addr(r)),
         }
     }
 
@@ -197,6 +222,7 @@ impl Store {
         match self {
             Store::Optimal(_) => HashMap::new(),
             Store::Rtx(_) => rtx::objects(nodes),
+            Store::Dtx(_) => dtx::objects(nodes),
         }
     }
 
@@ -208,7 +234,8 @@ impl Store {
     /// Repairs the expired locks among `refs`; returns how many.
     pub(crate) async fn repair_expired(&mut self, refs: &[NodeRef]) -> Result<usize, IndexError> {
         match self {
-            Store::Optimal(_) => Ok(0),
+            // DTX has no online repair: recovery rolls dead owners' logs.
+            Store::Optimal(_) | Store::Dtx(_) => Ok(0),
             Store::Rtx(c) => rtx::repair_expired(c, refs).await,
         }
     }
@@ -222,6 +249,7 @@ impl Store {
         match self {
             Store::Optimal(o) => o.check_locks(report).await,
             Store::Rtx(c) => rtx::check_locks(c, nodes, report).await,
+            Store::Dtx(c) => dtx::check_locks(c, nodes, report).await,
         }
     }
 
@@ -230,6 +258,7 @@ impl Store {
         match self {
             Store::Optimal(_) => Variant::Optimal,
             Store::Rtx(_) => Variant::Rtx,
+            Store::Dtx(_) => Variant::Dtx,
         }
     }
 
@@ -238,6 +267,7 @@ impl Store {
         match self {
             Store::Optimal(o) => o.owner,
             Store::Rtx(c) => c.owner(),
+            Store::Dtx(c) => c.owner(),
         }
     }
 
@@ -257,6 +287,7 @@ impl Store {
         match self {
             Store::Optimal(o) => o.read_node(r).await,
             Store::Rtx(c) => rtx::read_node(c, r, hint).await,
+            Store::Dtx(c) => dtx::read_node(c, r).await,
         }
     }
 
@@ -268,6 +299,7 @@ impl Store {
         match self {
             Store::Optimal(o) => std::mem::take(&mut o.commit_in_doubt),
             Store::Rtx(c) => c.take_commit_in_doubt(),
+            Store::Dtx(c) => c.take_commit_in_doubt(),
         }
     }
 
@@ -306,6 +338,7 @@ impl Store {
         match self {
             Store::Optimal(o) => NodeTxn::Optimal(OptimalTxn::new(o)),
             Store::Rtx(c) => NodeTxn::Rtx(RtxTxn::new(c.begin())),
+            Store::Dtx(c) => NodeTxn::Dtx(DtxTxn::new(c.begin())),
         }
     }
 
@@ -314,6 +347,7 @@ impl Store {
         match self {
             Store::Optimal(o) => &mut o.fabric,
             Store::Rtx(c) => c.fabric(),
+            Store::Dtx(c) => c.fabric(),
         }
     }
 }
@@ -322,6 +356,7 @@ impl Store {
 pub(crate) enum NodeTxn<'a> {
     Optimal(OptimalTxn<'a>),
     Rtx(RtxTxn<'a>),
+    Dtx(DtxTxn<'a>),
 }
 
 impl NodeTxn<'_> {
@@ -331,6 +366,7 @@ impl NodeTxn<'_> {
         match self {
             NodeTxn::Optimal(t) => t.lock(r).await,
             NodeTxn::Rtx(t) => t.lock(r, hint).await,
+            NodeTxn::Dtx(t) => t.lock(r).await,
         }
     }
 
@@ -339,6 +375,7 @@ impl NodeTxn<'_> {
         match self {
             NodeTxn::Optimal(t) => t.lock(r).await,
             NodeTxn::Rtx(t) => t.read_for_update(r).await,
+            NodeTxn::Dtx(t) => t.read_for_update(r).await,
         }
     }
 
@@ -351,6 +388,7 @@ impl NodeTxn<'_> {
                 Ok(())
             }
             NodeTxn::Rtx(t) => t.write_entry(r, node, slot).await,
+            NodeTxn::Dtx(t) => t.write_entry(r, node, slot).await,
         }
     }
 
@@ -362,6 +400,7 @@ impl NodeTxn<'_> {
                 Ok(())
             }
             NodeTxn::Rtx(t) => t.write_node(r, node).await,
+            NodeTxn::Dtx(t) => t.write_node(r, node).await,
         }
     }
 
@@ -370,6 +409,7 @@ impl NodeTxn<'_> {
         match self {
             NodeTxn::Optimal(t) => t.create(node).await,
             NodeTxn::Rtx(t) => t.create(node).await,
+            NodeTxn::Dtx(t) => t.create(node).await,
         }
     }
 
@@ -378,6 +418,7 @@ impl NodeTxn<'_> {
         match self {
             NodeTxn::Optimal(t) => t.commit().await,
             NodeTxn::Rtx(t) => t.commit().await,
+            NodeTxn::Dtx(t) => t.commit().await,
         }
     }
 
@@ -386,6 +427,7 @@ impl NodeTxn<'_> {
         match self {
             NodeTxn::Optimal(t) => t.rollback().await,
             NodeTxn::Rtx(t) => t.rollback().await,
+            NodeTxn::Dtx(t) => t.rollback().await,
         }
     }
 }

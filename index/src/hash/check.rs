@@ -129,6 +129,7 @@ impl HashTable {
             report.subtables += 1;
             report.slots += g.slots();
             let base = match self.info.variant {
+                Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
                 Variant::Optimal => GlobalAddr::from_raw(sub),
                 Variant::Rtx => {
                     let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(sub)).await?;

@@ -198,6 +198,12 @@ impl HashTable {
         };
         let first = geometry.empty_subtable(Header::new(0, 0));
         let mut t = match variant {
+            Variant::Dtx => {
+                return Err(IndexError::VariantUnsupported {
+                    index: "RACE hashing",
+                    variant,
+                })
+            }
             Variant::Optimal => {
                 let mut alloc = BlockAllocator::raw(heap, owner);
                 let mut fabric = fabric;
@@ -290,6 +296,12 @@ impl HashTable {
         let engine = match info.variant {
             Variant::Optimal => Engine::Optimal(fabric),
             Variant::Rtx => Engine::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
+            Variant::Dtx => {
+                return Err(IndexError::VariantUnsupported {
+                    index: "RACE hashing",
+                    variant: info.variant,
+                })
+            }
         };
         let alloc = BlockAllocator::raw(heap, owner);
         let mut t = HashTable::with_engine(engine, heap, owner, info, alloc);
@@ -469,6 +481,7 @@ impl HashTable {
     pub(crate) async fn reload_dir(&mut self) -> Result<(), IndexError> {
         let region = self.heap.region();
         let block = match self.info.variant {
+            Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
             Variant::Optimal => self.info.dir,
             Variant::Rtx => {
                 let meta = self.read_meta(self.info.dir).await?;
@@ -522,6 +535,7 @@ impl HashTable {
     pub(crate) async fn locate(&mut self, sub: u64) -> Result<Loc, IndexError> {
         let region = self.heap.region();
         match self.info.variant {
+            Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
             Variant::Optimal => Ok(Loc {
                 sub,
                 base: GlobalAddr::from_raw(sub),
@@ -575,6 +589,7 @@ fn variant_tag(v: Variant) -> u64 {
     match v {
         Variant::Optimal => 0x4841_5348_0001,
         Variant::Rtx => 0x4841_5348_0002,
+        Variant::Dtx => 0x4841_5348_0003,
     }
 }
 
@@ -582,6 +597,7 @@ fn variant_from_tag(tag: u64) -> Option<Variant> {
     match tag {
         0x4841_5348_0001 => Some(Variant::Optimal),
         0x4841_5348_0002 => Some(Variant::Rtx),
+        0x4841_5348_0003 => Some(Variant::Dtx),
         _ => None,
     }
 }

@@ -583,6 +583,7 @@ impl HashTable {
         self.stats.settled += 1;
         for attempt in 1..=self.attempts_max {
             match self.info.variant {
+                Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
                 Variant::Rtx => {
                     let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(loc.sub)).await?;
                     if !lock.is_locked() {

@@ -99,6 +99,9 @@ impl HashTable {
             return Err(IndexError::Full(loc.sub));
         }
         match self.info.variant {
+            crate::btree::Variant::Dtx => {
+                unreachable!("a hash table is never dtx: create and attach refuse it")
+            }
             crate::btree::Variant::Optimal => self.split_optimal(loc, header).await?,
             crate::btree::Variant::Rtx => {
                 if let Some(dir) = self.split_rtx(loc, header).await? {

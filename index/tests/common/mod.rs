@@ -19,8 +19,8 @@ pub const REGION: u16 = 1;
 /// The owner id of the client that creates a tree (and checks it at the
 /// end); workers get ids from 2 up.
 pub const CREATOR: u16 = 1;
-/// Both variants, for tests that run each.
-pub const VARIANTS: [Variant; 2] = [Variant::Optimal, Variant::Rtx];
+/// Every variant, for tests that run each.
+pub const VARIANTS: [Variant; 3] = [Variant::Optimal, Variant::Rtx, Variant::Dtx];
 
 /// An empty tree of `variant` in a fresh one-region cluster of `replicas`
 /// memory nodes, `region_bytes` per node, run as [`CREATOR`].
@@ -77,7 +77,8 @@ pub async fn check_ok(tree: &mut BTree, what: &str) -> CheckReport {
 }
 
 /// The address of the 1 KiB block a node's bytes are in now: the ref itself
-/// (optimal), or where its TXObj's data pointer points (rtx).
+/// (optimal), or where its TXObj's data pointer points (rtx), or behind its
+/// record's header (dtx).
 pub async fn node_block(tree: &mut BTree, r: NodeRef) -> GlobalAddr {
     let addr = GlobalAddr::from_raw(r);
     match tree.variant() {
@@ -86,6 +87,7 @@ pub async fn node_block(tree: &mut BTree, r: NodeRef) -> GlobalAddr {
             let word = read_word(tree, addr.add(txn::DPTR_OFFSET)).await;
             GlobalAddr::new(addr.region(), DataPtr::from_raw(word).offset())
         }
+        Variant::Dtx => txn::dtx::record::Record::new(addr, NODE_BYTES as u32).data_addr(),
     }
 }
 

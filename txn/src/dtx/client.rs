@@ -1,6 +1,7 @@
 //! The DTX client: one owner id, its log slot's two halves, its undo area,
 //! the releases it owes, and the retry loop around transaction bodies.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
@@ -27,6 +28,19 @@ pub const UNDO_HALF_BYTES: u64 = 32 * 1024;
 /// one round trip, so a few yields usually see it visible again.
 pub const INVISIBLE_READS_MAX: u32 = 16;
 
+/// The flusher: a release batch sent in the background; whether every
+/// verb of it landed, and the verbs it took.
+type Flusher = tokio::task::JoinHandle<(bool, fabric::Stats)>;
+
+/// Releases owed and not yet sent, shared with the flusher: whichever runs
+/// first, the client's next batch or the flusher, sends them.
+#[derive(Debug, Default)]
+pub(crate) struct Owed {
+    pub(crate) releases: Vec<Release>,
+    /// The flusher took releases and has not seen them land yet.
+    sending: bool,
+}
+
 /// What a committed or aborted transaction still owes a record: its lock,
 /// and for a record it wrote, the visible version that replaces its
 /// invisible mark.
@@ -47,12 +61,17 @@ pub(crate) struct Opened {
 
 /// Runs DTX transactions as one owner. One per client thread or coroutine.
 ///
-/// Everything it sends goes through `open_batch` and `send`, which put the
-/// releases the last transaction owes at the head of the batch (FORD's
-/// background release: no round trip of its own). A fabric error on any
-/// batch that may have left this owner's locks or invisible marks behind
-/// makes the client *unsettled*: before its next transaction it finishes
-/// its own log halves with the recovery routine (`recover.rs`).
+/// A transaction's release is owed, not waited for (FORD's background
+/// release). It rides the client's next batch, in front of its verbs, so
+/// that on each node it lands before them, as posts to one queue pair do
+/// (`open_batch`); and a flusher task, spawned at once, sends it on a fork
+/// of the client if the client yields before its next batch (idle, or
+/// waiting on something else), so that an idle client keeps nothing locked
+/// or invisible. The flusher's verbs join this client's counters once it
+/// is reaped. A fabric error
+/// on any batch that may have left this owner's locks or invisible marks
+/// behind makes the client *unsettled*: before its next transaction it
+/// finishes its own log halves with the recovery routine (`recover.rs`).
 #[derive(Debug)]
 pub struct DtxClient {
     pub(crate) fabric: Client,
@@ -66,8 +85,16 @@ pub struct DtxClient {
     /// The log half (and undo half) the next locking transaction uses.
     pub(crate) parity: u8,
     lock_leases: LeaseSequence,
-    /// Releases owed and not yet sent: they ride the next batch.
-    pub(crate) pending: Vec<Release>,
+    /// Releases owed and not yet sent.
+    pub(crate) pending: Arc<Mutex<Owed>>,
+    /// Releases kept out of the flusher's reach for the next batch (a log
+    /// half is about to be written: `halves`).
+    kept: Vec<Release>,
+    /// Flushers known to be done, to collect.
+    finished_flushers: Vec<Flusher>,
+    /// The flusher, until reaped. A log half is not written again while it
+    /// may carry the release of the transaction that used it last.
+    flusher: Option<Flusher>,
     /// A fabric error may have left this owner's log half in use (locks,
     /// invisible marks, a release cut off): settle before anything else.
     pub(crate) unsettled: bool,
@@ -89,7 +116,10 @@ impl DtxClient {
             undo: None,
             parity: 0,
             lock_leases: LeaseSequence::default(),
-            pending: Vec::new(),
+            pending: Arc::default(),
+            finished_flushers: Vec::new(),
+            kept: Vec::new(),
+            flusher: None,
             unsettled: false,
             commit_in_doubt: false,
             stats: TxStats::default(),
@@ -133,9 +163,77 @@ impl DtxClient {
         crate::lease::now_tick(&self.fabric)
     }
 
-    /// Whether releases are owed and not yet sent.
+    /// Whether releases are owed and not known to have landed.
     pub fn owes_releases(&self) -> bool {
-        !self.pending.is_empty()
+        !self.owed().releases.is_empty() || !self.kept.is_empty() || self.flusher.is_some()
+    }
+
+    /// The releases owed and not yet sent.
+    pub(crate) fn owed(&self) -> std::sync::MutexGuard<'_, Owed> {
+        lock_owed(&self.pending)
+    }
+
+    /// Owes `releases`: they ride the next batch, or the flusher sends them
+    /// if it runs first (in a tokio runtime).
+    pub(crate) fn owe(&mut self, releases: Vec<Release>) {
+        if releases.is_empty() {
+            return;
+        }
+        self.owed().releases.extend(releases);
+        if self.flusher.as_ref().is_some_and(|f| f.is_finished()) || self.flusher.is_none() {
+            if let Some(done) = self.flusher.take() {
+                // (Finished: collected at the next reap's cost of nothing.)
+                self.finished_flushers.push(done);
+            }
+            if tokio::runtime::Handle::try_current().is_ok() {
+                let owed = self.pending.clone();
+                let mut fork = self.fabric.fork();
+                self.flusher = Some(tokio::spawn(async move {
+                    let releases = {
+                        let mut o = lock_owed(&owed);
+                        o.sending = !o.releases.is_empty();
+                        std::mem::take(&mut o.releases)
+                    };
+                    if releases.is_empty() {
+                        return (true, fabric::Stats::default());
+                    }
+                    let mut batch = Batch::new();
+                    let handles = push_releases(&mut batch, &releases);
+                    let landed = fork.execute(&mut batch).await.is_ok()
+                        && handles.iter().all(|&h| batch.done(h).is_ok());
+                    lock_owed(&owed).sending = false;
+                    (landed, fork.stats())
+                }));
+            }
+        }
+    }
+
+    /// Drops the releases kept for the next batch (recovery decides from
+    /// DM instead).
+    pub(crate) fn forget_kept(&mut self) {
+        self.kept.clear();
+    }
+
+    /// Collects the flushers that are done (or waits for the one running,
+    /// with `wait`): their verbs join this client's counters, and a release
+    /// that did not land leaves the client unsettled.
+    pub(crate) async fn reap(&mut self, wait: bool) {
+        if self.flusher.as_ref().is_some_and(|f| wait || f.is_finished()) {
+            if let Some(f) = self.flusher.take() {
+                self.finished_flushers.push(f);
+            }
+        }
+        for f in std::mem::take(&mut self.finished_flushers) {
+            match f.await {
+                Ok((landed, stats)) => {
+                    self.fabric.absorb_stats(stats);
+                    self.unsettled |= !landed;
+                }
+                // The task panicked or was cancelled (its runtime shut
+                // down): what it sent is unknown.
+                Err(_) => self.unsettled = true,
+            }
+        }
     }
 
     /// Whether the last commit was cut off by a fabric error in its commit
@@ -208,10 +306,12 @@ impl DtxClient {
         Ok(())
     }
 
-    /// Sends the releases owed now, in a round trip of their own (idle,
-    /// shutdown, before a sleep). Nothing to send costs nothing.
+    /// Sends the releases owed now and waits for them to land, those in
+    /// the background included (shutdown, a test's quiescence, before a
+    /// sleep). Nothing owed costs nothing.
     pub async fn release_pending(&mut self) -> Result<(), TxError> {
-        if self.pending.is_empty() {
+        self.reap(true).await;
+        if self.owed().releases.is_empty() && self.kept.is_empty() {
             return Ok(());
         }
         let mut batch = self.fabric.take_batch();
@@ -225,9 +325,11 @@ impl DtxClient {
     /// in use (locks held, records invisible): the recovery routine on its
     /// own slot. Every transaction of [`DtxClient::run`] does this first.
     pub async fn settle(&mut self) -> Result<(), TxError> {
+        self.reap(false).await;
         if !self.unsettled {
             return Ok(());
         }
+        self.reap(true).await;
         self.finish_own_logs().await?;
         self.unsettled = false;
         Ok(())
@@ -238,7 +340,8 @@ impl DtxClient {
     /// to [`DtxClient::send`].
     pub(crate) fn open_batch(&mut self, batch: &mut Batch) -> Opened {
         batch.clear();
-        let releases = std::mem::take(&mut self.pending);
+        let mut releases = std::mem::take(&mut self.kept);
+        releases.append(&mut self.owed().releases);
         Opened {
             release_verbs: push_releases(batch, &releases),
         }
@@ -290,8 +393,28 @@ impl DtxClient {
         LockWord::locked(self.owner, tick)
     }
 
-    /// The log half and undo half of the next locking transaction.
+    /// The log half and undo half of the next locking transaction (once the
+    /// release of the transaction that used them before has landed).
     pub(crate) async fn halves(&mut self) -> Result<(GlobalAddr, GlobalAddr), TxError> {
+        // The flusher may be sending the release of the transaction that
+        // used this half last: it must have landed before the half is
+        // written again. (Releases not taken yet ride this transaction's
+        // first batch, in front of its log on every node.)
+        // Releases not taken yet are kept for this client's next batch,
+        // out of the flusher's reach.
+        loop {
+            let sending = {
+                let mut o = self.owed();
+                if !o.sending {
+                    let taken = std::mem::take(&mut o.releases);
+                    drop(o);
+                    self.kept.extend(taken);
+                    break;
+                }
+                true
+            };
+            self.reap(sending).await;
+        }
         let undo = match self.undo {
             Some(undo) => undo,
             None => {
@@ -310,8 +433,8 @@ impl DtxClient {
     }
 
     /// A locking transaction used its halves: the next one takes the
-    /// others, so that this one's release, riding the next one's first
-    /// batch, never shares a half with its log.
+    /// others, so that this one's release, in flight while the next one
+    /// logs, never shares a half with its log.
     pub(crate) fn flip_halves(&mut self) {
         self.parity ^= 1;
     }
@@ -382,6 +505,10 @@ impl DtxClient {
                 Version::Visible(version) if before == word(after, 0) => {
                     return Ok((version, bytes[record::DATA_OFFSET as usize..].to_vec()));
                 }
+                Version::Invisible(by) if by.owner() == self.owner && self.owes_releases() => {
+                    // This owner's own commit, its release in flight.
+                    self.release_pending().await?;
+                }
                 _ => {
                     self.stats.invisible_waits += 1;
                     tokio::task::yield_now().await;
@@ -398,6 +525,11 @@ impl DtxClient {
             .region(self.heap.region())
             .map_or(1, |r| r.replicas.len())
     }
+}
+
+fn lock_owed(owed: &Mutex<Owed>) -> std::sync::MutexGuard<'_, Owed> {
+    // A panic while the lock was held left plain values.
+    owed.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A record's bytes as created: free, visible at version 0, the data.

@@ -169,7 +169,9 @@ impl DtxClient {
     /// (it holds its own lock words: no adoption). Releases owed are
     /// dropped: recovery decides from what DM holds.
     pub(crate) async fn finish_own_logs(&mut self) -> Result<Finished, TxError> {
-        self.pending.clear();
+        self.reap(true).await;
+        self.owed().releases.clear();
+        self.forget_kept();
         self.finish_logs_of(self.owner, true).await
     }
 

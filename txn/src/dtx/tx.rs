@@ -53,11 +53,15 @@ pub struct DtxTx<'c> {
     c: &'c mut DtxClient,
     /// The lock word, once the first lock is taken.
     lock: Option<LockWord>,
+
     /// Every record the log names (locked, or whose lock CAS was sent).
     entries: Vec<DtxEntry>,
     locked: Vec<Locked>,
     reads: Vec<Read>,
     fresh: Vec<(Record, Vec<u8>)>,
+    /// Lock CASes of the last lock batch that found this owner's own
+    /// earlier lock word.
+    own_conflicts: u32,
     /// Undo bytes assigned so far in this transaction's undo half.
     undo_used: u64,
     /// The map the first locks were taken under: every later batch of the
@@ -87,6 +91,7 @@ impl<'c> DtxTx<'c> {
             reads: Vec::new(),
             fresh: Vec::new(),
             undo_used: 0,
+            own_conflicts: 0,
             epoch: None,
             batch,
             finished: false,
@@ -121,6 +126,9 @@ impl<'c> DtxTx<'c> {
         if let Some(i) = self.reads.iter().position(|r| r.record == rec) {
             return Ok(&self.reads[i].data);
         }
+        if self.lock.is_none() && self.reads.is_empty() {
+            self.c.settle().await?;
+        }
         let (version, data) = self.c.read_consistent(&mut self.batch, rec).await?;
         self.reads.push(Read {
             record: rec,
@@ -143,8 +151,28 @@ impl<'c> DtxTx<'c> {
     }
 
     /// Locks and reads every record of `recs` this transaction does not
-    /// hold yet, in one round trip.
+    /// hold yet, in one round trip. On `Abort(Locked)` the records won are
+    /// held and the others not: the caller may roll back, or (holding
+    /// nothing else it cares about) back off and lock again.
     pub async fn lock_many(&mut self, recs: &[Record]) -> Result<(), TxError> {
+        // A record found held by this owner's previous transaction, whose
+        // release is still in flight, is locked again once it landed
+        // (rather than aborting on itself); others' locks abort.
+        for _ in 0..2 {
+            self.own_conflicts = 0;
+            match self.lock_round(recs).await {
+                Err(TxError::Abort(AbortReason::Locked))
+                    if self.own_conflicts > 0 && self.c.owes_releases() =>
+                {
+                    self.c.release_pending().await?;
+                }
+                other => return other,
+            }
+        }
+        self.lock_round(recs).await
+    }
+
+    async fn lock_round(&mut self, recs: &[Record]) -> Result<(), TxError> {
         let mut new: Vec<Record> = Vec::new();
         for &rec in recs {
             let held = self.locked.iter().any(|l| l.record == rec)
@@ -157,9 +185,18 @@ impl<'c> DtxTx<'c> {
         if new.is_empty() {
             return Ok(());
         }
-        if self.entries.len() + new.len() > ENTRIES_MAX {
+        if self.lock.is_none() {
+            // Nothing held yet: what a fabric error left of this owner's
+            // earlier transactions is finished first.
+            self.c.settle().await?;
+        }
+        // A record whose lock CAS failed earlier in this transaction (a
+        // caller retrying a contended lock) is named by the log already.
+        let named = |rec: &Record| self.entries.iter().any(|e| e.record == rec.addr);
+        let unnamed = new.iter().filter(|r| !named(r)).count();
+        if self.entries.len() + unnamed > ENTRIES_MAX {
             return Err(TxError::WriteSetTooLarge {
-                objects: self.entries.len() + new.len(),
+                objects: self.entries.len() + unnamed,
                 max: ENTRIES_MAX,
             });
         }
@@ -173,6 +210,9 @@ impl<'c> DtxTx<'c> {
             }
         };
         for &rec in &new {
+            if self.entries.iter().any(|e| e.record == rec.addr) {
+                continue;
+            }
             let image = (8 + u64::from(rec.len)).next_multiple_of(8);
             if self.undo_used + image > UNDO_HALF_BYTES {
                 return Err(TxError::BadObject(format!(
@@ -251,7 +291,9 @@ impl<'c> DtxTx<'c> {
             };
             if old != FREE {
                 let holder = LockWord::from_raw(old);
-                if holder.is_locked() && holder.is_expired(self.c.now_tick()) {
+                if holder.is_locked() && holder.owner() == self.c.owner {
+                    self.own_conflicts += 1;
+                } else if holder.is_locked() && holder.is_expired(self.c.now_tick()) {
                     self.c.stats.expired_seen += 1;
                 }
                 outcome = outcome.and(Err(TxError::Abort(AbortReason::Locked)));
@@ -295,6 +337,26 @@ impl<'c> DtxTx<'c> {
             });
         }
         outcome
+    }
+
+    /// Waits before trying a contended lock again, inside this transaction
+    /// (counted as an abort: a no-wait lock that failed). For a caller
+    /// that holds nothing else yet, so that the wait blocks nobody; the
+    /// releases owed are sent before any sleep.
+    pub async fn back_off(&mut self, attempt: u32) -> Result<(), TxError> {
+        self.c.stats.aborts += 1;
+        if self.c.owes_releases() {
+            // The lock met may be this owner's own, its release still in
+            // flight: wait for that instead of backing off.
+            self.c.release_pending().await?;
+            return Ok(());
+        }
+        self.c.backoff(attempt).await
+    }
+
+    /// Whether this transaction holds any lock.
+    pub fn holds_locks(&self) -> bool {
+        !self.locked.is_empty()
     }
 
     fn locked_index(&self, rec: Record) -> Result<usize, TxError> {
@@ -488,12 +550,15 @@ impl<'c> DtxTx<'c> {
     fn release(&mut self, committed: bool) {
         if self.lock.is_some() {
             if !self.c.unsettled {
-                for l in self.locked.drain(..) {
-                    self.c.pending.push(Release {
+                let releases = self
+                    .locked
+                    .drain(..)
+                    .map(|l| Release {
                         record: l.record,
                         version: (committed && l.dirty.is_some()).then(|| l.version + 1),
-                    });
-                }
+                    })
+                    .collect();
+                self.c.owe(releases);
             }
             self.c.flip_halves();
         }
