@@ -72,6 +72,10 @@ fn ycsb_refuses_bad_arguments() {
             vec!["bench", "ycsb", "--index", "btree,hash", "--workload", "e"],
             "workload e needs --index btree",
         ),
+        (
+            vec!["bench", "ycsb", "--index", "hash", "--variant", "dtx"],
+            "RACE hashing has no dtx variant yet",
+        ),
     ] {
         let (code, _, stderr) = kintsugi(&args);
         assert_ne!(code, 0, "{args:?}");
@@ -226,4 +230,57 @@ fn ycsb_rounds_run_every_cell_again_and_report_the_median() {
     assert_eq!(fields[7], "2", "{ratio_line}");
     let [median, min, max] = [4, 5, 6].map(|i| fields[i].parse::<f64>().unwrap());
     assert!(min <= median && median <= max, "{ratio_line}");
+}
+
+/// The DTX baseline: dtx runs every B+tree workload, reports its aborts,
+/// and rtx gets a second ratio table against it.
+#[test]
+fn ycsb_measures_dtx_and_divides_rtx_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("ycsb.json");
+    let (code, stdout, stderr) = kintsugi(&[
+        "bench",
+        "ycsb",
+        "--transport",
+        "local",
+        "--keys",
+        "3000",
+        "--duration",
+        "150ms",
+        "--warmup",
+        "50ms",
+        "--variant",
+        "optimal,rtx,dtx",
+        "--workload",
+        "a,e",
+        "--dist",
+        "zipf",
+        "--threads",
+        "2",
+        "--json",
+        path_str(&json),
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let dtx: Vec<&serde_json::Value> = rows.iter().filter(|r| r["variant"] == "dtx").collect();
+    assert_eq!(dtx.len(), 2, "{stdout}");
+    for r in dtx {
+        assert!(r["ops_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        // A write is at least two round trips (lock + read, commit); reads
+        // one: A's mix is above one round trip per op.
+        if r["workload"] == "a" {
+            assert!(r["round_trips_per_op"].as_f64().unwrap() > 1.0, "{r}");
+        }
+    }
+    let to_dtx: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("throughput relative to dtx"))
+        .filter(|l| l.starts_with("btree"))
+        .collect();
+    assert_eq!(to_dtx.len(), 2, "rtx a and e against dtx: {stdout}");
+    assert!(
+        to_dtx.iter().all(|l| l.split_whitespace().nth(1) == Some("rtx")),
+        "{stdout}"
+    );
 }

@@ -111,9 +111,15 @@ impl YcsbReport {
         Ok(serde_json::to_string_pretty(&self.rows)?)
     }
 
-    /// The table, then the ratios to optimal.
+    /// The table, then the ratios to optimal, then rtx's to dtx (the
+    /// paper's "rTX is 1.2-2x faster than DTX").
     pub fn table(&self) -> String {
-        format!("{}{}", table(&self.rows, self.rounds > 1), ratios(&self.rows))
+        format!(
+            "{}{}{}",
+            table(&self.rows, self.rounds > 1),
+            ratios(&self.rows),
+            ratios_to(&self.rows, "dtx", Some("rtx"))
+        )
     }
 }
 
@@ -181,10 +187,17 @@ impl Cell<'_> {
 /// over several rounds the median ratio and the range (empty when optimal
 /// was not measured).
 pub fn ratios(rows: &[Row]) -> String {
+    ratios_to(rows, "optimal", None)
+}
+
+/// [`ratios`] against `base` instead of optimal, for the variant `only`
+/// (every other variant when `None`).
+pub fn ratios_to(rows: &[Row], base: &str, only: Option<&str>) -> String {
     let mut cells: Vec<Cell> = Vec::new();
-    for r in rows.iter().filter(|r| r.variant != "optimal") {
+    let measured = |r: &&Row| r.variant != base && only.is_none_or(|v| r.variant == v);
+    for r in rows.iter().filter(measured) {
         let Some(o) = rows.iter().find(|o| {
-            o.variant == "optimal"
+            o.variant == base
                 && (o.index, &o.workload, &o.dist, o.round) == (r.index, &r.workload, &r.dist, r.round)
         }) else {
             continue;
@@ -209,7 +222,7 @@ pub fn ratios(rows: &[Row]) -> String {
         return String::new();
     }
     let rounds = cells.iter().any(|c| c.ratios.len() > 1);
-    let mut s = String::from("\nthroughput relative to optimal\n");
+    let mut s = format!("\nthroughput relative to {base}\n");
     s += &format!(
         "{:<6} {:<8} {:<3} {:<8} {:>7}",
         "index", "variant", "wl", "dist", "ratio"
@@ -297,5 +310,31 @@ mod tests {
         assert!(!table.contains("rounds"), "{table}");
         assert!(table.contains("0.870"), "{table}");
         assert_eq!(ratios(&[row("rtx", "a", 1, 87.0)]), "");
+    }
+
+    #[test]
+    fn rtx_is_also_divided_by_dtx() {
+        let rows = [
+            row("optimal", "a", 1, 100.0),
+            row("rtx", "a", 1, 90.0),
+            row("dtx", "a", 1, 60.0),
+        ];
+        let table = YcsbReport {
+            rows: rows.to_vec(),
+            rounds: 1,
+        }
+        .table();
+        assert!(table.contains("throughput relative to optimal"), "{table}");
+        let to_dtx = table
+            .split("throughput relative to dtx")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no dtx table in\n{table}"));
+        assert!(to_dtx.contains("1.500"), "{table}");
+        assert_eq!(
+            to_dtx.lines().filter(|l| l.contains("btree")).count(),
+            1,
+            "rtx only: {table}"
+        );
+        assert_eq!(ratios_to(&rows[..2], "dtx", Some("rtx")), "", "no dtx measured");
     }
 }

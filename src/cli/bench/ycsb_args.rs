@@ -20,7 +20,8 @@ then every workload runs on it for --duration per distribution, in the order giv
 E stay in the index). Workloads follow the rTX paper's Table 1: A 50/50 read/update, B 90/10, C read
 only, D 95/5 read/insert (reads favour the latest inserts), E 95/5 scan(1..100)/insert. Latency is
 sampled (one op in 16). The ratio table divides each variant's throughput by optimal's for the same
-index, workload and distribution. The clients of one cell share a process, so rtx B+tree clients
+index, workload and distribution; with dtx (the FORD-style baseline, B+tree only) measured as well, a
+second table divides rtx's by dtx's (the paper's claim: rTX 1.2-2x faster than DTX). The clients of one cell share a process, so rtx B+tree clients
 share one cache of meta hints, as Sherman's threads share one index cache per compute node; each
 cell starts with empty caches and warms them for --warmup.
 
@@ -39,7 +40,7 @@ pub struct YcsbArgs {
     /// workload but e, and it refuses an explicit --workload e.
     #[arg(long, value_enum, value_delimiter = ',', default_values = ["btree"])]
     index: Vec<IndexArg>,
-    /// Variants, comma-separated.
+    /// Variants, comma-separated: optimal, rtx, dtx (dtx: B+tree only).
     #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
     variant: Vec<Variant>,
     /// YCSB workloads, comma-separated (a..e) [default: a,b,c,d,e; hash: a,b,c,d].
@@ -92,6 +93,9 @@ impl YcsbArgs {
             bail!("--index, --variant and --dist each need at least one value");
         }
         let indexes = dedup(self.index);
+        if self.variant.contains(&Variant::Dtx) && indexes.contains(&IndexArg::Hash) {
+            bail!("RACE hashing has no dtx variant yet: --variant dtx needs --index btree");
+        }
         // Not given: every workload, each index running those it can.
         // Given: exactly those, on every index.
         let workloads = if self.workload.is_empty() {
