@@ -10,6 +10,12 @@
 //! absent — present if the victim's insert was acknowledged (pause mode).
 //! A survivor blocked forever by a lock the victim never releases is a
 //! violation too. The `optimal` variant is expected to show violations.
+//!
+//! The `dtx` variant has no online repair: its victim runs under a lease
+//! (`fabric::Mandate`); a paused victim is fenced (the lease revoked) and
+//! resumed, so that the rest of its batch in flight lands and nothing after
+//! it does (DTX's quarantine), and recovery (`finish_owner_log`) runs before
+//! the survivor.
 
 use fabric::{AnyTransport, Client, ClusterMap, FaultPlan};
 use index::btree::node::{INTERNAL_SLOTS, LEAF_SLOTS};
@@ -27,6 +33,8 @@ const SETUP: u16 = 1;
 const VICTIM: u16 = 2;
 const SURVIVOR: u16 = 3;
 const CHECKER: u16 = 4;
+/// The owner id that rolls a dtx victim's log.
+const RECOVERER: u16 = 5;
 /// Keys of the base trees are multiples of this, so that a victim key and
 /// survivor keys fit between them.
 const STEP: u64 = 1000;
@@ -131,13 +139,28 @@ fn client(
     owner: u16,
     plan: FaultPlan,
 ) -> Result<(BTree, std::sync::Arc<fabric::Faulty<fabric::BaseTransport>>), String> {
+    client_under(map, base, heap, info, owner, plan, None)
+}
+
+fn client_under(
+    map: &ClusterMap,
+    base: &AnyTransport,
+    heap: Heap,
+    info: TreeInfo,
+    owner: u16,
+    plan: FaultPlan,
+    mandate: Option<std::sync::Arc<fabric::Mandate>>,
+) -> Result<(BTree, std::sync::Arc<fabric::Faulty<fabric::BaseTransport>>), String> {
     let (t, faults) = base.clone().with_faults(plan);
     let config = TxConfig {
         attempts_max: SURVIVOR_ATTEMPTS,
         ..TxConfig::default()
     };
-    let mut tree =
-        BTree::attach(Client::new(map.clone(), t), heap, owner, config, info).map_err(|e| e.to_string())?;
+    let fabric = match mandate {
+        Some(m) => Client::under(m, t),
+        None => Client::new(map.clone(), t),
+    };
+    let mut tree = BTree::attach(fabric, heap, owner, config, info).map_err(|e| e.to_string())?;
     tree.set_attempts_max(SURVIVOR_ATTEMPTS);
     Ok((tree, faults))
 }
@@ -178,7 +201,14 @@ async fn fault_free_verbs(base: &Base) -> Result<u64, String> {
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(k);
-    let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, plan)?;
+    let dtx = base.info.variant == Variant::Dtx;
+    let mandate = dtx.then(|| {
+        fabric::Mandate::new(
+            map.clone(),
+            std::time::Instant::now() + std::time::Duration::from_secs(3600),
+        )
+    });
+    let (mut victim, faults) = client_under(&map, &t, heap, base.info, VICTIM, plan, mandate.clone())?;
     let (mut survivor, _) = client(&map, &t, heap, base.info, SURVIVOR, survivor_plan())?;
     let key = base.victim_key;
     let mut found = Vec::new();
@@ -188,7 +218,26 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
             .await
             .map(|w| w == Written::Inserted)
     });
-    let victim_task = stop_victim(mode, victim_task, &faults, k).await?;
+    let mut victim_task = stop_victim(mode, victim_task, &faults, k).await?;
+    let mut victim_acknowledged = false;
+    if let Some(mandate) = &mandate {
+        // DTX: fenced, then resumed (the rest of the batch in flight
+        // lands), then its logs rolled, before anyone else goes on.
+        mandate.revoke();
+        if let Some(task) = victim_task.take() {
+            faults.resume();
+            match task.await {
+                Ok(Ok(inserted)) => victim_acknowledged = inserted,
+                Ok(Err(_)) => {} // fenced: LeaseUncertain, or in doubt
+                Err(e) => found.push(format!("victim task panicked: {e}")),
+            }
+        }
+        let mut r = txn::dtx::DtxClient::new(Client::new(map.clone(), t.clone()), heap, RECOVERER, TxConfig::default())
+            .map_err(|e| e.to_string())?;
+        if let Err(e) = r.finish_owner_log(VICTIM).await {
+            found.push(format!("recovery of the victim's logs failed: {e}"));
+        }
+    }
 
     let mut acknowledged: Vec<(u64, u64)> = base.keys.iter().map(|&k| (k, value_of(k, SETUP))).collect();
     for i in 1..=SURVIVOR_KEYS {
@@ -202,7 +251,6 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
         }
     }
 
-    let mut victim_acknowledged = false;
     if let Some(task) = victim_task {
         faults.resume();
         match task.await {

@@ -29,8 +29,9 @@ use super::{IndexError, Step};
 /// so only a writer stopped inside its commit (awaiting recovery) keeps it
 /// so for long.
 pub const INVISIBLE_ROUNDS_MAX: u32 = 100_000;
-/// Tries of a contended leaf lock (with backoff, up to `backoff_max` each)
-/// before the attempt is given up as a retry of the whole operation.
+/// Tries of a contended leaf lock (with backoff, up to `backoff_max` each;
+/// fewer if the client's `TxConfig::attempts_max` says so) before the
+/// operation reports the leaf blocked.
 pub const LOCK_TRIES_MAX: u32 = 10_000;
 
 /// Bytes a node's record takes: header and node, 16-byte aligned.
@@ -163,7 +164,8 @@ impl<'a> DtxTxn<'a> {
     /// Locks and reads the leaf in one round trip; a leaf held by another
     /// writer is tried again after a backoff (nothing else is held yet).
     pub(crate) async fn lock(&mut self, r: NodeRef) -> Result<Node, Step> {
-        for attempt in 1..=LOCK_TRIES_MAX {
+        let tries = self.tx.client().config().attempts_max.clamp(1, LOCK_TRIES_MAX);
+        for attempt in 1..=tries {
             match self.tx.read_for_update(record(r)).await {
                 Ok(bytes) => {
                     return Node::decode(bytes).map_err(|Torn| {
@@ -178,7 +180,9 @@ impl<'a> DtxTxn<'a> {
             }
             self.tx.back_off(attempt).await.map_err(step)?;
         }
-        Err(Step::Retry { invalidate: None })
+        // Held all along: by a writer that died, until recovery rolls its
+        // log (DTX has no online repair), or by a very slow one.
+        Err(Step::Blocked(r))
     }
 
     /// Locks and reads a node the modification will change (no wait: held
