@@ -319,6 +319,58 @@ async fn a_killed_client_is_expired_repaired_and_its_ids_reused_only_after_its_l
     drop(local);
 }
 
+/// The DTX baseline under a real kill: a client of a dtx B+tree SIGKILLs
+/// itself right after a lock CAS. Nobody repairs its locks online; the
+/// recovery coordinator rolls its DTX logs once its quarantine (expiry and
+/// one more lease) is over, and then the survivor's writes to every key go
+/// through, the tree checks clean (nothing locked or invisible), and the
+/// dead client is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_dtx_client_is_rolled_back_by_recovery_after_its_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 2, 2, "300ms");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let survivor = Cluster::connect_with(
+        &file.control,
+        &file.client_token,
+        ClusterOptions {
+            variant: kintsugi::cluster::IndexVariant::Dtx,
+            ..options("survivor", &file)
+        },
+    )
+    .await
+    .unwrap();
+    // The survivor creates the index as dtx; the victim opens it by name.
+    let mut tree = survivor.btree("orders").await.unwrap();
+    assert_eq!(tree.inner().variant(), index::Variant::Dtx);
+    run_victim(dir.path(), &[]);
+
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let dead = eventually("the victim's expiry", Duration::from_secs(30), async || {
+        let clients = ops.clients().await.ok()?;
+        clients
+            .into_iter()
+            .find(|c| c.name == "victim" && matches!(c.state, ClientState::Expired { .. }))
+    })
+    .await;
+    // Every key, the ones under the victim's locks too: those wait (no
+    // online repair) until recovery rolled the victim's log.
+    for k in 1..=100 {
+        tree.put(k, 1).await.unwrap_or_else(|e| panic!("put {k}: {e}"));
+    }
+    let report = tree.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    for k in 1..=100 {
+        assert_eq!(tree.get(k).await.unwrap(), Some(1), "key {k}");
+    }
+    drop(tree);
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    forgotten(&api, dead.id).await;
+    survivor.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
 /// A hash table's client killed mid-operation: once recovery forgot it,
 /// the heir of its first owner id writes its KV blocks in the unwritten
 /// end of the victim's KV chunk (`txn::tails`) while the survivor writes

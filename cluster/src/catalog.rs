@@ -38,6 +38,7 @@ fn variant(v: IndexVariant) -> Variant {
     match v {
         IndexVariant::Optimal => Variant::Optimal,
         IndexVariant::Rtx => Variant::Rtx,
+        IndexVariant::Dtx => Variant::Dtx,
     }
 }
 

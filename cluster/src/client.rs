@@ -257,7 +257,9 @@ impl Cluster {
             )));
         }
         let ids = self.me.owners.ids();
-        self.finish_logs(&ids, false).await?;
+        // Its own logs: every handle is dropped, nothing of it is in
+        // flight, no quarantine to wait for.
+        self.finish_logs(&ids, false, 0).await?;
         // What the handles' allocators held is not reclaimed: other live
         // clients may hold blocks of these ids' chunks, and only an
         // announced reclaim makes them give those up (`txn::quiesce`).
@@ -331,7 +333,8 @@ impl Cluster {
         let ids = c.owners.ids();
         let mut finish = ids.clone();
         finish.extend(readiness.finish_first.iter().flat_map(|b| b.ids()));
-        if !self.finish_logs(&finish, true).await? {
+        // (Past the quarantine already.)
+        if !self.finish_logs(&finish, true, 0).await? {
             return Ok(None);
         }
         // One reclaimer at a time writes the ids' runs: another reaper (the
@@ -396,7 +399,12 @@ impl Cluster {
     }
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx
-    /// index. `false` if one is still committing under a live lease. With
+    /// index, and the DTX logs of every ready dtx index once `dtx_from_ms`
+    /// (unix ms) has passed: DTX writes in place, so a client's logs are
+    /// rolled only after its quarantine (its lease, once expired, and one
+    /// more), when nothing it sent can still land. `false` if an index is
+    /// still committing under a live lease or a dtx index waits for its
+    /// quarantine: call again. With
     /// `sweep`, then (hash tables) converges the slots a dead writer left
     /// on the primary only, and meets every lock of each index and repairs
     /// the expired ones: a dead client's log-less locks (a pre-lock, a steal)
@@ -405,13 +413,23 @@ impl Cluster {
     /// leaves the map under it (a catch-up, a promotion) is waited for and
     /// its index finished again (a few times, each wait up to
     /// `OPEN_TIMEOUT`).
-    pub async fn finish_logs(&self, ids: &[u16], sweep: bool) -> Result<bool, ClusterError> {
+    pub async fn finish_logs(
+        &self,
+        ids: &[u16],
+        sweep: bool,
+        dtx_from_ms: u64,
+    ) -> Result<bool, ClusterError> {
         let indexes = self.indexes().await?;
         let owner = self.take_owner()?;
+        let mut all = true;
         for x in indexes
             .iter()
-            .filter(|x| x.variant == IndexVariant::Rtx && x.state == cp::IndexState::Ready)
+            .filter(|x| x.variant != IndexVariant::Optimal && x.state == cp::IndexState::Ready)
         {
+            if x.variant == IndexVariant::Dtx && unix_ms() < dtx_from_ms {
+                all = false; // quarantined: a later pass
+                continue;
+            }
             let deadline = Instant::now() + crate::OPEN_TIMEOUT;
             for attempt in 1.. {
                 // Our map may trail the control plane's (a region just
@@ -419,7 +437,10 @@ impl Cluster {
                 self.await_region(x, deadline).await?;
                 match self.finish_logs_in(x, &owner, ids, sweep).await {
                     Ok(true) => break,
-                    Ok(false) => return Ok(false),
+                    Ok(false) => {
+                        all = false;
+                        break;
+                    }
                     // The region left the map meanwhile (a catch-up, a
                     // promotion): every step is safe to take again.
                     Err(e) if map_moved(&e) && attempt < MAP_MOVED_ATTEMPTS_MAX => {
@@ -430,7 +451,7 @@ impl Cluster {
                 }
             }
         }
-        Ok(true)
+        Ok(all)
     }
 
     /// [`Cluster::finish_logs`] on index `x`, as `owner`.
@@ -443,6 +464,18 @@ impl Cluster {
     ) -> Result<bool, ClusterError> {
         let mut fabric = self.fabric();
         let heap = txn::Heap::open(&mut fabric, x.region).await?;
+        if x.variant == IndexVariant::Dtx {
+            // The intents name every lock: no sweep.
+            let mut dtx = txn::dtx::DtxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+            for &id in ids {
+                let done = dtx.finish_owner_log(id).await?;
+                if done.logs > 0 {
+                    tracing::info!(index = %x.name, owner = id, ?done, "DTX logs rolled");
+                }
+            }
+            dtx.release_pending().await?;
+            return Ok(true);
+        }
         let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
         for &id in ids {
             if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
@@ -549,4 +582,11 @@ async fn reach(map: &ClusterMap) -> Result<AnyTransport, ClusterError> {
             map.nodes().len()
         )))
     }
+}
+
+/// Now, in unix milliseconds (0 before 1970).
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }

@@ -84,8 +84,9 @@ pub struct Promotion {
 impl Cluster {
     /// Makes `node`, a backup of `region`, its primary while clients keep
     /// working (see the module docs). Refused for a region holding an
-    /// `optimal` index: its locks live on the primary only and nothing can
-    /// rebuild them.
+    /// `optimal` index (its locks live on the primary only and nothing can
+    /// rebuild them) or a `dtx` one (a promotion does not finish DTX logs
+    /// yet).
     pub async fn promote(&self, region: RegionId, node: MemNodeId) -> Result<Promotion, ClusterError> {
         let indexes = self.indexes().await?;
         if let Some(x) = indexes
@@ -95,6 +96,16 @@ impl Cluster {
             return Err(ClusterError::Map(format!(
                 "region {region} holds the optimal index {:?}: its locks live on the primary only, so a \
                  promotion would lose them; only rtx indexes can be promoted",
+                x.name
+            )));
+        }
+        if let Some(x) = indexes
+            .iter()
+            .find(|x| x.region == region && x.variant == IndexVariant::Dtx)
+        {
+            return Err(ClusterError::Map(format!(
+                "region {region} holds the dtx index {:?}: a promotion does not finish DTX logs yet; \
+                 only rtx indexes can be promoted",
                 x.name
             )));
         }

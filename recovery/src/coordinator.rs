@@ -311,7 +311,18 @@ impl Coordinator {
             .retain(|id| status.clients.iter().any(|c| c.id == *id));
         for c in status.clients.iter().filter(|c| c.state != ClientState::Live) {
             if !self.rolled.contains(&c.id) {
-                if self.cluster.finish_logs(&c.owners.ids(), true).await? {
+                // rtx logs at once; dtx logs after the client's quarantine
+                // (its expiry and one more lease), when nothing it sent can
+                // still land.
+                let dtx_from_ms = match c.state {
+                    ClientState::Expired { at_ms, .. } => at_ms.saturating_add(c.lease_ms),
+                    _ => u64::MAX,
+                };
+                if self
+                    .cluster
+                    .finish_logs(&c.owners.ids(), true, dtx_from_ms)
+                    .await?
+                {
                     self.rolled.insert(c.id);
                     let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
                     return Ok(Some(self.took(Step::RolledClient, c.id, &what)));

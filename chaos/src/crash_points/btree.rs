@@ -232,8 +232,13 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
                 Err(e) => found.push(format!("victim task panicked: {e}")),
             }
         }
-        let mut r = txn::dtx::DtxClient::new(Client::new(map.clone(), t.clone()), heap, RECOVERER, TxConfig::default())
-            .map_err(|e| e.to_string())?;
+        let mut r = txn::dtx::DtxClient::new(
+            Client::new(map.clone(), t.clone()),
+            heap,
+            RECOVERER,
+            TxConfig::default(),
+        )
+        .map_err(|e| e.to_string())?;
         if let Err(e) = r.finish_owner_log(VICTIM).await {
             found.push(format!("recovery of the victim's logs failed: {e}"));
         }

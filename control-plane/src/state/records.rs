@@ -274,6 +274,10 @@ pub enum IndexVariant {
     Optimal,
     /// Every operation a repairable transaction.
     Rtx,
+    /// Every operation a FORD-style DTX transaction (the baseline): a
+    /// crashed writer's records stay locked until recovery rolls its logs,
+    /// one client lease after it expired.
+    Dtx,
 }
 
 impl std::fmt::Display for IndexVariant {
@@ -281,6 +285,7 @@ impl std::fmt::Display for IndexVariant {
         f.write_str(match self {
             IndexVariant::Optimal => "optimal",
             IndexVariant::Rtx => "rtx",
+            IndexVariant::Dtx => "dtx",
         })
     }
 }
