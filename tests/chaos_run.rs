@@ -144,6 +144,43 @@ fn run_small(name: &str, edits: &[(&str, &str)]) -> serde_json::Value {
     rtx
 }
 
+/// Figure 14's DTX line: the survivors wait on the dead client's locks
+/// (no online repair) until the runner rolls its DTX logs, once the control
+/// plane expired it and its quarantine is over; then they finish and every
+/// check passes.
+#[test]
+fn a_killed_dtx_client_is_rolled_back_after_its_quarantine_and_the_survivors_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dtx.toml");
+    let experiment = EXPERIMENT
+        .replace("kill-client-small", "kill-client-dtx-small")
+        .replace("duration = \"1500ms\"", "duration = \"2500ms\"")
+        .replace("clients = 3", "clients = 3\nclient_lease = \"300ms\"")
+        .replace("[\"optimal\", \"rtx\"]", "[\"dtx\"]")
+        .replace("expect_violations = [\"optimal\"]", "");
+    std::fs::write(&file, experiment).unwrap();
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&file), "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let dtx = &summary["variants"][0];
+    assert_eq!(dtx["variant"], "dtx");
+    assert_eq!(dtx["passed"], true, "{dtx}");
+    assert_eq!(fates(dtx), ["finished", "finished", "killed"], "{dtx}");
+    let rolled = dtx["dtx_rolled"]
+        .as_array()
+        .unwrap_or_else(|| panic!("nothing rolled: {dtx}"));
+    assert_eq!(rolled.len(), 1, "{dtx}");
+    assert_eq!(rolled[0]["client"], 2);
+    // Rolled after its expiry (the quarantine), never before.
+    assert!(
+        rolled[0]["rolled_at_ms"].as_f64().unwrap() > rolled[0]["expired_at_ms"].as_f64().unwrap(),
+        "{dtx}"
+    );
+    assert!(stderr.contains("client 2's DTX logs rolled"), "{stderr}");
+}
+
 fn fates(v: &serde_json::Value) -> Vec<String> {
     v["clients"]
         .as_array()

@@ -15,7 +15,9 @@ pub const STALLED_SHARE: f64 = 0.25;
 /// when the run or the previous fault is closer).
 pub const BEFORE_BUCKETS_MAX: usize = 1000;
 
-/// The first bucket at or after `fault_bucket` that starts a window of
+/// The first bucket at or after `fault_bucket` (and after the last run of
+/// [`RECOVERY_WINDOW_BUCKETS`] stalled buckets, if a collapse came later)
+/// that starts a window of
 /// [`RECOVERY_WINDOW_BUCKETS`] back to normal: no bucket under
 /// [`STALLED_SHARE`] and a mean of at least [`RECOVERED_SHARE`] of
 /// `share` times the mean rate of the buckets before the fault (the second
@@ -28,7 +30,19 @@ pub fn recovery(timeline: &[u64], fault_bucket: usize, share: f64) -> Option<usi
         return None;
     }
     let last_start = timeline.len().checked_sub(RECOVERY_WINDOW_BUCKETS)?;
-    (fault_bucket..=last_start).find(|&b| {
+    // A collapse that comes later (clients blocking one after another on a
+    // dead client's locks, until recovery frees them: DTX) is the one that
+    // counts: recovery is after the last stalled run of a window's length.
+    let stalled = |n: u64| (n as f64) < STALLED_SHARE * normal;
+    let mut from = fault_bucket;
+    let mut run = 0;
+    for (b, &n) in timeline.iter().enumerate().skip(fault_bucket) {
+        run = if stalled(n) { run + 1 } else { 0 };
+        if run >= RECOVERY_WINDOW_BUCKETS {
+            from = b + 1;
+        }
+    }
+    (from..=last_start).find(|&b| {
         let w = &timeline[b..b + RECOVERY_WINDOW_BUCKETS];
         let mean = w.iter().sum::<u64>() as f64 / w.len() as f64;
         mean >= RECOVERED_SHARE * normal && w.iter().all(|&n| n as f64 >= STALLED_SHARE * normal)
@@ -125,6 +139,14 @@ mod tests {
         assert_eq!(recovery(&t, 20, 1.0), Some(31));
         // No collapse: recovered at the fault.
         assert_eq!(recovery(&[100; 40], 20, 1.0), Some(20));
+        // A collapse that comes later (DTX: survivors block one by one on
+        // a dead client's locks until recovery rolls its log): recovery is
+        // after it, not at the fault.
+        let mut t = vec![100; 20];
+        t.extend(vec![100; 12]);
+        t.extend(vec![0; 30]);
+        t.extend(vec![100; 15]);
+        assert_eq!(recovery(&t, 20, 1.0), Some(62));
         // Never recovered, nothing before, or no throughput before.
         let dead: Vec<u64> = [vec![100; 20], vec![0; 30]].concat();
         assert_eq!(recovery(&dead, 20, 1.0), None);

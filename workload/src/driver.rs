@@ -48,6 +48,15 @@ pub enum DriveError {
 }
 
 impl IndexClient {
+    /// Sends what the client still owes before it is dropped (a dtx
+    /// B+tree's last release: `BTree::flush`).
+    pub async fn flush(&mut self) -> Result<(), DriveError> {
+        if let IndexClient::BTree(t) = self {
+            t.flush().await?;
+        }
+        Ok(())
+    }
+
     /// Follows the reclaims of `view` (`txn::quiesce`): a B+tree's rtx
     /// client must, under a control plane that reclaims dead clients'
     /// blocks. A hash table's heap is never reclaimed.

@@ -393,7 +393,7 @@ impl Experiment {
     /// The index, its variants, and the workload it runs.
     fn validate_index(&self) -> Result<(), ExperimentError> {
         if self.index.variants.is_empty() {
-            return Err(invalid("index.variants", "at least one of optimal, rtx"));
+            return Err(invalid("index.variants", "at least one of optimal, rtx, dtx"));
         }
         for (i, v) in self.index.variants.iter().enumerate() {
             if self.index.variants[..i].contains(v) {
@@ -409,6 +409,36 @@ impl Experiment {
             return Err(invalid(
                 "index.expect_violations",
                 format!("{v} is not one of index.variants"),
+            ));
+        }
+        let dtx = self.index.variants.contains(&Variant::Dtx);
+        if dtx && self.index.kind == IndexKind::Hash {
+            return Err(invalid(
+                "index.variants",
+                "RACE hashing has no dtx variant yet: dtx needs kind = \"btree\"",
+            ));
+        }
+        if dtx && self.on_memnodes() {
+            return Err(invalid(
+                "index.variants",
+                "dtx under memory-node faults is not built (a promotion does not finish DTX logs)",
+            ));
+        }
+        let paused = self.faults.iter().any(|f| f.kind == FaultKind::PauseClient);
+        if dtx && paused && !self.index.expect_violations.contains(&Variant::Dtx) {
+            // DTX writes in place: a paused coordinator that carries on
+            // after recovery rolled its logs overwrites what recovery
+            // restored. That is what separates rTX from DTX; list it.
+            return Err(invalid(
+                "index.expect_violations",
+                "a pause-client fault breaks dtx by design (a paused coordinator writes over what recovery \
+                 rolled back): list dtx in expect_violations",
+            ));
+        }
+        if dtx && !self.cluster.control_plane && self.faults.iter().any(|f| f.kind == FaultKind::KillClient) {
+            return Err(invalid(
+                "cluster.control_plane",
+                "dtx recovers a killed client once the control plane expired it: set control_plane = true",
             ));
         }
         let w = self.workload()?;

@@ -205,3 +205,46 @@ fn the_shipped_experiments_are_valid() {
     }
     assert!(n >= 2, "kill-client.toml and pause-client.toml at least");
 }
+
+#[test]
+fn dtx_rules_name_their_fields() {
+    let three = "variants = [\"optimal\", \"rtx\", \"dtx\"]";
+    // GOOD pauses a client: dtx must be listed as expected to break.
+    assert_rule(
+        GOOD,
+        "variants = [\"optimal\", \"rtx\"]",
+        three,
+        "index.expect_violations",
+    );
+    let with_dtx = GOOD
+        .replacen("variants = [\"optimal\", \"rtx\"]", three, 1)
+        .replacen(
+            "expect_violations = [\"optimal\"]",
+            "expect_violations = [\"optimal\", \"dtx\"]",
+            1,
+        );
+    assert_rule(&with_dtx, "kind = \"btree\"", "kind = \"hash\"", "index.variants");
+    assert_rule(
+        &with_dtx,
+        "clients = 3",
+        "clients = 3\ncontrol_plane = false",
+        "cluster.control_plane",
+    );
+    assert_rule(&with_dtx, "clients = 3", "clients = 3", "");
+    // Without the pause, dtx need not be expected to break.
+    let killed_only = GOOD
+        .replacen("variants = [\"optimal\", \"rtx\"]", three, 1)
+        .split("[[faults]]\nkind = \"pause-client\"")
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(Experiment::from_toml(&killed_only).is_ok());
+    // The shipped Figure 14 file runs all three.
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/experiments/kill-client.toml"
+    ))
+    .unwrap();
+    let e = Experiment::from_toml(&shipped).unwrap();
+    assert_eq!(e.index.variants, [Variant::Optimal, Variant::Dtx, Variant::Rtx]);
+}

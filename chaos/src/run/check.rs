@@ -152,7 +152,7 @@ pub async fn check_index(
     })
 }
 
-/// Makes the replicas comparable: finishes the logs of the dead (rtx) and
+/// Makes the replicas comparable: finishes the logs of the dead (rtx, dtx) and
 /// converges a hash table's backup slots (how many: the last value).
 /// Returns a fabric client and the heap to compare them with.
 async fn settle_replicas(
@@ -165,6 +165,24 @@ async fn settle_replicas(
     let heap = txn::Heap::open(&mut fabric, REGION)
         .await
         .map_err(RunError::index("cannot open the heap"))?;
+    if spec.variant == index::Variant::Dtx {
+        // Every client process is gone by now (reaped): nothing of theirs
+        // is in flight, whatever their quarantine says.
+        let mut recovery = txn::dtx::DtxClient::new(fabric.fork(), heap, owner, txn::TxConfig::default())
+            .map_err(RunError::index(format!("cannot act as owner {owner}")))?;
+        for &dead in dead_owners {
+            recovery
+                .finish_owner_log(dead)
+                .await
+                .map_err(RunError::index(format!(
+                    "cannot roll the DTX logs of owner {dead}"
+                )))?;
+        }
+        recovery
+            .release_pending()
+            .await
+            .map_err(RunError::index("cannot release"))?;
+    }
     if spec.variant == index::Variant::Rtx {
         let mut recovery = txn::TxClient::new(fabric.fork(), heap, owner, txn::TxConfig::default())
             .map_err(RunError::index(format!("cannot act as owner {owner}")))?;

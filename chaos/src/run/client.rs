@@ -424,6 +424,11 @@ async fn run_thread(
         }
         buckets.count();
     }
+    // A dtx client's last write's release, before the process exits.
+    index
+        .flush()
+        .await
+        .map_err(RunError::index("cannot send the last release"))?;
     history.flush()?;
     if let Some(line) = buckets.last() {
         say(stdout, &line)?;

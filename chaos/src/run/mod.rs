@@ -30,6 +30,7 @@ pub mod check;
 pub mod client;
 pub mod cluster;
 pub mod control;
+pub mod dtx_recovery;
 pub mod output;
 pub mod partition;
 pub mod replica;
@@ -329,6 +330,10 @@ pub struct VariantOutcome {
     pub check: check::CheckOutcome,
     /// What the control plane held and decided (with a control plane).
     pub control_plane: Option<control::ControlOutcome>,
+    /// dtx: the dead clients whose DTX logs the runner rolled during the
+    /// run, once their quarantine was over (`dtx_recovery`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dtx_rolled: Vec<dtx_recovery::Rolled>,
     /// Whether this variant is expected to fail its checks.
     pub expect_violations: bool,
     /// Whether its checks passed.

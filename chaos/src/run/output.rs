@@ -70,7 +70,7 @@ fn write_png(summary: &Summary, path: &Path) -> Result<(), RunError> {
             ops_per_bucket: v.timeline.clone(),
         })
         .collect();
-    let markers: Vec<Marker> = e
+    let mut markers: Vec<Marker> = e
         .faults
         .iter()
         .map(|f| Marker {
@@ -81,6 +81,15 @@ fn write_png(summary: &Summary, path: &Path) -> Result<(), RunError> {
             },
         })
         .collect();
+    // dtx: when recovery rolled a dead client's logs (after its quarantine).
+    for v in &summary.variants {
+        for r in &v.dtx_rolled {
+            markers.push(Marker {
+                at_ms: r.rolled_at_ms,
+                label: format!("{}: client {}'s logs rolled", v.variant, r.client),
+            });
+        }
+    }
     let title = e.headline();
     render_png(
         path,

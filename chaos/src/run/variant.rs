@@ -24,6 +24,7 @@ use super::check::{check_index, CheckOutcome};
 use super::client::connect;
 use super::cluster::{start_control, start_memnodes, Procs};
 use super::control::{self, ControlOutcome};
+use super::dtx_recovery;
 use super::{
     unix_ms, unix_ns, ClientOutcome, Endpoint, Fate, Options, RunError, RunSpec, VariantOutcome, BUCKET_US,
     GRACE, LOADER, READY_TIMEOUT,
@@ -113,11 +114,13 @@ pub fn run_variant(e: &Experiment, variant: Variant, o: &Options) -> Result<Vari
     let rt = super::runtime()?;
     let mut procs = Procs::default();
     let spec = start_cluster(e, variant, o, &dir, &rt, &mut procs, &say)?;
-    let state = run_clients(e, o, &spec, &mut procs, &say)?;
+    let (state, dtx_rolled) = run_clients(e, o, &spec, &mut procs, &say)?;
     let dead = Dead::of(e, &state);
     let (check, control_plane) = judge(e, &spec, &rt, &procs, &state, &dead, &say)?;
     drop(procs);
-    Ok(outcome(e, variant, state, check, control_plane, &say))
+    let mut outcome = outcome(e, variant, state, check, control_plane, &say);
+    outcome.dtx_rolled = dtx_rolled;
+    Ok(outcome)
 }
 
 /// Phase 1: the control plane (if any) and the memory nodes up, the index
@@ -176,7 +179,7 @@ fn run_clients(
     spec: &RunSpec,
     procs: &mut Procs,
     say: &Say<'_>,
-) -> Result<Gather, RunError> {
+) -> Result<(Gather, Vec<dtx_recovery::Rolled>), RunError> {
     let (tx, rx) = channel();
     let mut stdins = Vec::new();
     for c in 0..e.cluster.clients {
@@ -190,6 +193,17 @@ fn run_clients(
     ));
     let t0_ns = unix_ns();
     let t0 = Instant::now();
+    // dtx: nobody repairs a dead client's locks online; the runner rolls
+    // its logs after its quarantine, as recovery's coordinator would.
+    let recoverer = match (spec.variant, procs.member()) {
+        (Variant::Dtx, Some(member)) => {
+            let fixed = u16::try_from(e.owner_ids()).unwrap_or(u16::MAX);
+            let (owner, keeper) = lease(procs, "dtx-recovery", e, fixed)?;
+            let r = dtx_recovery::Recoverer::start(member, spec, owner, t0_ns / 1_000_000)?;
+            Some((r, keeper))
+        }
+        _ => None,
+    };
     for (c, stdin) in stdins.iter_mut().enumerate() {
         writeln!(stdin, "{}", RunnerLine::Go { t0_ns })
             .and_then(|_| stdin.flush())
@@ -219,7 +233,20 @@ fn run_clients(
         "clients ended: {:?}; checking with a fresh client ...",
         state.fates.iter().flatten().collect::<Vec<_>>()
     ));
-    Ok(state)
+    let mut rolled = Vec::new();
+    if let Some((r, keeper)) = recoverer {
+        rolled = r.finish()?;
+        if let Some(k) = keeper {
+            k.stop().map_err(|e| RunError::Control(e.to_string()))?;
+        }
+        for r in &rolled {
+            say.say(format_args!(
+                "client {}'s DTX logs rolled at {:.0} ms (expired at {:.0} ms): {} back, {} forward, {} locks freed",
+                r.client, r.rolled_at_ms, r.expired_at_ms, r.rolled_back, r.rolled_forward, r.released
+            ));
+        }
+    }
+    Ok((state, rolled))
 }
 
 /// Reaps every client, so that nothing signals their (reusable) pids
@@ -370,6 +397,7 @@ fn outcome(
         clients,
         check,
         control_plane,
+        dtx_rolled: Vec::new(),
         expect_violations: e.index.expect_violations.contains(&variant),
         passed,
     }

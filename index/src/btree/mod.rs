@@ -258,6 +258,14 @@ impl BTree {
         self.cache.leaf_hints()
     }
 
+    /// Sends what this client still owes and waits for it to land: for dtx,
+    /// the release of its last write (which otherwise rides its next
+    /// operation, or a background flusher that needs its runtime alive).
+    /// Call it before dropping a client; nothing to do for optimal and rtx.
+    pub async fn flush(&mut self) -> Result<(), IndexError> {
+        self.store.flush().await
+    }
+
     /// Bounds retries and lock waits (crash exploration makes blocked
     /// writers give up quickly).
     pub fn set_attempts_max(&mut self, attempts: u32) {

@@ -180,6 +180,14 @@ impl Store {
         }
     }
 
+    /// Sends what the client owes (dtx: its last write's release).
+    pub(crate) async fn flush(&mut self) -> Result<(), IndexError> {
+        match self {
+            Store::Optimal(_) | Store::Rtx(_) => Ok(()),
+            Store::Dtx(c) => Ok(c.release_pending().await?),
+        }
+    }
+
     /// Bytes one node costs in DM.
     pub(crate) fn node_bytes(&self) -> u64 {
         match self {
