@@ -39,6 +39,8 @@ pub(crate) struct Owed {
     pub(crate) releases: Vec<Release>,
     /// The flusher took releases and has not seen them land yet.
     sending: bool,
+    /// A flusher runs (it clears this, under the lock, when it stops).
+    flushing: bool,
 }
 
 /// What a committed or aborted transaction still owes a record: its lock,
@@ -174,38 +176,52 @@ impl DtxClient {
     }
 
     /// Owes `releases`: they ride the next batch, or the flusher sends them
-    /// if it runs first (in a tokio runtime).
+    /// if it runs first (in a tokio runtime). One flusher at a time, which
+    /// goes on while releases are owed: it stops, under the lock, only when
+    /// it finds none, and `owe` starts one, under the same lock, whenever
+    /// none is running, so no owed release is left without one.
     pub(crate) fn owe(&mut self, releases: Vec<Release>) {
         if releases.is_empty() {
             return;
         }
-        self.owed().releases.extend(releases);
-        if self.flusher.as_ref().is_some_and(|f| f.is_finished()) || self.flusher.is_none() {
-            if let Some(done) = self.flusher.take() {
-                // (Finished: collected at the next reap's cost of nothing.)
-                self.finished_flushers.push(done);
-            }
-            if tokio::runtime::Handle::try_current().is_ok() {
-                let owed = self.pending.clone();
-                let mut fork = self.fabric.fork();
-                self.flusher = Some(tokio::spawn(async move {
-                    let releases = {
-                        let mut o = lock_owed(&owed);
-                        o.sending = !o.releases.is_empty();
-                        std::mem::take(&mut o.releases)
-                    };
-                    if releases.is_empty() {
-                        return (true, fabric::Stats::default());
-                    }
-                    let mut batch = Batch::new();
-                    let handles = push_releases(&mut batch, &releases);
-                    let landed = fork.execute(&mut batch).await.is_ok()
-                        && handles.iter().all(|&h| batch.done(h).is_ok());
-                    lock_owed(&owed).sending = false;
-                    (landed, fork.stats())
-                }));
-            }
+        let start = {
+            let mut o = self.owed();
+            o.releases.extend(releases);
+            let start = !o.flushing && tokio::runtime::Handle::try_current().is_ok();
+            o.flushing |= start;
+            start
+        };
+        if !start {
+            return;
         }
+        if let Some(done) = self.flusher.take() {
+            // The last flusher stopped (it cleared `flushing`): its counters
+            // are collected at the next reap.
+            self.finished_flushers.push(done);
+        }
+        let owed = self.pending.clone();
+        let mut fork = self.fabric.fork();
+        self.flusher = Some(tokio::spawn(async move {
+            let mut landed = true;
+            let mut batch = Batch::new();
+            loop {
+                let releases = {
+                    let mut o = lock_owed(&owed);
+                    if o.releases.is_empty() || !landed {
+                        o.flushing = false;
+                        break;
+                    }
+                    o.sending = true;
+                    std::mem::take(&mut o.releases)
+                };
+                batch.clear();
+                let handles = push_releases(&mut batch, &releases);
+                landed =
+                    fork.execute(&mut batch).await.is_ok() && handles.iter().all(|&h| batch.done(h).is_ok());
+                lock_owed(&owed).sending = false;
+            }
+            (landed, fork.stats())
+        }));
     }
 
     /// Drops the releases kept for the next batch (recovery decides from
