@@ -202,6 +202,10 @@ pub async fn drive(
             r.misses += 1;
         }
     }
+    // What the last op still owes (a dtx release) is sent before this
+    // client goes idle: its thread may stop driving its runtime, and with
+    // it the flusher, while other clients still run.
+    client.flush().await?;
     r.elapsed = start.elapsed();
     r.fabric = client.fabric_stats() - fabric_before;
     let tx = client.tx_stats();

@@ -76,7 +76,9 @@ pub(crate) async fn read_node(c: &mut DtxClient, r: NodeRef) -> Result<Node, Ind
             Err(e) => return Err(IndexError::Tx(e)),
         }
     }
-    Err(IndexError::Torn(r))
+    // Invisible all along: its writer stopped inside its commit (until
+    // recovery rolls its log) or never sent its release.
+    Err(IndexError::Blocked(r))
 }
 
 /// `n` records for a bulk load, back to back in raw chunks (free, version
