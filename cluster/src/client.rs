@@ -303,9 +303,7 @@ impl Cluster {
         let ClientState::Expired { at_ms, seq } = c.state else {
             return Ok(None);
         };
-        let now_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let now_ms = unix_ms();
         if now_ms < at_ms.saturating_add(c.lease_ms) {
             return Ok(None); // quarantined: something it sent may still land
         }

@@ -31,7 +31,7 @@ use txn::dtx::record::{Record, Version};
 use txn::dtx::DtxClient;
 use txn::{Heap, HeapConfig, OwnerId, TxConfig, TxError};
 
-use super::{ExploreError, Mode, Report, ScenarioReport, Violation};
+use super::{word, ExploreError, Mode, Report, ScenarioReport, Violation};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 4 << 20;
@@ -288,12 +288,6 @@ async fn run_victim(mut c: DtxClient, recs: Vec<Record>, go_on: bool) -> Outcome
         }
     }
     out
-}
-
-fn word(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
 }
 
 /// Verbs the victim issues when nothing goes wrong.

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::client::connect;
 use super::control::{self, POLL};
-use super::{RunError, RunSpec, REGION};
+use super::{unix_ms, RunError, RunSpec, REGION};
 
 /// One client's DTX logs rolled.
 #[derive(Clone, Debug, Serialize)]
@@ -140,10 +140,4 @@ async fn watch(
         tokio::time::sleep(POLL).await;
     }
     Ok(rolled)
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }

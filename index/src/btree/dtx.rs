@@ -14,12 +14,12 @@
 
 use std::collections::HashMap;
 
-use fabric::{Batch, GlobalAddr, VERB_BYTES_MAX};
+use fabric::{GlobalAddr, VERB_BYTES_MAX};
 use txn::dtx::record::{self, Record, Version};
 use txn::dtx::{DtxClient, DtxTx};
 use txn::{AbortReason, Heap, LockWord, TxError};
 
-use super::check::CheckReport;
+use super::check::{read_heads, CheckReport};
 use super::load::Placement;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
@@ -126,30 +126,20 @@ pub(crate) async fn check_locks(
     nodes: &[NodeRef],
     report: &mut CheckReport,
 ) -> Result<(), IndexError> {
-    let mut batch = Batch::new();
-    for chunk in nodes.chunks(1024) {
-        batch.clear();
-        let handles: Vec<_> = chunk
-            .iter()
-            .map(|&r| batch.read(GlobalAddr::from_raw(r), record::HEADER_BYTES as u32))
-            .collect();
-        c.fabric().execute(&mut batch).await?;
-        for (&r, h) in chunk.iter().zip(handles) {
-            let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
-            let lock = LockWord::from_raw(word(0));
-            if word(0) != record::FREE {
-                report.locks_held += 1;
-                report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
-            }
-            if let Version::Invisible(by) = Version::from_raw(word(8)) {
-                report
-                    .violations
-                    .push(format!("node {r:#x} is invisible, written by {by:?}"));
-            }
+    read_heads(c.fabric(), nodes, record::HEADER_BYTES as u32, |r, b| {
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let lock = LockWord::from_raw(word(0));
+        if word(0) != record::FREE {
+            report.locks_held += 1;
+            report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
         }
-    }
-    Ok(())
+        if let Version::Invisible(by) = Version::from_raw(word(8)) {
+            report
+                .violations
+                .push(format!("node {r:#x} is invisible, written by {by:?}"));
+        }
+    })
+    .await
 }
 
 /// A write in progress on a dtx tree: one DTX transaction.

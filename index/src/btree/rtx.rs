@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use fabric::{Batch, GlobalAddr, Replica, VERB_BYTES_MAX};
 use txn::{DataPtr, Heap, HintSlot, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
-use super::check::CheckReport;
+use super::check::{read_heads, CheckReport};
 use super::load::Placement;
 use super::node::{Node, NodeRef, Torn, NODE_BYTES};
 use super::{IndexError, Step};
@@ -247,24 +247,14 @@ pub(crate) async fn check_locks(
     nodes: &[NodeRef],
     report: &mut CheckReport,
 ) -> Result<(), IndexError> {
-    let mut batch = Batch::new();
-    for chunk in nodes.chunks(1024) {
-        batch.clear();
-        let handles: Vec<_> = chunk
-            .iter()
-            .map(|&r| batch.read(GlobalAddr::from_raw(r), 8))
-            .collect();
-        c.fabric().execute(&mut batch).await?;
-        for (&r, h) in chunk.iter().zip(handles) {
-            let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
-            if lock.is_locked() {
-                report.locks_held += 1;
-                report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
-            }
+    read_heads(c.fabric(), nodes, 8, |r, b| {
+        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        if lock.is_locked() {
+            report.locks_held += 1;
+            report.violations.push(format!("node {r:#x} is locked: {lock:?}"));
         }
-    }
-    Ok(())
+    })
+    .await
 }
 
 /// A write in progress on an rtx tree: one rTX.

@@ -15,6 +15,7 @@ use crate::dtx::tx::DtxTx;
 use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
 use crate::lease::{LeaseSequence, Parity};
+use crate::log::word_at;
 use crate::stats::TxStats;
 use crate::word::{LockWord, OwnerId};
 
@@ -580,13 +581,12 @@ pub(crate) fn replica(i: usize) -> Replica {
     }
 }
 
-/// A little-endian word of READ bytes at byte `at` (0 past the end: READs
-/// return what was asked for, so a short one is a bug caught by the
-/// callers' length checks).
+/// The little-endian word at byte `at` of READ bytes ([`word_at`] by byte
+/// offset; 0 past the end: READs return what was asked for, so a short one
+/// is a bug caught by the callers' length checks).
 pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+    debug_assert_eq!(at % 8, 0, "words are 8-byte aligned");
+    word_at(bytes, at / 8).unwrap_or(0)
 }
 
 /// Bytes of one half of the log, as a READ length.

@@ -7,9 +7,7 @@ use txn::{DataPtr, LockWord, OwnerId, TxClient};
 
 use super::run::{read_all, Cell, Record, World, OLD, OWNER_SLOTS, REGION};
 
-fn word(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
-}
+use crate::crash_points::word;
 
 fn inspector(w: &World) -> Client {
     Client::new(w.map.clone(), w.base.clone())
