@@ -72,10 +72,6 @@ fn ycsb_refuses_bad_arguments() {
             vec!["bench", "ycsb", "--index", "btree,hash", "--workload", "e"],
             "workload e needs --index btree",
         ),
-        (
-            vec!["bench", "ycsb", "--index", "hash", "--variant", "dtx"],
-            "RACE hashing has no dtx variant yet",
-        ),
     ] {
         let (code, _, stderr) = kintsugi(&args);
         assert_ne!(code, 0, "{args:?}");

@@ -17,14 +17,6 @@ pub enum IndexError {
     /// A memory node refused a verb: a layout bug or a corrupt pointer.
     #[error("memory node refused a verb: {0}")]
     Verb(VerbError),
-    /// The index has no such variant (yet).
-    #[error("{index} has no {variant} variant yet (optimal and rtx are built)")]
-    VariantUnsupported {
-        /// Which index.
-        index: &'static str,
-        /// The variant asked for.
-        variant: crate::btree::Variant,
-    },
     /// The transaction layer failed (not an abort: those are retried).
     #[error(transparent)]
     Tx(#[from] TxError),

@@ -13,7 +13,7 @@ use txn::{Heap, HeapConfig, TxConfig};
 
 const REGION: u16 = 1;
 const CREATOR: u16 = 1;
-const VARIANTS: [Variant; 2] = [Variant::Optimal, Variant::Rtx];
+const VARIANTS: [Variant; 3] = [Variant::Optimal, Variant::Rtx, Variant::Dtx];
 /// Two groups (42 slots) per subtable: a few dozen keys split one.
 const TINY: HashConfig = HashConfig {
     groups: 2,
@@ -223,17 +223,27 @@ async fn round_trips_and_verbs_per_operation() {
     for variant in VARIANTS {
         let mut t = table(variant, HashConfig::default()).await;
         assert!(t.insert(5, 50).await.unwrap());
-        let rtx = variant == Variant::Rtx;
+        // The guard read before the buckets: rtx's meta, dtx's pointer
+        // record (lock, version, pointer).
+        let guard_bytes = match variant {
+            Variant::Optimal => None,
+            Variant::Rtx => Some(16),
+            Variant::Dtx => Some(24),
+        };
         let before = t.fabric().stats();
         assert_eq!(t.get(5).await.unwrap(), Some(50));
         let d = t.fabric().stats() - before;
         // RT1: the two combined buckets (rtx: and the subtable's meta, the
-        // lease check); RT2: the KV block.
+        // lease check; dtx: its record); RT2: the KV block.
         assert_eq!(d.round_trips, 2, "{variant} get");
-        assert_eq!(d.reads, if rtx { 4 } else { 3 }, "{variant} get READs");
+        assert_eq!(
+            d.reads,
+            3 + u64::from(guard_bytes.is_some()),
+            "{variant} get READs"
+        );
         assert_eq!(
             d.bytes_read,
-            256 + 24 + if rtx { 16 } else { 0 },
+            256 + 24 + guard_bytes.unwrap_or(0),
             "{variant} get bytes"
         );
 
@@ -241,7 +251,7 @@ async fn round_trips_and_verbs_per_operation() {
         assert!(t.update(5, 51).await.unwrap());
         let d = t.fabric().stats() - before;
         // RT1 also WRITEs the new KV block; RT3 CASes the slot and re-reads
-        // the headers (optimal) or the meta (rtx).
+        // the headers (optimal) or the guard (rtx, dtx).
         assert_eq!(d.round_trips, 3, "{variant} update");
         assert_eq!(d.cas, 1, "{variant} update CAS");
         assert_eq!(d.writes, 1, "{variant} update WRITE");

@@ -49,10 +49,11 @@ pub enum DriveError {
 
 impl IndexClient {
     /// Sends what the client still owes before it is dropped (a dtx
-    /// B+tree's last release: `BTree::flush`).
+    /// client's last release: `BTree::flush`, `HashTable::flush`).
     pub async fn flush(&mut self) -> Result<(), DriveError> {
-        if let IndexClient::BTree(t) = self {
-            t.flush().await?;
+        match self {
+            IndexClient::BTree(t) => t.flush().await?,
+            IndexClient::Hash(t) => t.flush().await?,
         }
         Ok(())
     }

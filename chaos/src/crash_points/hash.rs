@@ -18,6 +18,12 @@
 //! was acknowledged (pause mode). No key may hold a value nobody wrote, and
 //! a survivor blocked by a lock the victim never releases is a violation.
 //! The `optimal` variant is expected to show violations.
+//!
+//! The `dtx` variant has no online repair: its victim runs under a lease
+//! (`fabric::Mandate`); a paused victim is fenced (the lease revoked) and
+//! resumed, so that the rest of the batch in flight lands before anyone
+//! acts on what it left (DTX's quarantine), and recovery
+//! (`finish_owner_log`) runs before the survivor, as the btree target does.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +43,8 @@ const SETUP: u16 = 1;
 const VICTIM: u16 = 2;
 const SURVIVOR: u16 = 3;
 const CHECKER: u16 = 4;
+/// The owner id that rolls a dtx victim's log.
+const RECOVERER: u16 = 5;
 /// One bucket group (three buckets, 21 slots) per subtable, so that a few
 /// dozen keys fill one; a directory deep enough never to be full here.
 const CONFIG: HashConfig = HashConfig {
@@ -275,12 +283,29 @@ async fn client(
     owner: u16,
     plan: FaultPlan,
 ) -> Result<(HashTable, std::sync::Arc<fabric::Faulty<fabric::BaseTransport>>), String> {
+    client_under(map, base, heap, info, owner, plan, None).await
+}
+
+/// [`client`], its fabric under `mandate` if given (a dtx victim's lease).
+async fn client_under(
+    map: &ClusterMap,
+    base: &AnyTransport,
+    heap: Heap,
+    info: TableInfo,
+    owner: u16,
+    plan: FaultPlan,
+    mandate: Option<std::sync::Arc<fabric::Mandate>>,
+) -> Result<(HashTable, std::sync::Arc<fabric::Faulty<fabric::BaseTransport>>), String> {
     let (t, faults) = base.clone().with_faults(plan);
     let config = TxConfig {
         attempts_max: SURVIVOR_ATTEMPTS,
         ..TxConfig::default()
     };
-    let mut table = HashTable::attach(Client::new(map.clone(), t), heap, owner, config, info)
+    let fabric = match mandate {
+        Some(m) => Client::under(m, t),
+        None => Client::new(map.clone(), t),
+    };
+    let mut table = HashTable::attach(fabric, heap, owner, config, info)
         .await
         .map_err(|e| format!("attaching owner {owner}: {e}"))?;
     table.set_attempts_max(SURVIVOR_ATTEMPTS);
@@ -390,7 +415,13 @@ fn show(found: Option<u64>) -> String {
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(base.attach_verbs + k);
-    let (mut victim, faults) = client(&map, &t, heap, base.info, VICTIM, plan).await?;
+    let mandate = (base.info.variant == Variant::Dtx).then(|| {
+        fabric::Mandate::new(
+            map.clone(),
+            std::time::Instant::now() + std::time::Duration::from_secs(3600),
+        )
+    });
+    let (mut victim, faults) = client_under(&map, &t, heap, base.info, VICTIM, plan, mandate.clone()).await?;
     if faults.verbs_issued() != base.attach_verbs {
         return Err(format!(
             "the victim attached in {} verbs, {} without faults",
@@ -402,7 +433,7 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     let (mut survivor, _) = client(&map, &t, heap, base.info, SURVIVOR, survivor_plan()).await?;
     let op = base.op;
     let victim_task = tokio::spawn(async move { op.run(&mut victim).await });
-    let victim_task = stop_victim(mode, victim_task, &faults, k).await?;
+    let mut victim_task = stop_victim(mode, victim_task, &faults, k).await?;
 
     let mut found = Vec::new();
     let mut expected = Expected::default();
@@ -411,6 +442,34 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     }
     expected.exact.remove(&op.key());
     expected.either.insert(op.key(), op.allowed());
+
+    if let Some(mandate) = &mandate {
+        // DTX: fenced, then resumed (the rest of the batch in flight
+        // lands), then its logs rolled, before anyone else goes on.
+        mandate.revoke();
+        if let Some(task) = victim_task.take() {
+            faults.resume();
+            match task.await {
+                Ok(Ok(true)) => {
+                    expected.either.remove(&op.key());
+                    expected.exact.insert(op.key(), op.after());
+                }
+                Ok(Ok(false)) => found.push(format!("victim's {op:?} answered false after waking")),
+                Ok(Err(_)) => {} // fenced: LeaseUncertain, or in doubt
+                Err(e) => found.push(format!("victim task panicked: {e}")),
+            }
+        }
+        let mut r = txn::dtx::DtxClient::new(
+            Client::new(map.clone(), t.clone()),
+            heap,
+            RECOVERER,
+            TxConfig::default(),
+        )
+        .map_err(|e| e.to_string())?;
+        if let Err(e) = r.finish_owner_log(VICTIM).await {
+            found.push(format!("recovery of the victim's logs failed: {e}"));
+        }
+    }
 
     // The survivor reads every key the victim's subtable held (and the
     // victim's), then inserts next to them.

@@ -412,12 +412,6 @@ impl Experiment {
             ));
         }
         let dtx = self.index.variants.contains(&Variant::Dtx);
-        if dtx && self.index.kind == IndexKind::Hash {
-            return Err(invalid(
-                "index.variants",
-                "RACE hashing has no dtx variant yet: dtx needs kind = \"btree\"",
-            ));
-        }
         if dtx && self.on_memnodes() {
             return Err(invalid(
                 "index.variants",

@@ -250,11 +250,12 @@ async fn task(
             tokio::task::yield_now().await;
         }
     }
-    // A dtx tree's last release, before the task's handle goes idle. (A
+    // A dtx client's last release, before the task's handle goes idle. (A
     // failure here is the next reader's to wait out: nothing to report.)
-    if let Handle::Tree(t) = &mut h {
-        let _ = t.inner().flush().await;
-    }
+    let _ = match &mut h {
+        Handle::Tree(t) => t.inner().flush().await,
+        Handle::Table(t) => t.inner().flush().await,
+    };
     report.retries = h.retries();
     report.tx_by_client = h.tx_stats().into_iter().collect();
     report

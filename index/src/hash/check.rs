@@ -2,12 +2,12 @@
 //! its hash selects and in one of its two candidate combined buckets; every
 //! directory entry naming the subtable that covers it; every header of a
 //! subtable equal; no lock held (bucket headers for optimal, subtable and
-//! directory metas for rtx). Run it with no writer active.
+//! directory metas for rtx, their pointer records for dtx, which must be
+//! visible too). Run it with no writer active.
 
 use std::collections::{BTreeMap, HashMap};
 
 use fabric::{GlobalAddr, Replica};
-use txn::LockWord;
 
 use super::layout::{decode_kv, dir_hash, fingerprint, word, Header, Slot, BUCKET_BYTES, KV_BYTES};
 use super::split::{full_slots, read_block};
@@ -79,7 +79,8 @@ impl HashTable {
     /// between releasing its subtable and the directory leaves that lock
     /// until the next split, or until this sweep (the recovery module's, or
     /// a checker's before `check`). Returns the locks repaired; optimal has
-    /// nothing to repair with.
+    /// nothing to repair with, and nobody but recovery (its log) acts on a
+    /// dtx lock.
     pub async fn repair_expired_locks(&mut self) -> Result<usize, IndexError> {
         if self.info.variant != Variant::Rtx {
             return Ok(0);
@@ -89,7 +90,7 @@ impl HashTable {
         objs.extend(subs.into_iter().map(|s| self.sub_obj(s)));
         let mut repaired = 0;
         for obj in objs {
-            let (lock, _) = self.read_meta(obj.meta).await?;
+            let lock = self.read_guard(obj.meta).await?.lock;
             let now = self.now_tick();
             if let super::Engine::Rtx(c) = &mut self.engine {
                 if lock.is_locked()
@@ -112,10 +113,10 @@ impl HashTable {
         let g = self.geometry;
         let depth = self.info.config.dir_depth;
         let region = self.heap.region();
-        if self.info.variant == Variant::Rtx {
-            let (lock, _) = self.read_meta(self.info.dir).await?;
-            if lock.is_locked() {
-                report.held_lock(format!("the directory is locked: {lock:?}"));
+        if self.guarded() {
+            let guard = self.read_guard(self.info.dir).await?;
+            if !guard.is_free() {
+                report.held_lock(format!("the directory is locked: {guard:?}"));
             }
         }
         let mut subs: HashMap<u64, Vec<u64>> = HashMap::new();
@@ -128,19 +129,14 @@ impl HashTable {
         for (sub, dir_indexes) in order {
             report.subtables += 1;
             report.slots += g.slots();
-            let base = match self.info.variant {
-                Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
-                Variant::Optimal => GlobalAddr::from_raw(sub),
-                Variant::Rtx => {
-                    let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
-                    if lock.is_locked() {
-                        report.held_lock(format!(
-                            "subtable {sub:#x} is locked: {:?}",
-                            LockWord::from_raw(lock.raw())
-                        ));
-                    }
-                    GlobalAddr::new(region, dptr.offset())
+            let base = if self.guarded() {
+                let guard = self.read_guard(GlobalAddr::from_raw(sub)).await?;
+                if !guard.is_free() {
+                    report.held_lock(format!("subtable {sub:#x} is locked: {guard:?}"));
                 }
+                GlobalAddr::new(region, guard.dptr.offset())
+            } else {
+                GlobalAddr::from_raw(sub)
             };
             let data = read_block(self.fabric(), base, g.subtable_bytes()).await?;
             let header = Header(word(&data, 0));
@@ -180,7 +176,7 @@ impl HashTable {
             // (`ops::read_view`), so copies that differ are a replica left
             // behind (a dropped WRITE, say), which comparing the slots
             // alone does not see.
-            let replicas = if self.info.variant == Variant::Rtx {
+            let replicas = if self.guarded() {
                 self.fabric()
                     .map()
                     .region(region)

@@ -107,8 +107,13 @@ impl HashTable {
 
     /// Writes a new subtable; returns its ref.
     async fn write_subtable(&mut self, data: &[u8]) -> Result<u64, IndexError> {
+        let heap = self.heap;
         match &mut self.engine {
             Engine::Rtx(c) => Ok(c.create_raw(data).await?.meta.raw()),
+            Engine::Dtx(c) => {
+                let block = super::write_block(c.fabric(), &mut self.alloc, heap, data).await?;
+                Ok(c.create_raw(&super::pointer_bytes(block)).await?.addr.raw())
+            }
             Engine::Optimal(c) => {
                 let at = GlobalAddr::new(self.heap.region(), self.alloc.data(c, data.len() as u32).await?);
                 let mut batch = Batch::new();
@@ -124,8 +129,16 @@ impl HashTable {
     async fn write_dir(&mut self, dir: &[u64]) -> Result<(), IndexError> {
         let bytes = words_bytes(dir);
         let dir_obj = self.dir_obj();
+        let dir_rec = self.dir_record();
         let at = self.info.dir;
+        let heap = self.heap;
         match &mut self.engine {
+            Engine::Dtx(c) => {
+                let block = super::write_block(c.fabric(), &mut self.alloc, heap, &bytes).await?;
+                let pointer = super::pointer_bytes(block);
+                c.run(async move |tx| tx.write(dir_rec, &pointer).await).await?;
+                c.release_pending().await?;
+            }
             Engine::Rtx(c) => {
                 c.run(async move |tx| tx.write_raw(dir_obj, &bytes).await).await?;
             }

@@ -19,6 +19,14 @@
 //!   stays lock-free and adds one 16-byte READ of the subtable's meta (the
 //!   lease check, the paper's Opt2), and a writer READs it again after its
 //!   CAS. A split that dies is repaired by the next client that meets it.
+//! - `dtx` (the FORD-style baseline): the subtable and the directory are
+//!   DTX *pointer records* (`txn::dtx`): a lock word, a version word and
+//!   one data word naming an out-of-place block, as FORD locks a pointer
+//!   and then fetches a variable-size record. The common path is rtx's with
+//!   the 24-byte record in place of the 16-byte meta; a split is one DTX
+//!   transaction that writes fresh blocks and swings both pointers. A split
+//!   that dies blocks writers of its subtable until recovery rolls its log
+//!   back (nobody but recovery acts on a DTX lock).
 
 mod check;
 pub mod layout;
@@ -31,7 +39,9 @@ mod wait;
 use std::collections::HashMap;
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
-use txn::{BlockAllocator, DataPtr, Heap, RawObj, TxClient, TxConfig};
+use txn::dtx::record::{Record, Version, HEADER_BYTES, RECORD_ALIGN};
+use txn::dtx::DtxClient;
+use txn::{BlockAllocator, DataPtr, Heap, LockWord, RawObj, TxClient, TxConfig};
 
 pub use check::HashCheckReport;
 pub use load::{load_depth, HashLoadReport, LOAD_FILL};
@@ -114,7 +124,8 @@ pub struct TableInfo {
     pub variant: Variant,
     /// The shape.
     pub config: HashConfig,
-    /// The directory: its block (optimal) or its TXObj meta (rtx).
+    /// The directory: its block (optimal), its TXObj meta (rtx) or its
+    /// pointer record (dtx).
     pub dir: GlobalAddr,
 }
 
@@ -146,6 +157,85 @@ pub struct HashStats {
 enum Engine {
     Optimal(Client),
     Rtx(Box<TxClient>),
+    Dtx(Box<DtxClient>),
+}
+
+impl Engine {
+    fn fabric(&mut self) -> &mut Client {
+        match self {
+            Engine::Optimal(c) => c,
+            Engine::Rtx(c) => c.fabric(),
+            Engine::Dtx(c) => c.fabric(),
+        }
+    }
+}
+
+/// Data bytes of a dtx pointer record: one [`DataPtr`] word.
+const POINTER_BYTES: u32 = 8;
+
+/// What guards a subtable or the directory of an rtx or dtx table, read in
+/// one verb (before the buckets on the common path): rtx's TXObj meta
+/// `[lock, data pointer]`, dtx's pointer record `[lock, version, data
+/// pointer]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Guard {
+    /// Held by a split (rtx: until its lease ends, then repairable; dtx:
+    /// until it releases or recovery rolls its log).
+    pub lock: LockWord,
+    /// dtx: the record's version word; 0 (visible) for rtx.
+    pub version: u64,
+    /// Where the block is. Every block a guard ever names was written whole
+    /// before the guard named it, and is never changed in place by a split.
+    pub dptr: DataPtr,
+}
+
+impl Guard {
+    /// Bytes of `variant`'s guard, read in one verb.
+    fn bytes(variant: Variant) -> u32 {
+        match variant {
+            Variant::Dtx => (HEADER_BYTES + u64::from(POINTER_BYTES)) as u32,
+            Variant::Optimal | Variant::Rtx => txn::META_BYTES as u32,
+        }
+    }
+
+    /// Decodes `variant`'s guard from the bytes of one READ of
+    /// [`Guard::bytes`].
+    pub(crate) fn decode(variant: Variant, b: &[u8]) -> Guard {
+        match variant {
+            Variant::Dtx => Guard {
+                lock: LockWord::from_raw(word(b, 0)),
+                version: word(b, 1),
+                dptr: DataPtr::from_raw(word(b, 2)),
+            },
+            Variant::Optimal | Variant::Rtx => Guard {
+                lock: LockWord::from_raw(word(b, 0)),
+                version: 0,
+                dptr: DataPtr::from_raw(word(b, 1)),
+            },
+        }
+    }
+
+    /// dtx: the pointer is being written (a split's commit, not yet
+    /// released). Never for rtx.
+    fn is_invisible(&self) -> bool {
+        matches!(Version::from_raw(self.version), Version::Invisible(_))
+    }
+
+    /// Whether it stops an attempt at `now`: rtx stops writers at a held
+    /// lock and everyone at an expired one (to repair it); dtx stops
+    /// writers at a held lock and everyone at an invisible pointer (FORD's
+    /// reader rule; there is nothing to repair).
+    pub(crate) fn stops(&self, variant: Variant, write: bool, now: u64) -> bool {
+        match variant {
+            Variant::Dtx => self.is_invisible() || (write && self.lock.is_locked()),
+            Variant::Optimal | Variant::Rtx => self.lock.is_locked() && (write || self.lock.is_expired(now)),
+        }
+    }
+
+    /// No split holds it, and (dtx) its pointer is visible.
+    pub(crate) fn is_free(&self) -> bool {
+        !self.lock.is_locked() && !self.is_invisible()
+    }
 }
 
 /// One client of a RACE hash table (one per thread or coroutine).
@@ -163,7 +253,7 @@ pub struct HashTable {
     spare_kv: Option<u64>,
     /// The cached directory.
     dir: Vec<u64>,
-    /// rtx: each subtable's data block as last seen, by meta.
+    /// rtx and dtx: each subtable's data block as last seen, by guard.
     data_of: HashMap<u64, DataPtr>,
     stats: HashStats,
     attempts_max: u32,
@@ -174,11 +264,12 @@ pub struct HashTable {
 /// A subtable as a client reaches it: its ref and where its buckets are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loc {
-    /// The directory's word for it: block (optimal) or meta (rtx).
+    /// The directory's word for it: block (optimal), meta (rtx) or pointer
+    /// record (dtx).
     pub sub: u64,
     /// The start of its buckets.
     pub base: GlobalAddr,
-    /// rtx: the data pointer `base` came from.
+    /// rtx and dtx: the data pointer `base` came from.
     pub dptr: Option<DataPtr>,
 }
 
@@ -198,12 +289,6 @@ impl HashTable {
         };
         let first = geometry.empty_subtable(Header::new(0, 0));
         let mut t = match variant {
-            Variant::Dtx => {
-                return Err(IndexError::VariantUnsupported {
-                    index: "RACE hashing",
-                    variant,
-                })
-            }
             Variant::Optimal => {
                 let mut alloc = BlockAllocator::raw(heap, owner);
                 let mut fabric = fabric;
@@ -232,6 +317,17 @@ impl HashTable {
                 let info = TableInfo { variant, config, dir };
                 let alloc = BlockAllocator::raw(heap, owner);
                 HashTable::with_engine(Engine::Rtx(Box::new(c)), heap, owner, info, alloc)
+            }
+            Variant::Dtx => {
+                let mut c = DtxClient::new(fabric, heap, owner, TxConfig::default())?;
+                let mut alloc = BlockAllocator::raw(heap, owner);
+                let sub = write_block(c.fabric(), &mut alloc, heap, &first).await?;
+                let sub = c.create_raw(&pointer_bytes(sub)).await?.addr;
+                let dir_words = vec![sub.raw(); 1 << config.dir_depth];
+                let dir = write_block(c.fabric(), &mut alloc, heap, &words_bytes(&dir_words)).await?;
+                let dir = c.create_raw(&pointer_bytes(dir)).await?.addr;
+                let info = TableInfo { variant, config, dir };
+                HashTable::with_engine(Engine::Dtx(Box::new(c)), heap, owner, info, alloc)
             }
         };
         let geometry_word = u64::from(config.groups) << 8 | u64::from(config.dir_depth);
@@ -277,11 +373,14 @@ impl HashTable {
             dir_depth: (w[1] & 0xff) as u8,
         };
         config.check()?;
-        Ok(TableInfo {
-            variant,
-            config,
-            dir: GlobalAddr::from_raw(w[2]),
-        })
+        let dir = GlobalAddr::from_raw(w[2]);
+        if variant == Variant::Dtx && dir.offset() % RECORD_ALIGN != 0 {
+            return Err(IndexError::Corrupt(format!(
+                "region {}: the directory record {dir:?} is not {RECORD_ALIGN}-byte aligned",
+                heap.region()
+            )));
+        }
+        Ok(TableInfo { variant, config, dir })
     }
 
     /// A client of a table whose info is known: reads the directory.
@@ -296,12 +395,7 @@ impl HashTable {
         let engine = match info.variant {
             Variant::Optimal => Engine::Optimal(fabric),
             Variant::Rtx => Engine::Rtx(Box::new(TxClient::new(fabric, heap, owner, config)?)),
-            Variant::Dtx => {
-                return Err(IndexError::VariantUnsupported {
-                    index: "RACE hashing",
-                    variant: info.variant,
-                })
-            }
+            Variant::Dtx => Engine::Dtx(Box::new(DtxClient::new(fabric, heap, owner, config)?)),
         };
         let alloc = BlockAllocator::raw(heap, owner);
         let mut t = HashTable::with_engine(engine, heap, owner, info, alloc);
@@ -339,7 +433,8 @@ impl HashTable {
         self.info
     }
 
-    /// Bytes of one subtable (the data of an rtx subtable's meta).
+    /// Bytes of one subtable (the data of an rtx subtable's meta, the block
+    /// a dtx subtable's record points at).
     pub fn subtable_bytes(&self) -> u64 {
         self.geometry.subtable_bytes()
     }
@@ -367,30 +462,34 @@ impl HashTable {
         }
     }
 
-    /// rTX counters (rtx variant).
+    /// Transaction counters (rtx: rTX's, dtx: the DTX client's).
     pub fn tx_stats(&self) -> Option<txn::TxStats> {
         match &self.engine {
             Engine::Rtx(c) => Some(c.stats()),
+            Engine::Dtx(c) => Some(c.stats()),
             Engine::Optimal(_) => None,
         }
     }
 
     /// The fabric client (for its counters).
     pub fn fabric(&mut self) -> &mut Client {
-        match &mut self.engine {
-            Engine::Optimal(c) => c,
-            Engine::Rtx(c) => c.fabric(),
+        self.engine.fabric()
+    }
+
+    /// Sends what this client owes before it goes idle: a dtx client's
+    /// deferred releases (a split releases at once, so this is a safety
+    /// net); nothing for the other variants.
+    pub async fn flush(&mut self) -> Result<(), IndexError> {
+        if let Engine::Dtx(c) = &mut self.engine {
+            c.release_pending().await?;
         }
+        Ok(())
     }
 
     /// A fresh block of `len` bytes from this client's allocator
     /// (optimal's subtables); returns its region offset.
     pub(crate) async fn alloc_data(&mut self, len: u32) -> Result<u64, IndexError> {
-        let fabric = match &mut self.engine {
-            Engine::Optimal(c) => c,
-            Engine::Rtx(c) => c.fabric(),
-        };
-        Ok(self.alloc.data(fabric, len).await?)
+        Ok(self.alloc.data(self.engine.fabric(), len).await?)
     }
 
     /// A fresh block for `len` bytes of KV blocks back to back; returns its
@@ -399,11 +498,7 @@ impl HashTable {
     /// client's chunk goes to the next holder of its owner id.
     pub(crate) async fn alloc_kv(&mut self, len: u32) -> Result<u64, IndexError> {
         debug_assert_eq!(len % layout::KV_BYTES, 0, "KV blocks are whole");
-        let fabric = match &mut self.engine {
-            Engine::Optimal(c) => c,
-            Engine::Rtx(c) => c.fabric(),
-        };
-        Ok(self.alloc.sealed(fabric, len).await?)
+        Ok(self.alloc.sealed(self.engine.fabric(), len).await?)
     }
 
     /// Bounds retries and lock waits (crash exploration makes blocked
@@ -444,12 +539,30 @@ impl HashTable {
         }
     }
 
+    /// The dtx directory's pointer record.
+    fn dir_record(&self) -> Record {
+        Record::new(self.info.dir, POINTER_BYTES)
+    }
+
+    /// The dtx pointer record of subtable `sub`.
+    fn sub_record(sub: u64) -> Record {
+        Record::new(GlobalAddr::from_raw(sub), POINTER_BYTES)
+    }
+
+    /// Whether subtables and the directory sit behind guards (rtx's metas,
+    /// dtx's pointer records) rather than in place (optimal).
+    fn guarded(&self) -> bool {
+        self.info.variant != Variant::Optimal
+    }
+
     /// The rtx objects the table is made of now, each with the bytes of its
     /// data: the directory and every subtable the directory names, read
     /// afresh. For checkers that compare replicas object by object: a meta
     /// that is no longer part of the table (one an aborted split created)
     /// may name a block since reused and retired, which need not agree.
-    /// Empty for an optimal table (it has no objects).
+    /// Empty for an optimal table (it has no objects), and for a dtx one:
+    /// its pointer records are not TXObjs (replicas of their blocks are
+    /// not compared object by object; the checker compares the KV blocks).
     pub async fn objects(&mut self) -> Result<HashMap<GlobalAddr, u32>, IndexError> {
         if self.info.variant != Variant::Rtx {
             return Ok(HashMap::new());
@@ -480,13 +593,15 @@ impl HashTable {
     /// Reads the whole directory into the cache.
     pub(crate) async fn reload_dir(&mut self) -> Result<(), IndexError> {
         let region = self.heap.region();
-        let block = match self.info.variant {
-            Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
-            Variant::Optimal => self.info.dir,
-            Variant::Rtx => {
-                let meta = self.read_meta(self.info.dir).await?;
-                GlobalAddr::new(region, meta.1.offset())
-            }
+        // A dtx directory's pointer is followed even while a split's commit
+        // writes it: both the block it named and the one it names now are
+        // whole directories, and a stale entry is caught by the headers, as
+        // a stale cached directory is.
+        let block = if self.guarded() {
+            let guard = self.read_guard(self.info.dir).await?;
+            GlobalAddr::new(region, guard.dptr.offset())
+        } else {
+            self.info.dir
         };
         let len = dir_bytes(self.info.config.dir_depth);
         let mut batch = self.fabric().take_batch();
@@ -505,9 +620,13 @@ impl HashTable {
     pub(crate) fn cache_dir(&mut self, dir: &[u8]) -> Result<(), IndexError> {
         let region = self.heap.region();
         let words: Vec<u64> = (0..dir.len() / 8).map(|i| word(dir, i)).collect();
+        // A dtx subtable is a record: `Record::new` asserts its alignment,
+        // so a misaligned word must stop here as corrupt, not panic there.
+        let records = self.info.variant == Variant::Dtx;
+        let misaligned = |w: u64| records && GlobalAddr::from_raw(w).offset() % RECORD_ALIGN != 0;
         if let Some(w) = words
             .iter()
-            .find(|&&w| GlobalAddr::from_raw(w).region() != region || w == 0)
+            .find(|&&w| GlobalAddr::from_raw(w).region() != region || w == 0 || misaligned(w))
         {
             return Err(IndexError::Corrupt(format!(
                 "the directory names subtable {w:#x}, outside region {region}"
@@ -517,46 +636,44 @@ impl HashTable {
         Ok(())
     }
 
-    /// Reads a TXObj meta: `(lock word, data pointer)`.
-    async fn read_meta(&mut self, meta: GlobalAddr) -> Result<(txn::LockWord, DataPtr), IndexError> {
+    /// Reads the guard (rtx meta, dtx pointer record) at `at`.
+    pub(crate) async fn read_guard(&mut self, at: GlobalAddr) -> Result<Guard, IndexError> {
+        let variant = self.info.variant;
         let mut batch = self.fabric().take_batch();
-        let h = batch.read(meta, txn::META_BYTES as u32);
+        let h = batch.read(at, Guard::bytes(variant));
         let r = self.fabric().execute(&mut batch).await;
         let out = r.map_err(IndexError::from).and_then(|()| {
             let b = batch.read_result(h).map_err(IndexError::Verb)?;
-            Ok((txn::LockWord::from_raw(word(b, 0)), DataPtr::from_raw(word(b, 1))))
+            Ok(Guard::decode(variant, b))
         });
         self.fabric().give_batch(batch);
         out
     }
 
     /// Where subtable `sub`'s buckets are: its block (optimal), or the data
-    /// block last seen behind its meta (rtx; one READ the first time).
+    /// block last seen behind its guard (rtx, dtx; one READ the first time).
     pub(crate) async fn locate(&mut self, sub: u64) -> Result<Loc, IndexError> {
         let region = self.heap.region();
-        match self.info.variant {
-            Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
-            Variant::Optimal => Ok(Loc {
+        if !self.guarded() {
+            return Ok(Loc {
                 sub,
                 base: GlobalAddr::from_raw(sub),
                 dptr: None,
-            }),
-            Variant::Rtx => {
-                let dptr = match self.data_of.get(&sub) {
-                    Some(&d) => d,
-                    None => {
-                        let (_, d) = self.read_meta(GlobalAddr::from_raw(sub)).await?;
-                        self.data_of.insert(sub, d);
-                        d
-                    }
-                };
-                Ok(Loc {
-                    sub,
-                    base: GlobalAddr::new(region, dptr.offset()),
-                    dptr: Some(dptr),
-                })
-            }
+            });
         }
+        let dptr = match self.data_of.get(&sub) {
+            Some(&d) => d,
+            None => {
+                let d = self.read_guard(GlobalAddr::from_raw(sub)).await?.dptr;
+                self.data_of.insert(sub, d);
+                d
+            }
+        };
+        Ok(Loc {
+            sub,
+            base: GlobalAddr::new(region, dptr.offset()),
+            dptr: Some(dptr),
+        })
     }
 
     async fn set_root(&mut self, slot: usize, value: u64) -> Result<(), IndexError> {
@@ -581,6 +698,30 @@ fn dir_bytes(depth: u8) -> u32 {
 
 fn words_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The data of a dtx pointer record naming the block at `block`. Blocks
+/// are never reused, so the offset alone tells one from another.
+fn pointer_bytes(block: GlobalAddr) -> [u8; POINTER_BYTES as usize] {
+    DataPtr::new(0, block.offset()).raw().to_le_bytes()
+}
+
+/// Writes `bytes` to every replica of a fresh block from `alloc` (never
+/// reused: see `BlockAllocator::raw`) and returns its address.
+async fn write_block(
+    fabric: &mut Client,
+    alloc: &mut BlockAllocator,
+    heap: Heap,
+    bytes: &[u8],
+) -> Result<GlobalAddr, IndexError> {
+    let len = u32::try_from(bytes.len())
+        .map_err(|_| IndexError::Layout(format!("a block of {} bytes is too large", bytes.len())))?;
+    let at = GlobalAddr::new(heap.region(), alloc.data(fabric, len).await?);
+    let mut batch = Batch::new();
+    let h = batch.on(Replica::All).write(at, bytes);
+    fabric.execute(&mut batch).await?;
+    batch.done(h).map_err(IndexError::Verb)?;
+    Ok(at)
 }
 
 fn variant_tag(v: Variant) -> u64 {

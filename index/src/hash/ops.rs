@@ -2,39 +2,43 @@
 //! delete.
 //!
 //! ```text
-//! RT1  [WRITE the new KV block]  [rtx: READ the subtable's meta]
+//! RT1  [WRITE the new KV block]  [rtx, dtx: READ the subtable's guard]
 //!      READ both candidate combined buckets
 //! RT2  READ the KV blocks whose slots carry the key's fingerprint
 //! RT3  CAS the slot; then READ again what tells whether a split overlapped
-//!      the CAS: optimal the 8-byte header of the slot's bucket, rtx the meta
-//!      (and both combined buckets after an insert, for duplicates)
+//!      the CAS: optimal the 8-byte header of the slot's bucket, rtx and dtx
+//!      the guard (and both combined buckets after an insert, for duplicates)
 //! ```
 //!
-//! The split protocol this relies on (`split.rs`): an optimal split locks
-//! every bucket header before it reads the subtable, and an rtx split locks
-//! the subtable's meta before it reads the data. So a writer whose re-read
-//! finds the header (or the meta) as it was before its CAS knows that any
-//! split reads the subtable after the CAS, and carries the entry along.
+//! The guard is rtx's 16-byte TXObj meta or dtx's 24-byte pointer record
+//! (`Guard`). The split protocol this relies on (`split.rs`): an optimal
+//! split locks every bucket header before it reads the subtable, and rtx
+//! and dtx splits lock the subtable's guard before they read its block. So
+//! a writer whose re-read finds the header (or the guard) as it was before
+//! its CAS knows that any split reads the subtable after the CAS, and
+//! carries the entry along.
 //! Otherwise the write is *unsettled*: the writer waits for the split, takes
 //! its entry out of a place it no longer belongs (optimal), and checks where
 //! the key is now, redoing the write if it was lost.
 //!
-//! Readers take no lock. rtx readers read the meta before the buckets, so
-//! the buckets are of a block that was current when the meta was read, and
-//! a split never changes a block in place. Optimal readers can overlap a
+//! Readers take no lock. rtx and dtx readers read the guard before the
+//! buckets, so the buckets are of a block that was current when the guard
+//! was read, and a split never changes a block in place. A dtx reader also
+//! waits while the pointer is invisible (being written), as FORD's readers
+//! do. Optimal readers can overlap a
 //! split that moves their key away; a key found is real, and an absent
 //! answer is confirmed by re-reading the headers (unchanged means no split
 //! step happened in between).
 
 use fabric::{Batch, GlobalAddr, Replica};
-use txn::{DataPtr, LockWord};
+use txn::LockWord;
 
 use super::layout::{
     decode_kv, dir_hash, encode_kv, fingerprint, word, Geometry, Header, Slot, BUCKET_BYTES, COMBINED_BYTES,
     KV_BYTES, SLOTS_PER_BUCKET,
 };
 use super::wait::backoff;
-use super::{HashTable, Loc};
+use super::{Guard, HashTable, Loc};
 use crate::btree::Variant;
 use crate::error::IndexError;
 
@@ -50,8 +54,8 @@ pub(crate) struct Pos {
 #[derive(Clone, Debug)]
 pub(crate) struct View {
     pub loc: Loc,
-    /// rtx: the subtable's meta, read just before the buckets.
-    pub meta: Option<(LockWord, DataPtr)>,
+    /// rtx, dtx: the subtable's guard, read just before the buckets.
+    pub meta: Option<Guard>,
     /// The first bucket of each combined bucket.
     pub starts: [u64; 2],
     /// The distinct buckets read: index and words (header, slots).
@@ -60,7 +64,7 @@ pub(crate) struct View {
 }
 
 impl View {
-    fn new(loc: Loc, meta: Option<(LockWord, DataPtr)>, starts: [u64; 2], combined: [&[u8]; 2]) -> View {
+    fn new(loc: Loc, meta: Option<Guard>, starts: [u64; 2], combined: [&[u8]; 2]) -> View {
         let mut v = View {
             loc,
             meta,
@@ -138,9 +142,10 @@ impl View {
 pub(crate) enum Obstacle {
     /// A header does not cover the key: the cached directory entry is stale.
     StaleDir,
-    /// rtx: the subtable's data moved since this client last saw it.
+    /// rtx, dtx: the subtable's data moved since this client last saw it.
     Moved,
-    /// rtx: a split holds the subtable's lock (live, or expired: repair it).
+    /// rtx: a split holds the subtable's lock (live, or expired: repair
+    /// it). dtx: a split holds it, or its pointer is being written.
     Held { sub: u64, lock: LockWord },
     /// optimal: a split holds a bucket header.
     Busy { sub: u64 },
@@ -366,7 +371,8 @@ impl HashTable {
     }
 
     /// RT1: `key`'s two combined buckets in the subtable the cached
-    /// directory names (and, rtx, that subtable's meta just before them).
+    /// directory names (and, rtx and dtx, that subtable's guard just before
+    /// them).
     async fn read_view(
         &mut self,
         key: u64,
@@ -378,10 +384,11 @@ impl HashTable {
         let loc = self.locate(sub).await?;
         let starts = [0, 1].map(|w| self.geometry.combined_start(self.geometry.main_bucket(key, w)));
         let region = self.heap.region();
-        let rtx = self.info.variant == Variant::Rtx;
+        let variant = self.info.variant;
+        let guarded = self.guarded();
         let mut batch = self.fabric().take_batch();
         let w = kv.map(|(at, bytes)| batch.on(Replica::All).write(GlobalAddr::new(region, at), bytes));
-        let m = rtx.then(|| batch.read(GlobalAddr::from_raw(sub), txn::META_BYTES as u32));
+        let m = guarded.then(|| batch.read(GlobalAddr::from_raw(sub), Guard::bytes(variant)));
         let c = starts.map(|s| batch.read(loc.base.add(s * BUCKET_BYTES), COMBINED_BYTES));
         let r = self.fabric().execute(&mut batch).await;
         let parsed = r.map_err(IndexError::from).and_then(|()| {
@@ -389,10 +396,10 @@ impl HashTable {
                 batch.done(w).map_err(IndexError::Verb)?;
             }
             let meta = match m {
-                Some(m) => {
-                    let b = batch.read_result(m).map_err(IndexError::Verb)?;
-                    Some((LockWord::from_raw(word(b, 0)), DataPtr::from_raw(word(b, 1))))
-                }
+                Some(m) => Some(Guard::decode(
+                    variant,
+                    batch.read_result(m).map_err(IndexError::Verb)?,
+                )),
                 None => None,
             };
             let c0 = batch.read_result(c[0]).map_err(IndexError::Verb)?;
@@ -401,13 +408,16 @@ impl HashTable {
         });
         self.fabric().give_batch(batch);
         let view = parsed?;
-        if let Some((lock, dptr)) = view.meta {
-            if Some(dptr) != loc.dptr {
-                self.data_of.insert(sub, dptr);
+        if let Some(guard) = view.meta {
+            if Some(guard.dptr) != loc.dptr {
+                self.data_of.insert(sub, guard.dptr);
                 return Ok(Err(Obstacle::Moved));
             }
-            if lock.is_locked() && (write || lock.is_expired(self.now_tick())) {
-                return Ok(Err(Obstacle::Held { sub, lock }));
+            if guard.stops(variant, write, self.now_tick()) {
+                return Ok(Err(Obstacle::Held {
+                    sub,
+                    lock: guard.lock,
+                }));
             }
         }
         for (_, header) in view.headers() {
@@ -460,16 +470,17 @@ impl HashTable {
         new: Slot,
         reread: bool,
     ) -> Result<Published, IndexError> {
-        let rtx = self.info.variant == Variant::Rtx;
+        let variant = self.info.variant;
+        let guarded = self.guarded();
         let base = view.loc.base;
         let at = base.add(Geometry::slot_offset(pos.bucket, pos.slot));
         let mut batch = self.fabric().take_batch();
         let cas = batch.cas(at, old.0, new.0);
-        // What tells whether a split overlapped the CAS: rtx the meta, optimal
-        // the header of the bucket the CAS went to (from the buckets when an
-        // insert re-reads them anyway for duplicates).
-        let m = rtx.then(|| batch.read(GlobalAddr::from_raw(view.loc.sub), txn::META_BYTES as u32));
-        let hd = (!rtx && !reread).then(|| batch.read(base.add(pos.bucket * BUCKET_BYTES), 8));
+        // What tells whether a split overlapped the CAS: rtx and dtx the
+        // guard, optimal the header of the bucket the CAS went to (from the
+        // buckets when an insert re-reads them anyway for duplicates).
+        let m = guarded.then(|| batch.read(GlobalAddr::from_raw(view.loc.sub), Guard::bytes(variant)));
+        let hd = (!guarded && !reread).then(|| batch.read(base.add(pos.bucket * BUCKET_BYTES), 8));
         let c = reread.then(|| {
             view.starts
                 .map(|s| batch.read(base.add(s * BUCKET_BYTES), COMBINED_BYTES))
@@ -489,9 +500,8 @@ impl HashTable {
             };
             let stable = match m {
                 Some(m) => {
-                    let b = batch.read_result(m).map_err(IndexError::Verb)?;
-                    let meta = (LockWord::from_raw(word(b, 0)), DataPtr::from_raw(word(b, 1)));
-                    Some(meta) == view.meta && !meta.0.is_locked()
+                    let guard = Guard::decode(variant, batch.read_result(m).map_err(IndexError::Verb)?);
+                    Some(guard) == view.meta && guard.is_free()
                 }
                 None => {
                     let now = match hd {
@@ -573,26 +583,26 @@ impl HashTable {
     }
 
     /// Waits for the split that overlapped a CAS from `old` to `ours` at
-    /// `pos` to end. rtx: if the subtable's block is still the one the CAS
-    /// went to (the split was rolled back, or the lock was a repair's), the
-    /// backups follow it there; a block a split replaced was copied to
-    /// every replica by the split's rTX. Optimal: if the slot still holds
+    /// `pos` to end. rtx and dtx: if the subtable's block is still the one
+    /// the CAS went to (the split was rolled back, or the lock was a
+    /// repair's), the backups follow it there; a block a split replaced was
+    /// copied to every replica by the split's transaction. Optimal: if the slot still holds
     /// `ours` in a bucket that no longer covers the key, takes it out (it
     /// would be a stray copy the split did not move).
     async fn settle(&mut self, loc: Loc, pos: Pos, old: Slot, ours: Slot, h: u64) -> Result<(), IndexError> {
         self.stats.settled += 1;
         for attempt in 1..=self.attempts_max {
             match self.info.variant {
-                Variant::Dtx => unreachable!("a hash table is never dtx: create and attach refuse it"),
-                Variant::Rtx => {
-                    let (lock, dptr) = self.read_meta(GlobalAddr::from_raw(loc.sub)).await?;
-                    if !lock.is_locked() {
-                        if Some(dptr) == loc.dptr {
+                Variant::Rtx | Variant::Dtx => {
+                    let guard = self.read_guard(GlobalAddr::from_raw(loc.sub)).await?;
+                    if guard.is_free() {
+                        if Some(guard.dptr) == loc.dptr {
                             let at = loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot));
                             self.replicate_slot(at, old, ours).await?;
                         }
                         return Ok(());
                     }
+                    let lock = guard.lock;
                     self.overcome(Obstacle::Held { sub: loc.sub, lock }, attempt)
                         .await?;
                 }
@@ -667,6 +677,13 @@ impl HashTable {
                         self.data_of.remove(&sub);
                         Ok(())
                     }
+                    // This client's own split, cut off by a fabric error:
+                    // only it (or recovery) can finish its log.
+                    super::Engine::Dtx(c) if lock.is_locked() && lock.owner() == c.owner() => {
+                        c.release_pending().await?;
+                        c.settle().await?;
+                        Ok(())
+                    }
                     _ => {
                         backoff(attempt).await;
                         Ok(())
@@ -697,6 +714,7 @@ impl HashTable {
     pub(crate) fn now_tick(&self) -> u64 {
         match &self.engine {
             super::Engine::Rtx(c) => c.now_tick(),
+            super::Engine::Dtx(c) => c.now_tick(),
             super::Engine::Optimal(_) => 0,
         }
     }

@@ -1,4 +1,4 @@
-//! Slot CASes reach the backups (rtx): a slot is the one word of RACE
+//! Slot CASes reach the backups (rtx and dtx): a slot is the one word of RACE
 //! hashing that changes in place, so without this a backup keeps the slots
 //! of the load and a promotion loses every write since (issue 22).
 //!
@@ -26,12 +26,12 @@
 //! that no backup holds yet (its writer is between the two steps); a
 //! promotion in that window loses a value that was read though never
 //! acknowledged. And a writer stopped between the two steps leaves the
-//! backups behind until the slot's next writer, or a split (its rTX writes
-//! the new subtable to every replica), or a re-replication copies it.
+//! backups behind until the slot's next writer, or a split (its
+//! transaction writes the new subtable to every replica), or a
+//! re-replication copies it.
 
 use fabric::{Batch, GlobalAddr, Replica};
 
-use crate::btree::Variant;
 use crate::error::IndexError;
 use crate::hash::layout::{word, Slot};
 use crate::hash::split::read_block;
@@ -113,7 +113,7 @@ impl HashTable {
     /// Backups a slot CAS must reach: none for optimal tables and
     /// unreplicated regions.
     fn backups(&mut self) -> usize {
-        if self.info.variant != Variant::Rtx {
+        if !self.guarded() {
             return 0;
         }
         let region = self.heap.region();
@@ -219,7 +219,7 @@ impl HashTable {
     /// chaos checker before it compares the replicas. Returns the words
     /// moved.
     pub async fn converge_backups(&mut self) -> Result<u64, IndexError> {
-        if self.info.variant != Variant::Rtx {
+        if !self.guarded() {
             return Ok(0);
         }
         let bytes = self.subtable_bytes();

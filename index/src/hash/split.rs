@@ -34,6 +34,18 @@
 //! block is retired, never reused, because a writer's slot CAS may still
 //! land in it. A splitter that dies is repaired by the next client that
 //! meets the expired lock.
+//!
+//! dtx: one DTX transaction over the two pointer records (FORD: lock the
+//! pointer, then fetch the record). Lock the subtable's record and read
+//! its pointer (one batch), READ the block and the KV blocks' keys, write
+//! both halves to fresh blocks, lock the directory's record, READ the
+//! directory and write it to a fresh block; the commit swings both
+//! pointers and creates the new subtable's record; the release follows at
+//! once (a writer waits on the subtable's lock). Blocks are never reused
+//! (raw chunks), so a writer's CAS into the replaced block lands in memory
+//! nobody reuses. A splitter that dies blocks writers of the subtable until
+//! recovery rolls its log back; the fresh blocks of a rolled-back split
+//! leak.
 
 use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
@@ -100,7 +112,9 @@ impl HashTable {
         }
         match self.info.variant {
             crate::btree::Variant::Dtx => {
-                unreachable!("a hash table is never dtx: create and attach refuse it")
+                if let Some(dir) = self.split_dtx(loc, header).await? {
+                    return self.cache_dir(&dir);
+                }
             }
             crate::btree::Variant::Optimal => self.split_optimal(loc, header).await?,
             crate::btree::Variant::Rtx => {
@@ -250,22 +264,7 @@ impl HashTable {
                     .await
                     .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
                 let new_suffix = s | 1 << d;
-                let mut moved = g.empty_subtable(Header::new(d + 1, new_suffix));
-                for b in 0..g.buckets() as usize {
-                    let at = b * BUCKET_BYTES as usize;
-                    keep[at..at + 8].copy_from_slice(&Header::new(d + 1, s).0.to_le_bytes());
-                }
-                for (&(offset, slot), key) in slots.iter().zip(keys) {
-                    let at = offset as usize;
-                    match fate(key, d, s) {
-                        Fate::Keep => {}
-                        Fate::Move => {
-                            keep[at..at + 8].fill(0);
-                            moved[at..at + 8].copy_from_slice(&slot.0.to_le_bytes());
-                        }
-                        Fate::Drop => keep[at..at + 8].fill(0),
-                    }
-                }
+                let moved = halve(g, &mut keep, &slots, &keys, d, s);
                 tx.write_raw(obj, &keep).await?;
                 let new = tx.create_raw(&moved).await?;
                 let mut dir = tx.read_raw(dir_obj).await?.to_vec();
@@ -277,6 +276,80 @@ impl HashTable {
                 Ok(Some(dir))
             })
             .await?;
+        self.data_of.remove(&loc.sub);
+        if split.is_some() {
+            self.stats.splits += 1;
+        }
+        Ok(split)
+    }
+
+    /// Returns the directory bytes the split committed, or `None` when
+    /// another client had split the subtable first.
+    async fn split_dtx(&mut self, loc: Loc, header: Header) -> Result<Option<Vec<u8>>, IndexError> {
+        let g = self.geometry;
+        let sub_bytes = g.subtable_bytes();
+        let (sub_rec, dir_rec) = (HashTable::sub_record(loc.sub), self.dir_record());
+        let depth = self.info.config.dir_depth;
+        let region = self.heap.region();
+        // The fresh blocks, taken before the transaction so that its
+        // retries reuse them: nothing names them until the commit.
+        let keep_at = GlobalAddr::new(region, self.alloc_data(sub_bytes as u32).await?);
+        let moved_at = GlobalAddr::new(region, self.alloc_data(sub_bytes as u32).await?);
+        let dir_len = super::dir_bytes(depth);
+        let dir_at = GlobalAddr::new(region, self.alloc_data(dir_len).await?);
+        let Engine::Dtx(c) = &mut self.engine else {
+            unreachable!("split_dtx runs on the dtx variant only");
+        };
+        let split = c
+            .run(async move |tx| {
+                let block = pointed(tx.read_for_update(sub_rec).await?, region)?;
+                let mut keep = read_block(tx.client().fabric(), block, sub_bytes)
+                    .await
+                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                if Header(word(&keep, 0)) != header {
+                    // Split by another client since: nothing to write.
+                    return Ok(None);
+                }
+                let (d, s) = (header.local_depth(), header.suffix());
+                let slots = full_slots(g, &keep);
+                let keyed = slots.iter().map(|(_, s)| *s);
+                let keys = read_keys(tx.client().fabric(), region, keyed, VERBS_PER_BATCH_MAX)
+                    .await
+                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                let new_suffix = s | 1 << d;
+                let moved = halve(g, &mut keep, &slots, &keys, d, s);
+                let mut batch = Batch::new();
+                let hs = [
+                    batch.on(Replica::All).write(keep_at, &keep),
+                    batch.on(Replica::All).write(moved_at, &moved),
+                ];
+                tx.client().fabric().execute(&mut batch).await?;
+                for h in hs {
+                    batch.done(h).map_err(txn::TxError::Verb)?;
+                }
+                let new = tx.create_raw(&super::pointer_bytes(moved_at)).await?;
+                tx.write(sub_rec, &super::pointer_bytes(keep_at)).await?;
+                let dir_block = pointed(tx.read_for_update(dir_rec).await?, region)?;
+                let mut dir = read_block(tx.client().fabric(), dir_block, u64::from(dir_len))
+                    .await
+                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                for e in dir_entries(depth, d + 1, new_suffix) {
+                    let at = e as usize * 8;
+                    dir[at..at + 8].copy_from_slice(&new.addr.raw().to_le_bytes());
+                }
+                let mut batch = Batch::new();
+                let h = batch.on(Replica::All).write(dir_at, &dir);
+                tx.client().fabric().execute(&mut batch).await?;
+                batch.done(h).map_err(txn::TxError::Verb)?;
+                tx.write(dir_rec, &super::pointer_bytes(dir_at)).await?;
+                Ok(Some(dir))
+            })
+            .await;
+        // Writers of the subtable wait on its lock: release now rather than
+        // with this client's next batch.
+        let released = c.release_pending().await;
+        let split = split?;
+        released?;
         self.data_of.remove(&loc.sub);
         if split.is_some() {
             self.stats.splits += 1;
@@ -307,6 +380,43 @@ impl HashTable {
             })
             .collect())
     }
+}
+
+/// Splits subtable bytes `keep` (depth `d`, suffix `s`; its full `slots`
+/// and their `keys`) in place into the half that stays, and returns the
+/// half that moves (suffix `s | 1 << d`). Strays are dropped.
+fn halve(g: Geometry, keep: &mut [u8], slots: &[(u64, Slot)], keys: &[u64], d: u8, s: u64) -> Vec<u8> {
+    let mut moved = g.empty_subtable(Header::new(d + 1, s | 1 << d));
+    for b in 0..g.buckets() as usize {
+        let at = b * BUCKET_BYTES as usize;
+        keep[at..at + 8].copy_from_slice(&Header::new(d + 1, s).0.to_le_bytes());
+    }
+    for (&(offset, slot), &key) in slots.iter().zip(keys) {
+        let at = offset as usize;
+        match fate(key, d, s) {
+            Fate::Keep => {}
+            Fate::Move => {
+                keep[at..at + 8].fill(0);
+                moved[at..at + 8].copy_from_slice(&slot.0.to_le_bytes());
+            }
+            Fate::Drop => keep[at..at + 8].fill(0),
+        }
+    }
+    moved
+}
+
+/// The block a dtx pointer record's data names, in `region`.
+fn pointed(data: &[u8], region: fabric::RegionId) -> Result<GlobalAddr, txn::TxError> {
+    if data.len() != 8 {
+        return Err(txn::TxError::BadObject(format!(
+            "a pointer record holds {} bytes, not 8",
+            data.len()
+        )));
+    }
+    Ok(GlobalAddr::new(
+        region,
+        txn::DataPtr::from_raw(word(data, 0)).offset(),
+    ))
 }
 
 fn fate(key: u64, d: u8, s: u64) -> Fate {

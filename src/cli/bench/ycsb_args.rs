@@ -93,9 +93,6 @@ impl YcsbArgs {
             bail!("--index, --variant and --dist each need at least one value");
         }
         let indexes = dedup(self.index);
-        if self.variant.contains(&Variant::Dtx) && indexes.contains(&IndexArg::Hash) {
-            bail!("RACE hashing has no dtx variant yet: --variant dtx needs --index btree");
-        }
         // Not given: every workload, each index running those it can.
         // Given: exactly those, on every index.
         let workloads = if self.workload.is_empty() {
