@@ -40,14 +40,14 @@ fn assert_sound(r: &serde_json::Value) {
 }
 
 #[test]
-fn rehash_grows_both_variants_while_clients_insert() {
+fn rehash_grows_every_variant_while_clients_insert() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("rehash.json");
     let (code, stdout, stderr) = kintsugi(&[
         "bench",
         "rehash",
         "--variant",
-        "optimal,rtx",
+        "optimal,rtx,dtx",
         "--keys",
         "20000",
         "--groups",
@@ -63,11 +63,12 @@ fn rehash_grows_both_variants_while_clients_insert() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("rehash time: optimal"), "{stdout}");
+    assert!(stdout.contains("rehash time: dtx"), "{stdout}");
     assert!(stdout.contains("ins/s during"), "{stdout}");
     let rows: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let variants: Vec<&str> = rows.iter().map(|r| r["variant"].as_str().unwrap()).collect();
-    assert_eq!(variants, ["optimal", "rtx"]);
+    assert_eq!(variants, ["optimal", "rtx", "dtx"]);
     for r in &rows {
         assert_sound(r);
         let variant = &r["variant"];
@@ -188,15 +189,18 @@ fn rehash_rounds_alternate_the_variants_and_report_the_median_ratio() {
 
 /// A grower killed midway through its first split: rtx's locks are
 /// repaired (by an inserter that met them or by the sweep before the check)
-/// and the table checks out; optimal's stay, and its failed check is
-/// reported without failing the command.
+/// and the table checks out; dtx's are rolled back by recovery after
+/// `--recover-after`, and the table checks out; optimal's stay, and its
+/// failed check is reported without failing the command.
 #[test]
-fn rehash_with_a_killed_grower_is_repaired_by_rtx_only() {
+fn rehash_with_a_killed_grower_is_repaired_by_rtx_and_recovered_for_dtx() {
     let (code, stdout, stderr) = kintsugi(&[
         "bench",
         "rehash",
         "--variant",
-        "optimal,rtx",
+        "optimal,rtx,dtx",
+        "--recover-after",
+        "50ms",
         "--keys",
         "20000",
         "--groups",
@@ -213,12 +217,28 @@ fn rehash_with_a_killed_grower_is_repaired_by_rtx_only() {
     ]);
     assert_eq!(code, 0, "{stderr}");
     let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout).unwrap();
-    let (optimal, rtx) = (&rows[0], &rows[1]);
+    let (optimal, rtx, dtx) = (&rows[0], &rows[1], &rows[2]);
     assert_eq!(
         optimal["grower_killed"], "at crash point hash-split-midway",
         "{optimal}"
     );
     assert_eq!(rtx["grower_killed"], "at crash point tx-commit-point", "{rtx}");
+    assert_eq!(dtx["grower_killed"], "at crash point dtx-before-commit", "{dtx}");
+    assert!(
+        stderr.contains("recovery rolled the dead grower's log"),
+        "{stderr}"
+    );
+    assert_eq!(dtx["check_ok"], true, "{dtx}");
+    assert_eq!(
+        dtx["inserter_repairs"], 0,
+        "nobody but recovery acts on a DTX lock: {dtx}"
+    );
+    let (kill, rolled) = (
+        dtx["kill_ms"].as_f64().unwrap(),
+        dtx["rolled_ms"].as_f64().unwrap(),
+    );
+    assert!(rolled >= kill + 50.0, "rolled --recover-after the kill: {dtx}");
+    assert!(rtx["rolled_ms"].is_null() && optimal["rolled_ms"].is_null());
     for r in &rows {
         // Killed in its first split, which therefore did not count.
         assert_eq!(r["splits"], 0, "{r}");

@@ -55,6 +55,10 @@ pub struct Plan {
     pub bucket: Duration,
     /// Kill the grower midway through its first split.
     pub kill_grower: bool,
+    /// dtx with `kill_grower`: how long after the kill recovery rolls the
+    /// dead grower's log (`--recover-after`), standing for the recovery
+    /// module's wait (the client's expiry, then its quarantine).
+    pub recover_after: Duration,
     /// optimal: entries a split handles per round trip.
     pub optimal_entries_per_round_trip: usize,
     /// Times every variant runs.
@@ -96,8 +100,9 @@ impl Plan {
         .slots()
     }
 
-    /// Owner ids the run needs: loader, grower, fill clients, inserters.
+    /// Owner ids the run needs: loader, grower, fill clients, inserters,
+    /// and the recoverer of a killed dtx grower.
     pub fn clients(&self) -> usize {
-        2 + self.fill_threads + self.threads
+        3 + self.fill_threads + self.threads
     }
 }

@@ -123,6 +123,9 @@ pub struct Row {
     /// From the kill to normal insert throughput (`chaos::timeline::recovery`); `None`
     /// when it was not reached before the run ended.
     pub recovery_ms: Option<f64>,
+    /// dtx: when recovery rolled the dead grower's log, in ms from when
+    /// the inserters started (`--recover-after` after the kill).
+    pub rolled_ms: Option<f64>,
     /// Inserters that gave up on a subtable the dead grower left locked,
     /// and locks of others the inserters repaired (rtx).
     pub inserters_blocked: u64,
@@ -228,6 +231,7 @@ impl Row {
             grower_killed: grow.killed.clone(),
             kill_ms: grow.killed.as_ref().map(|_| ms(grow.end)),
             recovery_ms,
+            rolled_ms: grow.rolled.map(ms),
             inserters_blocked: inserts.blocked,
             inserter_repairs: inserts.repairs,
             sweep_repairs: 0,
@@ -475,6 +479,14 @@ fn recovery_section(s: &mut String, rows: &[Row], rounds: usize) {
     if rows.iter().any(|r| r.grower_killed.is_some()) {
         let _ = writeln!(s);
         for r in rows {
+            if let (Some(rolled), Some(kill)) = (r.rolled_ms, r.kill_ms) {
+                let _ = writeln!(
+                    s,
+                    "{}: recovery rolled the dead grower's DTX log back {} ms after the kill",
+                    label(r, rounds),
+                    micros(rolled - kill)
+                );
+            }
             let _ = match r.recovery_ms {
                 Some(m) => writeln!(
                     s,
@@ -491,8 +503,17 @@ fn recovery_section(s: &mut String, rows: &[Row], rounds: usize) {
                 ),
             };
         }
-    } else if let Some(line) = grow_ratio(rows) {
-        let _ = writeln!(s, "\n{line}");
+    } else {
+        let lines: Vec<String> = grow_ratio(rows)
+            .into_iter()
+            .chain(grow_ratio_to(rows, "dtx", ""))
+            .collect();
+        if !lines.is_empty() {
+            let _ = writeln!(s);
+        }
+        for line in lines {
+            let _ = writeln!(s, "{line}");
+        }
     }
 }
 
@@ -500,21 +521,32 @@ fn recovery_section(s: &mut String, rows: &[Row], rounds: usize) {
 /// several the median of the rounds' ratios (each round's optimal over the
 /// same round's rtx) and their range. `None` without both variants.
 fn grow_ratio(rows: &[Row]) -> Option<String> {
-    let of = |v: &str, round: usize| rows.iter().find(|r| r.variant == v && r.round == round);
-    let first = of("optimal", 1)?;
+    let first = rows.iter().find(|r| r.variant == "optimal" && r.round == 1)?;
     let baseline = match first.optimal_entries_per_round_trip {
         1 => "the original resize: one entry per round trip".to_owned(),
         n => format!("entries batched {n} per round trip"),
     };
+    grow_ratio_to(rows, "optimal", &baseline)
+}
+
+/// `base`'s grow time over rtx's (`note` says what `base` ran), as
+/// [`grow_ratio`] gives optimal's.
+fn grow_ratio_to(rows: &[Row], base: &str, note: &str) -> Option<String> {
+    let of = |v: &str, round: usize| rows.iter().find(|r| r.variant == v && r.round == round);
+    let note = if note.is_empty() {
+        String::new()
+    } else {
+        format!(" ({note})")
+    };
     let rounds = rows.iter().map(|r| r.round).max()?;
     let pairs: Vec<(&Row, &Row)> = (1..=rounds)
-        .filter_map(|round| Some((of("optimal", round)?, of("rtx", round)?)))
+        .filter_map(|round| Some((of(base, round)?, of("rtx", round)?)))
         .filter(|(_, r)| r.grow_ms > 0.0)
         .collect();
     match pairs.as_slice() {
         [] => None,
         [(o, r)] if rounds == 1 => Some(format!(
-            "rehash time: optimal {} ms ({baseline}) / rtx {} ms = {:.2}x",
+            "rehash time: {base} {} ms{note} / rtx {} ms = {:.2}x",
             micros(o.grow_ms),
             micros(r.grow_ms),
             o.grow_ms / r.grow_ms
@@ -523,7 +555,7 @@ fn grow_ratio(rows: &[Row]) -> Option<String> {
             let ratios: Vec<f64> = pairs.iter().map(|(o, r)| o.grow_ms / r.grow_ms).collect();
             let times = |f: fn(&(&Row, &Row)) -> f64| median(&pairs.iter().map(f).collect::<Vec<_>>());
             Some(format!(
-                "rehash time over {} of {rounds} rounds: optimal median {} ms ({baseline}) / rtx median {} ms; \
+                "rehash time over {} of {rounds} rounds: {base} median {} ms{note} / rtx median {} ms; \
                  per round: median {:.2}x ({:.2}x-{:.2}x)",
                 pairs.len(),
                 micros(times(|(o, _)| o.grow_ms)),

@@ -11,8 +11,11 @@
 //!
 //! With `--kill-grower` the grower's transport carries an injected crash at
 //! the split's midway point (`index::hash::CRASH_SPLIT_MIDWAY`, optimal;
-//! `txn::CRASH_AT_COMMIT_POINT`, rtx): from there it issues no verb, as a
-//! killed process would, and its locks stay behind.
+//! `txn::CRASH_AT_COMMIT_POINT`, rtx; `txn::dtx::CRASH_BEFORE_COMMIT`,
+//! dtx): from there it issues no verb, as a killed process would, and its
+//! locks stay behind. A dtx grower's log is rolled back by a recovery
+//! client `--recover-after` the kill (nobody else acts on a DTX lock), as
+//! the recovery module does once the dead client's quarantine is over.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -40,6 +43,7 @@ use harness::layout::{CHUNK_BYTES, FIRST_WORKER, LOADER};
 const GROWER: u16 = FIRST_WORKER;
 /// The first fill client; the inserters follow the fill clients.
 const FIRST_FILLER: u16 = FIRST_WORKER + 1;
+// The recoverer of a dtx grower takes the last owner id (`Plan::clients`).
 /// Inserts between two updates of the fill's progress bar.
 const PROGRESS_EVERY: u64 = 1024;
 
@@ -365,6 +369,9 @@ pub struct Grow {
     /// Why the grower died, when it was killed (`--kill-grower`); `end` is
     /// then when it died.
     pub killed: Option<String>,
+    /// dtx: when recovery rolled the dead grower's log, from when the
+    /// inserters started.
+    pub rolled: Option<Duration>,
 }
 
 impl Grow {
@@ -473,6 +480,7 @@ fn grow_while_inserting(t: &Table<'_>) -> crate::Result<Timed> {
         plan.phase
     };
     let first_inserter = FIRST_FILLER + plan.fill_threads as u16;
+    let recoverer = first_inserter + plan.threads as u16;
     let roles = on_threads("rehash", 1 + plan.threads, |t, gate| {
         let owner = if t == 0 {
             GROWER
@@ -480,26 +488,38 @@ fn grow_while_inserting(t: &Table<'_>) -> crate::Result<Timed> {
             first_inserter + (t - 1) as u16
         };
         let kill = t == 0 && plan.kill_grower;
+        let recovery = (kill && info.variant == Variant::Dtx).then_some(Recovery {
+            heap,
+            owner: recoverer,
+            after: plan.recover_after,
+        });
         let setup = (|| {
             let rt = runtime()?;
             let (table, faults) = rt.block_on(attach_faulty(memory, heap, owner, info, plan, kill))?;
-            Ok::<_, crate::BenchError>((rt, table, faults))
+            // Connected ahead: on shm a client maps the whole image as it
+            // attaches, which takes a while.
+            let recoverer = match &recovery {
+                Some(r) => Some(rt.block_on(r.connect(memory))?),
+                None => None,
+            };
+            Ok::<_, crate::BenchError>((rt, table, faults, recoverer))
         })();
         gate.wait();
         let t0 = *shared.t0.get_or_init(Instant::now);
         if t == 0 {
             // However the grower ends, the inserters stop.
             let _stop = StopOnDrop(&shared.stop);
-            let (rt, table, faults) = setup?;
+            let (rt, table, faults, recoverer) = setup?;
             let grower = Grower {
                 shared: &shared,
                 t0,
                 phase,
                 kill,
+                recovery,
             };
-            return grower.run(&rt, table, faults).map(Role::Grower);
+            return grower.run(&rt, table, faults, recoverer).map(Role::Grower);
         }
-        let (rt, table, _) = setup?;
+        let (rt, table, _, _) = setup?;
         let inserter = Inserter {
             shared: &shared,
             t0,
@@ -530,6 +550,37 @@ struct Grower<'a> {
     phase: Duration,
     /// Killed midway through its first split.
     kill: bool,
+    /// dtx with a kill: who rolls the dead grower's log, and when.
+    recovery: Option<Recovery>,
+}
+
+/// The recovery of a killed dtx grower: a DTX client of its own rolls the
+/// grower's log back `after` the kill.
+struct Recovery {
+    heap: Heap,
+    owner: u16,
+    after: Duration,
+}
+
+impl Recovery {
+    /// The recovery client.
+    async fn connect(&self, memory: &Memory) -> crate::Result<txn::dtx::DtxClient> {
+        let fabric = memory.client().await?;
+        Ok(
+            txn::dtx::DtxClient::new(fabric, self.heap, self.owner, TxConfig::default())
+                .with_context(|| format!("cannot recover as owner {}", self.owner))?,
+        )
+    }
+}
+
+/// Rolls the dead grower's DTX log.
+async fn roll(dtx: &mut txn::dtx::DtxClient) -> crate::Result<txn::dtx::Finished> {
+    let finished = dtx
+        .finish_owner_log(GROWER)
+        .await
+        .context("cannot roll the dead grower's DTX log")?;
+    dtx.release_pending().await.context("cannot release")?;
+    Ok(finished)
 }
 
 impl Grower<'_> {
@@ -538,6 +589,7 @@ impl Grower<'_> {
         rt: &tokio::runtime::Runtime,
         mut table: HashTable,
         faults: Option<Arc<Faulty<BaseTransport>>>,
+        mut recoverer: Option<txn::dtx::DtxClient>,
     ) -> crate::Result<Grow> {
         std::thread::sleep(self.phase);
         let fabric_before = table.fabric().stats();
@@ -556,6 +608,20 @@ impl Grower<'_> {
             (Err(e), None) => return Err(e).context("the grow failed"),
         };
         let fabric = table.fabric().stats() - fabric_before;
+        let mut rolled = None;
+        if let (Some(r), Some(c), Some(_)) = (&self.recovery, recoverer.as_mut(), &killed) {
+            std::thread::sleep(r.after.saturating_sub(self.t0.elapsed().saturating_sub(end)));
+            let finished = rt.block_on(roll(c))?;
+            let at = self.t0.elapsed();
+            rolled = Some(at);
+            eprintln!(
+                "bench rehash: dtx: recovery rolled the dead grower's log {:.0} ms after the kill ({} record(s) \
+                 rolled back, {} lock(s) freed)",
+                ms_between(end, at),
+                finished.rolled_back,
+                finished.released
+            );
+        }
         std::thread::sleep(self.phase);
         let stop = self.t0.elapsed();
         self.shared.stop.store(true, Ordering::Relaxed);
@@ -570,6 +636,7 @@ impl Grower<'_> {
             aborts: tx.aborts,
             repairs: tx.repairs,
             killed,
+            rolled,
         })
     }
 }
@@ -591,8 +658,13 @@ impl Inserter<'_> {
     fn run(&self, rt: &tokio::runtime::Runtime, mut table: HashTable) -> crate::Result<Inserts> {
         if self.plan.kill_grower {
             // Give up on a subtable the dead grower left locked (optimal)
-            // within the phase after the kill, so the run ends.
-            table.set_attempts_max(attempts_waiting(self.plan.phase));
+            // within the phase after the kill, so the run ends; dtx waits
+            // for the recovery first.
+            let wait = match table.variant() {
+                Variant::Dtx => self.plan.recover_after + self.plan.phase,
+                Variant::Optimal | Variant::Rtx => self.plan.phase,
+            };
+            table.set_attempts_max(attempts_waiting(wait));
         }
         let mut out = Inserts::default();
         rt.block_on(self.insert_until_stopped(&mut table, &mut out))?;
@@ -668,6 +740,7 @@ async fn attach_faulty(
             crash_points: vec![
                 CRASH_SPLIT_MIDWAY.to_owned(),
                 txn::CRASH_AT_COMMIT_POINT.to_owned(),
+                txn::dtx::CRASH_BEFORE_COMMIT.to_owned(),
             ],
             ..FaultPlan::default()
         };
@@ -680,4 +753,9 @@ async fn attach_faulty(
         .with_context(|| format!("cannot attach to the table as owner {owner}"))?;
     table.set_split_entries_per_round_trip(plan.optimal_entries_per_round_trip);
     Ok((table, faults))
+}
+
+/// Milliseconds from `a` to `b`.
+fn ms_between(a: Duration, b: Duration) -> f64 {
+    b.saturating_sub(a).as_secs_f64() * 1e3
 }

@@ -255,6 +255,9 @@ pub struct HashTable {
     dir: Vec<u64>,
     /// rtx and dtx: each subtable's data block as last seen, by guard.
     data_of: HashMap<u64, DataPtr>,
+    /// dtx: this client's two directory blocks, taken at its first split
+    /// (`split.rs`).
+    dir_ring: Option<[GlobalAddr; 2]>,
     stats: HashStats,
     attempts_max: u32,
     /// optimal: entries per round trip in a split (`split.rs`).
@@ -422,6 +425,7 @@ impl HashTable {
             spare_kv: None,
             dir: Vec::new(),
             data_of: HashMap::new(),
+            dir_ring: None,
             stats: HashStats::default(),
             attempts_max: ATTEMPTS_MAX,
             split_entries_per_round_trip: SPLIT_ENTRIES_PER_ROUND_TRIP_DEFAULT,
@@ -592,11 +596,10 @@ impl HashTable {
 
     /// Reads the whole directory into the cache.
     pub(crate) async fn reload_dir(&mut self) -> Result<(), IndexError> {
+        if self.info.variant == Variant::Dtx {
+            return self.reload_dir_dtx().await;
+        }
         let region = self.heap.region();
-        // A dtx directory's pointer is followed even while a split's commit
-        // writes it: both the block it named and the one it names now are
-        // whole directories, and a stale entry is caught by the headers, as
-        // a stale cached directory is.
         let block = if self.guarded() {
             let guard = self.read_guard(self.info.dir).await?;
             GlobalAddr::new(region, guard.dptr.offset())
@@ -613,6 +616,41 @@ impl HashTable {
         });
         self.fabric().give_batch(batch);
         cached
+    }
+
+    /// [`HashTable::reload_dir`] for dtx: the block the record names, with
+    /// the record read again after it in the same batch, until the two
+    /// reads agree. Directory blocks are reused (`split.rs`), but never
+    /// while the record names them, and every commit moves the record's
+    /// version on: equal reads mean the block was not rewritten in between.
+    /// The pointer is followed even while a split's commit writes it: both
+    /// the block it named and the one it names now are whole directories.
+    async fn reload_dir_dtx(&mut self) -> Result<(), IndexError> {
+        let region = self.heap.region();
+        let len = dir_bytes(self.info.config.dir_depth);
+        let at = self.info.dir;
+        let mut guard = self.read_guard(at).await?;
+        for _ in 0..self.attempts_max {
+            let block = GlobalAddr::new(region, guard.dptr.offset());
+            let mut batch = self.fabric().take_batch();
+            let h = batch.read(block, len);
+            let g = batch.read(at, Guard::bytes(Variant::Dtx));
+            let r = self.fabric().execute(&mut batch).await;
+            let read = r.map_err(IndexError::from).and_then(|()| {
+                let again = Guard::decode(Variant::Dtx, batch.read_result(g).map_err(IndexError::Verb)?);
+                if again != guard {
+                    return Ok(Some(again));
+                }
+                let b = batch.read_result(h).map_err(IndexError::Verb)?;
+                self.cache_dir(b).map(|()| None)
+            });
+            self.fabric().give_batch(batch);
+            match read? {
+                None => return Ok(()),
+                Some(again) => guard = again,
+            }
+        }
+        Err(IndexError::TooManyAttempts(self.attempts_max))
     }
 
     /// Caches the directory bytes `dir`, once every entry names a subtable

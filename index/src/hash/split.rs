@@ -41,11 +41,22 @@
 //! both halves to fresh blocks, lock the directory's record, READ the
 //! directory and write it to a fresh block; the commit swings both
 //! pointers and creates the new subtable's record; the release follows at
-//! once (a writer waits on the subtable's lock). Blocks are never reused
-//! (raw chunks), so a writer's CAS into the replaced block lands in memory
-//! nobody reuses. A splitter that dies blocks writers of the subtable until
-//! recovery rolls its log back; the fresh blocks of a rolled-back split
-//! leak.
+//! once (a writer waits on the subtable's lock). Subtable blocks are never
+//! reused (raw chunks), so a writer's CAS into the replaced block lands in
+//! memory nobody reuses. A splitter that dies blocks writers of the
+//! subtable until recovery rolls its log back; the fresh subtable blocks of
+//! a rolled-back split leak.
+//!
+//! Directory blocks are reused: each client writes its directories into a
+//! ring of two blocks of its own, never into the one the pointer names now
+//! (it writes only under the directory's lock, so the pointer cannot move
+//! meanwhile, and a rollback restores the pointer its dead holder saw, which
+//! was not that holder's target either). Every split rewriting the whole
+//! directory out of place would otherwise cost a directory per split for
+//! good: 2^depth of them over a grow. So a reader reads the directory's
+//! record again in the batch that READs the block, after it, and takes the
+//! block only if the record did not change (versions only grow: no commit
+//! came in between, so the block it names was not rewritten meanwhile).
 
 use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
@@ -296,7 +307,16 @@ impl HashTable {
         let keep_at = GlobalAddr::new(region, self.alloc_data(sub_bytes as u32).await?);
         let moved_at = GlobalAddr::new(region, self.alloc_data(sub_bytes as u32).await?);
         let dir_len = super::dir_bytes(depth);
-        let dir_at = GlobalAddr::new(region, self.alloc_data(dir_len).await?);
+        let ring = match self.dir_ring {
+            Some(ring) => ring,
+            None => {
+                let ring = [
+                    GlobalAddr::new(region, self.alloc_data(dir_len).await?),
+                    GlobalAddr::new(region, self.alloc_data(dir_len).await?),
+                ];
+                *self.dir_ring.insert(ring)
+            }
+        };
         let Engine::Dtx(c) = &mut self.engine else {
             unreachable!("split_dtx runs on the dtx variant only");
         };
@@ -330,6 +350,7 @@ impl HashTable {
                 let new = tx.create_raw(&super::pointer_bytes(moved_at)).await?;
                 tx.write(sub_rec, &super::pointer_bytes(keep_at)).await?;
                 let dir_block = pointed(tx.read_for_update(dir_rec).await?, region)?;
+                let dir_at = if ring[0] == dir_block { ring[1] } else { ring[0] };
                 let mut dir = read_block(tx.client().fabric(), dir_block, u64::from(dir_len))
                     .await
                     .map_err(|e| txn::TxError::BadObject(e.to_string()))?;

@@ -59,6 +59,12 @@ With --kill-grower (the paper's failed-rehash experiment, its Figure 15):
   inserters, repairs. Before the check, a sweep repairs expired locks (rtx). optimal's check
   is expected to fail (the dead splitter's locks stay): it is reported, and does not fail the
   command; rtx's must pass.
+  dtx: the grower dies at its first split's commit (both locks held, log LOCKING, nothing
+  written in place). Nobody but recovery acts on a DTX lock: inserters that meet the subtable's
+  lock wait; --recover-after later (default 1s: about what the recovery module waits, the dead
+  client's expiry and then its quarantine, with a 1 s client lease), a recovery client rolls the
+  grower's log back, and they carry on. The timed part after the kill is --recover-after plus
+  --phase; the report says when the log was rolled. dtx's check must pass.
 
 Output:
   A table on stdout (or, with --json -, the JSON array instead). --json FILE writes one object
@@ -73,7 +79,7 @@ Examples:
   kintsugi bench rehash --keys 1000000 --rounds 5
   kintsugi bench rehash --kill-grower --phase 300ms")]
 pub struct RehashArgs {
-    /// Variants, comma-separated (optimal, rtx).
+    /// Variants, comma-separated (optimal, rtx, dtx).
     #[arg(long, value_delimiter = ',', default_values = ["optimal", "rtx"])]
     variant: Vec<Variant>,
     /// Keys bulk-loaded before the fill and the grow.
@@ -105,6 +111,10 @@ pub struct RehashArgs {
     /// get back to normal throughput (needs --threads of at least 1).
     #[arg(long)]
     kill_grower: bool,
+    /// dtx with --kill-grower: how long after the kill recovery rolls the dead grower's log back
+    /// (standing for the recovery module's wait: the client's expiry, then its quarantine).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    recover_after: Duration,
     /// optimal: entries a split handles per round trip (their key READs, CASes in, CASes out). 1,
     /// the default, is the original RACE resize the rTX paper measures: one entry at a time, each
     /// verb awaited. More batches them (at most 4096, a batch's most verbs): a stronger baseline
@@ -207,6 +217,7 @@ impl RehashArgs {
             phase: self.phase,
             bucket: self.bucket,
             kill_grower: self.kill_grower,
+            recover_after: self.recover_after,
             optimal_entries_per_round_trip: self.optimal_entries_per_round_trip,
             rounds: self.rounds,
             seed: self.seed,

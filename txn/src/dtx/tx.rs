@@ -24,6 +24,12 @@ use crate::dtx::record::{self, Record, Version, FREE};
 use crate::error::{AbortReason, TxError};
 use crate::word::{LockWord, LogHeader, LogState};
 
+/// The named crash point (`fabric::FaultPlan::crash_points`) a DTX commit
+/// passes once it holds every lock and its log says LOCKING, before it
+/// writes anything in place: the crash that blocks others until recovery
+/// rolls the log back (`bench rehash --kill-grower`).
+pub const CRASH_BEFORE_COMMIT: &str = "dtx-before-commit";
+
 /// A record this transaction locked.
 #[derive(Debug)]
 struct Locked {
@@ -444,6 +450,9 @@ impl<'c> DtxTx<'c> {
             return Ok(());
         }
         let lock = self.lock;
+        // A crash here leaves every lock held, the log LOCKING and nothing
+        // written in place: recovery rolls it back.
+        self.c.fabric.crash_point(CRASH_BEFORE_COMMIT)?;
         let mut batch = std::mem::take(&mut self.batch);
         let opened = self.c.open_batch(&mut batch);
         let mut handles = Vec::new();
