@@ -566,10 +566,8 @@ impl Recovery {
     /// The recovery client.
     async fn connect(&self, memory: &Memory) -> crate::Result<txn::dtx::DtxClient> {
         let fabric = memory.client().await?;
-        Ok(
-            txn::dtx::DtxClient::new(fabric, self.heap, self.owner, TxConfig::default())
-                .with_context(|| format!("cannot recover as owner {}", self.owner))?,
-        )
+        txn::dtx::DtxClient::new(fabric, self.heap, self.owner, TxConfig::default())
+            .with_context(|| format!("cannot recover as owner {}", self.owner))
     }
 }
 
