@@ -258,12 +258,19 @@ impl<'a, W: OltpWorkload, E: Engine> Worker<'a, W, E> {
         })
     }
 
-    /// Untimed transactions, to fault pages in and warm the allocators.
+    /// Untimed transactions, to fault pages in and warm the allocators;
+    /// then what the client owes is sent: the thread blocks at the start
+    /// gate next, where its runtime (and a DTX client's flusher) does not
+    /// run, and the other clients, still warming up, would find its last
+    /// records locked until every thread got there.
     pub async fn warm_up(&mut self, txns: u64) -> crate::Result<()> {
         for _ in 0..txns {
             self.one().await?;
         }
-        Ok(())
+        self.client
+            .quiesce()
+            .await
+            .with_context(|| format!("owner {} cannot send its release", self.client.owner()))
     }
 
     /// Transactions until `deadline`; then what the client owes is sent.
