@@ -118,6 +118,19 @@ impl Cluster {
             .with_context(|| format!("cannot run as owner {owner}"))
     }
 
+    /// A DTX client as `owner` (the baseline of `bench smallbank` and
+    /// `bench tatp`).
+    pub fn dtx_client(&self, owner: OwnerId, config: TxConfig) -> crate::Result<txn::dtx::DtxClient> {
+        txn::dtx::DtxClient::new(self.fabric.fork(), self.heap, owner, config)
+            .with_context(|| format!("cannot run dtx as owner {owner}"))
+    }
+
+    /// A plain fabric client, for reading words no transaction reads (lock
+    /// words, in the end-of-run checks).
+    pub fn fabric(&self) -> Client {
+        self.fabric.fork()
+    }
+
     /// Creates `objects` zeroed objects of `bytes` bytes as [`LOADER`] (one
     /// round trip each), and returns them with the loader's client.
     pub async fn load(&self, objects: usize, bytes: u32) -> crate::Result<(TxClient, Vec<RawObj>)> {

@@ -13,6 +13,7 @@
 //! | `bench control` | [`control_plan`]   | [`control_run`]     | [`control_report`]   |
 //! | `bench promote` | [`promote_plan`]   | [`promote_run`]     | [`promote_report`]   |
 //! | `bench recover` | [`recover_plan`]   | [`recover_run`]     | [`recover_report`]   |
+//! | `bench smallbank`, `bench tatp` | [`oltp::plan`] | [`oltp::run`] ([`oltp::worker`]) | [`oltp::report`] |
 //!
 //! Shared: [`local_load`] (a local cluster under YCSB A, for `promote`
 //! and `recover`), [`cluster`] (a heap of objects on fresh memory and a transaction
@@ -38,6 +39,7 @@ pub mod format;
 pub mod lease_report;
 pub mod lease_run;
 pub mod local_load;
+pub mod oltp;
 pub mod poll;
 pub mod probe;
 pub mod promote_plan;

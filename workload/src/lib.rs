@@ -23,6 +23,9 @@
 //!   [`OpGenerator`] producing [`Op`]s.
 //! - [`driver`]: the client loop that runs an op stream on an index, shared
 //!   by `bench ycsb` and chaos experiments.
+//! - [`smallbank`] and [`tatp`]: FORD's and Motor's OLTP workloads
+//!   (`bench smallbank`, `bench tatp`): seeded transaction streams, and
+//!   TATP's population; the records they run on are the bench's.
 //!
 //! **Keys.** Loaded records are indices `0..records`; inserts take
 //! `records`, `records + 1`, ... from a shared atomic counter, so no two
@@ -82,6 +85,8 @@ pub mod driver;
 pub mod generator;
 pub mod keys;
 mod perm;
+pub mod smallbank;
+pub mod tatp;
 pub mod ycsb;
 pub mod zipf;
 

@@ -62,7 +62,7 @@ pub struct CommonArgs {
 
 /// Transports `bench txn` and `bench lease` run on: their clients fork
 /// one fabric client whose verbs run on the calling thread.
-const INLINE_TRANSPORTS: &[TransportKind] = &[TransportKind::Local, TransportKind::Shm];
+pub const INLINE_TRANSPORTS: &[TransportKind] = &[TransportKind::Local, TransportKind::Shm];
 
 impl CommonArgs {
     pub fn validate(self) -> anyhow::Result<Common> {

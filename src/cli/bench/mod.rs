@@ -9,13 +9,16 @@
 //! - `bench control`: the control plane's commits, watches and failovers;
 //! - `bench promote`: planned promotions under YCSB A on a local cluster;
 //! - `bench recover`: memory nodes killed under YCSB A, recovery's phases
-//!   and the re-replication rate.
+//!   and the re-replication rate;
+//! - `bench smallbank`, `bench tatp`: FORD's and Motor's OLTP workloads on
+//!   rtx and dtx, with a conservation and consistency check.
 //!
 //! [`common`] holds the flags `txn` and `lease` share.
 
 mod common;
 mod control_args;
 mod lease_args;
+mod oltp_args;
 mod promote_args;
 mod recover_args;
 mod rehash_args;
@@ -29,6 +32,7 @@ use bench::rehash_plan::JsonTo;
 
 pub use control_args::ControlBenchArgs;
 pub use lease_args::LeaseArgs;
+pub use oltp_args::{SmallBankArgs, TatpArgs};
 pub use promote_args::PromoteArgs;
 pub use recover_args::RecoverArgs;
 pub use rehash_args::RehashArgs;
@@ -60,6 +64,14 @@ pub enum BenchCommand {
     /// Memory nodes killed under YCSB A on a local cluster: detection, promotion, serving again,
     /// the re-replication copy's rate and the write-blocking window, per role of the killed node.
     Recover(RecoverArgs),
+    /// SmallBank (FORD's and Motor's six-type banking mix, 90% of accounts from the hottest 4%) on rtx
+    /// and dtx: commits/s, aborts by reason, latency, round trips and verbs per transaction type, and a
+    /// check that the balances add up.
+    Smallbank(SmallBankArgs),
+    /// TATP (seven types, 80% read-only; call forwardings as flags in pre-allocated slots) on rtx and
+    /// dtx: commits/s, aborts by reason, latency, round trips and verbs per transaction type, and a
+    /// check that every row is valid and unlocked.
+    Tatp(TatpArgs),
 }
 
 pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
@@ -103,6 +115,8 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             super::print_report(plan.json, || report.json(), || report.table())?;
             fail_on(report.failure())
         }
+        BenchCommand::Smallbank(args) => oltp(args.validate()?),
+        BenchCommand::Tatp(args) => oltp(args.validate()?),
         BenchCommand::Rehash(args) => {
             let plan = args.validate()?;
             let report = bench::rehash_run::run(&plan)?;
@@ -114,6 +128,13 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             fail_on(report.failure())
         }
     }
+}
+
+/// Runs `bench smallbank` or `bench tatp` and prints its report.
+fn oltp(plan: bench::oltp::plan::OltpPlan) -> anyhow::Result<ExitCode> {
+    let report = bench::oltp::run::run(&plan)?;
+    super::print_report(plan.json, || report.json(), || report.table())?;
+    fail_on(report.failure())
 }
 
 /// Exits non-zero, after the report, when a run's end check failed.
