@@ -15,7 +15,7 @@ use std::time::Duration;
 use control_plane::api::ControlClient;
 use control_plane::state::{ClientState, OwnerBlock};
 use harness::local::{ClusterFile, LocalCluster, LocalClusterSpec};
-use kintsugi::cluster::{Cluster, ClusterOptions};
+use kintsugi::cluster::{Cluster, ClusterOptions, IndexVariant};
 use support::cluster::{eventually, RunningLoad};
 
 fn exe() -> &'static Path {
@@ -335,7 +335,7 @@ async fn a_killed_dtx_client_is_rolled_back_by_recovery_after_its_quarantine() {
         &file.control,
         &file.client_token,
         ClusterOptions {
-            variant: kintsugi::cluster::IndexVariant::Dtx,
+            variant: IndexVariant::Dtx,
             ..options("survivor", &file)
         },
     )
@@ -560,15 +560,106 @@ fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_acknowledged_write() {
-    promotion_under_load("shm").await;
+    promotion_under_load("shm", IndexVariant::Rtx).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_promotion_over_tcp_is_followed_too() {
-    promotion_under_load("tcp").await;
+    promotion_under_load("tcp", IndexVariant::Rtx).await;
 }
 
-async fn promotion_under_load(transport: &str) {
+/// A dtx index: the promoter takes the DTX locks of unfinished logs again
+/// on the new primary and finishes every log; the clients' releases owed
+/// from before are void.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_promotion_of_a_dtx_index_under_ycsb_a_loses_no_acknowledged_write() {
+    promotion_under_load("shm", IndexVariant::Dtx).await;
+}
+
+/// A dtx client whose transport dies right after a commit every replica
+/// acknowledged (`txn::dtx::CRASH_AFTER_COMMIT`): its records stay locked
+/// on the old primary and invisible on every replica. A promotion then
+/// makes a backup the primary, whose lock words are all free: the promoter
+/// takes the committed log's locks again and rolls it forward before it
+/// publishes the region, so the tree checks clean at once and the write
+/// is there. (The victim stays live, so recovery does not roll its log.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promotion_finishes_the_dtx_log_a_crashed_client_left_unreleased() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 3, 3, "1s");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let dtx = |name: &str, faults| ClusterOptions {
+        variant: IndexVariant::Dtx,
+        faults,
+        ..options(name, &file)
+    };
+    let keeper = Cluster::connect_with(&file.control, &file.client_token, dtx("keeper", None))
+        .await
+        .unwrap();
+    let mut tree = keeper.btree("orders").await.unwrap();
+    for k in 1..=50 {
+        tree.put(k, 1).await.unwrap();
+    }
+    tree.inner().flush().await.unwrap();
+    let crash = fabric::FaultPlan {
+        crash_points: vec![txn::dtx::CRASH_AFTER_COMMIT.to_owned()],
+        ..fabric::FaultPlan::default()
+    };
+    let victim = Cluster::connect_with(&file.control, &file.client_token, dtx("victim", Some(crash)))
+        .await
+        .unwrap();
+    let mut doomed = victim.btree("orders").await.unwrap();
+    assert!(
+        doomed.put(7, 99).await.is_err(),
+        "the victim's transport died at its commit"
+    );
+    // Before the promotion the victim's leaf is invisible: readers wait on
+    // it, and give up blocked.
+    let before = tree.inner().check().await;
+    assert!(matches!(before, Err(index::IndexError::Blocked(_))), "{before:?}");
+
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let x = api
+        .indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap();
+    let region = api
+        .regions()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == x.region)
+        .unwrap();
+    let to = region.replicas[1].node;
+    let said = tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || ctl_promote(&file, x.region, to)
+    })
+    .await
+    .unwrap();
+    assert!(said.contains(&format!("has primary {to}")), "{said}");
+
+    // Read afresh through the new primary: nothing held, nothing invisible,
+    // and the committed write is there.
+    drop(tree);
+    let mut tree = keeper.btree("orders").await.unwrap();
+    let report = tree.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(tree.get(7).await.unwrap(), Some(99));
+    for k in (1..=50).filter(|&k| k != 7) {
+        assert_eq!(tree.get(k).await.unwrap(), Some(1), "key {k}");
+    }
+    drop((tree, doomed));
+    drop(victim);
+    keeper.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
+async fn promotion_under_load(transport: &str, variant: IndexVariant) {
     use std::sync::Arc;
 
     let dir = tempfile::tempdir().unwrap();
@@ -576,9 +667,16 @@ async fn promotion_under_load(transport: &str) {
     let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
     let file = local.file.clone();
     let c = Arc::new(
-        Cluster::connect_with(&file.control, &file.client_token, options("load", &file))
-            .await
-            .unwrap(),
+        Cluster::connect_with(
+            &file.control,
+            &file.client_token,
+            ClusterOptions {
+                variant,
+                ..options("load", &file)
+            },
+        )
+        .await
+        .unwrap(),
     );
     let load = kintsugi::cluster::load::LoadSpec {
         index: "orders".into(),
@@ -598,6 +696,7 @@ async fn promotion_under_load(transport: &str) {
         .into_iter()
         .find(|x| x.name == "orders")
         .unwrap();
+    assert_eq!(x.variant, variant);
     let replicas: Vec<u16> = api.regions().await.unwrap()[0]
         .replicas
         .iter()

@@ -21,6 +21,12 @@
 //!    pass after pass until one finds nothing to align;
 //!    then finish the last log of every owner id (a DOING commit is rolled
 //!    forward, an INIT one aborted: its locks vanished with the rebuild).
+//!    A region holding a dtx index has its DTX logs finished instead: for
+//!    every owner id, the locks of its unfinished logs that guard a record
+//!    it marked invisible are taken again on the new primary (DTX lock
+//!    words live on the primary only), then every log is rolled back or
+//!    forward (`txn::dtx`'s recovery). A DTX client's releases owed from
+//!    before are void once another node is primary (`Release::primary`).
 //! 4. `region_restored` commits: the region is back in the map at a newer
 //!    epoch. Clients waiting in their handles' retry loop run their
 //!    operation again (their own cut-off commits were finished in step 3).
@@ -85,8 +91,8 @@ impl Cluster {
     /// Makes `node`, a backup of `region`, its primary while clients keep
     /// working (see the module docs). Refused for a region holding an
     /// `optimal` index (its locks live on the primary only and nothing can
-    /// rebuild them) or a `dtx` one (a promotion does not finish DTX logs
-    /// yet).
+    /// rebuild them), or both an rtx and a dtx index (their logs share each
+    /// owner id's slot, and a promotion finishes the slot by one protocol).
     pub async fn promote(&self, region: RegionId, node: MemNodeId) -> Result<Promotion, ClusterError> {
         let indexes = self.indexes().await?;
         if let Some(x) = indexes
@@ -99,14 +105,11 @@ impl Cluster {
                 x.name
             )));
         }
-        if let Some(x) = indexes
-            .iter()
-            .find(|x| x.region == region && x.variant == IndexVariant::Dtx)
-        {
+        let holds = |v: IndexVariant| indexes.iter().any(|x| x.region == region && x.variant == v);
+        if holds(IndexVariant::Dtx) && holds(IndexVariant::Rtx) {
             return Err(ClusterError::Map(format!(
-                "region {region} holds the dtx index {:?}: a promotion does not finish DTX logs yet; \
-                 only rtx indexes can be promoted",
-                x.name
+                "region {region} holds both rtx and dtx indexes: their logs share each owner id's slot, and a \
+                 promotion finishes a slot by one protocol; keep them in separate regions"
             )));
         }
         let promote = Command::PromoteBackup {
@@ -226,6 +229,15 @@ impl Cluster {
                 tokio::time::sleep(FENCE_SETTLE).await;
             }
             let owner = self.take_owner()?;
+            if self.holds_dtx(region).await? {
+                self.finish_dtx_logs(region, heap, owner.id(), &fabric).await?;
+                if self.holds_hash(region).await? {
+                    self.converge_hash_as(heap, owner.id(), &mut fabric).await?;
+                }
+                return self
+                    .publish_restored(region, start, epoch, primary, fenced, lock_words)
+                    .await;
+            }
             let mut tx = TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
             let open = txn::log::unfinished(&heap, tx.fabric(), 1..OWNER_ID_END).await?;
             for id in open {
@@ -240,10 +252,57 @@ impl Cluster {
                     tokio::time::sleep(PROMOTE_POLL).await;
                 }
             }
-            if self.holds_rtx_hash(region).await? {
+            if self.holds_hash(region).await? {
                 self.converge_hash_as(heap, owner.id(), tx.fabric()).await?;
             }
         }
+        self.publish_restored(region, start, epoch, primary, fenced, lock_words)
+            .await
+    }
+
+    /// Step 3 for a region holding a dtx index: every owner id's DTX locks
+    /// taken again where recovery needs them, then every owner id's logs
+    /// finished (see the module docs), as `owner`.
+    async fn finish_dtx_logs(
+        &self,
+        region: RegionId,
+        heap: Heap,
+        owner: txn::OwnerId,
+        fabric: &fabric::Client,
+    ) -> Result<(), ClusterError> {
+        let mut dtx = txn::dtx::DtxClient::new(fabric.fork(), heap, owner, self.options.tx.clone())?;
+        let mut relocked = 0;
+        for id in (1..OWNER_ID_END).filter(|&id| id != owner) {
+            relocked += dtx.relock_after_promotion(id).await?;
+        }
+        let mut finished = txn::dtx::Finished::default();
+        for id in (1..OWNER_ID_END).filter(|&id| id != owner) {
+            let f = dtx.finish_owner_log(id).await?;
+            finished.logs += f.logs;
+            finished.rolled_back += f.rolled_back;
+            finished.rolled_forward += f.rolled_forward;
+            finished.released += f.released;
+        }
+        dtx.release_pending().await?;
+        tracing::info!(
+            region,
+            relocked,
+            ?finished,
+            "DTX logs finished after the promotion"
+        );
+        Ok(())
+    }
+
+    /// Step 4: publishes the restored region.
+    async fn publish_restored(
+        &self,
+        region: RegionId,
+        start: Instant,
+        epoch: Epoch,
+        primary: MemNodeId,
+        fenced: Duration,
+        lock_words: u64,
+    ) -> Result<Promotion, ClusterError> {
         let restored = start.elapsed();
         let publish = Command::RegionRestored { region };
         let published_epoch = match self
@@ -286,7 +345,7 @@ impl Cluster {
         region: RegionId,
         fabric: &mut fabric::Client,
     ) -> Result<u64, ClusterError> {
-        if !self.holds_rtx_hash(region).await? {
+        if !self.holds_hash(region).await? {
             return Ok(0);
         }
         let heap = Heap::open(fabric, region).await?;
@@ -294,12 +353,23 @@ impl Cluster {
         self.converge_hash_as(heap, owner.id(), fabric).await
     }
 
-    async fn holds_rtx_hash(&self, region: RegionId) -> Result<bool, ClusterError> {
+    /// Whether `region` holds a hash table whose slots reach the backups
+    /// (rtx, dtx; optimal's are primary-only).
+    async fn holds_hash(&self, region: RegionId) -> Result<bool, ClusterError> {
         Ok(self
             .indexes()
             .await?
             .into_iter()
-            .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant == IndexVariant::Rtx))
+            .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant != IndexVariant::Optimal))
+    }
+
+    /// Whether `region` holds a dtx index.
+    async fn holds_dtx(&self, region: RegionId) -> Result<bool, ClusterError> {
+        Ok(self
+            .indexes()
+            .await?
+            .into_iter()
+            .any(|x| x.region == region && x.variant == IndexVariant::Dtx))
     }
 
     /// [`Cluster::converge_hash`] of the table in `heap`, as `owner` (a

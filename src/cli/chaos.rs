@@ -84,15 +84,19 @@ pub enum KindArg {
     ResumeOrder,
     /// The victim's tcp connections dropped after each of its verbs.
     DroppedConnection,
+    /// dtx: the victim crashed after each of its verbs, then the primary dies and a backup is
+    /// promoted (2 replicas or more).
+    Promotion,
 }
 
 impl KindArg {
-    fn kind(self) -> crash_points::rtx::Kind {
+    fn kind(self) -> Option<crash_points::rtx::Kind> {
         match self {
-            KindArg::Owner => crash_points::rtx::Kind::Owner,
-            KindArg::Repairer => crash_points::rtx::Kind::Repairer,
-            KindArg::ResumeOrder => crash_points::rtx::Kind::ResumeOrder,
-            KindArg::DroppedConnection => crash_points::rtx::Kind::DroppedConnection,
+            KindArg::Owner => Some(crash_points::rtx::Kind::Owner),
+            KindArg::Repairer => Some(crash_points::rtx::Kind::Repairer),
+            KindArg::ResumeOrder => Some(crash_points::rtx::Kind::ResumeOrder),
+            KindArg::DroppedConnection => Some(crash_points::rtx::Kind::DroppedConnection),
+            KindArg::Promotion => None,
         }
     }
 }
@@ -113,8 +117,9 @@ pub struct CrashPointsArgs {
     /// verb (owner); the repairer (dtx: the recovery client) stopped at each
     /// of its verbs (repairer); victim and repairer both paused, resumed in
     /// each order (resume-order, rtx only); the victim's connections dropped
-    /// at each verb (dropped-connection).
-    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [KindArg::Owner, KindArg::Repairer, KindArg::ResumeOrder, KindArg::DroppedConnection])]
+    /// at each verb (dropped-connection); the victim crashed at each verb,
+    /// then its primary dead and a backup promoted (promotion, dtx only).
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = [KindArg::Owner, KindArg::Repairer, KindArg::ResumeOrder, KindArg::DroppedConnection, KindArg::Promotion])]
     kinds: Vec<KindArg>,
     /// Stop modes to explore.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = [ModeArg::Crash, ModeArg::Pause])]
@@ -173,7 +178,7 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
                 objects: args.objects,
                 replicas: args.replicas,
                 modes,
-                kinds: args.kinds.iter().map(|k| k.kind()).collect(),
+                kinds: args.kinds.iter().filter_map(|k| k.kind()).collect(),
             };
             (runtime.block_on(crash_points::rtx::explore(&options))?, true)
         }
@@ -191,6 +196,7 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
                     KindArg::Owner => Some(crash_points::dtx::Kind::Owner),
                     KindArg::Repairer => Some(crash_points::dtx::Kind::Recoverer),
                     KindArg::DroppedConnection => Some(crash_points::dtx::Kind::DroppedConnection),
+                    KindArg::Promotion => Some(crash_points::dtx::Kind::Promotion),
                     KindArg::ResumeOrder => None,
                 })
                 .collect();

@@ -15,6 +15,13 @@
 //!   both (the first one's log and the victim's, in either order).
 //! - **dropped-connection**: the victim's connection drops after its k-th
 //!   verb; it settles its own log before its next transaction and goes on.
+//! - **promotion** (2 replicas or more): the victim crashes after its k-th
+//!   verb, then the primary dies and a backup is promoted (a map without
+//!   the old primary, the heap's primary-only words restored, as
+//!   `cluster`'s promoter does). The new primary's DTX lock words are all
+//!   free: recovery takes again the locks of records the victim marked
+//!   invisible (`DtxClient::relock_after_promotion`), then finishes its
+//!   log. Checked on the new map.
 //!
 //! Checks after recovery: every record free, visible, and the same on
 //! every replica; the counters are those of a set of whole transactions
@@ -24,12 +31,12 @@
 
 use std::sync::Arc;
 
-use fabric::{Batch, Client, FaultPlan, Replica};
+use fabric::{Batch, Client, ClusterMap, FaultPlan, Replica};
 use serde::Serialize;
 use txn::dtx::log::{is_unfinished, DtxLog, HALF_BYTES};
 use txn::dtx::record::{Record, Version};
 use txn::dtx::DtxClient;
-use txn::{Heap, HeapConfig, OwnerId, TxConfig, TxError};
+use txn::{Heap, HeapConfig, LockWord, OwnerId, TxConfig, TxError};
 
 use super::{word, ExploreError, Mode, Report, ScenarioReport, Violation};
 
@@ -59,11 +66,19 @@ pub enum Kind {
     Recoverer,
     /// The victim's connection drops at each of its verbs.
     DroppedConnection,
+    /// The victim crashes at each of its verbs, then the primary dies and
+    /// a backup is promoted.
+    Promotion,
 }
 
 impl Kind {
     /// Every kind, in the order explored.
-    pub const ALL: [Kind; 3] = [Kind::Owner, Kind::Recoverer, Kind::DroppedConnection];
+    pub const ALL: [Kind; 4] = [
+        Kind::Owner,
+        Kind::Recoverer,
+        Kind::DroppedConnection,
+        Kind::Promotion,
+    ];
 
     /// The name in reports and on the command line.
     pub fn name(self) -> &'static str {
@@ -71,6 +86,7 @@ impl Kind {
             Kind::Owner => super::KIND_OWNER,
             Kind::Recoverer => "recoverer",
             Kind::DroppedConnection => "dropped-connection",
+            Kind::Promotion => "promotion",
         }
     }
 }
@@ -107,6 +123,10 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
     };
     for &kind in &options.kinds {
         for &rf in &options.replicas {
+            if kind == Kind::Promotion && rf < 2 {
+                // Nothing to promote.
+                continue;
+            }
             for &n in &options.records {
                 let scenario = format!("rf={rf} records={n}");
                 let setup_err = |reason: String| ExploreError::Setup {
@@ -152,6 +172,10 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
                         Kind::DroppedConnection => {
                             let what = dropped_run(rf, n, k).await.map_err(setup_err)?;
                             tally(Mode::Crash, k, String::new(), what);
+                        }
+                        Kind::Promotion => {
+                            let what = promotion_run(rf, n, k).await.map_err(setup_err)?;
+                            tally(Mode::Crash, k, "then the primary dies".into(), what);
                         }
                     }
                 }
@@ -223,6 +247,37 @@ impl World {
 
     fn replicas(&self) -> usize {
         self.fabric.map().region(REGION).map_or(1, |r| r.replicas.len())
+    }
+
+    /// This world after its primary died and its first backup was
+    /// promoted: a map of the next epoch without the old primary, and the
+    /// heap's primary-only words (the chunk counter, rTX lock words)
+    /// restored on the new one, as `cluster`'s promoter does after its
+    /// fence.
+    async fn promoted(&self) -> Result<World, String> {
+        let map = self.fabric.map();
+        let mut regions = map.regions().to_vec();
+        let dead = regions
+            .first()
+            .and_then(|r| r.replicas.first())
+            .map(|l| l.node)
+            .ok_or("no primary to promote from")?;
+        for r in &mut regions {
+            r.replicas.retain(|l| l.node != dead);
+        }
+        let nodes = map.nodes().iter().filter(|n| n.id != dead).cloned().collect();
+        let map = ClusterMap::new(map.epoch() + 1, nodes, regions).map_err(|e| e.to_string())?;
+        let mut fabric = Client::new(map, self.fabric.transport().clone());
+        let floor = LockWord::promotion_floor(txn::now_tick(&fabric));
+        self.heap
+            .restore_after_promotion(&mut fabric, floor)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(World {
+            fabric,
+            heap: self.heap,
+            recs: self.recs.clone(),
+        })
     }
 }
 
@@ -370,6 +425,20 @@ async fn dropped_run(rf: u16, n: usize, k: u64) -> Result<Vec<String>, String> {
     // (The victim's own halves stay as its last transactions left them: an
     // owner does not mark its released logs.)
     check(&w, &out, &[]).await
+}
+
+async fn promotion_run(rf: u16, n: usize, k: u64) -> Result<Vec<String>, String> {
+    let w = World::new(rf, n).await?;
+    let (c, _) = w.client(VICTIM, Mode::Crash.plan(k), None)?;
+    let out = run_victim(c, w.recs.clone(), false).await;
+    let p = w.promoted().await?;
+    let (mut r, _) = p.client(RECOVERER, FaultPlan::default(), None)?;
+    if let Err(e) = r.relock_after_promotion(VICTIM).await {
+        return Ok(vec![format!("taking the victim's locks again: {e}")]);
+    }
+    let mut found = recover(&p, &[VICTIM]).await?;
+    found.extend(check(&p, &out, &[VICTIM]).await?);
+    Ok(found)
 }
 
 /// Recovery by [`SECOND`] of `owners`' logs, in order, then a second pass

@@ -52,6 +52,12 @@ pub(crate) struct Release {
     pub record: Record,
     /// The version to make visible, if the transaction wrote the record.
     pub version: Option<u64>,
+    /// The node that was the region's primary when the locks were taken.
+    /// Lock words live on the primary only: once another node is primary
+    /// (a promotion), the lock is gone and the promotion finished the
+    /// transaction's log, so the release is void and must not land (it
+    /// would free a lock, or mark a version, of a later transaction).
+    pub primary: Option<fabric::NodeId>,
 }
 
 /// The release verbs [`DtxClient::open_batch`] put in a batch, to check
@@ -201,6 +207,7 @@ impl DtxClient {
             self.finished_flushers.push(done);
         }
         let owed = self.pending.clone();
+        let region = self.heap.region();
         let mut fork = self.fabric.fork();
         self.flusher = Some(tokio::spawn(async move {
             let mut landed = true;
@@ -216,6 +223,7 @@ impl DtxClient {
                     std::mem::take(&mut o.releases)
                 };
                 batch.clear();
+                let releases = void_after_promotion(releases, &fork, region);
                 let handles = push_releases(&mut batch, &releases);
                 landed =
                     fork.execute(&mut batch).await.is_ok() && handles.iter().all(|&h| batch.done(h).is_ok());
@@ -359,9 +367,16 @@ impl DtxClient {
         batch.clear();
         let mut releases = std::mem::take(&mut self.kept);
         releases.append(&mut self.owed().releases);
+        let releases = void_after_promotion(releases, &self.fabric, self.heap.region());
         Opened {
             release_verbs: push_releases(batch, &releases),
         }
+    }
+
+    /// The node that is the primary of this client's region in the map it
+    /// routes by now.
+    pub(crate) fn primary_node(&self) -> Option<fabric::NodeId> {
+        primary_of(&self.fabric, self.heap.region())
     }
 
     /// Executes a batch [`DtxClient::open_batch`] began, in one round trip,
@@ -571,6 +586,33 @@ pub(crate) fn push_releases(batch: &mut Batch, releases: &[Release]) -> Vec<fabr
         handles.push(batch.write(r.record.lock_addr(), &record::FREE.to_le_bytes()));
     }
     handles
+}
+
+/// The node that is `region`'s primary in the map `fabric` routes by now.
+fn primary_of(fabric: &Client, region: fabric::RegionId) -> Option<fabric::NodeId> {
+    fabric
+        .map()
+        .region(region)
+        .and_then(|r| r.replicas.first().map(|l| l.node))
+}
+
+/// `releases` without those whose locks were taken under another primary
+/// than `fabric`'s map has now ([`Release::primary`]).
+fn void_after_promotion(releases: Vec<Release>, fabric: &Client, region: fabric::RegionId) -> Vec<Release> {
+    let now = primary_of(fabric, region);
+    let before = releases.len();
+    let live: Vec<Release> = releases
+        .into_iter()
+        .filter(|r| r.primary.is_none() || r.primary == now)
+        .collect();
+    if live.len() < before {
+        tracing::debug!(
+            region,
+            void = before - live.len(),
+            "releases of locks taken under a former primary dropped: the promotion finished their logs"
+        );
+    }
+    live
 }
 
 /// The replica target of the `i`-th replica (0: the primary).

@@ -27,4 +27,4 @@ mod tx;
 
 pub use client::{DtxClient, INVISIBLE_READS_MAX, UNDO_HALF_BYTES};
 pub use recover::Finished;
-pub use tx::{DtxTx, CRASH_BEFORE_COMMIT};
+pub use tx::{DtxTx, CRASH_AFTER_COMMIT, CRASH_BEFORE_COMMIT};

@@ -165,6 +165,87 @@ impl DtxClient {
         self.finish_logs_of(owner, false).await
     }
 
+    /// After a promotion made another node the region's primary: takes
+    /// again, on the new primary and with the log's own lock word, every
+    /// lock an unfinished log of `owner` held that recovery needs. Lock
+    /// words live on the primary only, so the new one has them all free,
+    /// and [`DtxClient::finish_owner_log`] acts only on records whose lock
+    /// it adopts. A record needs its lock back when some replica's version
+    /// is its writer's mark (invisible): the writer held it and its data
+    /// may be half-written. A logged record without that mark needs nothing
+    /// (never written in place, or already visible again) and may never
+    /// have been locked at all (a no-wait abort logs before its CAS), so it
+    /// stays free. Run by the promoter after the fence and before anyone
+    /// uses the region, for every owner id, then `finish_owner_log` for
+    /// each; idempotent. Returns the locks taken.
+    pub async fn relock_after_promotion(&mut self, owner: OwnerId) -> Result<u32, TxError> {
+        let view = self.read_slot(owner).await?;
+        let mut relocked = 0;
+        for h in 0..2u8 {
+            for w in view.unfinished(h) {
+                let entries = view.entries(h, w);
+                if entries.is_empty() {
+                    continue;
+                }
+                let mut batch = self.fabric.take_batch();
+                let taken = self.relock_log(&mut batch, w, &entries).await;
+                self.fabric.give_batch(batch);
+                relocked += taken?;
+            }
+        }
+        if relocked > 0 {
+            tracing::debug!(owner, relocked, "DTX locks taken again after a promotion");
+        }
+        Ok(relocked)
+    }
+
+    /// [`DtxClient::relock_after_promotion`] of the log locked as `w`.
+    async fn relock_log(
+        &mut self,
+        batch: &mut Batch,
+        w: LockWord,
+        entries: &[DtxEntry],
+    ) -> Result<u32, TxError> {
+        let replicas = self.replicas();
+        batch.clear();
+        let versions: Vec<_> = entries
+            .iter()
+            .map(|e| {
+                let rec = record::Record::new(e.record, e.len);
+                batch.on(Replica::All).read(rec.version_addr(), 8)
+            })
+            .collect();
+        self.fabric.execute(batch).await?;
+        let mut marked = Vec::new();
+        for (e, &v) in entries.iter().zip(&versions) {
+            let writer = e.adopted.unwrap_or(w);
+            let mut invisible = false;
+            for i in 0..replicas {
+                invisible |= word(batch.read_result_of(v, i).map_err(TxError::Verb)?, 0) == writer.raw();
+            }
+            if invisible {
+                marked.push(record::Record::new(e.record, e.len));
+            }
+        }
+        if marked.is_empty() {
+            return Ok(0);
+        }
+        batch.clear();
+        let cases: Vec<_> = marked
+            .iter()
+            .map(|r| batch.cas(r.lock_addr(), record::FREE, w.raw()))
+            .collect();
+        self.fabric.execute(batch).await?;
+        let mut taken = 0;
+        for c in cases {
+            // A CAS that finds `w` already: a promoter run again.
+            if batch.cas_succeeded(c).map_err(TxError::Verb)? {
+                taken += 1;
+            }
+        }
+        Ok(taken)
+    }
+
     /// Finishes this owner's own logs after a fabric error cut a batch off
     /// (it holds its own lock words: no adoption). Releases owed are
     /// dropped: recovery decides from what DM holds.

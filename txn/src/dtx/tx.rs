@@ -30,6 +30,11 @@ use crate::word::{LockWord, LogHeader, LogState};
 /// rolls the log back (`bench rehash --kill-grower`).
 pub const CRASH_BEFORE_COMMIT: &str = "dtx-before-commit";
 
+/// The named crash point a DTX commit passes once every replica
+/// acknowledged it, before its release is owed: records stay locked and
+/// invisible until recovery rolls the log forward.
+pub const CRASH_AFTER_COMMIT: &str = "dtx-after-commit";
+
 /// A record this transaction locked.
 #[derive(Debug)]
 struct Locked {
@@ -73,6 +78,8 @@ pub struct DtxTx<'c> {
     /// The map the first locks were taken under: every later batch of the
     /// transaction is pinned to it.
     epoch: Option<Epoch>,
+    /// The region's primary in that map (`Release::primary`).
+    primary: Option<fabric::NodeId>,
     batch: Batch,
     finished: bool,
 }
@@ -99,6 +106,7 @@ impl<'c> DtxTx<'c> {
             undo_used: 0,
             own_conflicts: 0,
             epoch: None,
+            primary: None,
             batch,
             finished: false,
         }
@@ -262,6 +270,7 @@ impl<'c> DtxTx<'c> {
         }
         if first {
             self.epoch = Some(self.c.fabric.epoch());
+            self.primary = self.c.primary_node();
         }
         let result = match sent {
             Ok(()) => self.take_locks(&batch, log_h, &verbs, lock),
@@ -503,6 +512,12 @@ impl<'c> DtxTx<'c> {
             }
             return Err(e);
         }
+        // A crash here leaves the transaction committed on every replica,
+        // its records locked and invisible: only the release is missing.
+        if let Err(e) = self.c.fabric.crash_point(CRASH_AFTER_COMMIT) {
+            self.c.unsettled = true;
+            return Err(e.into());
+        }
         self.released(true);
         Ok(())
     }
@@ -565,6 +580,7 @@ impl<'c> DtxTx<'c> {
                     .map(|l| Release {
                         record: l.record,
                         version: (committed && l.dirty.is_some()).then(|| l.version + 1),
+                        primary: self.primary,
                     })
                     .collect();
                 self.c.owe(releases);
