@@ -25,8 +25,10 @@
 //!    every owner id, the locks of its unfinished logs that guard a record
 //!    it marked invisible are taken again on the new primary (DTX lock
 //!    words live on the primary only), then every log is rolled back or
-//!    forward (`txn::dtx`'s recovery). A DTX client's releases owed from
-//!    before are void once another node is primary (`Release::primary`).
+//!    forward (`txn::dtx`'s recovery), then any lock word still held is
+//!    freed (a stale word a re-replication copied from a former primary).
+//!    A DTX client's releases owed from before are void once another node
+//!    is primary (`Release::primary`).
 //! 4. `region_restored` commits: the region is back in the map at a newer
 //!    epoch. Clients waiting in their handles' retry loop run their
 //!    operation again (their own cut-off commits were finished in step 3).
@@ -284,10 +286,31 @@ impl Cluster {
             finished.released += f.released;
         }
         dtx.release_pending().await?;
+        // Every log is finished and nobody else acts on the region: a lock
+        // word still held is a stale one a re-replication copied.
+        let mut freed = 0;
+        for x in self.indexes().await?.into_iter().filter(|x| x.region == region) {
+            freed += match (x.kind, x.variant) {
+                (IndexKind::Btree, IndexVariant::Dtx) => {
+                    index::btree::BTree::open_with(fabric.fork(), heap, owner, self.options.tx.clone())
+                        .await?
+                        .free_stale_locks()
+                        .await?
+                }
+                (IndexKind::Hash, IndexVariant::Dtx) => {
+                    index::hash::HashTable::open(fabric.fork(), heap, owner, self.options.tx.clone())
+                        .await?
+                        .free_stale_locks()
+                        .await?
+                }
+                _ => 0,
+            };
+        }
         tracing::info!(
             region,
             relocked,
             ?finished,
+            freed,
             "DTX logs finished after the promotion"
         );
         Ok(())

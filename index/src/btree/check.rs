@@ -109,6 +109,26 @@ impl BTree {
         self.store.objects(&report.nodes)
     }
 
+    /// After a promotion, once every DTX log is finished: frees every lock
+    /// word still held on the new primary (a dtx tree's: stale words a
+    /// re-replication copied; see `txn::dtx::DtxClient::free_stale_locks`).
+    /// Returns the locks freed; 0 for the other variants. Only for a
+    /// promoter, with nobody else acting on the region.
+    pub async fn free_stale_locks(&mut self) -> Result<u32, IndexError> {
+        let mut refs = Vec::new();
+        let mut scratch = CheckReport::default();
+        let mut r = self.root;
+        loop {
+            let chain = self.read_chain(r, &mut scratch).await?;
+            refs.extend(chain.iter().map(|(r, _)| *r));
+            match chain.first() {
+                Some((_, n)) if !n.is_leaf() => r = n.leftmost,
+                _ => break,
+            }
+        }
+        self.store.free_stale_locks(&refs).await
+    }
+
     /// Meets every lock in the tree once: each lock whose lease has expired
     /// (by this client's clock) is repaired, as any client that touched that
     /// node would. rTX repairs on demand, so a node no client touches keeps

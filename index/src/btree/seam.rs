@@ -234,6 +234,20 @@ impl Store {
         }
     }
 
+    /// Frees the stale lock words among `refs` after a promotion (dtx: see
+    /// `DtxClient::free_stale_locks`); returns how many. Nothing for the
+    /// other variants: rtx's lock words are rebuilt with the metas, and an
+    /// optimal index is never promoted.
+    pub(crate) async fn free_stale_locks(&mut self, refs: &[NodeRef]) -> Result<u32, IndexError> {
+        match self {
+            Store::Optimal(_) | Store::Rtx(_) => Ok(0),
+            Store::Dtx(c) => {
+                let records: Vec<_> = refs.iter().map(|&r| dtx::record(r)).collect();
+                Ok(c.free_stale_locks(&records).await?)
+            }
+        }
+    }
+
     /// Whether this variant repairs expired locks online (rtx).
     pub(crate) fn repairs_online(&self) -> bool {
         matches!(self, Store::Rtx(_))

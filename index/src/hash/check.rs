@@ -106,6 +106,24 @@ impl HashTable {
         Ok(repaired)
     }
 
+    /// After a promotion, once every DTX log is finished: frees every lock
+    /// word still held on the new primary (a dtx table's directory and
+    /// subtable records: stale words a re-replication copied; see
+    /// `txn::dtx::DtxClient::free_stale_locks`). Returns the locks freed;
+    /// 0 for the other variants. Only for a promoter, with nobody else
+    /// acting on the region.
+    pub async fn free_stale_locks(&mut self) -> Result<u32, IndexError> {
+        if self.info.variant != Variant::Dtx {
+            return Ok(0);
+        }
+        let mut records = vec![self.dir_record()];
+        records.extend(self.subtables().await?.into_iter().map(HashTable::sub_record));
+        match &mut self.engine {
+            super::Engine::Dtx(c) => Ok(c.free_stale_locks(&records).await?),
+            _ => Ok(0),
+        }
+    }
+
     async fn walk(&mut self) -> Result<(HashCheckReport, BTreeMap<u64, u64>), IndexError> {
         let mut report = HashCheckReport::default();
         let mut entries = BTreeMap::new();

@@ -168,16 +168,20 @@ impl DtxClient {
     /// After a promotion made another node the region's primary: takes
     /// again, on the new primary and with the log's own lock word, every
     /// lock an unfinished log of `owner` held that recovery needs. Lock
-    /// words live on the primary only, so the new one has them all free,
+    /// words live on the primary only, so the new one's are free, or stale
+    /// (a re-replication copied the primary's lock words as they were),
     /// and [`DtxClient::finish_owner_log`] acts only on records whose lock
     /// it adopts. A record needs its lock back when some replica's version
     /// is its writer's mark (invisible): the writer held it and its data
     /// may be half-written. A logged record without that mark needs nothing
     /// (never written in place, or already visible again) and may never
-    /// have been locked at all (a no-wait abort logs before its CAS), so it
-    /// stays free. Run by the promoter after the fence and before anyone
-    /// uses the region, for every owner id, then `finish_owner_log` for
-    /// each; idempotent. Returns the locks taken.
+    /// have been locked at all (a no-wait abort logs before its CAS). The
+    /// lock is written, not CASed from free: nobody else acts on the region
+    /// meanwhile, and a stale word must not stand in the way. Run by the
+    /// promoter after the fence and before anyone uses the region, for
+    /// every owner id, then `finish_owner_log` for each, then
+    /// [`DtxClient::free_stale_locks`]; idempotent. Returns the locks
+    /// taken.
     pub async fn relock_after_promotion(&mut self, owner: OwnerId) -> Result<u32, TxError> {
         let view = self.read_slot(owner).await?;
         let mut relocked = 0;
@@ -231,19 +235,59 @@ impl DtxClient {
             return Ok(0);
         }
         batch.clear();
-        let cases: Vec<_> = marked
+        let writes: Vec<_> = marked
             .iter()
-            .map(|r| batch.cas(r.lock_addr(), record::FREE, w.raw()))
+            .map(|r| batch.write(r.lock_addr(), &w.raw().to_le_bytes()))
             .collect();
         self.fabric.execute(batch).await?;
-        let mut taken = 0;
-        for c in cases {
-            // A CAS that finds `w` already: a promoter run again.
-            if batch.cas_succeeded(c).map_err(TxError::Verb)? {
-                taken += 1;
-            }
+        for h in writes {
+            batch.done(h).map_err(TxError::Verb)?;
         }
-        Ok(taken)
+        Ok(marked.len() as u32)
+    }
+
+    /// Frees every lock word of `records` that is held on the primary:
+    /// after a promotion, once every log is finished, what is left held is
+    /// a stale word a re-replication copied from a former primary (lock
+    /// words are primary-only, and a copy takes them as they were). Only
+    /// for a promoter, with nobody else acting on the region. Returns the
+    /// locks freed.
+    pub async fn free_stale_locks(&mut self, records: &[record::Record]) -> Result<u32, TxError> {
+        let mut freed = 0;
+        let mut batch = self.fabric.take_batch();
+        let result = async {
+            for chunk in records.chunks(fabric::VERBS_PER_BATCH_MAX / 2) {
+                batch.clear();
+                let reads: Vec<_> = chunk.iter().map(|r| batch.read(r.lock_addr(), 8)).collect();
+                self.fabric.execute(&mut batch).await?;
+                let held: Vec<record::Record> = chunk
+                    .iter()
+                    .zip(&reads)
+                    .map(|(r, &h)| Ok((*r, word(batch.read_result(h).map_err(TxError::Verb)?, 0))))
+                    .collect::<Result<Vec<_>, TxError>>()?
+                    .into_iter()
+                    .filter(|&(_, w)| w != record::FREE)
+                    .map(|(r, _)| r)
+                    .collect();
+                if held.is_empty() {
+                    continue;
+                }
+                batch.clear();
+                let writes: Vec<_> = held
+                    .iter()
+                    .map(|r| batch.write(r.lock_addr(), &record::FREE.to_le_bytes()))
+                    .collect();
+                self.fabric.execute(&mut batch).await?;
+                for h in writes {
+                    batch.done(h).map_err(TxError::Verb)?;
+                }
+                freed += held.len() as u32;
+            }
+            Ok::<(), TxError>(())
+        }
+        .await;
+        self.fabric.give_batch(batch);
+        result.map(|()| freed)
     }
 
     /// Finishes this owner's own logs after a fabric error cut a batch off
