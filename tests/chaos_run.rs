@@ -376,6 +376,13 @@ fn kill_primary_promotes_a_backup_and_re_replicates_losing_nothing() {
 }
 
 #[test]
+fn kill_primary_of_a_dtx_index_promotes_and_finishes_its_logs_losing_nothing() {
+    let s = run_memnode_experiment("deploy/experiments/kill-primary-dtx.toml");
+    assert_recovered(&s);
+    assert_eq!(s["experiment"]["index"]["variants"][0], "dtx", "{s}");
+}
+
+#[test]
 fn restart_primary_on_a_hash_table_brings_the_node_back_as_a_spare() {
     let s = run_memnode_experiment("deploy/experiments/restart-primary-hash.toml");
     assert_recovered(&s);

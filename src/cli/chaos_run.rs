@@ -114,9 +114,15 @@ fn replica_report(s: &ReplicaSummary) -> String {
     let mut out = String::new();
     let ms = |t: Option<f64>| t.map_or_else(|| "never".to_owned(), |t| format!("{t:.0} ms"));
     let verdict = if s.passed { "PASSED" } else { "FAILED" };
+    let variant = s
+        .experiment
+        .index
+        .variants
+        .first()
+        .map_or_else(|| "rtx".to_owned(), ToString::to_string);
     let _ = writeln!(
         out,
-        "{}\nrtx: {} ops, {} ops/s on average, {} operation(s) retried after a map change or a lost connection: {verdict}",
+        "{}\n{variant}: {} ops, {} ops/s on average, {} operation(s) retried after a map change or a lost connection: {verdict}",
         s.experiment.headline(),
         s.ops,
         rate(s.ops_per_sec),

@@ -268,11 +268,11 @@ impl Experiment {
                 "memory-node faults need the control plane (it decides a node is dead and recovery acts)",
             ));
         }
-        if self.index.variants != [Variant::Rtx] {
+        if self.index.variants != [Variant::Rtx] && self.index.variants != [Variant::Dtx] {
             return Err(invalid(
                 "index.variants",
-                "memory-node faults run on [\"rtx\"] only: optimal keeps its locks on the primary and \
-                 its writes unreplicated, so a memory node's death is fatal to it",
+                "memory-node faults run on one variant, [\"rtx\"] or [\"dtx\"]: optimal keeps its locks on \
+                 the primary and its writes unreplicated, so a memory node's death is fatal to it",
             ));
         }
         if c.memory_nodes < 2 {

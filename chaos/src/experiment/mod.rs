@@ -412,12 +412,6 @@ impl Experiment {
             ));
         }
         let dtx = self.index.variants.contains(&Variant::Dtx);
-        if dtx && self.on_memnodes() {
-            return Err(invalid(
-                "index.variants",
-                "dtx under memory-node faults is not built (a promotion does not finish DTX logs)",
-            ));
-        }
         let paused = self.faults.iter().any(|f| f.kind == FaultKind::PauseClient);
         if dtx && paused && !self.index.expect_violations.contains(&Variant::Dtx) {
             // DTX writes in place: a paused coordinator that carries on

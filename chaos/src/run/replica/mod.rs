@@ -4,7 +4,8 @@
 //! keeping its image with `--persist`) whose data path follows the control
 //! plane's map, and the recovery coordinator on the Raft leader.
 //!
-//! 1. start the cluster, create the index (rtx, `memory_nodes` replicas);
+//! 1. start the cluster, create the index (the experiment's one variant,
+//!    rtx or dtx, `memory_nodes` replicas);
 //! 2. run YCSB A (`cluster::load`) from this process, one task and owner id
 //!    per client thread, counting ops per 1 ms bucket;
 //! 3. at each fault's time: SIGKILL the node holding the index's primary or
@@ -198,7 +199,13 @@ fn cluster_spec(e: &Experiment, dir: &Path) -> LocalClusterSpec {
 async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaSummary, RunError> {
     let e = &experiment;
     let c = &e.cluster;
-    let dir = options.out.join(Variant::Rtx.to_string());
+    // One variant (the experiment's rules): rtx or dtx.
+    let variant = e.index.variants.first().copied().unwrap_or(Variant::Rtx);
+    let index_variant = match variant {
+        Variant::Dtx => control_plane::state::IndexVariant::Dtx,
+        Variant::Rtx | Variant::Optimal => control_plane::state::IndexVariant::Rtx,
+    };
+    let dir = options.out.join(variant.to_string());
     std::fs::create_dir_all(&dir).map_err(|err| RunError::io(&dir, err))?;
     // The cluster is this run's own: images a previous run left there
     // (`--persist`) would come back as stale nodes.
@@ -244,6 +251,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                 index_bytes: index_bytes(e.workload.keys),
                 hash_keys: e.workload.keys,
                 owner_ids: (tasks + 4) as u16,
+                variant: index_variant,
                 ..ClusterOptions::default()
             },
         )
@@ -288,6 +296,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
                     repair: options.sabotage != Some(Sabotage::NoRepair),
                     ..txn::TxConfig::default()
                 },
+                variant: index_variant,
                 ..ClusterOptions::default()
             },
         )
@@ -456,7 +465,13 @@ fn write_outputs(s: &ReplicaSummary, out: &Path) -> Result<(), RunError> {
     let path = out.join("timeline.csv");
     let io = |e| RunError::io(&path, e);
     let mut w = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
-    writeln!(w, "ms,rtx,phase").map_err(io)?;
+    let variant = s
+        .experiment
+        .index
+        .variants
+        .first()
+        .map_or_else(|| "rtx".to_owned(), ToString::to_string);
+    writeln!(w, "ms,{variant},phase").map_err(io)?;
     let bucket_ms = BUCKET_US as f64 / 1000.0;
     for (b, n) in s.timeline.iter().enumerate() {
         let at = b as f64 * bucket_ms;
@@ -484,7 +499,7 @@ fn write_outputs(s: &ReplicaSummary, out: &Path) -> Result<(), RunError> {
             bucket_ms,
             smooth_buckets: SMOOTH_BUCKETS,
             series: &[Series {
-                label: "rtx".into(),
+                label: variant.clone(),
                 ops_per_bucket: s.timeline.clone(),
             }],
             markers: &markers,
