@@ -597,13 +597,18 @@ fn primary_of(fabric: &Client, region: fabric::RegionId) -> Option<fabric::NodeI
 }
 
 /// `releases` without those whose locks were taken under another primary
-/// than `fabric`'s map has now ([`Release::primary`]).
+/// than `fabric`'s map has now ([`Release::primary`]). While the region is
+/// out of the map (a restore: a promotion, or a re-replication that keeps
+/// the primary) nothing is dropped: the batch fails to route, which leaves
+/// the client unsettled, and its own recovery decides from DM.
 fn void_after_promotion(releases: Vec<Release>, fabric: &Client, region: fabric::RegionId) -> Vec<Release> {
-    let now = primary_of(fabric, region);
+    let Some(now) = primary_of(fabric, region) else {
+        return releases;
+    };
     let before = releases.len();
     let live: Vec<Release> = releases
         .into_iter()
-        .filter(|r| r.primary.is_none() || r.primary == now)
+        .filter(|r| r.primary.is_none_or(|p| p == now))
         .collect();
     if live.len() < before {
         tracing::debug!(
