@@ -465,6 +465,11 @@ impl Cluster {
         if x.variant == IndexVariant::Dtx {
             // The intents name every lock: no lock sweep.
             let mut dtx = txn::dtx::DtxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+            // An earlier pass of this process, as the same owner id, may have
+            // stopped inside a roll (a fabric error between its adoption and
+            // its release): its log names the locks it adopted, which nobody
+            // else finishes while this owner id is live.
+            dtx.finish_owner_log(owner.id()).await?;
             for &id in ids {
                 let done = dtx.finish_owner_log(id).await?;
                 if done.logs > 0 {

@@ -273,6 +273,9 @@ impl Cluster {
         fabric: &fabric::Client,
     ) -> Result<(), ClusterError> {
         let mut dtx = txn::dtx::DtxClient::new(fabric.fork(), heap, owner, self.options.tx.clone())?;
+        // What an earlier promoter of this process, as the same owner id,
+        // left adopted (see `Cluster::finish_logs`).
+        dtx.finish_owner_log(owner).await?;
         let mut relocked = 0;
         for id in (1..OWNER_ID_END).filter(|&id| id != owner) {
             relocked += dtx.relock_after_promotion(id).await?;
