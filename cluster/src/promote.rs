@@ -282,11 +282,7 @@ impl Cluster {
         }
         let mut finished = txn::dtx::Finished::default();
         for id in (1..OWNER_ID_END).filter(|&id| id != owner) {
-            let f = dtx.finish_owner_log(id).await?;
-            finished.logs += f.logs;
-            finished.rolled_back += f.rolled_back;
-            finished.rolled_forward += f.rolled_forward;
-            finished.released += f.released;
+            finished += dtx.finish_owner_log(id).await?;
         }
         dtx.release_pending().await?;
         // Every log is finished and nobody else acts on the region: a lock

@@ -114,15 +114,12 @@ async fn watch(
             }
             let mut sum = txn::dtx::Finished::default();
             for id in c.owners.ids() {
-                let f = dtx
+                sum += dtx
                     .finish_owner_log(id)
                     .await
                     .map_err(super::RunError::index(format!(
                         "cannot roll the DTX logs of owner {id}"
                     )))?;
-                sum.rolled_back += f.rolled_back;
-                sum.rolled_forward += f.rolled_forward;
-                sum.released += f.released;
             }
             dtx.release_pending()
                 .await

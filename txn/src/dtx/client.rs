@@ -602,6 +602,10 @@ fn primary_of(fabric: &Client, region: fabric::RegionId) -> Option<fabric::NodeI
 /// the primary) nothing is dropped: the batch fails to route, which leaves
 /// the client unsettled, and its own recovery decides from DM.
 fn void_after_promotion(releases: Vec<Release>, fabric: &Client, region: fabric::RegionId) -> Vec<Release> {
+    // Every batch of the client passes here: nothing owed, no map lookup.
+    if releases.is_empty() {
+        return releases;
+    }
     let Some(now) = primary_of(fabric, region) else {
         return releases;
     };

@@ -60,6 +60,15 @@ pub struct Finished {
     pub released: u32,
 }
 
+impl std::ops::AddAssign for Finished {
+    fn add_assign(&mut self, o: Finished) {
+        self.logs += o.logs;
+        self.rolled_back += o.rolled_back;
+        self.rolled_forward += o.rolled_forward;
+        self.released += o.released;
+    }
+}
+
 /// The decision on a DTX transaction, from its owner's slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Decision {
