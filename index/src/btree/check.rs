@@ -115,17 +115,10 @@ impl BTree {
     /// Returns the locks freed; 0 for the other variants. Only for a
     /// promoter, with nobody else acting on the region.
     pub async fn free_stale_locks(&mut self) -> Result<u32, IndexError> {
-        let mut refs = Vec::new();
-        let mut scratch = CheckReport::default();
-        let mut r = self.root;
-        loop {
-            let chain = self.read_chain(r, &mut scratch).await?;
-            refs.extend(chain.iter().map(|(r, _)| *r));
-            match chain.first() {
-                Some((_, n)) if !n.is_leaf() => r = n.leftmost,
-                _ => break,
-            }
+        if !self.store.locks_go_stale() {
+            return Ok(0);
         }
+        let refs = self.node_refs().await?;
         self.store.free_stale_locks(&refs).await
     }
 
@@ -139,6 +132,13 @@ impl BTree {
         if !self.store.repairs_online() {
             return Ok(0);
         }
+        let refs = self.node_refs().await?;
+        self.store.repair_expired(&refs).await
+    }
+
+    /// Every node reachable from the root, level by level (each level's
+    /// chain read whole).
+    async fn node_refs(&mut self) -> Result<Vec<NodeRef>, IndexError> {
         let mut refs = Vec::new();
         let mut scratch = CheckReport::default();
         let mut r = self.root;
@@ -150,7 +150,7 @@ impl BTree {
                 _ => break,
             }
         }
-        self.store.repair_expired(&refs).await
+        Ok(refs)
     }
 
     async fn read_chain(

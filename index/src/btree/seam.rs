@@ -248,6 +248,14 @@ impl Store {
         }
     }
 
+    /// Whether a re-replication's copy can leave this variant's lock words
+    /// stale on a backup that a promotion then makes primary (dtx: its lock
+    /// words live in the records, which nothing rebuilds; rtx's are rebuilt
+    /// with the metas, and an optimal index is never promoted).
+    pub(crate) fn locks_go_stale(&self) -> bool {
+        matches!(self, Store::Dtx(_))
+    }
+
     /// Whether this variant repairs expired locks online (rtx).
     pub(crate) fn repairs_online(&self) -> bool {
         matches!(self, Store::Rtx(_))

@@ -268,14 +268,9 @@ impl HashTable {
                     // Split by another client since: commit it unchanged.
                     return Ok(None);
                 }
-                let (d, s) = (header.local_depth(), header.suffix());
-                let slots = full_slots(g, &keep);
-                let keyed = slots.iter().map(|(_, s)| *s);
-                let keys = read_keys(tx.client().fabric(), region, keyed, VERBS_PER_BATCH_MAX)
-                    .await
-                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
-                let new_suffix = s | 1 << d;
-                let moved = halve(g, &mut keep, &slots, &keys, d, s);
+                let moved = halve(tx.client().fabric(), region, g, &mut keep, header).await?;
+                let d = header.local_depth();
+                let new_suffix = header.suffix() | 1 << d;
                 tx.write_raw(obj, &keep).await?;
                 let new = tx.create_raw(&moved).await?;
                 let mut dir = tx.read_raw(dir_obj).await?.to_vec();
@@ -325,19 +320,14 @@ impl HashTable {
                 let block = pointed(tx.read_for_update(sub_rec).await?, region)?;
                 let mut keep = read_block(tx.client().fabric(), block, sub_bytes)
                     .await
-                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                    .map_err(as_tx)?;
                 if Header(word(&keep, 0)) != header {
                     // Split by another client since: nothing to write.
                     return Ok(None);
                 }
-                let (d, s) = (header.local_depth(), header.suffix());
-                let slots = full_slots(g, &keep);
-                let keyed = slots.iter().map(|(_, s)| *s);
-                let keys = read_keys(tx.client().fabric(), region, keyed, VERBS_PER_BATCH_MAX)
-                    .await
-                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
-                let new_suffix = s | 1 << d;
-                let moved = halve(g, &mut keep, &slots, &keys, d, s);
+                let moved = halve(tx.client().fabric(), region, g, &mut keep, header).await?;
+                let d = header.local_depth();
+                let new_suffix = header.suffix() | 1 << d;
                 let mut batch = Batch::new();
                 let hs = [
                     batch.on(Replica::All).write(keep_at, &keep),
@@ -353,7 +343,7 @@ impl HashTable {
                 let dir_at = if ring[0] == dir_block { ring[1] } else { ring[0] };
                 let mut dir = read_block(tx.client().fabric(), dir_block, u64::from(dir_len))
                     .await
-                    .map_err(|e| txn::TxError::BadObject(e.to_string()))?;
+                    .map_err(as_tx)?;
                 for e in dir_entries(depth, d + 1, new_suffix) {
                     let at = e as usize * 8;
                     dir[at..at + 8].copy_from_slice(&new.addr.raw().to_le_bytes());
@@ -403,16 +393,29 @@ impl HashTable {
     }
 }
 
-/// Splits subtable bytes `keep` (depth `d`, suffix `s`; its full `slots`
-/// and their `keys`) in place into the half that stays, and returns the
-/// half that moves (suffix `s | 1 << d`). Strays are dropped.
-fn halve(g: Geometry, keep: &mut [u8], slots: &[(u64, Slot)], keys: &[u64], d: u8, s: u64) -> Vec<u8> {
+/// rtx and dtx: splits subtable bytes `keep` (seen with `header`) in place
+/// into the half that stays, and returns the half that moves (suffix
+/// `s | 1 << d`), reading the key of every entry (a full batch a round
+/// trip). Strays are dropped.
+async fn halve(
+    fabric: &mut Client,
+    region: fabric::RegionId,
+    g: Geometry,
+    keep: &mut [u8],
+    header: Header,
+) -> Result<Vec<u8>, txn::TxError> {
+    let (d, s) = (header.local_depth(), header.suffix());
+    let slots = full_slots(g, keep);
+    let keyed = slots.iter().map(|(_, s)| *s);
+    let keys = read_keys(fabric, region, keyed, VERBS_PER_BATCH_MAX)
+        .await
+        .map_err(as_tx)?;
     let mut moved = g.empty_subtable(Header::new(d + 1, s | 1 << d));
     for b in 0..g.buckets() as usize {
         let at = b * BUCKET_BYTES as usize;
         keep[at..at + 8].copy_from_slice(&Header::new(d + 1, s).0.to_le_bytes());
     }
-    for (&(offset, slot), &key) in slots.iter().zip(keys) {
+    for (&(offset, slot), key) in slots.iter().zip(keys) {
         let at = offset as usize;
         match fate(key, d, s) {
             Fate::Keep => {}
@@ -423,7 +426,13 @@ fn halve(g: Geometry, keep: &mut [u8], slots: &[(u64, Slot)], keys: &[u64], d: u
             Fate::Drop => keep[at..at + 8].fill(0),
         }
     }
-    moved
+    Ok(moved)
+}
+
+/// An index error inside a split's transaction body, as the transaction
+/// layer's error the body must return.
+fn as_tx(e: IndexError) -> txn::TxError {
+    txn::TxError::BadObject(e.to_string())
 }
 
 /// The block a dtx pointer record's data names, in `region`.
