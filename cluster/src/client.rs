@@ -463,7 +463,8 @@ impl Cluster {
         let mut fabric = self.fabric();
         let heap = txn::Heap::open(&mut fabric, x.region).await?;
         if x.variant == IndexVariant::Dtx {
-            // The intents name every lock: no lock sweep.
+            // The intents name every lock: the sweep below repairs nothing
+            // on a dtx index (it only converges a hash table's backups).
             let mut dtx = txn::dtx::DtxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
             // An earlier pass of this process, as the same owner id, may have
             // stopped inside a roll (a fabric error between its adoption and
@@ -477,21 +478,12 @@ impl Cluster {
                 }
             }
             dtx.release_pending().await?;
-            if sweep && x.kind == IndexKind::Hash {
-                // A dead writer stopped between a slot's primary CAS and
-                // its backups' left them apart, as for rtx.
-                let mut table =
-                    index::hash::HashTable::open(self.fabric(), heap, owner.id(), self.options.tx.clone())
-                        .await?;
-                let converged = table.converge_backups().await?;
-                tracing::info!(index = %x.name, converged, "hash slots converged on the backups");
-            }
-            return Ok(true);
-        }
-        let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
-        for &id in ids {
-            if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
-                return Ok(false);
+        } else {
+            let mut tx = txn::TxClient::new(fabric, heap, owner.id(), self.options.tx.clone())?;
+            for &id in ids {
+                if tx.finish_owner_log(id).await? == txn::RepairOutcome::Busy {
+                    return Ok(false);
+                }
             }
         }
         if sweep {
