@@ -202,12 +202,7 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(k);
     let dtx = base.info.variant == Variant::Dtx;
-    let mandate = dtx.then(|| {
-        fabric::Mandate::new(
-            map.clone(),
-            std::time::Instant::now() + std::time::Duration::from_secs(3600),
-        )
-    });
+    let mandate = dtx.then(|| super::victim_mandate(&map));
     let (mut victim, faults) = client_under(&map, &t, heap, base.info, VICTIM, plan, mandate.clone())?;
     let (mut survivor, _) = client(&map, &t, heap, base.info, SURVIVOR, survivor_plan())?;
     let key = base.victim_key;
@@ -221,27 +216,19 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     let mut victim_task = stop_victim(mode, victim_task, &faults, k).await?;
     let mut victim_acknowledged = false;
     if let Some(mandate) = &mandate {
-        // DTX: fenced, then resumed (the rest of the batch in flight
-        // lands), then its logs rolled, before anyone else goes on.
-        mandate.revoke();
-        if let Some(task) = victim_task.take() {
-            faults.resume();
-            match task.await {
-                Ok(Ok(inserted)) => victim_acknowledged = inserted,
-                Ok(Err(_)) => {} // fenced: LeaseUncertain, or in doubt
-                Err(e) => found.push(format!("victim task panicked: {e}")),
-            }
-        }
-        let mut r = txn::dtx::DtxClient::new(
-            Client::new(map.clone(), t.clone()),
+        let task = victim_task.take();
+        let answered = super::fence_and_roll(
+            mandate,
+            task,
+            &faults,
+            &map,
+            &t,
             heap,
-            RECOVERER,
-            TxConfig::default(),
+            (VICTIM, RECOVERER),
+            &mut found,
         )
-        .map_err(|e| e.to_string())?;
-        if let Err(e) = r.finish_owner_log(VICTIM).await {
-            found.push(format!("recovery of the victim's logs failed: {e}"));
-        }
+        .await?;
+        victim_acknowledged = answered == Some(true);
     }
 
     let mut acknowledged: Vec<(u64, u64)> = base.keys.iter().map(|&k| (k, value_of(k, SETUP))).collect();

@@ -370,10 +370,7 @@ async fn victim_verbs(rf: u16, n: usize) -> Result<u64, String> {
 
 async fn owner_run(rf: u16, n: usize, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let w = World::new(rf, n).await?;
-    let mandate = fabric::Mandate::new(
-        w.fabric.map().clone(),
-        std::time::Instant::now() + std::time::Duration::from_secs(3600),
-    );
+    let mandate = super::victim_mandate(w.fabric.map());
     let (c, faults) = w.client(VICTIM, mode.plan(k), Some(mandate.clone()))?;
     // The victim runs in this task (no spawn): polled by the select below
     // until it pauses, then to its end.

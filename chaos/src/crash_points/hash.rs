@@ -415,12 +415,7 @@ fn show(found: Option<u64>) -> String {
 async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String> {
     let (map, t, heap) = restore(REGION, &base.image).await?;
     let plan = mode.plan(base.attach_verbs + k);
-    let mandate = (base.info.variant == Variant::Dtx).then(|| {
-        fabric::Mandate::new(
-            map.clone(),
-            std::time::Instant::now() + std::time::Duration::from_secs(3600),
-        )
-    });
+    let mandate = (base.info.variant == Variant::Dtx).then(|| super::victim_mandate(&map));
     let (mut victim, faults) = client_under(&map, &t, heap, base.info, VICTIM, plan, mandate.clone()).await?;
     if faults.verbs_issued() != base.attach_verbs {
         return Err(format!(
@@ -444,30 +439,25 @@ async fn run_once(base: &Base, mode: Mode, k: u64) -> Result<Vec<String>, String
     expected.either.insert(op.key(), op.allowed());
 
     if let Some(mandate) = &mandate {
-        // DTX: fenced, then resumed (the rest of the batch in flight
-        // lands), then its logs rolled, before anyone else goes on.
-        mandate.revoke();
-        if let Some(task) = victim_task.take() {
-            faults.resume();
-            match task.await {
-                Ok(Ok(true)) => {
-                    expected.either.remove(&op.key());
-                    expected.exact.insert(op.key(), op.after());
-                }
-                Ok(Ok(false)) => found.push(format!("victim's {op:?} answered false after waking")),
-                Ok(Err(_)) => {} // fenced: LeaseUncertain, or in doubt
-                Err(e) => found.push(format!("victim task panicked: {e}")),
-            }
-        }
-        let mut r = txn::dtx::DtxClient::new(
-            Client::new(map.clone(), t.clone()),
+        let task = victim_task.take();
+        match super::fence_and_roll(
+            mandate,
+            task,
+            &faults,
+            &map,
+            &t,
             heap,
-            RECOVERER,
-            TxConfig::default(),
+            (VICTIM, RECOVERER),
+            &mut found,
         )
-        .map_err(|e| e.to_string())?;
-        if let Err(e) = r.finish_owner_log(VICTIM).await {
-            found.push(format!("recovery of the victim's logs failed: {e}"));
+        .await?
+        {
+            Some(true) => {
+                expected.either.remove(&op.key());
+                expected.exact.insert(op.key(), op.after());
+            }
+            Some(false) => found.push(format!("victim's {op:?} answered false after waking")),
+            None => {}
         }
     }
 

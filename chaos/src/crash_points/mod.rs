@@ -88,6 +88,56 @@ pub async fn stop_victim<T: std::fmt::Debug>(
     }
 }
 
+/// How long a dtx victim's lease lasts unless revoked: longer than any
+/// exploration run, so that only [`fence_and_roll`] ends it.
+const VICTIM_LEASE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A lease for a dtx victim's fabric client: DTX's quarantine fences a
+/// stopped victim by revoking it.
+pub(crate) fn victim_mandate(map: &fabric::ClusterMap) -> std::sync::Arc<fabric::Mandate> {
+    fabric::Mandate::new(map.clone(), std::time::Instant::now() + VICTIM_LEASE)
+}
+
+/// DTX's quarantine, then recovery, for an index victim stopped under
+/// `mandate`: the lease is revoked first, then a paused victim (`task`) is
+/// resumed, so that the rest of its batch in flight lands and nothing after
+/// it; then `recoverer` rolls `victim`'s logs, before anyone else goes on.
+/// Returns what a resumed victim answered (`None`: it had crashed, or it
+/// was fenced or left in doubt); a panic or a failed roll goes to `found`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn fence_and_roll(
+    mandate: &fabric::Mandate,
+    task: Option<tokio::task::JoinHandle<Result<bool, index::IndexError>>>,
+    faults: &fabric::Faulty<fabric::BaseTransport>,
+    map: &fabric::ClusterMap,
+    transport: &fabric::AnyTransport,
+    heap: txn::Heap,
+    (victim, recoverer): (txn::OwnerId, txn::OwnerId),
+    found: &mut Vec<String>,
+) -> Result<Option<bool>, String> {
+    mandate.revoke();
+    let mut answered = None;
+    if let Some(task) = task {
+        faults.resume();
+        match task.await {
+            Ok(Ok(done)) => answered = Some(done),
+            Ok(Err(_)) => {} // fenced: LeaseUncertain, or in doubt
+            Err(e) => found.push(format!("victim task panicked: {e}")),
+        }
+    }
+    let mut r = txn::dtx::DtxClient::new(
+        fabric::Client::new(map.clone(), transport.clone()),
+        heap,
+        recoverer,
+        txn::TxConfig::default(),
+    )
+    .map_err(|e| e.to_string())?;
+    if let Err(e) = r.finish_owner_log(victim).await {
+        found.push(format!("recovery of the victim's logs failed: {e}"));
+    }
+    Ok(answered)
+}
+
 /// The little-endian word at byte `at` of bytes read from DM (0 past the
 /// end), for the explorers' checkers.
 pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
