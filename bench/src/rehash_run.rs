@@ -488,36 +488,31 @@ fn grow_while_inserting(t: &Table<'_>) -> crate::Result<Timed> {
             first_inserter + (t - 1) as u16
         };
         let kill = t == 0 && plan.kill_grower;
-        let recovery = (kill && info.variant == Variant::Dtx).then_some(Recovery {
-            heap,
-            owner: recoverer,
-            after: plan.recover_after,
-        });
         let setup = (|| {
             let rt = runtime()?;
             let (table, faults) = rt.block_on(attach_faulty(memory, heap, owner, info, plan, kill))?;
             // Connected ahead: on shm a client maps the whole image as it
             // attaches, which takes a while.
-            let recoverer = match &recovery {
-                Some(r) => Some(rt.block_on(r.connect(memory))?),
-                None => None,
+            let recovery = if kill && info.variant == Variant::Dtx {
+                Some(rt.block_on(Recovery::connect(memory, heap, recoverer, plan.recover_after))?)
+            } else {
+                None
             };
-            Ok::<_, crate::BenchError>((rt, table, faults, recoverer))
+            Ok::<_, crate::BenchError>((rt, table, faults, recovery))
         })();
         gate.wait();
         let t0 = *shared.t0.get_or_init(Instant::now);
         if t == 0 {
             // However the grower ends, the inserters stop.
             let _stop = StopOnDrop(&shared.stop);
-            let (rt, table, faults, recoverer) = setup?;
+            let (rt, table, faults, recovery) = setup?;
             let grower = Grower {
                 shared: &shared,
                 t0,
                 phase,
                 kill,
-                recovery,
             };
-            return grower.run(&rt, table, faults, recoverer).map(Role::Grower);
+            return grower.run(&rt, table, faults, recovery).map(Role::Grower);
         }
         let (rt, table, _, _) = setup?;
         let inserter = Inserter {
@@ -550,35 +545,34 @@ struct Grower<'a> {
     phase: Duration,
     /// Killed midway through its first split.
     kill: bool,
-    /// dtx with a kill: who rolls the dead grower's log, and when.
-    recovery: Option<Recovery>,
 }
 
 /// The recovery of a killed dtx grower: a DTX client of its own rolls the
 /// grower's log back `after` the kill.
 struct Recovery {
-    heap: Heap,
-    owner: u16,
+    dtx: txn::dtx::DtxClient,
     after: Duration,
 }
 
 impl Recovery {
-    /// The recovery client.
-    async fn connect(&self, memory: &Memory) -> crate::Result<txn::dtx::DtxClient> {
+    /// The recovery client, as `owner`.
+    async fn connect(memory: &Memory, heap: Heap, owner: u16, after: Duration) -> crate::Result<Recovery> {
         let fabric = memory.client().await?;
-        txn::dtx::DtxClient::new(fabric, self.heap, self.owner, TxConfig::default())
-            .with_context(|| format!("cannot recover as owner {}", self.owner))
+        let dtx = txn::dtx::DtxClient::new(fabric, heap, owner, TxConfig::default())
+            .with_context(|| format!("cannot recover as owner {owner}"))?;
+        Ok(Recovery { dtx, after })
     }
-}
 
-/// Rolls the dead grower's DTX log.
-async fn roll(dtx: &mut txn::dtx::DtxClient) -> crate::Result<txn::dtx::Finished> {
-    let finished = dtx
-        .finish_owner_log(GROWER)
-        .await
-        .context("cannot roll the dead grower's DTX log")?;
-    dtx.release_pending().await.context("cannot release")?;
-    Ok(finished)
+    /// Rolls the dead grower's DTX log.
+    async fn roll(&mut self) -> crate::Result<txn::dtx::Finished> {
+        let finished = self
+            .dtx
+            .finish_owner_log(GROWER)
+            .await
+            .context("cannot roll the dead grower's DTX log")?;
+        self.dtx.release_pending().await.context("cannot release")?;
+        Ok(finished)
+    }
 }
 
 impl Grower<'_> {
@@ -587,7 +581,7 @@ impl Grower<'_> {
         rt: &tokio::runtime::Runtime,
         mut table: HashTable,
         faults: Option<Arc<Faulty<BaseTransport>>>,
-        mut recoverer: Option<txn::dtx::DtxClient>,
+        mut recovery: Option<Recovery>,
     ) -> crate::Result<Grow> {
         std::thread::sleep(self.phase);
         let fabric_before = table.fabric().stats();
@@ -607,15 +601,15 @@ impl Grower<'_> {
         };
         let fabric = table.fabric().stats() - fabric_before;
         let mut rolled = None;
-        if let (Some(r), Some(c), Some(_)) = (&self.recovery, recoverer.as_mut(), &killed) {
+        if let (Some(r), Some(_)) = (recovery.as_mut(), &killed) {
             std::thread::sleep(r.after.saturating_sub(self.t0.elapsed().saturating_sub(end)));
-            let finished = rt.block_on(roll(c))?;
+            let finished = rt.block_on(r.roll())?;
             let at = self.t0.elapsed();
             rolled = Some(at);
             eprintln!(
                 "bench rehash: dtx: recovery rolled the dead grower's log {:.0} ms after the kill ({} record(s) \
                  rolled back, {} lock(s) freed)",
-                ms_between(end, at),
+                at.saturating_sub(end).as_secs_f64() * 1e3,
                 finished.rolled_back,
                 finished.released
             );
@@ -751,9 +745,4 @@ async fn attach_faulty(
         .with_context(|| format!("cannot attach to the table as owner {owner}"))?;
     table.set_split_entries_per_round_trip(plan.optimal_entries_per_round_trip);
     Ok((table, faults))
-}
-
-/// Milliseconds from `a` to `b`.
-fn ms_between(a: Duration, b: Duration) -> f64 {
-    b.saturating_sub(a).as_secs_f64() * 1e3
 }
