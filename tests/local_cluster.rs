@@ -570,6 +570,27 @@ fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
     stdout
 }
 
+/// [`ctl_promote`] off the runtime's threads, and what it said checked.
+async fn promote_to(file: &ClusterFile, region: u16, to: u16) {
+    let said = tokio::task::spawn_blocking({
+        let file = file.clone();
+        move || ctl_promote(&file, region, to)
+    })
+    .await
+    .unwrap();
+    assert!(said.contains(&format!("has primary {to}")), "{said}");
+}
+
+/// The control plane's record of the index named "orders".
+async fn orders_record(api: &ControlClient) -> control_plane::state::IndexRecord {
+    api.indexes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|x| x.name == "orders")
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_promotion_under_ycsb_a_is_followed_by_every_client_and_loses_no_acknowledged_write() {
     promotion_under_load("shm", IndexVariant::Rtx).await;
@@ -632,13 +653,7 @@ async fn a_promotion_finishes_the_dtx_log_a_crashed_client_left_unreleased() {
     assert!(matches!(before, Err(index::IndexError::Blocked(_))), "{before:?}");
 
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
-    let x = api
-        .indexes()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.name == "orders")
-        .unwrap();
+    let x = orders_record(&api).await;
     let region = api
         .regions()
         .await
@@ -647,13 +662,7 @@ async fn a_promotion_finishes_the_dtx_log_a_crashed_client_left_unreleased() {
         .find(|r| r.id == x.region)
         .unwrap();
     let to = region.replicas[1].node;
-    let said = tokio::task::spawn_blocking({
-        let file = file.clone();
-        move || ctl_promote(&file, x.region, to)
-    })
-    .await
-    .unwrap();
-    assert!(said.contains(&format!("has primary {to}")), "{said}");
+    promote_to(&file, x.region, to).await;
 
     // Read afresh through the new primary: nothing held, nothing invisible,
     // and the committed write is there.
@@ -701,13 +710,7 @@ async fn promotion_under_load(transport: &str, variant: IndexVariant) {
     let running = RunningLoad::start(&c, &load);
     running.beyond(2_000).await;
     let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
-    let x = api
-        .indexes()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|x| x.name == "orders")
-        .unwrap();
+    let x = orders_record(&api).await;
     assert_eq!(x.variant, variant);
     let replicas: Vec<u16> = api.regions().await.unwrap()[0]
         .replicas
@@ -717,13 +720,7 @@ async fn promotion_under_load(transport: &str, variant: IndexVariant) {
 
     // Twice, to each backup in turn, while the load runs.
     for &to in &replicas[1..] {
-        let said = tokio::task::spawn_blocking({
-            let file = file.clone();
-            move || ctl_promote(&file, x.region, to)
-        })
-        .await
-        .unwrap();
-        assert!(said.contains(&format!("has primary {to}")), "{said}");
+        promote_to(&file, x.region, to).await;
         let region = api.regions().await.unwrap().remove(0);
         assert_eq!((region.primary(), region.restoring), (to, false));
         // Every client follows: the load goes on past the promotion.
