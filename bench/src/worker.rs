@@ -106,17 +106,27 @@ impl ClientRun {
 
     /// Per commit (0 without commits).
     pub fn per_commit(&self, n: u64) -> f64 {
-        if self.commits == 0 {
-            0.0
-        } else {
-            n as f64 / self.commits as f64
-        }
+        per(n, self.commits)
     }
 
     /// A latency percentile in microseconds.
     pub fn percentile_us(&self, q: f64) -> f64 {
-        self.latency.value_at_quantile(q) as f64 / 1e3
+        percentile_us(&self.latency, q)
     }
+}
+
+/// `n` per `of` (0 when `of` is 0: nothing to divide among).
+pub fn per(n: u64, of: u64) -> f64 {
+    if of == 0 {
+        0.0
+    } else {
+        n as f64 / of as f64
+    }
+}
+
+/// Percentile `q` of a [`histogram`] in microseconds.
+pub fn percentile_us(latency: &Histogram<u64>, q: f64) -> f64 {
+    latency.value_at_quantile(q) as f64 / 1e3
 }
 
 /// Latencies in nanoseconds, 1 ns to 1 min, 3 significant digits.

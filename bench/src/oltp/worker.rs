@@ -106,16 +106,12 @@ impl KindRun {
 
     /// Per commit (0 without commits).
     pub fn per_commit(&self, n: u64) -> f64 {
-        if self.commits == 0 {
-            0.0
-        } else {
-            n as f64 / self.commits as f64
-        }
+        crate::worker::per(n, self.commits)
     }
 
     /// A latency percentile in microseconds.
     pub fn percentile_us(&self, q: f64) -> f64 {
-        self.latency.value_at_quantile(q) as f64 / 1e3
+        crate::worker::percentile_us(&self.latency, q)
     }
 }
 
