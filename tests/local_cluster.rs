@@ -553,6 +553,71 @@ async fn a_client_paused_past_its_lease_issues_no_verb_when_it_resumes() {
     drop(local);
 }
 
+/// The live recovery coordinator other than `not`, if there is one.
+async fn coordinator_other_than(
+    api: &ControlClient,
+    not: Option<u64>,
+) -> Option<control_plane::state::Client> {
+    let clients = api.clients().await.ok()?;
+    clients.into_iter().find(|c| {
+        c.name == kintsugi::recovery::CLIENT_NAME && c.state == ClientState::Live && Some(c.id) != not
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_coordinator_whose_lease_was_lost_is_replaced_and_recovery_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 1, 1, "300ms");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    let ops = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let first = eventually("a recovery coordinator", Duration::from_secs(30), async || {
+        coordinator_other_than(&ops, None).await
+    })
+    .await;
+    // What a stall past its lease does: the control plane expires it, and
+    // its next renewal learns that it is gone.
+    ops.command(&control_plane::state::Command::ExpireClient { id: first.id })
+        .await
+        .unwrap();
+    let second = eventually(
+        "a coordinator in its place",
+        Duration::from_secs(30),
+        async || coordinator_other_than(&ops, Some(first.id)).await,
+    )
+    .await;
+    // The new one rolls and forgets the old one, and recovers a client
+    // killed mid-operation as before.
+    forgotten(&ops, first.id).await;
+    run_victim(dir.path(), &[]);
+    // It registered before it started: once no client has its name,
+    // recovery has rolled its logs and forgotten it.
+    eventually(
+        "recovery to forget the victim",
+        Duration::from_secs(30),
+        async || {
+            let clients = ops.clients().await.ok()?;
+            clients.iter().all(|c| c.name != "victim").then_some(())
+        },
+    )
+    .await;
+    let survivor = Cluster::connect_with(&file.control, &file.client_token, options("survivor", &file))
+        .await
+        .unwrap();
+    let mut tree = survivor.btree("orders").await.unwrap();
+    for k in 1..=100 {
+        tree.put(k, 1).await.unwrap();
+    }
+    let report = tree.inner().check().await.unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    drop(tree);
+    survivor.close().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(coordinator_other_than(&ops, Some(first.id))
+        .await
+        .is_some_and(|c| c.id == second.id));
+    drop(local);
+}
+
 /// `kintsugi ctl region promote REGION NODE` against the cluster in `file`.
 fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
     let out = Command::new(exe())

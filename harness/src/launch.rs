@@ -575,11 +575,17 @@ fn forward(
 
 /// The last non-empty lines of a log file, at most [`TAIL_LINES_MAX`].
 fn file_tail(path: &Path) -> Vec<String> {
+    file_tail_lines(path, TAIL_LINES_MAX, TAIL_BYTES_MAX)
+}
+
+/// The last non-empty lines of a log file, at most `lines_max` of them, read
+/// from its last `bytes_max` bytes.
+pub(crate) fn file_tail_lines(path: &Path, lines_max: usize, bytes_max: u64) -> Vec<String> {
     let Ok(mut f) = std::fs::File::open(path) else {
         return Vec::new();
     };
     let len = f.metadata().map_or(0, |m| m.len());
-    let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES_MAX)));
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(bytes_max)));
     let mut bytes = Vec::new();
     if f.read_to_end(&mut bytes).is_err() {
         return Vec::new();
@@ -591,7 +597,7 @@ fn file_tail(path: &Path) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
         .collect();
-    lines[lines.len().saturating_sub(TAIL_LINES_MAX)..].to_vec()
+    lines[lines.len().saturating_sub(lines_max)..].to_vec()
 }
 
 #[cfg(test)]

@@ -31,6 +31,11 @@ use crate::TransportKind;
 pub const MEMBERS_MAX: usize = 7;
 /// Memory nodes a local cluster may have.
 pub const MEMNODES_MAX: usize = 16;
+/// Log lines of each process printed when a cluster is dropped while its
+/// owner panics (a failing test): enough to see what recovery was doing.
+const PANIC_TAIL_LINES_MAX: usize = 40;
+/// Bytes read from the end of each log for [`PANIC_TAIL_LINES_MAX`] lines.
+const PANIC_TAIL_BYTES_MAX: u64 = 64 * 1024;
 /// The state file in the cluster's directory.
 pub const STATE_FILE: &str = "cluster.json";
 /// Longest wait for `down` to see the supervisor gone.
@@ -473,6 +478,30 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         crate::launch::stop_all(self.memnodes.iter_mut());
         let _ = std::fs::remove_file(self.dir.join(STATE_FILE));
+        if std::thread::panicking() {
+            // The directory is usually a temporary one that goes next: what
+            // the processes logged is the only account of a failure.
+            print_log_tails(&self.dir);
+        }
+    }
+}
+
+/// Prints the end of every `*.log` in `dir` to stderr.
+fn print_log_tails(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut logs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    logs.sort();
+    for log in logs {
+        let lines = crate::launch::file_tail_lines(&log, PANIC_TAIL_LINES_MAX, PANIC_TAIL_BYTES_MAX);
+        eprintln!("--- the end of {} ---", log.display());
+        for l in lines {
+            eprintln!("    {l}");
+        }
     }
 }
 

@@ -54,6 +54,16 @@ pub const COPY_RATE_FLOOR_BYTES_PER_S: u64 = 16 << 20;
 /// for its repairs like any client, and shows in `ctl clients`).
 pub const CLIENT_NAME: &str = "recovery";
 
+/// Why [`Coordinator::run`] returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// This process's member no longer leads.
+    NotLeading,
+    /// The coordinator's own client lease was lost (why): it must join
+    /// again to go on.
+    LeaseLost(String),
+}
+
 /// A step of recovery, as taken (and as a test may stop the coordinator
 /// right after).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,11 +223,23 @@ impl Coordinator {
         Ok(self.cluster.close().await?)
     }
 
-    /// Runs passes while `leading()` holds; returns when it stops holding.
-    /// A failed pass is logged and tried again after a tick.
-    pub async fn run(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) {
+    /// Runs passes while `leading()` holds and this coordinator's lease
+    /// lasts; says which ended. A failed pass is logged and tried again
+    /// after a tick.
+    ///
+    /// A coordinator whose lease was lost (a stall past it: the control
+    /// plane expired it) issues no verb any more, so every pass would fail
+    /// while its member leads, and recovery would stop: the caller joins
+    /// again as a new client, and recovery rolls this one like any other.
+    pub async fn run(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) -> Stopped {
         let mut epochs = self.cluster.epochs();
-        while leading() {
+        loop {
+            if !leading() {
+                return Stopped::NotLeading;
+            }
+            if let Some(why) = self.cluster.lease_lost() {
+                return Stopped::LeaseLost(why);
+            }
             let timeout = self.pass_timeout();
             match tokio::time::timeout(timeout, self.pass()).await {
                 Ok(Ok(Some(_))) => continue,

@@ -21,6 +21,6 @@ pub mod coordinator;
 pub mod copy;
 mod error;
 
-pub use coordinator::{Coordinator, RecoveryOptions, Step, CLIENT_NAME};
+pub use coordinator::{Coordinator, RecoveryOptions, Step, Stopped, CLIENT_NAME};
 pub use copy::{CaughtUp, Copied, COPY_CHUNK_BYTES};
 pub use error::RecoveryError;

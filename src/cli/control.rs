@@ -10,7 +10,7 @@ use control_plane::member::{Leadership, Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
 use recovery::coordinator::{RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
-use recovery::{Coordinator, RecoveryOptions, Step};
+use recovery::{Coordinator, RecoveryOptions, Step, Stopped};
 use std::sync::Arc;
 
 pub use control_plane::config::{SECRET_ENV, TOKEN_ENV};
@@ -237,8 +237,15 @@ async fn recover_while_leading(
             Ok(mut c) => {
                 tracing::info!(client = c.cluster().id(), "leading: recovery coordinator started");
                 said = false;
-                c.run(&leading).await;
-                tracing::info!("no longer leading: recovery coordinator stopped");
+                match c.run(&leading).await {
+                    Stopped::NotLeading => tracing::info!("no longer leading: recovery coordinator stopped"),
+                    // It issues no verb any more: a new client takes over
+                    // at once (the loop), and rolls this one's logs.
+                    Stopped::LeaseLost(why) => tracing::warn!(
+                        reason = %why,
+                        "the recovery coordinator's lease was lost; joining again"
+                    ),
+                }
                 if let Err(e) = c.close().await {
                     tracing::warn!(error = %e, "recovery coordinator did not leave cleanly");
                 }
