@@ -618,6 +618,58 @@ async fn a_coordinator_whose_lease_was_lost_is_replaced_and_recovery_goes_on() {
     drop(local);
 }
 
+/// A client's last steps (finishing its own logs as it closes) wait while
+/// its index's region is out of the map for a restore, rather than give up
+/// after a few tries (a catch-up after a re-replication takes the region
+/// out the same way, for as long as its copy takes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_while_the_region_is_restored_waits_for_the_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 2, 2, "1s");
+    let local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let file = local.file.clone();
+    // An operator's token: a restore moves replicas.
+    let promoter = Cluster::connect_with(&file.control, &file.token, options("promoter", &file))
+        .await
+        .unwrap();
+    let closer = Cluster::connect_with(&file.control, &file.client_token, options("closer", &file))
+        .await
+        .unwrap();
+    let mut tree = closer.btree("orders").await.unwrap();
+    tree.put(1, 1).await.unwrap();
+    drop(tree);
+    let (_, heap) = orders_heap(&closer).await;
+    let region = heap.region();
+    let backup = closer.fabric().map().region(region).unwrap().replicas[1].node;
+    // The promotion, claimed for the promoter (a live client: recovery
+    // leaves the restore to it), takes the region out of the map.
+    let api = ControlClient::new(&file.control[0], Some(file.token.clone())).unwrap();
+    let promote = control_plane::state::Command::PromoteBackup {
+        region,
+        node: backup,
+        restorer: Some(promoter.id()),
+    };
+    api.command(&promote).await.unwrap();
+    eventually(
+        "the closer's map to drop the region",
+        Duration::from_secs(30),
+        async || closer.fabric().map().region(region).is_none().then_some(()),
+    )
+    .await;
+    let mut closing = tokio::spawn(async move { closer.close().await });
+    // A bound, not a synchronisation: a close that gives up does so at once.
+    let early = tokio::time::timeout(Duration::from_secs(2), &mut closing).await;
+    assert!(
+        early.is_err(),
+        "close ended while its region was out of the map: {early:?}"
+    );
+    let restored = promoter.finish_promotion(region).await.unwrap();
+    assert_eq!(restored.primary, backup);
+    closing.await.unwrap().unwrap_or_else(|e| panic!("{e}"));
+    promoter.close().await.unwrap_or_else(|e| panic!("{e}"));
+    drop(local);
+}
+
 /// `kintsugi ctl region promote REGION NODE` against the cluster in `file`.
 fn ctl_promote(file: &ClusterFile, region: u16, node: u16) -> String {
     let out = Command::new(exe())

@@ -202,8 +202,12 @@ impl Cluster {
         })
     }
 
-    /// Waits until the region is allocated on every replica and this
-    /// process routes by a map that has it.
+    /// Waits until the region is in the clients' map (allocated on every
+    /// replica, and not out of it while recovery restores it or catches a
+    /// new replica up) and this process routes by a map that has it.
+    /// Allocated is not enough: a step taken during a catch-up meets a map
+    /// without the region, and a caller that retries a few times (closing
+    /// a client, finishing logs) gives up long before a catch-up ends.
     pub(crate) async fn await_region(&self, x: &IndexRecord, deadline: Instant) -> Result<(), ClusterError> {
         let mut epochs = self.epochs();
         loop {
@@ -225,15 +229,23 @@ impl Cluster {
                 tokio::time::sleep(OPEN_POLL).await;
                 continue;
             };
-            if region.ready() && self.mandate.epoch() >= region.epoch {
+            if region.usable() && self.mandate.epoch() >= region.epoch {
                 return Ok(());
             }
             if Instant::now() >= deadline {
-                return Err(ClusterError::Timeout {
-                    what: format!(
+                let what = if region.ready() {
+                    format!(
+                        "region {} of index {:?} is out of the map while recovery restores it or catches a replica up (see `kintsugi ctl regions` and the control plane's log)",
+                        x.region, x.name
+                    )
+                } else {
+                    format!(
                         "region {} of index {:?} is not allocated on memory node(s) {:?} (see their logs)",
                         x.region, x.name, region.pending
-                    ),
+                    )
+                };
+                return Err(ClusterError::Timeout {
+                    what,
                     after: humantime::format_duration(OPEN_TIMEOUT).to_string(),
                 });
             }
