@@ -100,7 +100,11 @@ impl Client {
             transport,
             stats: Stats::default(),
             spare: Box::default(),
-            relearn: false,
+            // The transport is the process's, made when it connected: nodes
+            // that joined the map since, while no client of it ran a batch
+            // to see the new epoch, are taken on before the first batch
+            // (else a process making a client per task never reaches them).
+            relearn: true,
         }
     }
 

@@ -101,3 +101,37 @@ fn a_persistent_placed_node_comes_back_with_its_regions_and_contents() {
     let other = MemoryNode::placed(5, 1 << 20, &Backing::Persist(path)).unwrap_err();
     assert!(other.to_string().contains("belongs to memory node 4"), "{other}");
 }
+
+/// A process makes one transport and a fresh client under its mandate for
+/// each task (the recovery coordinator, one per pass): a node that joined
+/// the map while no client of the process ran a batch is reached by the
+/// next client's first batch, not refused to every client for good.
+#[tokio::test]
+async fn a_fresh_client_reaches_a_node_that_joined_after_its_transport_was_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = dir.path().join("mn4");
+    let later = dir.path().join("mn5");
+    let (_n4, _) = MemoryNode::placed(4, 1 << 20, &Backing::Shm(first.clone())).unwrap();
+    let (n5, _) = MemoryNode::placed(5, 1 << 20, &Backing::Shm(later.clone())).unwrap();
+    assert!(n5.add_region(1, 64 << 10, 77).unwrap());
+    let node = |id: u16, path: &std::path::Path| NodeInfo {
+        id,
+        endpoint: path.display().to_string(),
+    };
+    let before = ClusterMap::new(1, vec![node(4, &first)], Vec::new()).unwrap();
+    let transport: fabric::AnyTransport = ShmTransport::attach_map(&before).unwrap().into();
+    let region = RegionInfo {
+        id: 1,
+        size: 64 << 10,
+        replicas: vec![ReplicaLoc { node: 5, key: 77 }],
+    };
+    let after = ClusterMap::new(2, vec![node(4, &first), node(5, &later)], vec![region]).unwrap();
+    // The map moved on before this client existed: it starts at its epoch.
+    let mandate = Mandate::new(after, Instant::now() + Duration::from_secs(60));
+    let mut client = Client::under(mandate, transport);
+    let mut batch = Batch::new();
+    batch.write(GlobalAddr::new(1, 8), &[9u8; 8]);
+    let r = batch.read(GlobalAddr::new(1, 8), 8);
+    client.execute(&mut batch).await.unwrap();
+    assert_eq!(batch.read_result(r).unwrap(), &[9u8; 8]);
+}
