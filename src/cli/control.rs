@@ -238,16 +238,19 @@ async fn recover_while_leading(
                 tracing::info!(client = c.cluster().id(), "leading: recovery coordinator started");
                 said = false;
                 match c.run(&leading).await {
-                    Stopped::NotLeading => tracing::info!("no longer leading: recovery coordinator stopped"),
-                    // It issues no verb any more: a new client takes over
-                    // at once (the loop), and rolls this one's logs.
-                    Stopped::LeaseLost(why) => tracing::warn!(
-                        reason = %why,
-                        "the recovery coordinator's lease was lost; joining again"
-                    ),
-                }
-                if let Err(e) = c.close().await {
-                    tracing::warn!(error = %e, "recovery coordinator did not leave cleanly");
+                    Stopped::NotLeading => {
+                        tracing::info!("no longer leading: recovery coordinator stopped");
+                        if let Err(e) = c.close().await {
+                            tracing::warn!(error = %e, "recovery coordinator did not leave cleanly");
+                        }
+                    }
+                    // It issues no verb any more and cannot leave (leaving
+                    // finishes its logs): dropped, it is expired already,
+                    // and the new client this loop starts at once rolls it.
+                    Stopped::LeaseLost(why) => {
+                        tracing::warn!(reason = %why, "the recovery coordinator's lease was lost; joining again");
+                        drop(c);
+                    }
                 }
             }
             Err(e) => {
