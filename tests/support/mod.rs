@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 pub mod cluster;
+pub mod local;
 
 use std::path::Path;
 use std::process::Command;
