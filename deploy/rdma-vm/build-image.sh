@@ -60,7 +60,9 @@ if [ -z "$kernel_pkg" ]; then
     exit 3
 fi
 kver="${kernel_pkg#linux-image-}"
-stamp="$kernel_pkg $root_packages $(sha256sum "$here/init" | cut -c1-16)"
+# The image is up to date while the kernel package, /init and this script
+# (its module list, its packing) are unchanged.
+stamp="$kernel_pkg $(cat "$here/init" "$0" | sha256sum | cut -c1-16)"
 if [ -f "$out/stamp" ] && [ "$(cat "$out/stamp")" = "$stamp" ] \
     && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
     echo "== the VM image in $out is up to date ($kernel_pkg)"
