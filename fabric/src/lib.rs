@@ -31,6 +31,8 @@ mod mandate;
 mod map;
 mod memnode;
 mod memory;
+#[cfg(feature = "rdma")]
+pub mod rdma;
 mod region_table;
 pub mod server;
 mod stats;
@@ -54,6 +56,8 @@ pub use memnode::{
 pub use memory::{prefetch_local, PageAccess, RawCell, RawRegion};
 pub use stats::Stats;
 
+#[cfg(feature = "rdma")]
+pub use transport::RdmaTransport;
 pub use transport::{AnyTransport, BaseTransport, LocalTransport, ShmTransport, TcpTransport, Transport};
 pub use verb::{
     Completion, Completions, Op, OpKind, Outcome, PayloadRange, VerbError, VerbKind, BATCH_BYTES_MAX,

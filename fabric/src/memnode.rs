@@ -80,6 +80,24 @@ pub struct MemoryNode {
     remove_on_drop: Option<PathBuf>,
     /// Until when this node serves verbs ([`MemoryNode::hold_lease_until`]).
     lease: ServingLease,
+    /// Run by [`MemoryNode::advance_epoch`] once the epoch rose: what a
+    /// server whose clients bypass this node's CPU (rdma) does to fence them.
+    fences: FenceHooks,
+}
+
+/// Callbacks run with the new epoch each time it rises, before
+/// [`MemoryNode::advance_epoch`] returns: once they return, no verb of a
+/// client at an older epoch may run (what the caller then acts on).
+#[derive(Default)]
+struct FenceHooks(std::sync::Mutex<Vec<FenceHook>>);
+
+type FenceHook = Box<dyn Fn(Epoch) + Send + Sync>;
+
+impl std::fmt::Debug for FenceHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |h| h.len());
+        write!(f, "FenceHooks({n})")
+    }
 }
 
 /// How long a node that keeps a lease with the control plane may serve
@@ -222,6 +240,7 @@ impl MemoryNode {
             append: std::sync::Mutex::new(()),
             remove_on_drop: None,
             lease: ServingLease::new(),
+            fences: FenceHooks::default(),
         })
     }
 
@@ -234,6 +253,7 @@ impl MemoryNode {
             append: std::sync::Mutex::new(()),
             remove_on_drop,
             lease: ServingLease::new(),
+            fences: FenceHooks::default(),
         }
     }
 
@@ -438,11 +458,48 @@ impl MemoryNode {
         while current < epoch {
             let seen = self.memory.cas(EPOCH_OFFSET as usize, current, epoch);
             if seen == current {
+                let hooks = self.fences.0.lock().unwrap_or_else(|p| p.into_inner());
+                for hook in hooks.iter() {
+                    hook(epoch);
+                }
                 return epoch;
             }
             current = seen;
         }
         current
+    }
+
+    /// Runs `fence` with the new epoch each time [`MemoryNode::advance_epoch`]
+    /// raises it, before that returns. A server whose clients' verbs never
+    /// pass this node's checks (rdma) revokes their access there.
+    pub fn on_epoch_advance(&self, fence: impl Fn(Epoch) + Send + Sync + 'static) {
+        self.fences
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(fence));
+    }
+
+    /// Every region this process knows, with where its bytes are mapped
+    /// here: what an rdma server registers with its device.
+    #[cfg(feature = "rdma")]
+    pub(crate) fn mapped_regions(&self) -> Vec<(RegionDescriptor, usize)> {
+        let base = self.memory.base_addr();
+        self.regions
+            .entries()
+            .filter_map(|e| {
+                let (_, key) = self.regions.find_keyed(e.id)?;
+                let at = usize::try_from(e.image_offset).ok()?;
+                Some((
+                    RegionDescriptor {
+                        id: e.id,
+                        size: e.size,
+                        key,
+                    },
+                    base + at,
+                ))
+            })
+            .collect()
     }
 
     /// Allocates and maps every page of the image now, through this node's

@@ -124,6 +124,13 @@ impl SharedMemory {
         self.map.len()
     }
 
+    /// The address of the first mapped byte, for registering the mapping
+    /// with an RDMA device (which then reads and writes it itself).
+    #[cfg(feature = "rdma")]
+    pub(crate) fn base_addr(&self) -> usize {
+        self.map.as_ptr() as usize
+    }
+
     /// True when the bytes live in a file that outlives the process.
     pub(crate) fn is_file_backed(&self) -> bool {
         self.file.is_some()

@@ -158,6 +158,15 @@ async fn a_fresh_transport_learns_the_new_epoch(kind: Kind) {
             write_u64_all(&mut other, big(0), 1).await;
             (t.into(), map)
         }
+        #[cfg(feature = "rdma")]
+        Kind::Rdma => {
+            let (t, map) = fabric::RdmaTransport::discover(&endpoints).await.unwrap();
+            // connect_map reaches the same nodes from a map alone.
+            let again = fabric::RdmaTransport::connect_map(&map).unwrap();
+            let mut other = Client::new(map.clone(), again.into());
+            write_u64_all(&mut other, big(0), 1).await;
+            (t.into(), map)
+        }
     };
     assert_eq!(
         map.epoch(),

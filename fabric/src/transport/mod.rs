@@ -9,6 +9,8 @@
 
 mod later;
 mod local;
+#[cfg(feature = "rdma")]
+mod rdma;
 mod shm;
 mod tcp;
 
@@ -17,6 +19,8 @@ use std::sync::Arc;
 
 pub use later::NODES_JOINED_MAX;
 pub use local::LocalTransport;
+#[cfg(feature = "rdma")]
+pub use rdma::{RdmaTransport, COMPLETION_WAIT_MAX};
 pub use shm::ShmTransport;
 pub use tcp::{TcpTransport, RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 
@@ -69,6 +73,9 @@ pub enum BaseTransport {
     Shm(ShmTransport),
     /// A tcp connection per memory node.
     Tcp(TcpTransport),
+    /// An RDMA queue pair per memory node.
+    #[cfg(feature = "rdma")]
+    Rdma(RdmaTransport),
 }
 
 impl Transport for BaseTransport {
@@ -83,12 +90,17 @@ impl Transport for BaseTransport {
             BaseTransport::Local(t) => t.execute(epoch, ops, payload, out).await,
             BaseTransport::Shm(t) => t.execute(epoch, ops, payload, out).await,
             BaseTransport::Tcp(t) => t.execute(epoch, ops, payload, out).await,
+            #[cfg(feature = "rdma")]
+            BaseTransport::Rdma(t) => t.execute(epoch, ops, payload, out).await,
         }
     }
 
     fn drop_connections(&self) {
-        if let BaseTransport::Tcp(t) = self {
-            t.drop_all();
+        match self {
+            BaseTransport::Tcp(t) => t.drop_all(),
+            #[cfg(feature = "rdma")]
+            BaseTransport::Rdma(t) => t.drop_all(),
+            BaseTransport::Local(_) | BaseTransport::Shm(_) => {}
         }
     }
 }
@@ -133,6 +145,8 @@ impl AnyTransport {
             BaseTransport::Local(_) => Ok(0),
             BaseTransport::Shm(t) => t.learn(map),
             BaseTransport::Tcp(t) => t.learn(map),
+            #[cfg(feature = "rdma")]
+            BaseTransport::Rdma(t) => t.learn(map),
         }
     }
 
@@ -145,8 +159,11 @@ impl AnyTransport {
             AnyTransport::Base(b) => b,
             AnyTransport::Faulty(f) => f.inner(),
         };
-        if let BaseTransport::Tcp(t) = base {
-            t.follow(mandate);
+        match base {
+            BaseTransport::Tcp(t) => t.follow(mandate),
+            #[cfg(feature = "rdma")]
+            BaseTransport::Rdma(t) => t.follow(mandate),
+            BaseTransport::Local(_) | BaseTransport::Shm(_) => {}
         }
     }
 
@@ -160,6 +177,8 @@ impl AnyTransport {
             BaseTransport::Local(t) => t.node(node).map(|n| &**n),
             BaseTransport::Shm(t) => t.node(node),
             BaseTransport::Tcp(_) => None,
+            #[cfg(feature = "rdma")]
+            BaseTransport::Rdma(_) => None,
         }
     }
 
@@ -236,6 +255,13 @@ impl From<ShmTransport> for AnyTransport {
 impl From<TcpTransport> for AnyTransport {
     fn from(t: TcpTransport) -> Self {
         AnyTransport::Base(BaseTransport::Tcp(t))
+    }
+}
+
+#[cfg(feature = "rdma")]
+impl From<RdmaTransport> for AnyTransport {
+    fn from(t: RdmaTransport) -> Self {
+        AnyTransport::Base(BaseTransport::Rdma(t))
     }
 }
 

@@ -9,7 +9,11 @@
 //! - `shm`: [`MemoryNode::create_shm`] on files in a fresh `TempDir`, then
 //!   [`ShmTransport::attach`];
 //! - `tcp`: anonymous nodes served in-process by [`fabric::server::serve`] on
-//!   `127.0.0.1:0` inside the test's runtime, then [`TcpTransport::discover`].
+//!   `127.0.0.1:0` inside the test's runtime, then [`TcpTransport::discover`];
+//! - `rdma` (cargo feature `rdma`): anonymous nodes served in-process by
+//!   [`fabric::rdma::RdmaServer`] (control channel on `127.0.0.1:0`), then
+//!   `RdmaTransport::discover`. Needs an RDMA device: the soft-RoCE VM
+//!   (`deploy/rdma-vm/test.sh`) runs these tests; without one they fail.
 //!
 //! Every semantic test runs once per transport; assertion messages start with
 //! the transport's name.
@@ -59,16 +63,14 @@ pub fn small(offset: u64) -> GlobalAddr {
     GlobalAddr::new(SMALL, offset)
 }
 
-/// The three transports.
+/// The transports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Local,
     Shm,
     Tcp,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Local, Kind::Shm, Kind::Tcp];
+    #[cfg(feature = "rdma")]
+    Rdma,
 }
 
 impl fmt::Display for Kind {
@@ -77,6 +79,8 @@ impl fmt::Display for Kind {
             Kind::Local => "local",
             Kind::Shm => "shm",
             Kind::Tcp => "tcp",
+            #[cfg(feature = "rdma")]
+            Kind::Rdma => "rdma",
         })
     }
 }
@@ -94,6 +98,8 @@ pub struct Cluster {
     pub nodes: Vec<Arc<MemoryNode>>,
     _dir: Option<tempfile::TempDir>,
     _stop: Vec<oneshot::Sender<()>>,
+    #[cfg(feature = "rdma")]
+    _rdma: Vec<fabric::rdma::RdmaServer>,
 }
 
 impl Cluster {
@@ -111,6 +117,8 @@ impl Cluster {
                     nodes,
                     _dir: None,
                     _stop: Vec::new(),
+                    #[cfg(feature = "rdma")]
+                    _rdma: Vec::new(),
                 }
             }
             Kind::Shm => {
@@ -130,6 +138,8 @@ impl Cluster {
                     nodes,
                     _dir: Some(dir),
                     _stop: Vec::new(),
+                    #[cfg(feature = "rdma")]
+                    _rdma: Vec::new(),
                 }
             }
             Kind::Tcp => {
@@ -155,6 +165,31 @@ impl Cluster {
                     nodes,
                     _dir: None,
                     _stop: stop,
+                    #[cfg(feature = "rdma")]
+                    _rdma: Vec::new(),
+                }
+            }
+            #[cfg(feature = "rdma")]
+            Kind::Rdma => {
+                let mut nodes = Vec::new();
+                let mut servers = Vec::new();
+                for id in 1..=replicas {
+                    let node = Arc::new(MemoryNode::anonymous(id, &REGIONS).unwrap());
+                    let server = fabric::rdma::RdmaServer::start(node.clone(), "127.0.0.1:0")
+                        .unwrap_or_else(|e| panic!("[rdma] cannot serve memory node {id}: {e}"));
+                    nodes.push(node);
+                    servers.push(server);
+                }
+                let addrs: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
+                let (t, map) = fabric::RdmaTransport::discover(&addrs).await.unwrap();
+                Cluster {
+                    kind,
+                    map,
+                    transport: t.into(),
+                    nodes,
+                    _dir: None,
+                    _stop: Vec::new(),
+                    _rdma: servers,
                 }
             }
         }
@@ -253,7 +288,7 @@ pub fn map_with_missing_region(map: &ClusterMap) -> ClusterMap {
 
 /// Generates, for each listed `async fn name(kind: Kind)`, a module `name`
 /// with one `#[tokio::test]` per transport: `name::local`, `name::shm`,
-/// `name::tcp`.
+/// `name::tcp`, and `name::rdma` with the `rdma` feature.
 #[macro_export]
 macro_rules! on_every_transport {
     ($($name:ident),* $(,)?) => {
@@ -274,6 +309,12 @@ macro_rules! on_every_transport {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn tcp() {
                     super::$name(Kind::Tcp).await
+                }
+
+                #[cfg(feature = "rdma")]
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn rdma() {
+                    super::$name(Kind::Rdma).await
                 }
             }
         )*

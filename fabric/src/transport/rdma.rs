@@ -1,0 +1,989 @@
+//! The rdma transport's client side (cargo feature `rdma`): one RC queue
+//! pair per memory node, a batch posted as one chained work-request list.
+//!
+//! - **A batch is one round trip.** The verbs a batch sends to a node are
+//!   posted as one linked list (one doorbell), only the last signalled; the
+//!   batch is done when that one completion arrives. RC executes a queue
+//!   pair's requests in order, which is the fabric's per-node order. A
+//!   multi-node batch posts to every node before polling any.
+//! - **Checks.** The device checks only that a verb stays inside the region
+//!   whose key it carries. The fabric's per-verb errors (unknown region,
+//!   wrong access key, too large, out of bounds, misaligned, the per-batch
+//!   READ budget, and `Flushed` after an error) are decided here, against
+//!   the region table the node sent, exactly as `MemoryNode::check` decides
+//!   them; a region missing from the table, or one whose key differs, makes
+//!   the client ask the node for its table again first (it may have been
+//!   placed there since). A verb refused here is never posted, so a bad
+//!   verb does not break the queue pair (an access error on RDMA would).
+//! - **Epochs.** A node admits a queue pair only from a client whose map is
+//!   not older than its epoch, and revokes every queue pair when its epoch
+//!   rises (`rdma::RdmaServer`). A batch from a map older than the epoch
+//!   its connection was admitted at is refused here with `StaleEpoch`; a
+//!   revoked connection is replaced at the next batch, which the node
+//!   admits or refuses (`StaleEpoch`, `NodeLeaseLapsed`) before any verb.
+//! - **Errors.** A completion in error means the queue pair is in error:
+//!   the connection is lost (the batch fails with `Disconnected`, its
+//!   verbs' outcomes unknown) and the next batch connects again, with the
+//!   tcp transport's bounds ([`RECONNECT_ATTEMPTS_MAX`], backoff, and the
+//!   mandate that stops reconnecting to an evicted node).
+//!
+//! Batches to one node are serialised per transport (one queue pair, one
+//! completion queue); forks of a client share them.
+
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapOptions, MmapRaw};
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::memory_region::MemoryRegion;
+use sideway::ibverbs::queue_pair::{
+    BasicQueuePair, PostSendGuard, QueuePair, SetScatterGatherEntry, WorkRequestFlags,
+};
+use tokio::sync::oneshot;
+
+use crate::addr::{Epoch, NodeId, ATOMIC_BYTES};
+use crate::error::FabricError;
+use crate::mandate::Mandate;
+use crate::map::ClusterMap;
+use crate::memnode::{NodeDescriptor, RegionDescriptor};
+use crate::rdma::control::{self, RemoteRegion, ToClient, ToNode};
+use crate::rdma::verbs::{self, Device};
+use crate::rdma::RdmaError;
+use crate::transport::later::Later;
+use crate::transport::tcp::{RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
+use crate::transport::Transport;
+use crate::verb::{
+    Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERBS_PER_BATCH_MAX, VERB_BYTES_MAX,
+};
+
+/// Longest a batch waits for its completion. The queue pair gives up on a
+/// silent peer in under half a second (`verbs`); this bounds the wait if
+/// the device itself stops answering.
+pub const COMPLETION_WAIT_MAX: Duration = Duration::from_secs(10);
+/// The local buffer's layout: READ results, then atomics' old values, then
+/// WRITE data. Each area holds what one batch may need.
+const READ_AREA_BYTES: usize = BATCH_BYTES_MAX as usize;
+const ATOMIC_AREA_BYTES: usize = VERBS_PER_BATCH_MAX * ATOMIC_BYTES as usize;
+const WRITE_AREA_BYTES: usize = BATCH_BYTES_MAX as usize;
+const BUFFER_BYTES: usize = READ_AREA_BYTES + ATOMIC_AREA_BYTES + WRITE_AREA_BYTES;
+const IBV_WC_SUCCESS: u32 = 0;
+
+/// Queue pairs to memory nodes served over rdma ([`crate::rdma::RdmaServer`]).
+#[derive(Clone)]
+pub struct RdmaTransport {
+    device: Arc<Device>,
+    slots: Arc<[Slot]>,
+    /// Nodes that joined the map after the transport was made.
+    later: Arc<Later<Slot>>,
+    /// The mandate of the process's clients, once one follows a control plane.
+    mandate: Arc<OnceLock<Weak<Mandate>>>,
+}
+
+impl std::fmt::Debug for RdmaTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RdmaTransport")
+            .field("device", &self.device.name())
+            .field("nodes", &self.slots.len())
+            .finish()
+    }
+}
+
+/// One node's connection, replaced when it broke or was revoked.
+struct Slot {
+    node: NodeId,
+    endpoint: String,
+    current: tokio::sync::Mutex<Option<Conn>>,
+    /// Attempts at connecting, successful or not.
+    attempts: AtomicU64,
+    /// Connections made.
+    connects: AtomicU64,
+}
+
+/// A queue pair connected to a node, and what the node told of itself.
+struct Conn {
+    wire: Arc<Wire>,
+    cq: Arc<BasicCompletionQueue>,
+    regions: Vec<RemoteRegion>,
+    /// The node's epoch when it admitted this connection.
+    node_epoch: Epoch,
+    control: Arc<Control>,
+}
+
+/// The queue pair and the buffer its verbs read into and write from.
+/// Field order is drop order: the queue pair goes (and with it any work
+/// the device could still do on the buffer) before the buffer.
+struct Wire {
+    qp: Mutex<BasicQueuePair>,
+    buffer: LocalBuffer,
+}
+
+struct LocalBuffer {
+    mr: Arc<MemoryRegion>,
+    map: MmapRaw,
+}
+
+/// The control connection, read by a thread of its own.
+struct Control {
+    stream: TcpStream,
+    sending: Mutex<()>,
+    state: Mutex<ControlState>,
+}
+
+#[derive(Default)]
+struct ControlState {
+    /// Why the connection is no longer usable (revoked, closed).
+    ended: Option<String>,
+    /// Who waits for the region table asked for.
+    regions: Option<oneshot::Sender<Vec<RemoteRegion>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn disconnected(node: NodeId, reason: impl Into<String>) -> FabricError {
+    FabricError::Disconnected {
+        node,
+        reason: reason.into(),
+    }
+}
+
+impl RdmaTransport {
+    /// Connects to each control address, learns what each node holds, and
+    /// builds the map they describe (the first node holding a region is its
+    /// primary; the epoch is the highest the nodes report).
+    pub async fn discover(addrs: &[String]) -> Result<(Self, ClusterMap), FabricError> {
+        let device = open_device()?;
+        let mut slots = Vec::new();
+        let mut descriptors = Vec::new();
+        for addr in addrs {
+            // Discovery knows no epoch yet: admitted at any; batches are
+            // checked against the node's epoch all the same.
+            let conn = Conn::open(&device, addr, 0, Epoch::MAX).await?;
+            let (node, d) = (conn.1.node, conn.1.clone());
+            descriptors.push((d, addr.clone()));
+            let slot = Slot::new(node, addr.clone());
+            *slot
+                .current
+                .try_lock()
+                .map_err(|_| disconnected(node, "slot busy"))? = Some(conn.0);
+            slot.attempts.store(1, Ordering::Relaxed);
+            slot.connects.store(1, Ordering::Relaxed);
+            slots.push(slot);
+        }
+        let epoch = descriptors.iter().map(|(d, _)| d.epoch).max().unwrap_or(1);
+        let map = ClusterMap::from_descriptors(epoch, &descriptors).map_err(|e| FabricError::Protocol {
+            node: 0,
+            reason: e.to_string(),
+        })?;
+        Ok((
+            RdmaTransport {
+                device,
+                slots: slots.into(),
+                later: Arc::new(Later::new()),
+                mandate: Arc::default(),
+            },
+            map,
+        ))
+    }
+
+    /// A transport for the nodes of `map` (endpoints: their control
+    /// addresses), each connected at its first batch.
+    pub fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
+        let device = open_device()?;
+        let slots: Vec<Slot> = map
+            .nodes()
+            .iter()
+            .map(|n| Slot::new(n.id, n.endpoint.clone()))
+            .collect();
+        Ok(RdmaTransport {
+            device,
+            slots: slots.into(),
+            later: Arc::new(Later::new()),
+            mandate: Arc::default(),
+        })
+    }
+
+    /// Takes on every node of `map` this transport does not know, to be
+    /// connected at its first batch. Returns how many.
+    pub fn learn(&self, map: &ClusterMap) -> Result<usize, FabricError> {
+        self.later.learn(
+            map,
+            |id| self.slot(id).is_some(),
+            |s| s.node,
+            |n| Ok::<_, FabricError>(Slot::new(n.id, n.endpoint.clone())),
+        )
+    }
+
+    /// From now on, connecting again to a node stops as soon as `mandate`
+    /// installs a map that routes nothing to it (as
+    /// [`TcpTransport::follow`](crate::TcpTransport::follow)).
+    pub fn follow(&self, mandate: &Arc<Mandate>) {
+        let _ = self.mandate.set(Arc::downgrade(mandate));
+    }
+
+    /// Drops every connection now (a network that drops them): the next
+    /// batch for each node connects again.
+    pub fn drop_all(&self) {
+        for slot in self.slots.iter().chain(self.later.iter()) {
+            if let Ok(mut current) = slot.current.try_lock() {
+                *current = None;
+            }
+        }
+    }
+
+    /// Connections made, over all nodes (the first included).
+    pub fn connects(&self) -> u64 {
+        self.slots
+            .iter()
+            .chain(self.later.iter())
+            .map(|s| s.connects.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// The device this transport uses.
+    pub fn device_name(&self) -> &str {
+        self.device.name()
+    }
+
+    fn slot(&self, node: NodeId) -> Option<&Slot> {
+        self.slots
+            .iter()
+            .find(|s| s.node == node)
+            .or_else(|| self.later.iter().find(|s| s.node == node))
+    }
+}
+
+fn open_device() -> Result<Arc<Device>, FabricError> {
+    Device::open().map_err(|e| FabricError::Protocol {
+        node: 0,
+        reason: e.to_string(),
+    })
+}
+
+impl Slot {
+    fn new(node: NodeId, endpoint: String) -> Slot {
+        Slot {
+            node,
+            endpoint,
+            current: tokio::sync::Mutex::new(None),
+            attempts: AtomicU64::new(0),
+            connects: AtomicU64::new(0),
+        }
+    }
+
+    /// Makes `current` a live connection admitted for `epoch`: keeps the one
+    /// there unless it ended, connects otherwise (bounded attempts with
+    /// backoff for a node that cannot be reached; a refusal is final).
+    async fn ensure(
+        &self,
+        current: &mut Option<Conn>,
+        device: &Arc<Device>,
+        epoch: Epoch,
+        mandate: &OnceLock<Weak<Mandate>>,
+    ) -> Result<(), FabricError> {
+        if let Some(c) = current {
+            match c.ended() {
+                None => return Ok(()),
+                Some(why) => {
+                    tracing::debug!(node = self.node, %why, "rdma connection ended; connecting again");
+                    *current = None;
+                }
+            }
+        }
+        let connect = async {
+            let mut wait = RECONNECT_BACKOFF_MIN;
+            for attempt in 1..=RECONNECT_ATTEMPTS_MAX {
+                self.attempts.fetch_add(1, Ordering::Relaxed);
+                match Conn::open(device, &self.endpoint, self.node, epoch).await {
+                    Ok((_, d)) if d.node != self.node => {
+                        return Err(FabricError::Protocol {
+                            node: self.node,
+                            reason: format!("{} is memory node {}, not {}", self.endpoint, d.node, self.node),
+                        })
+                    }
+                    Ok((conn, _)) => return Ok(conn),
+                    Err(e @ FabricError::Disconnected { .. }) if attempt < RECONNECT_ATTEMPTS_MAX => {
+                        tracing::debug!(node = self.node, attempt, error = %e, "rdma connect failed; trying again");
+                        tokio::time::sleep(wait).await;
+                        wait = (wait * 2).min(RECONNECT_BACKOFF_MAX);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(disconnected(self.node, "no attempt made"))
+        };
+        let conn = match mandate.get().and_then(Weak::upgrade) {
+            None => connect.await?,
+            Some(m) => {
+                let since = m.epoch();
+                tokio::select! {
+                    done = connect => done?,
+                    () = m.stops_routing_to(self.node, since) => return Err(disconnected(
+                        self.node,
+                        "the map no longer routes to it (recovery evicted it): not reconnecting",
+                    )),
+                }
+            }
+        };
+        self.connects.fetch_add(1, Ordering::Relaxed);
+        *current = Some(conn);
+        Ok(())
+    }
+}
+
+impl Conn {
+    /// Opens a control connection to `addr`, asks for a queue pair at
+    /// `epoch`, and connects it. Blocking I/O, run off the async workers.
+    async fn open(
+        device: &Arc<Device>,
+        addr: &str,
+        node_hint: NodeId,
+        epoch: Epoch,
+    ) -> Result<(Conn, NodeDescriptor), FabricError> {
+        let device = device.clone();
+        let addr = addr.to_owned();
+        tokio::task::spawn_blocking(move || Conn::open_blocking(&device, &addr, node_hint, epoch))
+            .await
+            .map_err(|e| disconnected(node_hint, format!("connecting stopped: {e}")))?
+    }
+
+    fn open_blocking(
+        device: &Arc<Device>,
+        addr: &str,
+        node_hint: NodeId,
+        epoch: Epoch,
+    ) -> Result<(Conn, NodeDescriptor), FabricError> {
+        let broken = |reason: String| disconnected(node_hint, reason);
+        let device_error = |e: RdmaError| FabricError::Protocol {
+            node: node_hint,
+            reason: e.to_string(),
+        };
+        let cq = device.completion_queue().map_err(device_error)?;
+        let (mut qp, local) = device.queue_pair(&cq).map_err(device_error)?;
+        let buffer = LocalBuffer::new(device).map_err(device_error)?;
+        let mut stream =
+            TcpStream::connect(addr).map_err(|e| broken(format!("cannot connect to {addr}: {e}")))?;
+        stream.set_nodelay(true).map_err(|e| broken(e.to_string()))?;
+        control::send(&mut stream, &ToNode::Hello { epoch, qp: local }).map_err(|e| broken(e.to_string()))?;
+        let answer = control::receive::<ToClient>(&mut stream)
+            .map_err(|e| broken(e.to_string()))?
+            .ok_or_else(|| broken(format!("{addr} closed the connection at hello")))?;
+        let (node, node_epoch, remote, regions) = match answer {
+            ToClient::Welcome {
+                node,
+                epoch,
+                qp,
+                regions,
+            } => (node, epoch, qp, regions),
+            ToClient::Stale { node_epoch } => {
+                return Err(FabricError::StaleEpoch {
+                    node: node_hint,
+                    client_epoch: epoch,
+                    node_epoch,
+                })
+            }
+            ToClient::Lapsed => return Err(FabricError::NodeLeaseLapsed { node: node_hint }),
+            other => {
+                return Err(FabricError::Protocol {
+                    node: node_hint,
+                    reason: format!("answered hello with {other:?}"),
+                })
+            }
+        };
+        device.connect(&mut qp, &local, &remote).map_err(device_error)?;
+        let descriptor = NodeDescriptor {
+            node,
+            epoch: node_epoch,
+            regions: regions
+                .iter()
+                .map(|r| RegionDescriptor {
+                    id: r.id,
+                    size: r.size,
+                    key: r.key,
+                })
+                .collect(),
+        };
+        let wire = Arc::new(Wire {
+            qp: Mutex::new(qp),
+            buffer,
+        });
+        let control = Arc::new(Control {
+            stream: stream.try_clone().map_err(|e| broken(e.to_string()))?,
+            sending: Mutex::new(()),
+            state: Mutex::new(ControlState::default()),
+        });
+        let (w, c) = (wire.clone(), control.clone());
+        std::thread::Builder::new()
+            .name(format!("rdma-control-{node}"))
+            .spawn(move || read_control(stream, c, w))
+            .map_err(|e| broken(format!("cannot start a thread: {e}")))?;
+        Ok((
+            Conn {
+                wire,
+                cq,
+                regions,
+                node_epoch,
+                control,
+            },
+            descriptor,
+        ))
+    }
+
+    fn ended(&self) -> Option<String> {
+        lock(&self.control.state).ended.clone()
+    }
+
+    /// Asks the node for its region table again.
+    async fn refresh_regions(&mut self, node: NodeId) -> Result<(), FabricError> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = lock(&self.control.state);
+            if let Some(why) = &state.ended {
+                return Err(disconnected(node, why.clone()));
+            }
+            state.regions = Some(tx);
+        }
+        self.control
+            .send(&ToNode::Regions)
+            .map_err(|e| disconnected(node, e.to_string()))?;
+        let regions = rx.await.map_err(|_| {
+            disconnected(
+                node,
+                self.ended().unwrap_or_else(|| "control connection closed".into()),
+            )
+        })?;
+        self.regions = regions;
+        Ok(())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        // Nothing more runs on the queue pair; the reader thread ends at the
+        // closed socket and drops its handles.
+        let _ = verbs::revoke(&mut lock(&self.wire.qp));
+        let _ = self.control.stream.shutdown(Shutdown::Both);
+    }
+}
+
+impl Control {
+    fn send(&self, msg: &ToNode) -> std::io::Result<()> {
+        let _one = lock(&self.sending);
+        control::send(&mut &self.stream, msg)
+    }
+
+    fn end(&self, why: String) {
+        let mut state = lock(&self.state);
+        if state.ended.is_none() {
+            state.ended = Some(why);
+        }
+        // Dropping the sender wakes a waiting refresh with an error.
+        state.regions = None;
+    }
+}
+
+/// The control connection's reader: hands out region tables, and on a
+/// revocation revokes the local queue pair (flushing whatever is posted)
+/// before confirming it to the node.
+fn read_control(mut stream: TcpStream, control: Arc<Control>, wire: Arc<Wire>) {
+    let why = loop {
+        match control::receive::<ToClient>(&mut stream) {
+            Ok(Some(ToClient::Regions(regions))) => {
+                if let Some(tx) = lock(&control.state).regions.take() {
+                    let _ = tx.send(regions);
+                }
+            }
+            Ok(Some(ToClient::Revoked { epoch, lapsed })) => {
+                let _ = verbs::revoke(&mut lock(&wire.qp));
+                control.end(if lapsed {
+                    "revoked: the node's lease lapsed".into()
+                } else {
+                    format!("revoked: the node's epoch rose to {epoch}")
+                });
+                let _ = control.send(&ToNode::Revoked);
+                return;
+            }
+            Ok(Some(other)) => break format!("unexpected control message {other:?}"),
+            Ok(None) => break "the node closed the control connection".into(),
+            Err(e) => break format!("control connection: {e}"),
+        }
+    };
+    let _ = verbs::revoke(&mut lock(&wire.qp));
+    control.end(why);
+}
+
+impl LocalBuffer {
+    fn new(device: &Device) -> Result<LocalBuffer, RdmaError> {
+        let map = MmapOptions::new()
+            .len(BUFFER_BYTES)
+            .map_anon()
+            .map_err(|e| RdmaError::Io(format!("cannot map a {BUFFER_BYTES}-byte buffer: {e}")))?;
+        let map = MmapRaw::from(map);
+        // SAFETY: `map` is owned by the returned buffer, which drops the
+        // registration (field order) before it unmaps the bytes.
+        let mr = unsafe { device.register(map.as_ptr() as usize, BUFFER_BYTES, false) }?;
+        Ok(LocalBuffer { mr, map })
+    }
+
+    fn addr(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= BUFFER_BYTES);
+        self.map.as_ptr() as u64 + offset as u64
+    }
+
+    /// Copies `src` into the buffer at `offset`.
+    fn put(&self, offset: usize, src: &[u8]) {
+        assert!(offset + src.len() <= BUFFER_BYTES, "buffer overrun");
+        // SAFETY: in bounds (asserted); the device only reads this area
+        // after the post that follows, and no completion is outstanding on
+        // it (one batch at a time per connection).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.map.as_mut_ptr().add(offset), src.len()) };
+    }
+
+    /// Copies `dst.len()` bytes at `offset` out of the buffer.
+    fn get(&self, offset: usize, dst: &mut [u8]) {
+        assert!(offset + dst.len() <= BUFFER_BYTES, "buffer overrun");
+        // SAFETY: in bounds (asserted); the device wrote these bytes before
+        // the completion the caller polled, and writes nothing more to them.
+        unsafe { std::ptr::copy_nonoverlapping(self.map.as_ptr().add(offset), dst.as_mut_ptr(), dst.len()) };
+    }
+}
+
+/// What a batch asks of one node, decided before anything is posted.
+#[derive(Clone, Copy)]
+enum Step {
+    /// Posted: read the result from the buffer once complete.
+    Posted(Posted),
+    /// Decided without a verb (an error, `Flushed`, an empty verb).
+    Decided(Result<Outcome, VerbError>),
+    /// An empty READ: no bytes.
+    EmptyRead,
+}
+
+#[derive(Clone, Copy)]
+enum Posted {
+    Read { at: usize, len: u32 },
+    Atomic { at: usize },
+    Done,
+}
+
+/// The work request one checked verb becomes.
+struct Request {
+    wr: Wr,
+    step: Posted,
+}
+
+enum Wr {
+    Read {
+        rkey: u32,
+        remote: u64,
+        local: usize,
+        len: u32,
+    },
+    Write {
+        rkey: u32,
+        remote: u64,
+        local: usize,
+        len: u32,
+    },
+    Cas {
+        rkey: u32,
+        remote: u64,
+        local: usize,
+        expect: u64,
+        new: u64,
+    },
+    Faa {
+        rkey: u32,
+        remote: u64,
+        local: usize,
+        add: u64,
+    },
+}
+
+/// Decides every verb of `mine` (the batch's ops to one node, in order)
+/// against the node's table: a step per op, and the requests to post.
+fn plan(
+    conn: &Conn,
+    mine: &[(usize, &Op)],
+    payload: &[u8],
+    steps: &mut [Option<Step>],
+) -> Result<Vec<Request>, Missing> {
+    let mut requests = Vec::with_capacity(mine.len());
+    let (mut read_at, mut atomic_at, mut write_at) =
+        (0usize, READ_AREA_BYTES, READ_AREA_BYTES + ATOMIC_AREA_BYTES);
+    let mut read_bytes = 0u64;
+    let mut failed = false;
+    for &(i, op) in mine {
+        if failed {
+            steps[i] = Some(Step::Decided(Err(VerbError::Flushed)));
+            continue;
+        }
+        let region = match conn.regions.iter().find(|r| r.id == op.region) {
+            Some(r) if r.key == op.key => r,
+            _ => return Err(Missing),
+        };
+        let decided = check(region, op).and_then(|()| {
+            let remote = region.addr + op.offset;
+            let rkey = region.rkey;
+            Ok(match op.kind {
+                OpKind::Read { len: 0 } => Err(Step::EmptyRead),
+                OpKind::Read { len } => {
+                    read_bytes += u64::from(len);
+                    if read_bytes > BATCH_BYTES_MAX {
+                        return Err(VerbError::TooLarge { len: read_bytes });
+                    }
+                    let r = Request {
+                        wr: Wr::Read {
+                            rkey,
+                            remote,
+                            local: read_at,
+                            len,
+                        },
+                        step: Posted::Read { at: read_at, len },
+                    };
+                    read_at += len as usize;
+                    Ok(r)
+                }
+                OpKind::Write { data } => {
+                    let Some(bytes) = payload.get(data.range()) else {
+                        return Err(VerbError::TooLarge { len: data.len.into() });
+                    };
+                    if bytes.is_empty() {
+                        Err(Step::Decided(Ok(Outcome::Done)))
+                    } else if write_at + bytes.len() > BUFFER_BYTES {
+                        return Err(VerbError::TooLarge { len: data.len.into() });
+                    } else {
+                        conn.wire.buffer.put(write_at, bytes);
+                        let r = Request {
+                            wr: Wr::Write {
+                                rkey,
+                                remote,
+                                local: write_at,
+                                len: data.len,
+                            },
+                            step: Posted::Done,
+                        };
+                        write_at += bytes.len();
+                        Ok(r)
+                    }
+                }
+                OpKind::Cas { expect, new } => {
+                    let r = Request {
+                        wr: Wr::Cas {
+                            rkey,
+                            remote,
+                            local: atomic_at,
+                            expect,
+                            new,
+                        },
+                        step: Posted::Atomic { at: atomic_at },
+                    };
+                    atomic_at += ATOMIC_BYTES as usize;
+                    Ok(r)
+                }
+                OpKind::Faa { add } => {
+                    let r = Request {
+                        wr: Wr::Faa {
+                            rkey,
+                            remote,
+                            local: atomic_at,
+                            add,
+                        },
+                        step: Posted::Atomic { at: atomic_at },
+                    };
+                    atomic_at += ATOMIC_BYTES as usize;
+                    Ok(r)
+                }
+                // The node's memory is volatile to a one-sided verb: a
+                // FLUSH places the WRITEs before it (a 1-byte READ behind
+                // them, which RC orders after them) but cannot msync.
+                OpKind::Flush { len: 0 } => Err(Step::Decided(Ok(Outcome::Done))),
+                OpKind::Flush { len } => {
+                    let r = Request {
+                        wr: Wr::Read {
+                            rkey,
+                            remote: remote + u64::from(len) - 1,
+                            local: read_at,
+                            len: 1,
+                        },
+                        step: Posted::Done,
+                    };
+                    read_at += 1;
+                    Ok(r)
+                }
+            })
+        });
+        match decided {
+            Ok(Ok(request)) => {
+                steps[i] = Some(Step::Posted(request.step));
+                requests.push(request);
+            }
+            Ok(Err(step)) => steps[i] = Some(step),
+            Err(e) => {
+                steps[i] = Some(Step::Decided(Err(e)));
+                failed = true;
+            }
+        }
+    }
+    debug_assert!(read_at <= READ_AREA_BYTES + 1 && atomic_at <= READ_AREA_BYTES + ATOMIC_AREA_BYTES);
+    Ok(requests)
+}
+
+/// A verb named a region the table lacks, or another key: ask the node.
+struct Missing;
+
+/// `MemoryNode::check`'s checks, after region and key: size, bounds, alignment.
+fn check(region: &RemoteRegion, op: &Op) -> Result<(), VerbError> {
+    let len = op.kind.len();
+    if matches!(op.kind, OpKind::Read { .. } | OpKind::Write { .. }) && len > u64::from(VERB_BYTES_MAX) {
+        return Err(VerbError::TooLarge { len });
+    }
+    if op.offset.checked_add(len).is_none_or(|end| end > region.size) {
+        return Err(VerbError::OutOfBounds {
+            offset: op.offset,
+            len,
+            size: region.size,
+        });
+    }
+    if matches!(op.kind, OpKind::Cas { .. } | OpKind::Faa { .. }) && op.offset % ATOMIC_BYTES != 0 {
+        return Err(VerbError::Misaligned { offset: op.offset });
+    }
+    Ok(())
+}
+
+/// Posts `requests` as one chained list, the last one signalled; returns
+/// the last one's work-request id, or `None` if there was nothing to post.
+fn post(node: NodeId, conn: &Conn, requests: &[Request]) -> Result<Option<u64>, FabricError> {
+    let Some(last) = requests.len().checked_sub(1) else {
+        return Ok(None);
+    };
+    let lkey = conn.wire.buffer.mr.lkey();
+    let buffer = &conn.wire.buffer;
+    let mut qp = lock(&conn.wire.qp);
+    let mut guard = qp.start_post_send();
+    for (i, r) in requests.iter().enumerate() {
+        let flags = if i == last {
+            WorkRequestFlags::Signaled
+        } else {
+            WorkRequestFlags::none()
+        };
+        let wr = guard.construct_wr(i as u64, flags);
+        let (handle, local, len) = match r.wr {
+            Wr::Read {
+                rkey,
+                remote,
+                local,
+                len,
+            } => (wr.setup_read(rkey, remote), local, len),
+            Wr::Write {
+                rkey,
+                remote,
+                local,
+                len,
+            } => (wr.setup_write(rkey, remote), local, len),
+            Wr::Cas {
+                rkey,
+                remote,
+                local,
+                expect,
+                new,
+            } => (
+                wr.setup_atomic_compare_swap(rkey, remote, expect, new),
+                local,
+                ATOMIC_BYTES as u32,
+            ),
+            Wr::Faa {
+                rkey,
+                remote,
+                local,
+                add,
+            } => (
+                wr.setup_atomic_fetch_add(rkey, remote, add),
+                local,
+                ATOMIC_BYTES as u32,
+            ),
+        };
+        // SAFETY: `[local, local + len)` lies in the registered buffer
+        // (`plan` kept every area in bounds), which outlives the queue pair
+        // (`Wire`'s field order); nothing else touches it until the
+        // completion is polled.
+        unsafe { handle.setup_sge(lkey, buffer.addr(local), len) };
+    }
+    guard
+        .post()
+        .map_err(|e| disconnected(node, format!("post failed: {e}")))?;
+    Ok(Some(last as u64))
+}
+
+/// Polls `conn`'s completion queue until work request `last` completes.
+async fn wait(node: NodeId, conn: &Conn, last: u64) -> Result<(), FabricError> {
+    let deadline = Instant::now() + COMPLETION_WAIT_MAX;
+    loop {
+        if let Ok(poller) = conn.cq.start_poll() {
+            for wc in poller {
+                if wc.status() != IBV_WC_SUCCESS {
+                    let why = match conn.ended() {
+                        Some(why) => why,
+                        None => format!("work request {} failed with status {}", wc.wr_id(), wc.status()),
+                    };
+                    return Err(disconnected(node, why));
+                }
+                if wc.wr_id() == last {
+                    return Ok(());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(disconnected(
+                node,
+                format!("no completion in {COMPLETION_WAIT_MAX:?}"),
+            ));
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+impl Transport for RdmaTransport {
+    async fn execute<'a>(
+        &'a self,
+        epoch: Epoch,
+        ops: &'a [Op],
+        payload: &'a [u8],
+        out: &'a mut Completions,
+    ) -> Result<(), FabricError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        if ops.len() > VERBS_PER_BATCH_MAX {
+            return Err(FabricError::BatchTooLarge {
+                what: format!("{} verbs, at most {VERBS_PER_BATCH_MAX}", ops.len()),
+            });
+        }
+        let mut nodes: Vec<NodeId> = Vec::new();
+        for op in ops {
+            if !nodes.contains(&op.node) {
+                nodes.push(op.node);
+            }
+        }
+        // Locked in id order, so that batches over several nodes never wait
+        // on each other in a cycle.
+        nodes.sort_unstable();
+        let mut held = Vec::with_capacity(nodes.len());
+        for &node in &nodes {
+            let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
+            held.push((node, slot.current.lock().await));
+        }
+        // Every node admits the batch's epoch before any verb is posted.
+        for (node, current) in held.iter_mut() {
+            let slot = self.slot(*node).ok_or(FabricError::UnknownNode { node: *node })?;
+            let result = slot.ensure(current, &self.device, epoch, &self.mandate).await;
+            result?;
+            let conn = current
+                .as_ref()
+                .ok_or_else(|| disconnected(*node, "not connected"))?;
+            if epoch < conn.node_epoch {
+                return Err(FabricError::StaleEpoch {
+                    node: *node,
+                    client_epoch: epoch,
+                    node_epoch: conn.node_epoch,
+                });
+            }
+        }
+        let mut steps: Vec<Option<Step>> = vec![None; ops.len()];
+        let mut posted = Vec::with_capacity(held.len());
+        for (node, current) in held.iter_mut() {
+            let node = *node;
+            let conn = current
+                .as_mut()
+                .ok_or_else(|| disconnected(node, "not connected"))?;
+            let mine: Vec<(usize, &Op)> = ops.iter().enumerate().filter(|(_, op)| op.node == node).collect();
+            let requests = match plan(conn, &mine, payload, &mut steps) {
+                Ok(r) => r,
+                Err(Missing) => {
+                    conn.refresh_regions(node).await?;
+                    plan(conn, &mine, payload, &mut steps).unwrap_or_else(|Missing| {
+                        // Still unknown after asking: decided as the node would.
+                        decide_missing(conn, &mine, payload, &mut steps)
+                    })
+                }
+            };
+            let last = post(node, conn, &requests);
+            match last {
+                Ok(last) => posted.push((node, last)),
+                Err(e) => {
+                    **current = None;
+                    return Err(e);
+                }
+            }
+        }
+        for ((node, last), (_, current)) in posted.into_iter().zip(held.iter_mut()) {
+            let Some(last) = last else { continue };
+            let conn = current
+                .as_ref()
+                .ok_or_else(|| disconnected(node, "not connected"))?;
+            if let Err(e) = wait(node, conn, last).await {
+                **current = None;
+                return Err(e);
+            }
+        }
+        // Results, in op order.
+        for (op, step) in ops.iter().zip(&steps) {
+            let conn = held
+                .iter()
+                .find(|(n, _)| *n == op.node)
+                .and_then(|(_, c)| c.as_ref())
+                .ok_or_else(|| disconnected(op.node, "not connected"))?;
+            match step {
+                Some(Step::Posted(Posted::Read { at, len })) => {
+                    conn.wire.buffer.get(*at, out.push_read(*len))
+                }
+                Some(Step::Posted(Posted::Atomic { at })) => {
+                    let mut word = [0u8; ATOMIC_BYTES as usize];
+                    conn.wire.buffer.get(*at, &mut word);
+                    out.push(Ok(Outcome::Old(u64::from_le_bytes(word))));
+                }
+                Some(Step::Posted(Posted::Done)) => out.push(Ok(Outcome::Done)),
+                Some(Step::EmptyRead) => {
+                    out.push_read(0);
+                }
+                Some(Step::Decided(c)) => out.push(*c),
+                None => unreachable!("every op was planned for its node"),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Plans `mine` with the verbs whose region the node does not hold (or
+/// holds under another key) decided as the node decides them; the rest as
+/// [`plan`] does.
+fn decide_missing(
+    conn: &Conn,
+    mine: &[(usize, &Op)],
+    payload: &[u8],
+    steps: &mut [Option<Step>],
+) -> Vec<Request> {
+    // The first verb the table cannot serve fails; verbs before it are
+    // planned normally, the ones after it are flushed.
+    let first_bad = mine
+        .iter()
+        .position(|(_, op)| !conn.regions.iter().any(|r| r.id == op.region && r.key == op.key))
+        .unwrap_or(mine.len());
+    let requests = plan(conn, &mine[..first_bad], payload, steps).unwrap_or_default();
+    let earlier_failed = mine[..first_bad]
+        .iter()
+        .any(|(i, _)| matches!(steps[*i], Some(Step::Decided(Err(_)))));
+    for (k, (i, op)) in mine.iter().enumerate().skip(first_bad) {
+        steps[*i] = Some(Step::Decided(Err(if earlier_failed || k > first_bad {
+            VerbError::Flushed
+        } else if conn.regions.iter().any(|r| r.id == op.region) {
+            VerbError::BadKey
+        } else {
+            VerbError::UnknownRegion { region: op.region }
+        })));
+    }
+    requests
+}
