@@ -3,7 +3,11 @@
 //! is refused whole, before any of its verbs run, and the client learns
 //! why (`FabricError::NodeLeaseLapsed`). The node's CPU enforces it, so the
 //! transports where it executes the verbs (local, tcp) are tried; under
-//! `shm` the client executes them and the epoch fence alone holds.
+//! `shm` the client executes them and the epoch fence alone holds. Under
+//! `rdma` the device executes them: the node's lease watcher revokes every
+//! client's queue pair once it sees the lease lapsed (within
+//! `rdma::LEASE_POLL`), and admits none until it is renewed; the rdma
+//! variant waits for that revocation before its batches.
 
 mod common;
 
@@ -23,6 +27,7 @@ async fn a_lapsed_node_refuses_everything_until_renewed(kind: Kind) {
     c.node(2)
         .hold_lease_until(Instant::now() - Duration::from_millis(1));
     assert!(!c.node(2).serving(), "[{kind}]");
+    await_revoked(&c, 2).await;
     // The primary, which keeps no lease, still serves batches that touch
     // only it.
     let r = single(&mut client, |b| b.faa(big(8), 1)).await;
@@ -72,6 +77,7 @@ async fn a_node_expecting_a_lease_waits_for_its_first_grant(kind: Kind) {
     // What a node following the control plane does before its first
     // renewal: it may hold regions it has since lost.
     c.node(1).hold_lease_until(Instant::now());
+    await_revoked(&c, 1).await;
     let mut b = Batch::new();
     b.read(big(0), 8);
     assert!(
@@ -88,6 +94,31 @@ async fn a_node_expecting_a_lease_waits_for_its_first_grant(kind: Kind) {
         0,
         "[{kind}] served after the grant"
     );
+}
+
+/// Under rdma: waits until node `id`'s server has revoked every client
+/// (its lease watcher saw the lapse); at once on other transports.
+async fn await_revoked(c: &Cluster, id: u16) {
+    #[cfg(feature = "rdma")]
+    if c.kind == Kind::Rdma {
+        let server = &c.rdma[usize::from(id) - 1];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.clients() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "[rdma] node {id} never revoked its clients"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let _ = (c, id);
+}
+
+#[cfg(feature = "rdma")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdma() {
+    a_lapsed_node_refuses_everything_until_renewed(Kind::Rdma).await;
+    a_node_expecting_a_lease_waits_for_its_first_grant(Kind::Rdma).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -119,7 +119,18 @@ enum Kind {
         /// Fresh nodes: their servers, stopped on drop.
         _servers: Option<Servers>,
     },
+    #[cfg(feature = "rdma")]
+    Rdma {
+        /// The nodes' control addresses.
+        addrs: Vec<String>,
+        /// Fresh nodes: their servers, stopped on drop.
+        _servers: Vec<fabric::rdma::RdmaServer>,
+    },
 }
+
+/// What a tool built without the `rdma` feature says when asked for it.
+pub const NO_RDMA: &str =
+    "this binary was built without RDMA: rebuild with `cargo build --release --features rdma` (needs cmake, libclang-dev, libibverbs-dev)";
 
 impl Memory {
     /// Fresh memory nodes as `spec` says.
@@ -187,7 +198,87 @@ impl Memory {
                     },
                 })
             }
+            TransportKind::Rdma => Memory::start_rdma(n, &regions),
         }
+    }
+
+    #[cfg(not(feature = "rdma"))]
+    fn start_rdma(_: u16, _: &[RegionSpec]) -> Result<Memory, MemoryError> {
+        Err(MemoryError::Unfit(NO_RDMA.into()))
+    }
+
+    /// Fresh nodes served by rdma servers in this process (control
+    /// channels on loopback, verbs on the device `fabric::rdma::DEVICE_ENV`
+    /// names, or the first).
+    #[cfg(feature = "rdma")]
+    fn start_rdma(n: u16, regions: &[RegionSpec]) -> Result<Memory, MemoryError> {
+        let mut servers = Vec::new();
+        let mut descriptors = Vec::new();
+        for id in 1..=n {
+            let memnode =
+                Arc::new(MemoryNode::anonymous(id, regions).map_err(node("cannot create the memory node"))?);
+            let server = fabric::rdma::RdmaServer::start(memnode.clone(), "127.0.0.1:0")
+                .map_err(|e| MemoryError::Unfit(format!("cannot serve memory node {id} over rdma: {e}")))?;
+            descriptors.push((memnode.descriptor(), server.addr().to_string()));
+            servers.push(server);
+        }
+        let map = ClusterMap::from_descriptors(1, &descriptors)
+            .map_err(|e| MemoryError::Unfit(format!("the fresh nodes describe no valid map: {e}")))?;
+        let addrs: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
+        let bytes = regions.first().map_or(0, |r| r.size);
+        Ok(Memory {
+            map,
+            origin: format!(
+                "{} at {} over rdma, {bytes}-byte region",
+                nodes_text(n, "in-process memory node"),
+                addrs.join(",")
+            ),
+            kind: Kind::Rdma {
+                addrs,
+                _servers: servers,
+            },
+        })
+    }
+
+    /// Existing memory nodes served over rdma (`kintsugi memnode --rdma`)
+    /// whose control channels listen at `addrs`, the primary's first.
+    pub fn connect_rdma(addrs: &[String]) -> Result<Memory, MemoryError> {
+        Memory::connect_rdma_nodes(addrs)
+    }
+
+    #[cfg(not(feature = "rdma"))]
+    fn connect_rdma_nodes(_: &[String]) -> Result<Memory, MemoryError> {
+        Err(MemoryError::Unfit(NO_RDMA.into()))
+    }
+
+    #[cfg(feature = "rdma")]
+    fn connect_rdma_nodes(addrs: &[String]) -> Result<Memory, MemoryError> {
+        let owned = addrs.to_vec();
+        let asked = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(io("cannot start an async runtime"))?;
+            rt.block_on(fabric::RdmaTransport::discover(&owned))
+                .map(|(_, map)| map)
+                .map_err(|source| MemoryError::Fabric {
+                    what: format!("cannot reach the rdma memory nodes at {}", owned.join(",")),
+                    source,
+                })
+        });
+        let map = asked.join().unwrap_or_else(|_| {
+            Err(MemoryError::Unfit(
+                "the thread asking for the map panicked".into(),
+            ))
+        })?;
+        Ok(Memory {
+            map,
+            origin: format!("rdma memory node at {}", addrs.join(",")),
+            kind: Kind::Rdma {
+                addrs: addrs.to_vec(),
+                _servers: Vec::new(),
+            },
+        })
     }
 
     /// Existing memory images (of `kintsugi memnode --shm` or `--persist`),
@@ -241,6 +332,8 @@ impl Memory {
             Kind::Local(_) => TransportKind::Local,
             Kind::Shm { .. } => TransportKind::Shm,
             Kind::Tcp { .. } => TransportKind::Tcp,
+            #[cfg(feature = "rdma")]
+            Kind::Rdma { .. } => TransportKind::Rdma,
         }
     }
 
@@ -271,6 +364,8 @@ impl Memory {
                 .0
                 .into(),
             Kind::Tcp { .. } => return Ok(None),
+            #[cfg(feature = "rdma")]
+            Kind::Rdma { .. } => return Ok(None),
         };
         Ok(Some(Client::new(self.map.clone(), t)))
     }
@@ -292,6 +387,15 @@ impl Memory {
                 .await
                 .map_err(|source| MemoryError::Fabric {
                     what: format!("cannot reach the memory nodes at {}", addrs.join(",")),
+                    source,
+                })?
+                .0
+                .into(),
+            #[cfg(feature = "rdma")]
+            Kind::Rdma { addrs, .. } => fabric::RdmaTransport::discover(addrs)
+                .await
+                .map_err(|source| MemoryError::Fabric {
+                    what: format!("cannot reach the rdma memory nodes at {}", addrs.join(",")),
                     source,
                 })?
                 .0

@@ -17,6 +17,9 @@ pub enum TransportKind {
     Shm,
     /// A memory-node server over loopback tcp, one connection per client.
     Tcp,
+    /// A memory-node server on an RDMA device, one queue pair per client
+    /// (binaries built with `--features rdma`; soft-RoCE or a NIC).
+    Rdma,
 }
 
 /// A transport a tool does not run on.
@@ -37,7 +40,12 @@ fn names(ts: &[TransportKind]) -> String {
 
 impl TransportKind {
     /// Every transport, in the order `--help` lists them.
-    pub const ALL: [TransportKind; 3] = [TransportKind::Local, TransportKind::Shm, TransportKind::Tcp];
+    pub const ALL: [TransportKind; 4] = [
+        TransportKind::Local,
+        TransportKind::Shm,
+        TransportKind::Tcp,
+        TransportKind::Rdma,
+    ];
 
     /// The name flags, files and reports use.
     pub fn name(self) -> &'static str {
@@ -45,6 +53,7 @@ impl TransportKind {
             TransportKind::Local => "local",
             TransportKind::Shm => "shm",
             TransportKind::Tcp => "tcp",
+            TransportKind::Rdma => "rdma",
         }
     }
 

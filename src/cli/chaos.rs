@@ -127,6 +127,12 @@ pub struct CrashPointsArgs {
     /// Index variant (btree and hash targets).
     #[arg(long, default_value = "rtx")]
     variant: index::btree::Variant,
+    /// How the parties reach memory (rtx target; the others run in
+    /// process): in-process nodes, or tcp or rdma servers in this process
+    /// (rdma: a binary built with `--features rdma`, and an RDMA device).
+    /// Dropped-connection runs need connections: on local they use tcp.
+    #[arg(long, value_enum, default_value_t = harness::TransportKind::Local)]
+    transport: harness::TransportKind,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -167,6 +173,12 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
             ModeArg::Pause => Mode::Pause,
         })
         .collect();
+    if args.target != Target::Rtx && args.transport != harness::TransportKind::Local {
+        anyhow::bail!(
+            "--transport {}: only the rtx target runs over another transport; the others run in process",
+            args.transport
+        );
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -179,6 +191,7 @@ fn crash_points_cmd(args: CrashPointsArgs) -> anyhow::Result<ExitCode> {
                 replicas: args.replicas,
                 modes,
                 kinds: args.kinds.iter().filter_map(|k| k.kind()).collect(),
+                transport: args.transport,
             };
             (runtime.block_on(crash_points::rtx::explore(&options))?, true)
         }

@@ -71,6 +71,26 @@ pub struct MemnodeArgs {
     /// bound address).
     #[arg(long, value_name = "HOST:PORT", requires = "control")]
     advertise: Option<String>,
+    /// Also serve the regions over RDMA (with --region): register them with the device
+    /// (KINTSUGI_RDMA_DEVICE names it, else the first) and listen for rdma clients' queue-pair
+    /// set-up at HOST:PORT (`fabric bench --transport rdma --addr HOST:PORT`). Needs a binary
+    /// built with `--features rdma`.
+    #[arg(long, value_name = "HOST:PORT", requires = "regions")]
+    rdma: Option<String>,
+}
+
+/// Serves `node` over rdma at `addr` until the returned server is dropped.
+#[cfg(feature = "rdma")]
+fn serve_rdma(node: &Arc<MemoryNode>, addr: &str) -> anyhow::Result<fabric::rdma::RdmaServer> {
+    let server = fabric::rdma::RdmaServer::start(node.clone(), addr)
+        .with_context(|| format!("cannot serve over rdma at {addr}"))?;
+    eprintln!("memnode: serving over rdma, control channel at {}", server.addr());
+    Ok(server)
+}
+
+#[cfg(not(feature = "rdma"))]
+fn serve_rdma(_: &Arc<MemoryNode>, _: &str) -> anyhow::Result<()> {
+    anyhow::bail!("--rdma: {}", harness::memory::NO_RDMA)
 }
 
 pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
@@ -93,6 +113,11 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     };
     node.advance_epoch(args.epoch);
     let node = Arc::new(node);
+    let _rdma = args
+        .rdma
+        .as_deref()
+        .map(|addr| serve_rdma(&node, addr))
+        .transpose()?;
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

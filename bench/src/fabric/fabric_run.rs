@@ -3,14 +3,15 @@
 //! local and shm: one OS thread per `--threads`, each with its own forked
 //! [`Client`]; verbs complete inline, so each thread drives its whole loop
 //! inside one `block_on` of a current-thread runtime and no await ever
-//! suspends. tcp: each thread has its own runtime and its own connection
-//! (`TcpTransport::discover`), and runs `--outstanding` tasks on it, each with
-//! a fork of the thread's client, so the transport pipelines K batches.
+//! suspends. tcp and rdma: each thread has its own runtime and its own
+//! connections (`harness::Memory::client`), and runs `--outstanding` tasks on
+//! them, each with a fork of the thread's client, so the tcp transport
+//! pipelines K batches (rdma runs one: a queue pair per node and transport).
 
 use std::time::Instant;
 
 use crate::error::Context;
-use fabric::{Batch, Client, GlobalAddr, RegionId, Stats, TcpTransport, VerbHandle};
+use fabric::{Batch, Client, GlobalAddr, RegionId, Stats, VerbHandle};
 use tokio::task::JoinSet;
 
 use super::measure::{self, on_threads, Run, WARMUP_ROUND_TRIPS};
@@ -156,16 +157,16 @@ pub fn run_inline(plan: &Plan, client: &Client, region: RegionId) -> crate::Resu
 
 /// tcp: each thread connects to `addr` and runs `plan.depth` tasks; task `k`
 /// of thread `t` uses slot `t * depth + k`.
-pub fn run_tcp(plan: &Plan, addr: &str, region: RegionId) -> crate::Result<Vec<Run>> {
+pub fn run_remote(plan: &Plan, memory: &harness::Memory, region: RegionId) -> crate::Result<Vec<Run>> {
     let every = plan.sample_every();
     on_threads("fabric", plan.threads, |t, gate| {
         let setup = (|| {
             let rt = crate::threads::runtime()?;
             let workers = rt.block_on(async {
-                let (transport, map) = TcpTransport::discover(&[addr.to_owned()])
+                let client = memory
+                    .client()
                     .await
-                    .with_context(|| format!("cannot reach the memory node at {addr}"))?;
-                let client = Client::new(map, transport.into());
+                    .with_context(|| format!("cannot reach {}", memory.origin()))?;
                 let mut warming = JoinSet::new();
                 for k in 0..plan.depth {
                     let mut w = FabricWorker::new(client.fork(), plan.work, region, t * plan.depth + k);

@@ -41,7 +41,7 @@ pub fn run(plan: &Plan) -> crate::Result<Report> {
     );
     let runs = match &prepared.fabric {
         Fabric::Inline(client) => fabric_run::run_inline(plan, client, prepared.region)?,
-        Fabric::Tcp(addr) => fabric_run::run_tcp(plan, addr, prepared.region)?,
+        Fabric::Remote => fabric_run::run_remote(plan, &prepared.nodes, prepared.region)?,
     };
     let fabric = Phase::merge(runs, work.batch as u64, work.bytes_per_round_trip())?;
 

@@ -47,6 +47,9 @@ pub enum Target {
     Shm(Option<PathBuf>),
     /// An in-process server, or the memory node at this address.
     Tcp(Option<String>),
+    /// An in-process rdma server, or the rdma memory node whose control
+    /// channel listens at this address.
+    Rdma(Option<String>),
 }
 
 /// A validated run.
@@ -84,7 +87,7 @@ impl Plan {
     pub fn sample_every(&self) -> u64 {
         match self.transport {
             TransportKind::Local | TransportKind::Shm => super::measure::SAMPLE_EVERY_INLINE,
-            TransportKind::Tcp => super::measure::SAMPLE_EVERY_TCP,
+            TransportKind::Tcp | TransportKind::Rdma => super::measure::SAMPLE_EVERY_TCP,
         }
     }
 }

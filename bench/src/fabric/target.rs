@@ -13,8 +13,8 @@ use super::plan::{Plan, Target};
 pub enum Fabric {
     /// local or shm: threads fork this client.
     Inline(Client),
-    /// tcp: each thread connects to this address.
-    Tcp(String),
+    /// tcp or rdma: each thread connects ([`Memory::client`]).
+    Remote,
 }
 
 /// Everything the run needs, kept alive until it ends.
@@ -27,7 +27,8 @@ pub struct Prepared {
     pub origin: String,
     /// Memory for the local/shm baseline.
     pub memory: Option<Baseline>,
-    _memory: Memory,
+    /// The memory nodes under test, kept alive for the run.
+    pub nodes: Memory,
 }
 
 /// Builds the target the plan asks for.
@@ -47,7 +48,13 @@ pub fn prepare(plan: &Plan) -> crate::Result<Prepared> {
             let origin = format!("{}, region {region}", m.origin());
             (m, region, origin)
         }
-        Target::Local | Target::Shm(None) | Target::Tcp(None) => {
+        Target::Rdma(Some(addr)) => {
+            let m = Memory::connect_rdma(std::slice::from_ref(addr))?;
+            let region = m.pick_region(plan.region, needed, why)?;
+            let origin = format!("{}, region {region}", m.origin());
+            (m, region, origin)
+        }
+        Target::Local | Target::Shm(None) | Target::Tcp(None) | Target::Rdma(None) => {
             let m = Memory::start(&MemorySpec {
                 server_threads: plan.threads,
                 ..MemorySpec::single(plan.transport, needed)
@@ -64,17 +71,16 @@ pub fn prepare(plan: &Plan) -> crate::Result<Prepared> {
         }),
         _ => None,
     };
-    let fabric = match (memory.inline_client()?, memory.tcp_addrs()) {
-        (Some(client), _) => Fabric::Inline(client),
-        (None, Some(addrs)) => Fabric::Tcp(addrs[0].clone()),
-        (None, None) => crate::bail!("{} has neither a mapping nor an address", memory.origin()),
+    let fabric = match memory.inline_client()? {
+        Some(client) => Fabric::Inline(client),
+        None => Fabric::Remote,
     };
     Ok(Prepared {
         fabric,
         region,
         origin,
         memory: baseline,
-        _memory: memory,
+        nodes: memory,
     })
 }
 

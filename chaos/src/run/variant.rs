@@ -40,7 +40,7 @@ use workload::load_entries;
 fn ops_per_thread_second_max(t: TransportKind) -> u64 {
     match t {
         TransportKind::Local | TransportKind::Shm => 1_000_000,
-        TransportKind::Tcp => 100_000,
+        TransportKind::Tcp | TransportKind::Rdma => 100_000,
     }
 }
 /// Bytes one write can leave behind in the region at most: a new 1 KiB

@@ -73,9 +73,24 @@ fn err(what: &str, e: impl std::fmt::Display) -> RdmaError {
     RdmaError::Device(format!("{what}: {e}"))
 }
 
+/// The device this process has open, shared by its servers and transports
+/// (a device context and protection domain per process, not per connection).
+static SHARED: std::sync::Mutex<std::sync::Weak<Device>> = std::sync::Mutex::new(std::sync::Weak::new());
+
 impl Device {
-    /// Opens the device [`DEVICE_ENV`] names, or the first one, on port 1.
+    /// The process's device: the one open already, or [`Device::open_new`]'s.
     pub fn open() -> Result<Arc<Device>, RdmaError> {
+        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = shared.upgrade() {
+            return Ok(d);
+        }
+        let d = Device::open_new()?;
+        *shared = Arc::downgrade(&d);
+        Ok(d)
+    }
+
+    /// Opens the device [`DEVICE_ENV`] names, or the first one, on port 1.
+    fn open_new() -> Result<Arc<Device>, RdmaError> {
         let wanted = std::env::var(DEVICE_ENV).ok().filter(|s| !s.is_empty());
         let list = DeviceList::new().map_err(|e| err("cannot list RDMA devices", e))?;
         let mut names = Vec::new();

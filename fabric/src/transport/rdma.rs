@@ -71,21 +71,27 @@ const BUFFER_BYTES: usize = READ_AREA_BYTES + ATOMIC_AREA_BYTES + WRITE_AREA_BYT
 const IBV_WC_SUCCESS: u32 = 0;
 
 /// Queue pairs to memory nodes served over rdma ([`crate::rdma::RdmaServer`]).
+/// Cheap to clone: clones share the queue pairs.
 #[derive(Clone)]
 pub struct RdmaTransport {
+    // One pointer: a client holds its transport by value in an enum.
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     device: Arc<Device>,
-    slots: Arc<[Slot]>,
+    slots: Box<[Slot]>,
     /// Nodes that joined the map after the transport was made.
-    later: Arc<Later<Slot>>,
+    later: Later<Slot>,
     /// The mandate of the process's clients, once one follows a control plane.
-    mandate: Arc<OnceLock<Weak<Mandate>>>,
+    mandate: OnceLock<Weak<Mandate>>,
 }
 
 impl std::fmt::Debug for RdmaTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RdmaTransport")
-            .field("device", &self.device.name())
-            .field("nodes", &self.slots.len())
+            .field("device", &self.inner.device.name())
+            .field("nodes", &self.inner.slots.len())
             .finish()
     }
 }
@@ -178,15 +184,7 @@ impl RdmaTransport {
             node: 0,
             reason: e.to_string(),
         })?;
-        Ok((
-            RdmaTransport {
-                device,
-                slots: slots.into(),
-                later: Arc::new(Later::new()),
-                mandate: Arc::default(),
-            },
-            map,
-        ))
+        Ok((RdmaTransport::from_slots(device, slots), map))
     }
 
     /// A transport for the nodes of `map` (endpoints: their control
@@ -198,18 +196,24 @@ impl RdmaTransport {
             .iter()
             .map(|n| Slot::new(n.id, n.endpoint.clone()))
             .collect();
-        Ok(RdmaTransport {
-            device,
-            slots: slots.into(),
-            later: Arc::new(Later::new()),
-            mandate: Arc::default(),
-        })
+        Ok(RdmaTransport::from_slots(device, slots))
+    }
+
+    fn from_slots(device: Arc<Device>, slots: Vec<Slot>) -> Self {
+        RdmaTransport {
+            inner: Arc::new(Inner {
+                device,
+                slots: slots.into(),
+                later: Later::new(),
+                mandate: OnceLock::new(),
+            }),
+        }
     }
 
     /// Takes on every node of `map` this transport does not know, to be
     /// connected at its first batch. Returns how many.
     pub fn learn(&self, map: &ClusterMap) -> Result<usize, FabricError> {
-        self.later.learn(
+        self.inner.later.learn(
             map,
             |id| self.slot(id).is_some(),
             |s| s.node,
@@ -221,13 +225,13 @@ impl RdmaTransport {
     /// installs a map that routes nothing to it (as
     /// [`TcpTransport::follow`](crate::TcpTransport::follow)).
     pub fn follow(&self, mandate: &Arc<Mandate>) {
-        let _ = self.mandate.set(Arc::downgrade(mandate));
+        let _ = self.inner.mandate.set(Arc::downgrade(mandate));
     }
 
     /// Drops every connection now (a network that drops them): the next
     /// batch for each node connects again.
     pub fn drop_all(&self) {
-        for slot in self.slots.iter().chain(self.later.iter()) {
+        for slot in self.inner.slots.iter().chain(self.inner.later.iter()) {
             if let Ok(mut current) = slot.current.try_lock() {
                 *current = None;
             }
@@ -236,23 +240,25 @@ impl RdmaTransport {
 
     /// Connections made, over all nodes (the first included).
     pub fn connects(&self) -> u64 {
-        self.slots
+        self.inner
+            .slots
             .iter()
-            .chain(self.later.iter())
+            .chain(self.inner.later.iter())
             .map(|s| s.connects.load(Ordering::Relaxed))
             .sum()
     }
 
     /// The device this transport uses.
     pub fn device_name(&self) -> &str {
-        self.device.name()
+        self.inner.device.name()
     }
 
     fn slot(&self, node: NodeId) -> Option<&Slot> {
-        self.slots
+        self.inner
+            .slots
             .iter()
             .find(|s| s.node == node)
-            .or_else(|| self.later.iter().find(|s| s.node == node))
+            .or_else(|| self.inner.later.iter().find(|s| s.node == node))
     }
 }
 
@@ -879,7 +885,9 @@ impl Transport for RdmaTransport {
         // Every node admits the batch's epoch before any verb is posted.
         for (node, current) in held.iter_mut() {
             let slot = self.slot(*node).ok_or(FabricError::UnknownNode { node: *node })?;
-            let result = slot.ensure(current, &self.device, epoch, &self.mandate).await;
+            let result = slot
+                .ensure(current, &self.inner.device, epoch, &self.inner.mandate)
+                .await;
             result?;
             let conn = current
                 .as_ref()

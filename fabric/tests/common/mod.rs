@@ -99,7 +99,8 @@ pub struct Cluster {
     _dir: Option<tempfile::TempDir>,
     _stop: Vec<oneshot::Sender<()>>,
     #[cfg(feature = "rdma")]
-    _rdma: Vec<fabric::rdma::RdmaServer>,
+    /// The rdma servers, in node order (empty on other transports).
+    pub rdma: Vec<fabric::rdma::RdmaServer>,
 }
 
 impl Cluster {
@@ -118,7 +119,7 @@ impl Cluster {
                     _dir: None,
                     _stop: Vec::new(),
                     #[cfg(feature = "rdma")]
-                    _rdma: Vec::new(),
+                    rdma: Vec::new(),
                 }
             }
             Kind::Shm => {
@@ -139,7 +140,7 @@ impl Cluster {
                     _dir: Some(dir),
                     _stop: Vec::new(),
                     #[cfg(feature = "rdma")]
-                    _rdma: Vec::new(),
+                    rdma: Vec::new(),
                 }
             }
             Kind::Tcp => {
@@ -166,7 +167,7 @@ impl Cluster {
                     _dir: None,
                     _stop: stop,
                     #[cfg(feature = "rdma")]
-                    _rdma: Vec::new(),
+                    rdma: Vec::new(),
                 }
             }
             #[cfg(feature = "rdma")]
@@ -189,7 +190,7 @@ impl Cluster {
                     nodes,
                     _dir: None,
                     _stop: Vec::new(),
-                    _rdma: servers,
+                    rdma: servers,
                 }
             }
         }

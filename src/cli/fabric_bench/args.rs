@@ -100,9 +100,9 @@ impl BenchArgs {
             duration,
             json,
         } = self;
-        if addr.is_some() && transport != TransportKind::Tcp {
+        if addr.is_some() && !matches!(transport, TransportKind::Tcp | TransportKind::Rdma) {
             bail!(
-                "--addr names a tcp memory node; it needs --transport tcp (got --transport {})",
+                "--addr names a tcp or rdma memory node; it needs --transport tcp or rdma (got --transport {})",
                 transport.name()
             );
         }
@@ -136,6 +136,9 @@ impl BenchArgs {
         if threads == 0 || threads > THREADS_MAX {
             bail!("--threads must be between 1 and {THREADS_MAX}, got {threads}");
         }
+        if transport == TransportKind::Rdma && outstanding > 1 {
+            bail!("--outstanding {outstanding}: the rdma transport runs one batch per queue pair at a time; use --threads for concurrency");
+        }
         if outstanding == 0 || outstanding > OUTSTANDING_MAX {
             bail!("--outstanding must be between 1 and {OUTSTANDING_MAX}, got {outstanding}");
         }
@@ -146,6 +149,9 @@ impl BenchArgs {
             TransportKind::Local => (Target::Local, 1),
             TransportKind::Shm => (Target::Shm(shm), 1),
             TransportKind::Tcp => (Target::Tcp(addr), outstanding),
+            // One queue pair per node and transport: a thread's outstanding
+            // batches would wait on each other.
+            TransportKind::Rdma => (Target::Rdma(addr), 1),
         };
         let size = u32::try_from(size)?;
         Ok(Plan {

@@ -30,6 +30,7 @@
 mod check;
 mod run;
 
+use harness::TransportKind;
 use serde::Serialize;
 
 use super::{ExploreError, Mode, Report, ScenarioReport, Violation};
@@ -84,6 +85,10 @@ pub struct Options {
     pub modes: Vec<Mode>,
     /// Kinds of scenario.
     pub kinds: Vec<Kind>,
+    /// How the parties reach memory: in-process nodes by default; tcp or
+    /// rdma servers in this process. Dropped-connection runs need
+    /// connections: on local or shm they run over tcp.
+    pub transport: TransportKind,
 }
 
 impl Default for Options {
@@ -93,6 +98,7 @@ impl Default for Options {
             replicas: vec![1, 2, 3],
             modes: vec![Mode::Crash, Mode::Pause],
             kinds: Kind::ALL.to_vec(),
+            transport: TransportKind::Local,
         }
     }
 }
@@ -111,10 +117,23 @@ pub async fn explore(options: &Options) -> Result<Report, ExploreError> {
                     scenario: format!("{} {scenario}", kind.name()),
                     reason,
                 };
-                let tcp = kind == Kind::DroppedConnection;
-                let verbs = World::victim_verbs(replicas, n, tcp).await.map_err(setup_err)?;
+                let transport = match (kind, options.transport) {
+                    (Kind::DroppedConnection, TransportKind::Local | TransportKind::Shm) => {
+                        TransportKind::Tcp
+                    }
+                    (_, t) => t,
+                };
+                let verbs = World::victim_verbs(replicas, n, transport)
+                    .await
+                    .map_err(setup_err)?;
                 let mut tally = Tally::new(kind, &scenario);
-                explore_kind(kind, replicas, n, verbs, &options.modes, &mut tally)
+                let shape = Shape {
+                    replicas,
+                    n,
+                    verbs,
+                    transport,
+                };
+                explore_kind(kind, shape, &options.modes, &mut tally)
                     .await
                     .map_err(setup_err)?;
                 tracing::info!(kind = kind.name(), %scenario, verbs, runs = tally.runs, violations = tally.violations.len(), "explored");
@@ -175,15 +194,7 @@ impl Tally {
 }
 
 /// Every run of one kind of scenario.
-async fn explore_kind(
-    kind: Kind,
-    replicas: u16,
-    n: usize,
-    verbs: u64,
-    modes: &[Mode],
-    tally: &mut Tally,
-) -> Result<(), String> {
-    let shape = Shape { replicas, n, verbs };
+async fn explore_kind(kind: Kind, shape: Shape, modes: &[Mode], tally: &mut Tally) -> Result<(), String> {
     match kind {
         Kind::Owner => explore_owner(shape, modes, tally).await,
         Kind::Repairer => explore_repairer(shape, modes, tally).await,
@@ -199,14 +210,20 @@ struct Shape {
     replicas: u16,
     n: usize,
     verbs: u64,
+    transport: TransportKind,
 }
 
 /// The owner stopped after each verb; a repairer finishes; the owner resumes.
 async fn explore_owner(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Result<(), String> {
-    let Shape { replicas, n, verbs } = shape;
+    let Shape {
+        replicas,
+        n,
+        verbs,
+        transport,
+    } = shape;
     for &mode in modes {
         for k in 1..=verbs {
-            let mut run = Run::new(replicas, n, false).await?;
+            let mut run = Run::new(replicas, n, transport).await?;
             let victim = run.start(Party::Victim, mode.plan(k));
             let victim = run.stop(victim, Stop::after(mode)).await?;
             let repairer = run.start(Party::Repairer, Default::default());
@@ -220,11 +237,16 @@ async fn explore_owner(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Resul
 
 /// The owner crashed after each verb; its repairer stopped after each of its own; a third client commits; the repairer resumes.
 async fn explore_repairer(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Result<(), String> {
-    let Shape { replicas, n, verbs } = shape;
+    let Shape {
+        replicas,
+        n,
+        verbs,
+        transport,
+    } = shape;
     for k in 1..=verbs {
         for &mode in modes {
             for kr in 1.. {
-                let mut run = Run::new(replicas, n, false).await?;
+                let mut run = Run::new(replicas, n, transport).await?;
                 let victim = run.start(Party::Victim, Mode::Crash.plan(k));
                 run.stop(victim, Stop::Crash).await?;
                 let repairer = run.start(Party::Repairer, mode.plan(kr));
@@ -246,13 +268,18 @@ async fn explore_repairer(shape: Shape, modes: &[Mode], tally: &mut Tally) -> Re
 
 /// Owner and repairer both paused, at every pair of verbs; with and without a third commit; resumed in each order.
 async fn explore_resume_order(shape: Shape, tally: &mut Tally) -> Result<(), String> {
-    let Shape { replicas, n, verbs } = shape;
+    let Shape {
+        replicas,
+        n,
+        verbs,
+        transport,
+    } = shape;
     for k in 1..=verbs {
         for kr in 1.. {
             let mut stopped = true;
             for third in [false, true] {
                 for victim_first in [true, false] {
-                    let mut run = Run::new(replicas, n, false).await?;
+                    let mut run = Run::new(replicas, n, transport).await?;
                     let victim = run.start(Party::Victim, Mode::Pause.plan(k));
                     let victim = run.stop(victim, Stop::Pause).await?;
                     let repairer = run.start(Party::Repairer, Mode::Pause.plan(kr));
@@ -286,10 +313,15 @@ async fn explore_resume_order(shape: Shape, tally: &mut Tally) -> Result<(), Str
 
 /// The owner's tcp connections dropped after each verb; it or a repairer goes on first.
 async fn explore_dropped_connection(shape: Shape, tally: &mut Tally) -> Result<(), String> {
-    let Shape { replicas, n, verbs } = shape;
+    let Shape {
+        replicas,
+        n,
+        verbs,
+        transport,
+    } = shape;
     for k in 1..=verbs {
         for victim_first in [true, false] {
-            let mut run = Run::new(replicas, n, true).await?;
+            let mut run = Run::new(replicas, n, transport).await?;
             let plan = fabric::FaultPlan {
                 drop_after_verbs: Some(k),
                 ..Default::default()

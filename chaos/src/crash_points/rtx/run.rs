@@ -129,7 +129,7 @@ pub(super) struct World {
     pub base: AnyTransport,
     pub heap: Heap,
     pub objs: Vec<TxObj<Cell>>,
-    /// The memory nodes (tcp: their servers, stopped when the world goes).
+    /// The memory nodes (tcp, rdma: their servers, stopped when the world goes).
     _memory: Memory,
 }
 
@@ -146,12 +146,7 @@ fn config() -> TxConfig {
 }
 
 impl World {
-    async fn new(replicas: u16, n: usize, tcp: bool) -> Result<World, String> {
-        let transport = if tcp {
-            TransportKind::Tcp
-        } else {
-            TransportKind::Local
-        };
+    async fn new(replicas: u16, n: usize, transport: TransportKind) -> Result<World, String> {
         let memory = Memory::start(&MemorySpec {
             replicas,
             ..MemorySpec::single(transport, REGION_BYTES)
@@ -187,8 +182,8 @@ impl World {
     }
 
     /// Verbs of the victim's transaction when nothing goes wrong.
-    pub async fn victim_verbs(replicas: u16, n: usize, tcp: bool) -> Result<u64, String> {
-        let w = World::new(replicas, n, tcp).await?;
+    pub async fn victim_verbs(replicas: u16, n: usize, transport: TransportKind) -> Result<u64, String> {
+        let w = World::new(replicas, n, transport).await?;
         let (victim, faults) = w.client(Party::Victim.owner(), FaultPlan::default())?;
         let (_, result) = rewrite_all(victim, w.objs.clone(), 1, Arc::default()).await;
         result.map_err(|e| format!("fault-free run failed: {e}"))?;
@@ -303,9 +298,9 @@ pub(super) struct Run {
 }
 
 impl Run {
-    pub async fn new(replicas: u16, n: usize, tcp: bool) -> Result<Run, String> {
+    pub async fn new(replicas: u16, n: usize, transport: TransportKind) -> Result<Run, String> {
         Ok(Run {
-            world: World::new(replicas, n, tcp).await?,
+            world: World::new(replicas, n, transport).await?,
             found: Vec::new(),
             records: Vec::new(),
             paused: Vec::new(),
