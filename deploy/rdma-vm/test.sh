@@ -60,7 +60,8 @@ trap 'rm -rf "$payload"' EXIT
 
 echo "== building the rdma test binaries (cargo test --features rdma --no-run)"
 cd "$repo"
-cargo test --features rdma -p kintsugi-fabric -p kintsugi-chaos --no-run --message-format=json 2>/dev/null \
+targets=(--lib --test verbs --test verb_errors --test fencing --test node_lease --test rdma --test rtx_crash_points)
+cargo test --features rdma -p kintsugi-fabric -p kintsugi-chaos --no-run "${targets[@]}" --message-format=json 2>/dev/null \
     | python3 -c '
 import json, sys
 wanted = {"verbs", "verb_errors", "fencing", "node_lease", "rdma", "fabric", "rtx_crash_points"}
@@ -73,7 +74,7 @@ for line in sys.stdin:
 if [ "$(wc -l <"$payload/binaries")" -ne 7 ]; then
     echo "test.sh: expected 7 test binaries, the build gave:" >&2
     cat "$payload/binaries" >&2
-    cargo test --features rdma -p kintsugi-fabric -p kintsugi-chaos --no-run >&2
+    cargo test --features rdma -p kintsugi-fabric -p kintsugi-chaos --no-run "${targets[@]}" >&2
     exit 4
 fi
 while read -r name path; do

@@ -76,12 +76,20 @@ async fn a_client_that_goes_away_leaves_no_queue_pair_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_region_placed_after_connecting_is_found_by_asking_the_node_again() {
-    let c = Cluster::build(Kind::Rdma, 1).await;
-    let mut client = c.client();
+    // A node placed by a control plane: capacity, and regions added later.
+    let (node, _) = fabric::MemoryNode::placed(1, 1 << 20, &fabric::Backing::Anonymous).unwrap();
+    let node = std::sync::Arc::new(node);
+    let key = 0x5eed;
+    assert!(node.add_region(BIG, BIG_SIZE, key).unwrap());
+    let server = fabric::rdma::RdmaServer::start(node.clone(), "127.0.0.1:0").unwrap();
+    let (t, map) = RdmaTransport::discover(&[server.addr().to_string()])
+        .await
+        .unwrap();
+    let mut client = Client::new(map.clone(), t.clone().into());
     write(&mut client, big(0), &1u64.to_le_bytes()).await;
-    let key = c.map.regions()[0].replicas[0].key;
-    assert!(c.node(1).add_region(MISSING, 4096, key).unwrap());
-    let mut regions = c.map.regions().to_vec();
+    // Placed after the client connected.
+    assert!(node.add_region(MISSING, 4096, key).unwrap());
+    let mut regions = map.regions().to_vec();
     for id in [MISSING, MISSING + 1] {
         regions.push(RegionInfo {
             id,
@@ -89,8 +97,8 @@ async fn a_region_placed_after_connecting_is_found_by_asking_the_node_again() {
             replicas: vec![ReplicaLoc { node: 1, key }],
         });
     }
-    let map = fabric::ClusterMap::new(c.map.epoch(), c.map.nodes().to_vec(), regions).unwrap();
-    let mut placed = c.client_with_map(map);
+    let placed_map = fabric::ClusterMap::new(map.epoch(), map.nodes().to_vec(), regions).unwrap();
+    let mut placed = Client::new(placed_map, t.into());
     let addr = fabric::GlobalAddr::new(MISSING, 64);
     let r = single(&mut placed, |b| b.faa(addr, 5)).await;
     assert_eq!(r, Ok(Outcome::Old(0)));

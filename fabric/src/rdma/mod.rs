@@ -14,7 +14,7 @@ pub(crate) mod control;
 mod node;
 pub(crate) mod verbs;
 
-pub use node::{RdmaServer, CLIENTS_MAX, LEASE_POLL, REVOKE_ACK_WAIT_MAX};
+pub use node::{RdmaServer, CLIENTS_MAX, HELLO_WAIT_MAX, LEASE_POLL, REVOKE_ACK_WAIT_MAX};
 pub use verbs::{DEVICE_ENV, GID_INDEX_ENV};
 
 use thiserror::Error;

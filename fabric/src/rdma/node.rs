@@ -29,7 +29,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::BasicQueuePair;
 
 use super::control::{self, RemoteRegion, ToClient, ToNode};
-use super::verbs::{self, Device};
+use super::verbs::{self, Device, Side};
 use super::RdmaError;
 use crate::addr::Epoch;
 use crate::memnode::MemoryNode;
@@ -53,6 +53,9 @@ pub const REVOKE_ACK_WAIT_MAX: Duration = Duration::from_secs(1);
 /// How often the lease watcher looks whether the node's lease lapsed: the
 /// window in which a node past its lease still serves rdma clients.
 pub const LEASE_POLL: Duration = Duration::from_millis(1);
+/// Longest a new control connection may take to say hello before it is
+/// closed, so that idle sockets cannot hold the node's threads.
+pub const HELLO_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// A memory node served over rdma. Stops serving when dropped.
 pub struct RdmaServer {
@@ -60,12 +63,17 @@ pub struct RdmaServer {
     addr: SocketAddr,
 }
 
+// Field order is drop order: the clients' queue pairs, then the
+// registrations, go before the node whose memory they reach.
 struct Shared {
+    clients: Mutex<HashMap<u64, Arc<Client>>>,
+    regions: Mutex<Vec<Registered>>,
     node: Arc<MemoryNode>,
     device: Arc<Device>,
-    regions: Mutex<Vec<Registered>>,
-    clients: Mutex<HashMap<u64, Arc<Client>>>,
     next_client: AtomicU64,
+    /// Connections being served (admitted or still saying hello): each
+    /// holds a thread, so at most [`CLIENTS_MAX`] plus as many in hello.
+    connections: AtomicUsize,
     stopping: AtomicBool,
 }
 
@@ -102,11 +110,12 @@ impl RdmaServer {
             .local_addr()
             .map_err(|e| RdmaError::Io(format!("cannot read the listening address: {e}")))?;
         let shared = Arc::new(Shared {
+            clients: Mutex::new(HashMap::new()),
+            regions: Mutex::new(Vec::new()),
             node: node.clone(),
             device,
-            regions: Mutex::new(Vec::new()),
-            clients: Mutex::new(HashMap::new()),
             next_client: AtomicU64::new(1),
+            connections: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
         });
         shared.register_new()?;
@@ -259,11 +268,25 @@ fn accept_loop(listener: TcpListener, shared: Weak<Shared>) {
                 continue;
             }
         };
+        if s.connections.fetch_add(1, Ordering::AcqRel) >= 2 * CLIENTS_MAX {
+            s.connections.fetch_sub(1, Ordering::AcqRel);
+            tracing::warn!(
+                limit = 2 * CLIENTS_MAX,
+                "control connection limit reached; closing a new one"
+            );
+            continue;
+        }
         let weak = Arc::downgrade(&s);
         let spawned = std::thread::Builder::new()
             .name("rdma-client".into())
-            .spawn(move || serve_client(stream, weak));
+            .spawn(move || {
+                serve_client(stream, &weak);
+                if let Some(s) = weak.upgrade() {
+                    s.connections.fetch_sub(1, Ordering::AcqRel);
+                }
+            });
         if let Err(e) = spawned {
+            s.connections.fetch_sub(1, Ordering::AcqRel);
             tracing::warn!(error = %e, "cannot start a client thread");
         }
     }
@@ -286,12 +309,12 @@ fn lease_watch(shared: Weak<Shared>) {
     }
 }
 
-fn serve_client(stream: TcpStream, shared: Weak<Shared>) {
+fn serve_client(stream: TcpStream, shared: &Weak<Shared>) {
     let peer = stream.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string());
-    match admit(stream, &shared) {
+    match admit(stream, shared) {
         Ok(None) => {}
         Ok(Some((id, client))) => {
-            let result = follow(&client, &shared);
+            let result = follow(&client, shared);
             if let Some(s) = shared.upgrade() {
                 s.forget(id);
             }
@@ -307,9 +330,11 @@ fn serve_client(stream: TcpStream, shared: Weak<Shared>) {
 /// Reads the client's `Hello` and connects it, or refuses it.
 fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64, Arc<Client>)>> {
     stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(HELLO_WAIT_MAX))?;
     let Some(hello) = control::receive::<ToNode>(&mut stream)? else {
         return Ok(None);
     };
+    stream.set_read_timeout(None)?;
     let Some(s) = shared.upgrade() else {
         return Ok(None);
     };
@@ -338,8 +363,8 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
     }
     let made = (|| {
         let regions = s.register_new()?;
-        let cq = s.device.completion_queue()?;
-        let (mut qp, local) = s.device.queue_pair(&cq)?;
+        let cq = s.device.completion_queue(Side::Node)?;
+        let (mut qp, local) = s.device.queue_pair(Side::Node, &cq)?;
         s.device.connect(&mut qp, &local, &remote)?;
         Ok::<_, RdmaError>((regions, cq, qp, local))
     })();

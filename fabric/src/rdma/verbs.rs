@@ -181,22 +181,23 @@ impl Device {
         unsafe { self.pd.reg_mr(addr, len, access) }.map_err(|e| err("cannot register memory", e))
     }
 
-    /// A completion queue deep enough for one batch's completions.
-    pub fn completion_queue(&self) -> Result<Arc<BasicCompletionQueue>, RdmaError> {
+    /// A completion queue for a queue pair of `side`.
+    pub fn completion_queue(&self, side: Side) -> Result<Arc<BasicCompletionQueue>, RdmaError> {
         let mut b = self.ctx.create_cq_builder();
-        b.setup_cqe(VERBS_PER_BATCH_MAX as u32 + 1);
+        b.setup_cqe(side.send_depth() + 1);
         b.build().map_err(|e| err("cannot create a completion queue", e))
     }
 
-    /// A new RC queue pair completing into `cq`, in the INIT state, and its
-    /// endpoint (with a random first PSN).
+    /// A new RC queue pair of `side` completing into `cq`, in the INIT
+    /// state, and its endpoint (with a random first PSN).
     pub fn queue_pair(
         &self,
+        side: Side,
         cq: &Arc<BasicCompletionQueue>,
     ) -> Result<(BasicQueuePair, QpEndpoint), RdmaError> {
         let cq = GenericCompletionQueue::from(cq.clone());
         let mut b = self.pd.create_qp_builder();
-        b.setup_max_send_wr(VERBS_PER_BATCH_MAX as u32)
+        b.setup_max_send_wr(side.send_depth())
             .setup_max_recv_wr(1)
             .setup_max_send_sge(1)
             .setup_max_recv_sge(1)
@@ -259,6 +260,27 @@ impl Device {
             .setup_max_read_atomic(READ_ATOMIC_OUTSTANDING_MAX);
         qp.modify(&a)
             .map_err(|e| err("cannot move a queue pair to RTS", e))
+    }
+}
+
+/// Which end of a connection a queue pair is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// A client's: posts whole batches.
+    Client,
+    /// A memory node's: only responds (one-sided verbs post nothing there).
+    Node,
+}
+
+impl Side {
+    /// Send-queue depth: a client posts up to a batch at once; a node's
+    /// queue pair never posts (the device answers READs and atomics
+    /// without work requests), and one slot keeps the verbs layer content.
+    fn send_depth(self) -> u32 {
+        match self {
+            Side::Client => VERBS_PER_BATCH_MAX as u32,
+            Side::Node => 1,
+        }
     }
 }
 

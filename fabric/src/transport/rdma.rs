@@ -49,7 +49,7 @@ use crate::mandate::Mandate;
 use crate::map::ClusterMap;
 use crate::memnode::{NodeDescriptor, RegionDescriptor};
 use crate::rdma::control::{self, RemoteRegion, ToClient, ToNode};
-use crate::rdma::verbs::{self, Device};
+use crate::rdma::verbs::{self, Device, Side};
 use crate::rdma::RdmaError;
 use crate::transport::later::Later;
 use crate::transport::tcp::{RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
@@ -367,8 +367,8 @@ impl Conn {
             node: node_hint,
             reason: e.to_string(),
         };
-        let cq = device.completion_queue().map_err(device_error)?;
-        let (mut qp, local) = device.queue_pair(&cq).map_err(device_error)?;
+        let cq = device.completion_queue(Side::Client).map_err(device_error)?;
+        let (mut qp, local) = device.queue_pair(Side::Client, &cq).map_err(device_error)?;
         let buffer = LocalBuffer::new(device).map_err(device_error)?;
         let mut stream =
             TcpStream::connect(addr).map_err(|e| broken(format!("cannot connect to {addr}: {e}")))?;
