@@ -5,7 +5,7 @@
 //! layer lives in its own crate (see `ARCHITECTURE.md`):
 //!
 //! - [`fabric`]: global addresses, one-sided verbs, batches, memory nodes,
-//!   transports (local, shm, tcp), fault injection, per-client counters.
+//!   transports (local, shm, tcp; rdma with `--features rdma`), fault injection, per-client counters.
 //! - [`txn`]: repairable transactions (rTX) over the fabric.
 //! - [`index`]: the Sherman-like B+tree and RACE hashing, each `optimal`
 //!   or `rtx`.

@@ -198,8 +198,17 @@ impl LocalClusterSpec {
                 fabric::CAPACITY_BYTES_MAX
             ));
         }
-        if self.memory.transport == TransportKind::Local {
-            return bad("memory.transport must be shm or tcp: local memory lives in one process".into());
+        match self.memory.transport {
+            TransportKind::Shm | TransportKind::Tcp => {}
+            TransportKind::Local => {
+                return bad("memory.transport must be shm or tcp: local memory lives in one process".into())
+            }
+            TransportKind::Rdma => {
+                return bad(
+                    "memory.transport must be shm or tcp: memory nodes placed by the control plane do not serve rdma yet (docs/rdma.md §6)"
+                        .into(),
+                )
+            }
         }
         if self.indexes.replicas == 0 || usize::from(self.indexes.replicas) > self.memory.nodes {
             return bad(format!(
@@ -693,6 +702,7 @@ mod tests {
         assert!(err("[memory]\nnodes = 2\n[indexes]\nreplicas = 3").contains("indexes.replicas"));
         assert!(err("[memory]\ncapacity = \"lots\"").contains("memory.capacity"));
         assert!(err("[memory]\ntransport = \"local\"").contains("shm or tcp"));
+        assert!(err("[memory]\ntransport = \"rdma\"").contains("do not serve rdma yet"));
         assert!(err("[timing]\nclient_lease = \"soon\"").contains("client_lease"));
         assert!(err("typo = 1").contains("unknown field"));
     }

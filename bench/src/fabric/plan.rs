@@ -55,7 +55,7 @@ pub enum Target {
 /// A validated run.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// How verbs reach memory (`--transport`): local, shm or tcp.
+    /// How verbs reach memory (`--transport`): local, shm, tcp or rdma.
     pub transport: TransportKind,
     /// The memory to measure: a fresh node, or the one `--shm` or `--addr`
     /// names.
