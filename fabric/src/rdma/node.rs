@@ -385,8 +385,8 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
         ack: Condvar::new(),
     });
     let id = s.next_client.fetch_add(1, Ordering::Relaxed);
-    // Registered before the epoch is read again: a fence from here on
-    // revokes this client too.
+    // Listed before the epoch and the lease are read again: a fence or a
+    // lapse from here on revokes this client too.
     lock(&s.clients).insert(id, client.clone());
     let epoch_now = s.node.epoch();
     if epoch < epoch_now {
@@ -397,6 +397,12 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
                 node_epoch: epoch_now,
             },
         )?;
+        return Ok(None);
+    }
+    // Likewise a lapse the watcher acted on before this client was listed.
+    if !s.node.serving() {
+        s.forget(id);
+        control::send(&mut stream, &ToClient::Lapsed)?;
         return Ok(None);
     }
     let welcome = ToClient::Welcome {
