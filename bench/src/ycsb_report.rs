@@ -103,6 +103,8 @@ pub struct YcsbReport {
     pub rows: Vec<Row>,
     /// Rounds the run had (the table shows medians when more than one).
     pub rounds: usize,
+    /// What the memory was (the first run's; every run's is alike).
+    pub memory: String,
 }
 
 impl YcsbReport {
@@ -115,10 +117,11 @@ impl YcsbReport {
     /// paper's "rTX is 1.2-2x faster than DTX").
     pub fn table(&self) -> String {
         format!(
-            "{}{}{}",
+            "{}{}{}memory: {}\n",
             table(&self.rows, self.rounds > 1),
             ratios(&self.rows),
-            ratios_to(&self.rows, "dtx", Some("rtx"))
+            ratios_to(&self.rows, "dtx", Some("rtx")),
+            self.memory
         )
     }
 }
@@ -322,6 +325,7 @@ mod tests {
         let table = YcsbReport {
             rows: rows.to_vec(),
             rounds: 1,
+            memory: "test".into(),
         }
         .table();
         assert!(table.contains("throughput relative to optimal"), "{table}");

@@ -120,6 +120,7 @@ pub enum Loaded {
 /// rounds, progress on stderr.
 pub fn run(plan: &Plan) -> crate::Result<YcsbReport> {
     let mut rows: Vec<Row> = Vec::new();
+    let mut described = None;
     for round in 1..=plan.rounds {
         let prefix = if plan.rounds > 1 {
             format!("round {round}/{}: ", plan.rounds)
@@ -140,6 +141,7 @@ pub fn run(plan: &Plan) -> crate::Result<YcsbReport> {
                 for &variant in &group {
                     let memory =
                         Memory::start(&MemorySpec::single(plan.transport, region_bytes(plan, index)))?;
+                    described.get_or_insert_with(|| memory.origin().to_owned());
                     let l = load(&memory, index, variant, plan)?;
                     loaded.push((memory, l));
                 }
@@ -171,6 +173,7 @@ pub fn run(plan: &Plan) -> crate::Result<YcsbReport> {
     Ok(YcsbReport {
         rows,
         rounds: plan.rounds,
+        memory: described.unwrap_or_default(),
     })
 }
 

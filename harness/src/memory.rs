@@ -226,10 +226,11 @@ impl Memory {
             .map_err(|e| MemoryError::Unfit(format!("the fresh nodes describe no valid map: {e}")))?;
         let addrs: Vec<String> = servers.iter().map(|s| s.addr().to_string()).collect();
         let bytes = regions.first().map_or(0, |r| r.size);
+        let device = servers.first().map(|s| s.device()).unwrap_or_default();
         Ok(Memory {
             map,
             origin: format!(
-                "{} at {} over rdma, {bytes}-byte region",
+                "{} at {} over rdma on {device}, {bytes}-byte region",
                 nodes_text(n, "in-process memory node"),
                 addrs.join(",")
             ),
@@ -593,7 +594,9 @@ mod tests {
         if cfg!(feature = "rdma") {
             return;
         }
-        let e = Memory::start(&spec(TransportKind::Rdma, 1)).err().map(|e| e.to_string());
+        let e = Memory::start(&spec(TransportKind::Rdma, 1))
+            .err()
+            .map(|e| e.to_string());
         assert_eq!(e.as_deref(), Some(NO_RDMA));
     }
 

@@ -144,6 +144,11 @@ impl RdmaServer {
         self.addr
     }
 
+    /// The device serving it, for a report (says when it is emulated).
+    pub fn device(&self) -> String {
+        self.shared.device.describe()
+    }
+
     /// Clients connected now.
     pub fn clients(&self) -> usize {
         lock(&self.shared.clients).len()

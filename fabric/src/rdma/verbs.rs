@@ -23,6 +23,8 @@ pub const DEVICE_ENV: &str = "KINTSUGI_RDMA_DEVICE";
 /// Environment variable giving the GID index to use; otherwise the first
 /// RoCE v2 GID of port 1 (the first GID of any type if there is none).
 pub const GID_INDEX_ENV: &str = "KINTSUGI_RDMA_GID_INDEX";
+/// The vendor id soft-RoCE (`rdma_rxe`) reports.
+const SOFT_ROCE_VENDOR_ID: u32 = 0x00ff_ffff;
 /// The device port: one-port NICs, and the soft-RoCE test device, use 1.
 const PORT: u8 = 1;
 /// READs and atomics a queue pair may have outstanding at its peer: what
@@ -54,6 +56,8 @@ pub struct Device {
     ctx: Arc<DeviceContext>,
     pd: Arc<ProtectionDomain>,
     name: String,
+    /// A device the kernel emulates (soft-RoCE), not a NIC.
+    emulated: bool,
     gid_index: u8,
     gid: [u8; 16],
     lid: u16,
@@ -138,7 +142,9 @@ impl Device {
         let pd = ctx
             .alloc_pd()
             .map_err(|e| err("cannot allocate a protection domain", e))?;
-        tracing::debug!(device = %name, gid_index, gid = %chosen.gid(), "RDMA device opened");
+        let vendor = ctx.query_device().map(|a| a.vendor_id()).unwrap_or_default();
+        let emulated = vendor == SOFT_ROCE_VENDOR_ID || name.starts_with("rxe") || name.starts_with("siw");
+        tracing::debug!(device = %name, gid_index, gid = %chosen.gid(), emulated, "RDMA device opened");
         Ok(Arc::new(Device {
             gid: chosen.gid().raw,
             lid: port.lid(),
@@ -146,6 +152,7 @@ impl Device {
             ctx,
             pd,
             name,
+            emulated,
             gid_index,
         }))
     }
@@ -153,6 +160,15 @@ impl Device {
     /// The device's name (`rxe0`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The device for a report: its name, and whether the kernel emulates it.
+    pub fn describe(&self) -> String {
+        if self.emulated {
+            format!("{} (soft-RoCE, emulated by the kernel: rates say nothing of a NIC; round trips and verbs per op hold)", self.name)
+        } else {
+            self.name.clone()
+        }
     }
 
     /// Registers `[addr, addr + len)` for one-sided access by peers (`remote`)
