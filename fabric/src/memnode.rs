@@ -21,7 +21,7 @@ use crate::image::{
 };
 use crate::memory::{PageAccess, PrefetchRange, SharedMemory};
 use crate::region_table::RegionTable;
-use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERB_BYTES_MAX};
+use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX};
 
 /// A region to create: id and size in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -694,20 +694,7 @@ impl MemoryNode {
         if key != op.key {
             return Err(VerbError::BadKey);
         }
-        let len = op.kind.len();
-        if matches!(op.kind, OpKind::Read { .. } | OpKind::Write { .. }) && len > u64::from(VERB_BYTES_MAX) {
-            return Err(VerbError::TooLarge { len });
-        }
-        if op.offset.checked_add(len).is_none_or(|end| end > entry.size) {
-            return Err(VerbError::OutOfBounds {
-                offset: op.offset,
-                len,
-                size: entry.size,
-            });
-        }
-        if matches!(op.kind, OpKind::Cas { .. } | OpKind::Faa { .. }) && op.offset % ATOMIC_BYTES != 0 {
-            return Err(VerbError::Misaligned { offset: op.offset });
-        }
+        op.check_extent(entry.size)?;
         Ok(entry)
     }
 }

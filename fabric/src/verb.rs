@@ -129,6 +129,32 @@ pub struct Op {
     pub kind: OpKind,
 }
 
+impl Op {
+    /// The checks of a verb that follow from its region's size alone, in the
+    /// order every transport decides them: per-verb size, bounds, alignment.
+    /// (Region and key come first; the per-batch READ budget after.)
+    pub(crate) fn check_extent(&self, region_size: u64) -> Result<(), VerbError> {
+        let len = self.kind.len();
+        if matches!(self.kind, OpKind::Read { .. } | OpKind::Write { .. }) && len > u64::from(VERB_BYTES_MAX)
+        {
+            return Err(VerbError::TooLarge { len });
+        }
+        if self.offset.checked_add(len).is_none_or(|end| end > region_size) {
+            return Err(VerbError::OutOfBounds {
+                offset: self.offset,
+                len,
+                size: region_size,
+            });
+        }
+        if matches!(self.kind, OpKind::Cas { .. } | OpKind::Faa { .. })
+            && self.offset % crate::addr::ATOMIC_BYTES != 0
+        {
+            return Err(VerbError::Misaligned { offset: self.offset });
+        }
+        Ok(())
+    }
+}
+
 /// Why a memory node refused one verb. The node keeps serving; the verb had
 /// no effect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]

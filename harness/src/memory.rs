@@ -255,22 +255,14 @@ impl Memory {
     #[cfg(feature = "rdma")]
     fn connect_rdma_nodes(addrs: &[String]) -> Result<Memory, MemoryError> {
         let owned = addrs.to_vec();
-        let asked = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(io("cannot start an async runtime"))?;
-            rt.block_on(fabric::RdmaTransport::discover(&owned))
+        let map = on_own_runtime(async move {
+            fabric::RdmaTransport::discover(&owned)
+                .await
                 .map(|(_, map)| map)
                 .map_err(|source| MemoryError::Fabric {
                     what: format!("cannot reach the rdma memory nodes at {}", owned.join(",")),
                     source,
                 })
-        });
-        let map = asked.join().unwrap_or_else(|_| {
-            Err(MemoryError::Unfit(
-                "the thread asking for the map panicked".into(),
-            ))
         })?;
         Ok(Memory {
             map,
@@ -442,22 +434,32 @@ fn nodes_text(n: u16, what: &str) -> String {
     }
 }
 
-/// The map the nodes at `addrs` describe, asked on a thread with a
-/// runtime of its own (set-up is synchronous, and may be called from
-/// inside a runtime, where blocking on another panics).
+/// The map the nodes at `addrs` describe.
 fn discover_map(addrs: &[String]) -> Result<ClusterMap, MemoryError> {
     let owned = addrs.to_vec();
-    let asked = std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(io("cannot start an async runtime"))?;
-        rt.block_on(TcpTransport::discover(&owned))
+    on_own_runtime(async move {
+        TcpTransport::discover(&owned)
+            .await
             .map(|(_, map)| map)
             .map_err(|source| MemoryError::Fabric {
                 what: format!("cannot reach the memory nodes at {}", owned.join(",")),
                 source,
             })
+    })
+}
+
+/// Runs `work` on a thread with a runtime of its own: set-up is
+/// synchronous, and may be called from inside a runtime, where blocking
+/// on another panics.
+fn on_own_runtime<T: Send + 'static>(
+    work: impl std::future::Future<Output = Result<T, MemoryError>> + Send + 'static,
+) -> Result<T, MemoryError> {
+    let asked = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("cannot start an async runtime"))?;
+        rt.block_on(work)
     });
     asked.join().unwrap_or_else(|_| {
         Err(MemoryError::Unfit(

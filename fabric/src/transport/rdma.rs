@@ -54,9 +54,7 @@ use crate::rdma::RdmaError;
 use crate::transport::later::Later;
 use crate::transport::tcp::{RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
 use crate::transport::Transport;
-use crate::verb::{
-    Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERBS_PER_BATCH_MAX, VERB_BYTES_MAX,
-};
+use crate::verb::{Completions, Op, OpKind, Outcome, VerbError, BATCH_BYTES_MAX, VERBS_PER_BATCH_MAX};
 
 /// Longest a batch waits for its completion. The queue pair gives up on a
 /// silent peer in under half a second (`verbs`); this bounds the wait if
@@ -631,7 +629,7 @@ fn plan(
             Some(r) if r.key == op.key => r,
             _ => return Err(Missing),
         };
-        let decided = check(region, op).and_then(|()| {
+        let decided = op.check_extent(region.size).and_then(|()| {
             let remote = region.addr + op.offset;
             let rkey = region.rkey;
             Ok(match op.kind {
@@ -740,25 +738,6 @@ fn plan(
 
 /// A verb named a region the table lacks, or another key: ask the node.
 struct Missing;
-
-/// `MemoryNode::check`'s checks, after region and key: size, bounds, alignment.
-fn check(region: &RemoteRegion, op: &Op) -> Result<(), VerbError> {
-    let len = op.kind.len();
-    if matches!(op.kind, OpKind::Read { .. } | OpKind::Write { .. }) && len > u64::from(VERB_BYTES_MAX) {
-        return Err(VerbError::TooLarge { len });
-    }
-    if op.offset.checked_add(len).is_none_or(|end| end > region.size) {
-        return Err(VerbError::OutOfBounds {
-            offset: op.offset,
-            len,
-            size: region.size,
-        });
-    }
-    if matches!(op.kind, OpKind::Cas { .. } | OpKind::Faa { .. }) && op.offset % ATOMIC_BYTES != 0 {
-        return Err(VerbError::Misaligned { offset: op.offset });
-    }
-    Ok(())
-}
 
 /// Posts `requests` as one chained list, the last one signalled; returns
 /// the last one's work-request id, or `None` if there was nothing to post.
