@@ -275,7 +275,7 @@ fn rehash_refuses_bad_arguments() {
             vec!["bench", "rehash", "--keys", "1000000", "--dir-depth", "9"],
             "--dir-depth",
         ),
-        (vec!["bench", "rehash", "--transport", "rdma"], "transport"),
+        (vec!["bench", "rehash", "--transport", "infiniband"], "transport"),
         (
             vec!["bench", "rehash", "--kill-grower", "--threads", "0"],
             "--kill-grower",
@@ -284,5 +284,11 @@ fn rehash_refuses_bad_arguments() {
         let (code, _, stderr) = kintsugi(&args);
         assert_ne!(code, 0, "{args:?}");
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+    // Without the rdma feature, rdma is refused saying how to get it.
+    if !cfg!(feature = "rdma") {
+        let (code, _, stderr) = kintsugi(&["bench", "rehash", "--transport", "rdma"]);
+        assert_ne!(code, 0);
+        assert!(stderr.contains("--features rdma"), "{stderr}");
     }
 }
