@@ -582,28 +582,24 @@ impl Transport for RdmaTransport {
         // Locked in id order, so that batches over several nodes never wait
         // on each other in a cycle.
         nodes.sort_unstable();
+        // Every node admits the batch's epoch before any verb is posted.
         let mut held = Vec::with_capacity(nodes.len());
         for &node in &nodes {
             let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
-            held.push((node, slot.current.lock().await));
-        }
-        // Every node admits the batch's epoch before any verb is posted.
-        for (node, current) in held.iter_mut() {
-            let slot = self.slot(*node).ok_or(FabricError::UnknownNode { node: *node })?;
-            let result = slot
-                .ensure(current, &self.inner.device, epoch, &self.inner.mandate)
-                .await;
-            result?;
+            let mut current = slot.current.lock().await;
+            slot.ensure(&mut current, &self.inner.device, epoch, &self.inner.mandate)
+                .await?;
             let conn = current
                 .as_ref()
-                .ok_or_else(|| disconnected(*node, "not connected"))?;
+                .ok_or_else(|| disconnected(node, "not connected"))?;
             if epoch < conn.node_epoch {
                 return Err(FabricError::StaleEpoch {
-                    node: *node,
+                    node,
                     client_epoch: epoch,
                     node_epoch: conn.node_epoch,
                 });
             }
+            held.push((node, current));
         }
         let mut steps: Vec<Option<Step>> = vec![None; ops.len()];
         let mut posted = Vec::with_capacity(held.len());
