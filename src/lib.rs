@@ -18,6 +18,8 @@
 //! - [`chaos`]: crash-point exploration and `chaos run` experiments.
 //! - [`cluster`]: the way into a running cluster: [`Cluster::connect`],
 //!   named indexes, and the placement a memory node follows.
+//! - [`gateway`]: the Redis-protocol gateway (`kintsugi serve`): Redis
+//!   clients on an rtx index.
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), kintsugi::ClusterError> {
@@ -34,6 +36,7 @@ pub use cluster;
 pub use cluster::{Cluster, ClusterError, ClusterOptions};
 pub use control_plane;
 pub use fabric;
+pub use gateway;
 pub use harness;
 pub use index;
 pub use recovery;

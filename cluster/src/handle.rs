@@ -25,6 +25,7 @@ use index::btree::{BTree, Written};
 use index::hash::HashTable;
 use index::IndexError;
 use tokio::sync::watch;
+use txn::{Tx, TxClient, TxError};
 
 use crate::owners::Owner;
 
@@ -144,6 +145,55 @@ macro_rules! retried {
     }};
 }
 
+/// An index whose client may run transactions of its caller's.
+trait TxHost {
+    fn tx_client(&mut self) -> Option<&mut TxClient>;
+}
+
+impl TxHost for BTree {
+    fn tx_client(&mut self) -> Option<&mut TxClient> {
+        BTree::tx_client(self)
+    }
+}
+
+impl TxHost for HashTable {
+    fn tx_client(&mut self) -> Option<&mut TxClient> {
+        HashTable::tx_client(self)
+    }
+}
+
+/// Runs `body` as one rTX on the index's client (the index's own: same heap, owner
+/// id and log slot) until it commits, retrying as an index operation is
+/// after a map change or a lost connection. A commit cut off once it may
+/// have taken effect is not run again: [`IndexError::InDoubt`].
+async fn transact<R>(
+    retry: &mut Retry,
+    index: &mut impl TxHost,
+    body: impl AsyncFnMut(&mut Tx<'_>) -> Result<R, TxError> + Clone,
+) -> Result<R, IndexError> {
+    let mut attempt = 0;
+    loop {
+        let Some(c) = index.tx_client() else {
+            return Err(IndexError::Layout(
+                "only an rtx index runs transactions of its caller's (this one is optimal or dtx)".into(),
+            ));
+        };
+        // A fresh copy per run: lent as `&mut`, the body's call futures
+        // would not be provably `Send` for a spawned caller.
+        let e = match c.run(body.clone()).await {
+            Ok(v) => return Ok(v),
+            Err(e) if c.take_commit_in_doubt() => {
+                return Err(IndexError::InDoubt(Box::new(IndexError::Tx(e))))
+            }
+            Err(e) => IndexError::Tx(e),
+        };
+        if !retry.again(&e, attempt).await {
+            return Err(e);
+        }
+        attempt += 1;
+    }
+}
+
 /// A handle on a named B+tree: keys and values are `u64`, keys between 1
 /// and `u64::MAX - 1`.
 #[derive(Debug)]
@@ -190,6 +240,20 @@ impl Tree {
     /// Removes `key` (`Unchanged` if absent).
     pub async fn delete(&mut self, key: u64) -> Result<Written, IndexError> {
         retried!(self, self.inner.delete(key).await)
+    }
+
+    /// Runs `body` as one rTX over objects of the index's heap (rtx
+    /// only), with the handle's retries; see [`Tx`] for what a body does.
+    /// Each attempt runs a fresh clone of `body` (write it `async move`,
+    /// owning cheap copies of what it uses).
+    /// Objects it creates live in the index's region; the index's own
+    /// operations and these transactions share one owner id, so they run
+    /// one at a time.
+    pub async fn transact<R>(
+        &mut self,
+        body: impl AsyncFnMut(&mut Tx<'_>) -> Result<R, TxError> + Clone,
+    ) -> Result<R, IndexError> {
+        transact(&mut self.retry, &mut self.inner, body).await
     }
 
     /// Operations run again after a map change or a lost connection.
@@ -254,6 +318,20 @@ impl Table {
     /// Removes `key`; `false` if absent.
     pub async fn delete(&mut self, key: u64) -> Result<bool, IndexError> {
         retried!(self, self.inner.delete(key).await)
+    }
+
+    /// Runs `body` as one rTX over objects of the index's heap (rtx
+    /// only), with the handle's retries; see [`Tx`] for what a body does.
+    /// Each attempt runs a fresh clone of `body` (write it `async move`,
+    /// owning cheap copies of what it uses).
+    /// Objects it creates live in the index's region; the index's own
+    /// operations and these transactions share one owner id, so they run
+    /// one at a time.
+    pub async fn transact<R>(
+        &mut self,
+        body: impl AsyncFnMut(&mut Tx<'_>) -> Result<R, TxError> + Clone,
+    ) -> Result<R, IndexError> {
+        transact(&mut self.retry, &mut self.inner, body).await
     }
 
     /// Operations run again after a map change or a lost connection.

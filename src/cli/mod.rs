@@ -11,6 +11,7 @@ mod ctl;
 mod demo;
 mod fabric_bench;
 mod memnode;
+mod serve;
 mod units;
 
 use std::process::ExitCode;
@@ -38,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
+    /// Serve the Redis protocol (RESP2/RESP3) on a kintsugi index: redis-cli, redis-benchmark and
+    /// Redis libraries on a crash-tolerant index.
+    Serve(serve::ServeArgs),
     /// Run a memory node: regions served over tcp (and shm, and persisted).
     Memnode(memnode::MemnodeArgs),
     /// Run a control-plane member: Raft-replicated memory nodes, regions, replica roles and leases.
@@ -126,6 +130,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args),
         Command::Cluster { command } => cluster::run(command),
+        Command::Serve(args) => serve::run(args),
         Command::Memnode(args) => memnode::run(args),
         Command::Control(args) => control::run(args),
         Command::Ctl(args) => ctl::run(args),

@@ -215,6 +215,13 @@ impl BTree {
         self.store.tx_stats()
     }
 
+    /// The rTX client the tree's writes run on (rtx only): transactions
+    /// over other objects of the same heap run on it too, under the same
+    /// owner id and log slot.
+    pub fn tx_client(&mut self) -> Option<&mut txn::TxClient> {
+        self.store.tx_client()
+    }
+
     /// The fabric client (for its counters).
     pub fn fabric(&mut self) -> &mut Client {
         self.store.fabric()

@@ -150,6 +150,14 @@ impl Store {
         }
     }
 
+    /// The rTX client (rtx only).
+    pub(crate) fn tx_client(&mut self) -> Option<&mut TxClient> {
+        match self {
+            Store::Rtx(c) => Some(c),
+            Store::Optimal(_) | Store::Dtx(_) => None,
+        }
+    }
+
     /// rtx's meta hints.
     pub(crate) fn hints(&self) -> Option<&Arc<HintCache>> {
         match self {

@@ -475,6 +475,16 @@ impl HashTable {
         }
     }
 
+    /// The rTX client the table's writes run on (rtx only): transactions
+    /// over other objects of the same heap run on it too, under the same
+    /// owner id and log slot.
+    pub fn tx_client(&mut self) -> Option<&mut TxClient> {
+        match &mut self.engine {
+            Engine::Rtx(c) => Some(c),
+            Engine::Optimal(_) | Engine::Dtx(_) => None,
+        }
+    }
+
     /// The fabric client (for its counters).
     pub fn fabric(&mut self) -> &mut Client {
         self.engine.fabric()
