@@ -136,9 +136,18 @@ fn raw(port: u16, bytes: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn redis_clients_on_an_embedded_gateway() {
+fn redis_clients_on_an_embedded_btree_gateway() {
+    redis_clients_on_an_embedded_gateway("btree");
+}
+
+#[test]
+fn redis_clients_on_an_embedded_hash_gateway() {
+    redis_clients_on_an_embedded_gateway("hash");
+}
+
+fn redis_clients_on_an_embedded_gateway(kind: &str) {
     require_redis_tools();
-    let (_g, port) = gateway("serve", &["--handles", "4"]);
+    let (_g, port) = gateway("serve", &["--handles", "4", "--kind", kind]);
 
     // redis-cli, RESP2.
     assert_eq!(cli(port, &["PING"]), "PONG");

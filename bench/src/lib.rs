@@ -51,6 +51,7 @@ pub mod recover_run;
 pub mod rehash_plan;
 pub mod rehash_report;
 pub mod rehash_run;
+pub mod resp;
 pub mod threads;
 pub mod txn_plan;
 pub mod txn_report;

@@ -10,6 +10,8 @@
 //! - `bench promote`: planned promotions under YCSB A on a local cluster;
 //! - `bench recover`: memory nodes killed under YCSB A, recovery's phases
 //!   and the re-replication rate;
+//! - `bench resp`: redis-benchmark against the Redis-protocol gateway and
+//!   redis-server, as ratios;
 //! - `bench smallbank`, `bench tatp`: FORD's and Motor's OLTP workloads on
 //!   rtx and dtx, with a conservation and consistency check.
 //!
@@ -22,6 +24,7 @@ mod oltp_args;
 mod promote_args;
 mod recover_args;
 mod rehash_args;
+mod resp_args;
 mod txn_args;
 mod ycsb_args;
 
@@ -36,6 +39,7 @@ pub use oltp_args::{SmallBankArgs, TatpArgs};
 pub use promote_args::PromoteArgs;
 pub use recover_args::RecoverArgs;
 pub use rehash_args::RehashArgs;
+pub use resp_args::RespArgs;
 pub use txn_args::TxnArgs;
 pub use ycsb_args::YcsbArgs;
 
@@ -64,6 +68,9 @@ pub enum BenchCommand {
     /// Memory nodes killed under YCSB A on a local cluster: detection, promotion, serving again,
     /// the re-replication copy's rate and the write-blocking window, per role of the killed node.
     Recover(RecoverArgs),
+    /// redis-benchmark against the Redis-protocol gateway (B+tree and hash, rtx) and redis-server on
+    /// this machine, in alternating rounds: requests/s per test and pipeline depth, and the ratios.
+    Resp(RespArgs),
     /// SmallBank (FORD's and Motor's six-type banking mix, 90% of accounts from the hottest 4%) on rtx
     /// and dtx: commits/s, aborts by reason, latency, round trips and verbs per transaction type, and a
     /// check that the balances add up.
@@ -114,6 +121,12 @@ pub fn run(command: BenchCommand) -> anyhow::Result<ExitCode> {
             let report = bench::recover_run::run(&plan)?;
             super::print_report(plan.json, || report.json(), || report.table())?;
             fail_on(report.failure())
+        }
+        BenchCommand::Resp(args) => {
+            let (plan, json) = args.validate()?;
+            let report = bench::resp::run::run(&plan)?;
+            super::print_report(json, || report.json(), || report.table())?;
+            Ok(ExitCode::SUCCESS)
         }
         BenchCommand::Smallbank(args) => oltp(args.validate()?),
         BenchCommand::Tatp(args) => oltp(args.validate()?),
