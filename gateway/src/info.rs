@@ -104,7 +104,7 @@ fn kintsugi(s: &Snapshot, out: &mut String) -> std::fmt::Result {
         out,
         "# Kintsugi\r\nindex:{}\r\nindex_kind:{}\r\nindex_variant:rtx\r\nkeyspaces:{}\r\nindex_commands:{}\r\n\
          rtx_commits:{}\r\nrtx_aborts:{}\r\nrtx_repairs:{}\r\nretries:{}\r\nwrites_in_doubt:{}\r\n\
-         buckets_created:{}\r\nbuckets_grown:{}\r\nround_trips:{}\r\nverbs:{}\r\n\
+         buckets_created:{}\r\nbuckets_grown:{}\r\nlock_free_reads:{}\r\nround_trips:{}\r\nverbs:{}\r\n\
          round_trips_per_op:{:.2}\r\nverbs_per_op:{:.2}\r\n",
         s.settings.index,
         s.settings.kind,
@@ -117,6 +117,7 @@ fn kintsugi(s: &Snapshot, out: &mut String) -> std::fmt::Result {
         s.in_doubt,
         c.buckets_created,
         c.buckets_grown,
+        c.lock_free_reads,
         c.round_trips,
         c.verbs,
         per_op(c.round_trips),

@@ -21,9 +21,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use cluster::{Table, Tree, Written};
-use fabric::RegionId;
+use fabric::{Batch, GlobalAddr, RegionId};
 use index::IndexError;
-use txn::{RawObj, Tx, TxError};
+use txn::{DataPtr, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
 use crate::bucket::{
     class_bytes, class_for, index_key, Bucket, BucketError, BucketRef, CLASSES, FORWARDS_MAX, KEY_BYTES_MAX,
@@ -128,6 +128,8 @@ pub struct Counters {
     pub buckets_created: u64,
     /// Buckets moved to a larger class.
     pub buckets_grown: u64,
+    /// Buckets read without a transaction (GET, SCAN, DBSIZE).
+    pub lock_free_reads: u64,
 }
 
 /// Redis keys on one index handle.
@@ -141,6 +143,7 @@ pub struct Keyspace {
     spares: Vec<RawObj>,
     buckets_created: u64,
     buckets_grown: u64,
+    lock_free_reads: u64,
 }
 
 /// The buckets of one operation's keys, as its transaction reads them.
@@ -187,12 +190,20 @@ impl Keyspace {
             spares: Vec::new(),
             buckets_created: 0,
             buckets_grown: 0,
+            lock_free_reads: 0,
         })
     }
 
     /// `key`'s value.
     pub async fn get(&mut self, key: Bytes) -> Result<Option<Vec<u8>>, KeyspaceError> {
         check_key(&key)?;
+        let Some(head) = self.lookup(index_key(&key)).await? else {
+            return Ok(None);
+        };
+        if let Some(bucket) = self.read_lock_free(head).await {
+            self.lock_free_reads += 1;
+            return Ok(bucket.get(&key).map(<[u8]>::to_vec));
+        }
         self.with_buckets(vec![key.clone()], false, move |s| {
             Ok(s.get(&key).map(<[u8]>::to_vec))
         })
@@ -353,6 +364,7 @@ impl Keyspace {
             retries,
             buckets_created: self.buckets_created,
             buckets_grown: self.buckets_grown,
+            lock_free_reads: self.lock_free_reads,
         }
     }
 
@@ -418,8 +430,30 @@ impl Keyspace {
         outcome
     }
 
-    /// Reads `heads` (and their forwards) in one read-only rTX.
+    /// Reads `heads` (and their forwards): each without a transaction if
+    /// it can ([`Keyspace::read_lock_free`]), the others in one read-only
+    /// rTX. Not a snapshot across buckets: for SCAN and DBSIZE, which
+    /// promise none.
     async fn read_buckets(&mut self, heads: &[RawObj]) -> Result<Vec<Bucket>, KeyspaceError> {
+        let mut read = Vec::with_capacity(heads.len());
+        let mut rest = Vec::new();
+        for &h in heads {
+            match self.read_lock_free(h).await {
+                Some(b) => {
+                    self.lock_free_reads += 1;
+                    read.push(b);
+                }
+                None => rest.push(h),
+            }
+        }
+        if !rest.is_empty() {
+            read.extend(self.read_buckets_in_tx(&rest).await?);
+        }
+        Ok(read)
+    }
+
+    /// Reads `heads` (and their forwards) in one read-only rTX.
+    async fn read_buckets_in_tx(&mut self, heads: &[RawObj]) -> Result<Vec<Bucket>, KeyspaceError> {
         if heads.is_empty() {
             return Ok(Vec::new());
         }
@@ -433,6 +467,38 @@ impl Keyspace {
         })
         .await?;
         Ok(buckets)
+    }
+
+    /// `head`'s bucket (its forwards followed) read without a transaction,
+    /// as the B+tree reads its nodes: each block with its meta read again
+    /// behind it in the same batch, valid when the meta shows the version
+    /// and pointer it was read under (the hint rule, `txn::hint`): one
+    /// round trip with a current hint. `None` when it could not (a fabric
+    /// error, a block that kept moving, bytes that do not decode): the
+    /// caller then reads in a transaction, which retries, waits out or
+    /// repairs locks, and reports corruption.
+    async fn read_lock_free(&mut self, head: RawObj) -> Option<Bucket> {
+        let client = match &mut self.handle {
+            Handle::Tree(t) => t.inner().tx_client(),
+            Handle::Table(t) => t.inner().tx_client(),
+        }?;
+        let mut batch = client.fabric().take_batch();
+        let mut obj = head;
+        let mut found = None;
+        for _ in 0..=FORWARDS_MAX {
+            let Some(bucket) = read_one_lock_free(client, &mut batch, obj).await else {
+                break;
+            };
+            match bucket.forward() {
+                Some(next) => obj = next.obj(head.meta.region()),
+                None => {
+                    found = Some(bucket);
+                    break;
+                }
+            }
+        }
+        client.fabric().give_batch(batch);
+        found
     }
 
     async fn lookup(&mut self, ik: u64) -> Result<Option<RawObj>, KeyspaceError> {
@@ -530,6 +596,50 @@ async fn transact<R>(
         Handle::Tree(t) => t.transact(body).await,
         Handle::Table(t) => t.transact(body).await,
     }
+}
+
+/// Tries of one lock-free read before it gives up (the block kept moving).
+const LOCK_FREE_TRIES: usize = 4;
+
+/// One bucket read without a transaction ([`Keyspace::read_lock_free`]).
+async fn read_one_lock_free(c: &mut TxClient, batch: &mut Batch, obj: RawObj) -> Option<Bucket> {
+    let cached = c.hints().get(obj.meta);
+    // Where the block is, and what validates it: a hint (any age), or a
+    // pointer this call read, unchanged a round trip later (its 16-bit
+    // version cannot wrap that fast).
+    let (mut dptr, mut hint, mut fresh) = match cached {
+        Some(h) => (h.dptr, Some(h), false),
+        None => {
+            batch.clear();
+            let h = batch.read(obj.meta, META_BYTES as u32);
+            c.fabric().execute(batch).await.ok()?;
+            let (lock, dptr) = meta_words(batch.read_result(h).ok()?)?;
+            (dptr, MetaHint::from_meta(lock, dptr), true)
+        }
+    };
+    for _ in 0..LOCK_FREE_TRIES {
+        batch.clear();
+        let block = batch.read(GlobalAddr::new(obj.meta.region(), dptr.offset()), obj.len);
+        let again = batch.read(obj.meta, META_BYTES as u32);
+        c.fabric().execute(batch).await.ok()?;
+        let (lock, now) = meta_words(batch.read_result(again).ok()?)?;
+        let valid = hint.is_some_and(|h| h.validates(lock, now)) || (fresh && now == dptr);
+        if valid {
+            let bucket = Bucket::decode(batch.read_result(block).ok()?).ok()?;
+            if let Some(h) = MetaHint::from_meta(lock, now).filter(|&h| Some(h) != cached) {
+                c.hints().put(obj.meta, h);
+            }
+            return Some(bucket);
+        }
+        (dptr, hint, fresh) = (now, MetaHint::from_meta(lock, now), true);
+    }
+    None
+}
+
+/// A meta's two words: lock word and data pointer.
+fn meta_words(b: &[u8]) -> Option<(LockWord, DataPtr)> {
+    let word = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    Some((LockWord::from_raw(word(0)?), DataPtr::from_raw(word(8)?)))
 }
 
 /// Follows `head`'s forwards: the bucket that holds the entries, and its

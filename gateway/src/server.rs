@@ -215,6 +215,7 @@ impl Pool {
                 retries: a.retries + c.retries,
                 buckets_created: a.buckets_created + c.buckets_created,
                 buckets_grown: a.buckets_grown + c.buckets_grown,
+                lock_free_reads: a.lock_free_reads + c.lock_free_reads,
             })
     }
 
