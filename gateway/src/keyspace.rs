@@ -400,8 +400,14 @@ impl Keyspace {
             let mut slots = Slots {
                 buckets: BTreeMap::new(),
             };
+            // In index-key order: writers pre-lock buckets in one global
+            // order, so two never wait on each other's.
             for (&ik, &head) in &heads {
-                let (last, bucket) = read_chain(tx, head).await?;
+                let (last, bucket) = if create {
+                    read_chain_locked(tx, head).await?
+                } else {
+                    read_chain(tx, head).await?
+                };
                 slots.buckets.insert(ik, (last, bucket, false));
             }
             let r = match f(&mut slots) {
@@ -649,6 +655,27 @@ async fn read_chain(tx: &mut Tx<'_>, head: RawObj) -> Result<(RawObj, Bucket), T
     let mut obj = head;
     for _ in 0..=FORWARDS_MAX {
         let bucket = Bucket::decode(tx.read_raw(obj).await?)
+            .map_err(|e| TxError::BadObject(format!("{obj:?}: {e}")))?;
+        match bucket.forward() {
+            Some(next) => obj = next.obj(region),
+            None => return Ok((obj, bucket)),
+        }
+    }
+    Err(TxError::BadObject(format!(
+        "{head:?}: more than {FORWARDS_MAX} forwards"
+    )))
+}
+
+/// [`read_chain`] for a write (SET, MSET, INCR: what creates buckets
+/// almost always writes): each bucket pre-locked as it is read (rTX's
+/// Opt2, `Tx::read_locked`): one round trip with a current hint, and a
+/// commit that needs no lock batch of its own. A forwarding bucket stays
+/// locked too (rewritten as it is at commit); forwards are rare.
+async fn read_chain_locked(tx: &mut Tx<'_>, head: RawObj) -> Result<(RawObj, Bucket), TxError> {
+    let region = head.meta.region();
+    let mut obj = head;
+    for _ in 0..=FORWARDS_MAX {
+        let bucket = Bucket::decode(tx.read_locked(obj).await?)
             .map_err(|e| TxError::BadObject(format!("{obj:?}: {e}")))?;
         match bucket.forward() {
             Some(next) => obj = next.obj(region),
