@@ -340,6 +340,28 @@ impl Drop for Background {
     }
 }
 
+/// redis-benchmark's SET, INCR and MSET on 200 keys through `port`, 20
+/// connections at `pipeline` deep, until it is dropped.
+fn load(port: u16, token: &str, pipeline: u32) -> Background {
+    let child = Command::new("redis-benchmark")
+        .args([
+            "-p",
+            &port.to_string(),
+            "-a",
+            token,
+            "-t",
+            "set,incr,mset",
+            "-r",
+            "200",
+        ])
+        .args(["-n", "100000000", "-c", "20", "-P", &pipeline.to_string(), "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Background(child)
+}
+
 /// What a checked writer did: per counter, INCRs sent and acknowledged;
 /// per MSET group, the last sequence number sent and acknowledged.
 #[derive(Debug, Default)]
@@ -498,24 +520,7 @@ fn a_gateway_killed_under_load_leaves_nothing_another_cannot_repair() {
 
     // redis-benchmark's load and a checked writer on A; A killed -9 once
     // both are under way.
-    let bench = Background(
-        Command::new("redis-benchmark")
-            .args([
-                "-p",
-                &port_a.to_string(),
-                "-a",
-                &token,
-                "-t",
-                "set,incr,mset",
-                "-r",
-                "200",
-            ])
-            .args(["-n", "100000000", "-c", "20", "-P", "4", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let bench = load(port_a, &token, 4);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -553,24 +558,7 @@ fn a_gateway_killed_under_load_leaves_nothing_another_cannot_repair() {
             "300ms",
         ],
     );
-    let _bench = Background(
-        Command::new("redis-benchmark")
-            .args([
-                "-p",
-                &port_c.to_string(),
-                "-a",
-                &token,
-                "-t",
-                "set,incr,mset",
-                "-r",
-                "200",
-            ])
-            .args(["-n", "100000000", "-c", "20", "-q"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _bench = load(port_c, &token, 1);
     let ledger = Arc::new(Mutex::new(Ledger::default()));
     let writer = {
         let (ledger, stop, token) = (ledger.clone(), stop.clone(), token.clone());

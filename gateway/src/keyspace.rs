@@ -35,6 +35,9 @@ use crate::bucket::{
 /// outgrows its class takes a second.
 pub const WRITE_KEYS_MAX: usize = txn::log::LOG_ENTRIES_MAX / 2;
 
+// redis-benchmark's MSET names 10 keys.
+const _: () = assert!(WRITE_KEYS_MAX >= 10);
+
 /// Keys one read may name (MGET, EXISTS): a bound on one request's work.
 pub const READ_KEYS_MAX: usize = 1024;
 
@@ -403,11 +406,7 @@ impl Keyspace {
             // In index-key order: writers pre-lock buckets in one global
             // order, so two never wait on each other's.
             for (&ik, &head) in &heads {
-                let (last, bucket) = if create {
-                    read_chain_locked(tx, head).await?
-                } else {
-                    read_chain(tx, head).await?
-                };
+                let (last, bucket) = read_chain(tx, head, create).await?;
                 slots.buckets.insert(ik, (last, bucket, false));
             }
             let r = match f(&mut slots) {
@@ -467,7 +466,7 @@ impl Keyspace {
         let buckets = transact(&mut self.handle, async move |tx: &mut Tx<'_>| {
             let mut out = Vec::with_capacity(heads.len());
             for &h in &heads {
-                out.push(read_chain(tx, h).await?.1);
+                out.push(read_chain(tx, h, false).await?.1);
             }
             Ok(out)
         })
@@ -649,34 +648,22 @@ fn meta_words(b: &[u8]) -> Option<(LockWord, DataPtr)> {
 }
 
 /// Follows `head`'s forwards: the bucket that holds the entries, and its
-/// content.
-async fn read_chain(tx: &mut Tx<'_>, head: RawObj) -> Result<(RawObj, Bucket), TxError> {
+/// content. With `lock` (a write: SET, MSET, INCR, which almost always
+/// write), each bucket is pre-locked as it is read (rTX's Opt2,
+/// `Tx::read_locked`): one round trip with a current hint, and a commit
+/// that needs no lock batch of its own; a forwarding bucket stays locked
+/// too (rewritten as it is at commit), forwards being rare. Without, each
+/// is read and validated at commit.
+async fn read_chain(tx: &mut Tx<'_>, head: RawObj, lock: bool) -> Result<(RawObj, Bucket), TxError> {
     let region = head.meta.region();
     let mut obj = head;
     for _ in 0..=FORWARDS_MAX {
-        let bucket = Bucket::decode(tx.read_raw(obj).await?)
-            .map_err(|e| TxError::BadObject(format!("{obj:?}: {e}")))?;
-        match bucket.forward() {
-            Some(next) => obj = next.obj(region),
-            None => return Ok((obj, bucket)),
-        }
-    }
-    Err(TxError::BadObject(format!(
-        "{head:?}: more than {FORWARDS_MAX} forwards"
-    )))
-}
-
-/// [`read_chain`] for a write (SET, MSET, INCR: what creates buckets
-/// almost always writes): each bucket pre-locked as it is read (rTX's
-/// Opt2, `Tx::read_locked`): one round trip with a current hint, and a
-/// commit that needs no lock batch of its own. A forwarding bucket stays
-/// locked too (rewritten as it is at commit); forwards are rare.
-async fn read_chain_locked(tx: &mut Tx<'_>, head: RawObj) -> Result<(RawObj, Bucket), TxError> {
-    let region = head.meta.region();
-    let mut obj = head;
-    for _ in 0..=FORWARDS_MAX {
-        let bucket = Bucket::decode(tx.read_locked(obj).await?)
-            .map_err(|e| TxError::BadObject(format!("{obj:?}: {e}")))?;
+        let bytes = if lock {
+            tx.read_locked(obj).await?
+        } else {
+            tx.read_raw(obj).await?
+        };
+        let bucket = Bucket::decode(bytes).map_err(|e| TxError::BadObject(format!("{obj:?}: {e}")))?;
         match bucket.forward() {
             Some(next) => obj = next.obj(region),
             None => return Ok((obj, bucket)),
@@ -774,7 +761,6 @@ mod tests {
 
     #[test]
     fn write_limits() {
-        assert!(WRITE_KEYS_MAX >= 10, "redis-benchmark's MSET names 10 keys");
         let k = Bytes::from_static(b"k");
         let big = Bytes::from(vec![0u8; VALUE_BYTES_MAX + 1]);
         assert!(matches!(
