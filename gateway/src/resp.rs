@@ -154,36 +154,47 @@ pub enum Decoded {
     Malformed(String),
 }
 
-/// Takes one request off the front of `buf`.
+/// Takes one request off the front of `buf`, passing over the empty ones
+/// Redis ignores (`*0`, blank inline lines): in a loop, not by recursion,
+/// so that a client sending thousands of them cannot overflow the stack.
 pub fn decode_request(buf: &mut BytesMut) -> Decoded {
+    loop {
+        if let Some(decoded) = decode_one(buf) {
+            return decoded;
+        }
+    }
+}
+
+/// One frame off the front of `buf`; `None` for an empty request, taken
+/// off and ignored.
+fn decode_one(buf: &mut BytesMut) -> Option<Decoded> {
     if buf.is_empty() {
-        return Decoded::Incomplete;
+        return Some(Decoded::Incomplete);
     }
     if buf[0] != b'*' {
         return decode_inline(buf);
     }
-    match redis_protocol::resp2::decode::decode_bytes_mut(buf) {
+    Some(match redis_protocol::resp2::decode::decode_bytes_mut(buf) {
         Ok(None) if buf.len() > REQUEST_BYTES_MAX => {
             Decoded::Malformed(format!("request longer than {REQUEST_BYTES_MAX} bytes"))
         }
         Ok(None) => Decoded::Incomplete,
         Ok(Some((Frame2::Array(items), _, _))) => {
             if items.is_empty() {
-                // Redis ignores `*0`; so do we, by asking for the next one.
-                return decode_request(buf);
+                return None;
             }
             if items.len() > ARGS_MAX {
-                return Decoded::Malformed(format!("more than {ARGS_MAX} arguments"));
+                return Some(Decoded::Malformed(format!("more than {ARGS_MAX} arguments")));
             }
             let mut args = Vec::with_capacity(items.len());
             for item in items {
                 match item {
                     Frame2::BulkString(b) => args.push(b),
                     other => {
-                        return Decoded::Malformed(format!(
+                        return Some(Decoded::Malformed(format!(
                             "expected '$', got '{}'",
                             char::from(other.kind().to_byte())
-                        ))
+                        )))
                     }
                 }
             }
@@ -194,17 +205,18 @@ pub fn decode_request(buf: &mut BytesMut) -> Decoded {
             char::from(other.kind().to_byte())
         )),
         Err(e) => Decoded::Malformed(e.details().to_owned()),
-    }
+    })
 }
 
-/// An inline request: one line, arguments split on spaces.
-fn decode_inline(buf: &mut BytesMut) -> Decoded {
+/// An inline request: one line, arguments split on spaces; `None` for a
+/// blank line.
+fn decode_inline(buf: &mut BytesMut) -> Option<Decoded> {
     let Some(end) = buf.iter().position(|&b| b == b'\n') else {
-        return if buf.len() > INLINE_BYTES_MAX {
+        return Some(if buf.len() > INLINE_BYTES_MAX {
             Decoded::Malformed(format!("inline request longer than {INLINE_BYTES_MAX} bytes"))
         } else {
             Decoded::Incomplete
-        };
+        });
     };
     let line = buf.split_to(end + 1).freeze();
     let text = line.slice(..end);
@@ -217,12 +229,12 @@ fn decode_inline(buf: &mut BytesMut) -> Decoded {
         .map(|a| text.slice_ref(a))
         .collect();
     if args.is_empty() {
-        return decode_request(buf);
+        return None;
     }
     if args.len() > ARGS_MAX {
-        return Decoded::Malformed(format!("more than {ARGS_MAX} arguments"));
+        return Some(Decoded::Malformed(format!("more than {ARGS_MAX} arguments")));
     }
-    Decoded::Request(args)
+    Some(Decoded::Request(args))
 }
 
 #[cfg(test)]
@@ -251,6 +263,14 @@ mod tests {
         assert_eq!(decode_request(&mut buf), args(&["set", "k", "v"]));
         assert_eq!(decode_request(&mut buf), args(&["PING"]));
         assert_eq!(decode_request(&mut buf), Decoded::Incomplete);
+    }
+
+    #[test]
+    fn many_empty_requests_do_not_recurse() {
+        let mut wire = b"\r\n*0\r\n".repeat(200_000);
+        wire.extend_from_slice(b"PING\r\n");
+        let mut buf = BytesMut::from(&wire[..]);
+        assert_eq!(decode_request(&mut buf), args(&["PING"]));
     }
 
     #[test]
