@@ -510,13 +510,16 @@ mod tests {
             assert_eq!(s.name, s.name.to_lowercase());
             assert!(s.arity != 0);
             assert_eq!(TABLE.iter().filter(|t| t.name == s.name).count(), 1, "{}", s.name);
-            // Every name in the table parses (with enough arguments).
+            // Every name in the table parses (with enough arguments), and
+            // what runs before AUTH is what the table flags `noauth`.
             let mut args = vec![Bytes::from_static(s.name.as_bytes())];
             args.extend(std::iter::repeat_n(
                 Bytes::from_static(b"1"),
                 s.arity.unsigned_abs() as usize - 1,
             ));
-            let _ = parse(&args);
+            if let Ok(c) = parse(&args) {
+                assert_eq!(c.allowed_before_auth(), s.flags.contains(&"noauth"), "{}", s.name);
+            }
         }
     }
 }

@@ -26,8 +26,8 @@ use index::IndexError;
 use txn::{DataPtr, LockWord, MetaHint, RawObj, Tx, TxClient, TxError, META_BYTES};
 
 use crate::bucket::{
-    class_bytes, class_for, index_key, Bucket, BucketError, BucketRef, CLASSES, FORWARDS_MAX, KEY_BYTES_MAX,
-    VALUE_BYTES_MAX,
+    class_bytes, class_for, index_key, Bucket, BucketError, BucketRef, CLASSES, ENTRY_HEADER_BYTES,
+    FORWARDS_MAX, HEADER_BYTES, KEY_BYTES_MAX, VALUE_BYTES_MAX,
 };
 
 /// Keys one write may change: each key's bucket is one entry of the
@@ -112,6 +112,16 @@ pub enum Handle {
     Table(Table),
 }
 
+impl Handle {
+    /// The index's rTX client (`None`: the index is not rtx).
+    fn tx_client(&mut self) -> Option<&mut TxClient> {
+        match self {
+            Handle::Tree(t) => t.inner().tx_client(),
+            Handle::Table(t) => t.inner().tx_client(),
+        }
+    }
+}
+
 /// Counters of one keyspace, for INFO.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -133,6 +143,24 @@ pub struct Counters {
     pub buckets_grown: u64,
     /// Buckets read without a transaction (GET, SCAN, DBSIZE).
     pub lock_free_reads: u64,
+}
+
+impl std::ops::Add for Counters {
+    type Output = Counters;
+
+    fn add(self, o: Counters) -> Counters {
+        Counters {
+            commits: self.commits + o.commits,
+            aborts: self.aborts + o.aborts,
+            repairs: self.repairs + o.repairs,
+            round_trips: self.round_trips + o.round_trips,
+            verbs: self.verbs + o.verbs,
+            retries: self.retries + o.retries,
+            buckets_created: self.buckets_created + o.buckets_created,
+            buckets_grown: self.buckets_grown + o.buckets_grown,
+            lock_free_reads: self.lock_free_reads + o.lock_free_reads,
+        }
+    }
 }
 
 /// Redis keys on one index handle.
@@ -179,11 +207,8 @@ impl Slots {
 impl Keyspace {
     /// A keyspace on `handle`, which must be rtx.
     pub fn new(mut handle: Handle, name: &str) -> Result<Keyspace, KeyspaceError> {
-        let client = match &mut handle {
-            Handle::Tree(t) => t.inner().tx_client(),
-            Handle::Table(t) => t.inner().tx_client(),
-        };
-        let region = client
+        let region = handle
+            .tx_client()
             .ok_or_else(|| KeyspaceError::NotRtx(name.to_owned()))?
             .heap()
             .region();
@@ -200,17 +225,17 @@ impl Keyspace {
     /// `key`'s value.
     pub async fn get(&mut self, key: Bytes) -> Result<Option<Vec<u8>>, KeyspaceError> {
         check_key(&key)?;
-        let Some(head) = self.lookup(index_key(&key)).await? else {
+        let ik = index_key(&key);
+        let Some(head) = self.lookup(ik).await? else {
             return Ok(None);
         };
         if let Some(bucket) = self.read_lock_free(head).await {
             self.lock_free_reads += 1;
             return Ok(bucket.get(&key).map(<[u8]>::to_vec));
         }
-        self.with_buckets(vec![key.clone()], false, move |s| {
-            Ok(s.get(&key).map(<[u8]>::to_vec))
-        })
-        .await
+        let heads = BTreeMap::from([(ik, head)]);
+        self.with_heads(heads, false, move |s| Ok(s.get(&key).map(<[u8]>::to_vec)))
+            .await
     }
 
     /// The values of `keys`, read as one snapshot.
@@ -310,18 +335,7 @@ impl Keyspace {
         count: usize,
         pattern: Option<&[u8]>,
     ) -> Result<(u64, Vec<Vec<u8>>), KeyspaceError> {
-        let count = count.clamp(1, SCAN_COUNT_MAX);
-        let from = cursor.max(1);
-        let page = self.index_page(from, count).await?;
-        let next = match page.last() {
-            Some(&(last, _)) if page.len() == count && last < u64::MAX - 1 => last + 1,
-            _ => 0,
-        };
-        let heads = page
-            .iter()
-            .map(|&(_, raw)| Ok(BucketRef::from_raw(raw)?.obj(self.region)))
-            .collect::<Result<Vec<_>, KeyspaceError>>()?;
-        let buckets = self.read_buckets(&heads).await?;
+        let (next, buckets) = self.page(cursor, count.clamp(1, SCAN_COUNT_MAX)).await?;
         let keys = buckets
             .iter()
             .flat_map(|b| b.entries().map(|(k, _)| k))
@@ -336,19 +350,28 @@ impl Keyspace {
         let mut keys = 0u64;
         let mut cursor = 0;
         loop {
-            let page = self.index_page(cursor.max(1), SCAN_COUNT_MAX).await?;
-            let heads = page
-                .iter()
-                .map(|&(_, raw)| Ok(BucketRef::from_raw(raw)?.obj(self.region)))
-                .collect::<Result<Vec<_>, KeyspaceError>>()?;
-            for b in self.read_buckets(&heads).await? {
-                keys += b.len() as u64;
+            let (next, buckets) = self.page(cursor, SCAN_COUNT_MAX).await?;
+            keys += buckets.iter().map(|b| b.len() as u64).sum::<u64>();
+            if next == 0 {
+                return Ok(keys);
             }
-            match page.last() {
-                Some(&(last, _)) if page.len() == SCAN_COUNT_MAX && last < u64::MAX - 1 => cursor = last + 1,
-                _ => return Ok(keys),
-            }
+            cursor = next;
         }
+    }
+
+    /// The buckets of up to `count` index entries from `cursor` on (0: the
+    /// start), and the cursor after them (0: there are no more).
+    async fn page(&mut self, cursor: u64, count: usize) -> Result<(u64, Vec<Bucket>), KeyspaceError> {
+        let page = self.index_page(cursor.max(1), count).await?;
+        let next = match page.last() {
+            Some(&(last, _)) if page.len() == count && last < u64::MAX - 1 => last + 1,
+            _ => 0,
+        };
+        let heads = page
+            .iter()
+            .map(|&(_, raw)| Ok(BucketRef::from_raw(raw)?.obj(self.region)))
+            .collect::<Result<Vec<_>, KeyspaceError>>()?;
+        Ok((next, self.read_buckets(&heads).await?))
     }
 
     /// The handle's and this keyspace's counters so far.
@@ -372,16 +395,23 @@ impl Keyspace {
     }
 
     /// Runs `f` on the buckets of `keys` inside one rTX, creating the
-    /// missing ones first if `create`, and writes back every bucket `f`
-    /// changed (unless it fails: then nothing is written).
+    /// missing ones first if `create` (and then pre-locking them all), and
+    /// writes back every bucket `f` changed (unless it fails: then nothing
+    /// is written).
     async fn with_buckets<R: Send + 'static>(
         &mut self,
         keys: Vec<Bytes>,
         create: bool,
-        mut f: impl FnMut(&mut Slots) -> Result<R, KeyspaceError> + Clone + Send + 'static,
+        f: impl FnMut(&mut Slots) -> Result<R, KeyspaceError> + Clone + Send + 'static,
     ) -> Result<R, KeyspaceError> {
+        let heads = self.heads(&keys, create).await?;
+        self.with_heads(heads, create, f).await
+    }
+
+    /// The buckets of `keys` by index key: found, or (`create`) created.
+    async fn heads(&mut self, keys: &[Bytes], create: bool) -> Result<BTreeMap<u64, RawObj>, KeyspaceError> {
         let mut heads: BTreeMap<u64, RawObj> = BTreeMap::new();
-        for k in &keys {
+        for k in keys {
             let ik = index_key(k);
             if heads.contains_key(&ik) {
                 continue;
@@ -395,6 +425,17 @@ impl Keyspace {
                 heads.insert(ik, obj);
             }
         }
+        Ok(heads)
+    }
+
+    /// [`Keyspace::with_buckets`] on buckets already looked up; `lock`:
+    /// pre-lock them as they are read (a write).
+    async fn with_heads<R: Send + 'static>(
+        &mut self,
+        heads: BTreeMap<u64, RawObj>,
+        lock: bool,
+        mut f: impl FnMut(&mut Slots) -> Result<R, KeyspaceError> + Clone + Send + 'static,
+    ) -> Result<R, KeyspaceError> {
         // `async move`, owning what it uses, and cloned per attempt: a body
         // that borrows makes the connection's future not provably `Send`
         // (the higher-ranked lifetimes of async closures), and connections
@@ -406,7 +447,7 @@ impl Keyspace {
             // In index-key order: writers pre-lock buckets in one global
             // order, so two never wait on each other's.
             for (&ik, &head) in &heads {
-                let (last, bucket) = read_chain(tx, head, create).await?;
+                let (last, bucket) = read_chain(tx, head, lock).await?;
                 slots.buckets.insert(ik, (last, bucket, false));
             }
             let r = match f(&mut slots) {
@@ -483,10 +524,7 @@ impl Keyspace {
     /// caller then reads in a transaction, which retries, waits out or
     /// repairs locks, and reports corruption.
     async fn read_lock_free(&mut self, head: RawObj) -> Option<Bucket> {
-        let client = match &mut self.handle {
-            Handle::Tree(t) => t.inner().tx_client(),
-            Handle::Table(t) => t.inner().tx_client(),
-        }?;
+        let client = self.client();
         let mut batch = client.fabric().take_batch();
         let mut obj = head;
         let mut found = None;
@@ -504,6 +542,14 @@ impl Keyspace {
         }
         client.fabric().give_batch(batch);
         found
+    }
+
+    /// The index's rTX client: [`Keyspace::new`] refused any other.
+    fn client(&mut self) -> &mut TxClient {
+        match self.handle.tx_client() {
+            Some(c) => c,
+            None => unreachable!("Keyspace::new checked that the index is rtx"),
+        }
     }
 
     async fn lookup(&mut self, ik: u64) -> Result<Option<RawObj>, KeyspaceError> {
@@ -538,19 +584,14 @@ impl Keyspace {
     async fn create_bucket(&mut self, ik: u64, key_len: usize) -> Result<RawObj, KeyspaceError> {
         // Sized for one short value; a longer one grows it in the write's
         // own transaction.
-        let class = class_for(Bucket::default().encoded_len() + 8 + key_len + 8).unwrap_or(CLASSES - 1);
+        let short_value = 8;
+        let class =
+            class_for(HEADER_BYTES + ENTRY_HEADER_BYTES + key_len + short_value).unwrap_or(CLASSES - 1);
         let obj = match self.spares.iter().position(|s| s.len == class_bytes(class)) {
             Some(i) => self.spares.swap_remove(i),
             None => {
                 let bytes = Bucket::default().encode(class_bytes(class));
-                let client = match &mut self.handle {
-                    Handle::Tree(t) => t.inner().tx_client(),
-                    Handle::Table(t) => t.inner().tx_client(),
-                };
-                let Some(client) = client else {
-                    return Err(KeyspaceError::NotRtx(String::new()));
-                };
-                let obj = client.create_raw(&bytes).await.map_err(IndexError::Tx)?;
+                let obj = self.client().create_raw(&bytes).await.map_err(IndexError::Tx)?;
                 self.buckets_created += 1;
                 obj
             }

@@ -206,17 +206,7 @@ impl Pool {
     fn totals(&self) -> Counters {
         lock(&self.counters)
             .iter()
-            .fold(Counters::default(), |a, c| Counters {
-                commits: a.commits + c.commits,
-                aborts: a.aborts + c.aborts,
-                repairs: a.repairs + c.repairs,
-                round_trips: a.round_trips + c.round_trips,
-                verbs: a.verbs + c.verbs,
-                retries: a.retries + c.retries,
-                buckets_created: a.buckets_created + c.buckets_created,
-                buckets_grown: a.buckets_grown + c.buckets_grown,
-                lock_free_reads: a.lock_free_reads + c.lock_free_reads,
-            })
+            .fold(Counters::default(), |a, &c| a + c)
     }
 
     fn drain(&self) -> Vec<Keyspace> {
@@ -330,9 +320,9 @@ impl Connection {
 
     /// Runs one request and appends its reply to `out`.
     async fn request(&mut self, args: &[Bytes], lent: &mut Option<Lent>, out: &mut BytesMut) -> After {
-        let shared = self.shared.clone();
-        let totals = &shared.totals;
-        totals.commands.fetch_add(1, Ordering::Relaxed);
+        // Counted through `self.shared` at each use: a reference held
+        // across the awaits below would keep `self` borrowed.
+        self.shared.totals.commands.fetch_add(1, Ordering::Relaxed);
         let (reply, after) = match command::parse(args) {
             Err(reply) => (reply, After::Continue),
             Ok(cmd) if !self.authed && !cmd.allowed_before_auth() => (
@@ -340,7 +330,7 @@ impl Connection {
                 After::Continue,
             ),
             Ok(cmd) if cmd.needs_index() => {
-                totals.index_commands.fetch_add(1, Ordering::Relaxed);
+                self.shared.totals.index_commands.fetch_add(1, Ordering::Relaxed);
                 if lent.is_none() {
                     *lent = Some(self.shared.pool.lend().await);
                 }
@@ -352,7 +342,7 @@ impl Connection {
             Ok(cmd) => self.local_command(cmd).await,
         };
         if matches!(reply, Reply::Error(_)) {
-            totals.errors.fetch_add(1, Ordering::Relaxed);
+            self.shared.totals.errors.fetch_add(1, Ordering::Relaxed);
         }
         reply.encode(self.protocol, out);
         after
