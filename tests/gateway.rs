@@ -111,14 +111,7 @@ fn benchmark(port: u16, args: &[&str]) -> BTreeMap<String, f64> {
         .unwrap();
     assert!(out.status.success(), "redis-benchmark {args:?}: {out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
-    let rows: BTreeMap<String, f64> = text
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let cells: Vec<&str> = l.split(',').map(|c| c.trim_matches('"')).collect();
-            Some((cells.first()?.to_string(), cells.get(1)?.parse().ok()?))
-        })
-        .collect();
+    let rows: BTreeMap<String, f64> = bench::resp::run::parse_csv(&text).into_iter().collect();
     assert!(!rows.is_empty(), "no rows in redis-benchmark's output: {text}");
     rows
 }

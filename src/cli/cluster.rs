@@ -294,13 +294,7 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                     if let (Some(d), Some(f), false) = (die_after, &faults, armed) {
                         if said && started.elapsed() >= d {
                             armed = true;
-                            let takes_a_lock = |_: u64, new: u64| txn::LockWord::from_raw(new).is_locked();
-                            f.arm_after_next_cas_where(takes_a_lock, || {
-                                let _ = nix::sys::signal::kill(
-                                    nix::unistd::Pid::this(),
-                                    nix::sys::signal::Signal::SIGKILL,
-                                );
-                            });
+                            super::die_after_next_lock(f);
                         }
                     }
                 }

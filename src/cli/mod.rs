@@ -89,6 +89,16 @@ pub(crate) fn print_report<J: std::fmt::Display, T: std::fmt::Display>(
     .map_err(|e| anyhow::anyhow!("cannot write to stdout: {e}"))
 }
 
+/// Test hook of `cluster ycsb --die-after` and `serve --die-after`: the
+/// process SIGKILLs itself right after its next CAS that takes an rTX lock,
+/// so it dies mid-write holding the lock, for a survivor to repair.
+pub(crate) fn die_after_next_lock(faults: &fabric::Faulty<fabric::BaseTransport>) {
+    let takes_a_lock = |_: u64, new: u64| txn::LockWord::from_raw(new).is_locked();
+    faults.arm_after_next_cas_where(takes_a_lock, || {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
+    });
+}
+
 /// Logs go to stderr so that stdout stays machine-readable.
 pub fn init_tracing(verbose: u8, quiet: bool) {
     let default = match verbose {

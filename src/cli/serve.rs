@@ -219,10 +219,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let (Some(after), Some(faults)) = (args.die_after, client.faults().cloned()) {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            let takes_a_lock = |_: u64, new: u64| txn::LockWord::from_raw(new).is_locked();
-            faults.arm_after_next_cas_where(takes_a_lock, || {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL);
-            });
+            super::die_after_next_lock(&faults);
         });
     }
     let (stop, stopped) = tokio::sync::watch::channel(false);

@@ -52,22 +52,13 @@ impl RespReport {
 
     /// The median requests per second of `target` on `test` at `pipeline`.
     pub fn median(&self, target: Target, test: &str, pipeline: u32) -> Option<f64> {
-        let mut v: Vec<f64> = self
+        let v: Vec<f64> = self
             .samples
             .iter()
             .filter(|s| s.target == target && s.test == test && s.pipeline == pipeline)
             .map(|s| s.requests_per_s)
             .collect();
-        if v.is_empty() {
-            return None;
-        }
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        Some(if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            (v[n / 2 - 1] + v[n / 2]) / 2.0
-        })
+        (!v.is_empty()).then(|| crate::common::median(&v))
     }
 
     /// The tests in the order redis-benchmark ran them.

@@ -176,14 +176,7 @@ fn benchmark(plan: &RespPlan, port: u16, pipeline: u32) -> Result<Vec<(String, f
         )));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let rows: Vec<(String, f64)> = text
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let mut cells = l.split(',').map(|c| c.trim_matches('"'));
-            Some((cells.next()?.to_owned(), cells.next()?.parse().ok()?))
-        })
-        .collect();
+    let rows = parse_csv(&text);
     if rows.len() != plan.tests.len() {
         return Err(BenchError::Msg(format!(
             "redis-benchmark printed {} rows for {} tests: {text}",
@@ -192,6 +185,19 @@ fn benchmark(plan: &RespPlan, port: u16, pipeline: u32) -> Result<Vec<(String, f
         )));
     }
     Ok(rows)
+}
+
+/// The rows of redis-benchmark's `--csv` output: test name and requests
+/// per second (its first two columns; the header and anything unparsable
+/// left out).
+pub fn parse_csv(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut cells = l.split(',').map(|c| c.trim_matches('"'));
+            Some((cells.next()?.to_owned(), cells.next()?.parse().ok()?))
+        })
+        .collect()
 }
 
 /// INFO `section` of the server on `port`, as `field → value`.
