@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::network::{ClusterSecret, SecretError};
 use crate::state::{LEASE_MS_MAX, LEASE_MS_MIN, NAME_BYTES_MAX};
+use crate::tls::TlsSection;
 
 /// Environment variable a member reads the cluster secret from when it is
 /// started without a settings file, and launchers set for their members.
@@ -71,6 +72,16 @@ pub struct Settings {
     /// What the leader's recovery coordinator does.
     #[serde(default)]
     pub recovery: RecoverySection,
+    /// HTTPS for the API and Raft traffic (every member alike); plain HTTP
+    /// when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSection>,
+    /// The member daemon's own flags (`kintsugi control`'s `[member]`:
+    /// id, listen, advertise, data_dir, metrics_listen), read and checked
+    /// by the binary; the members of one cluster differ only here and in
+    /// their `[tls]` files.
+    #[serde(default, skip_serializing_if = "toml::Table::is_empty")]
+    pub member: toml::Table,
 }
 
 /// `[recovery]`: the coordinator that acts on the leader's decisions
@@ -240,6 +251,8 @@ impl Settings {
             tokens,
             timing: Timing::default(),
             recovery: RecoverySection::default(),
+            tls: None,
+            member: toml::Table::new(),
         };
         settings.validate()?;
         Ok(settings)

@@ -11,7 +11,9 @@
 //! - [`network`]: Raft RPCs between members over HTTP/JSON;
 //! - [`api`]: the operators' and clients' HTTP/JSON API and its client;
 //! - [`member`]: one member process's parts, started and stopped together;
-//! - [`config`]: a member's settings (TOML).
+//! - [`metrics`]: what a member exports (Raft state, latencies, tables);
+//! - [`config`]: a member's settings (TOML);
+//! - [`tls`]: HTTPS for the API and Raft traffic (rustls).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
@@ -20,8 +22,10 @@ pub mod api;
 pub mod config;
 pub mod liveness;
 pub mod member;
+pub mod metrics;
 pub mod network;
 pub mod raft;
 mod reply;
 pub mod state;
 pub mod store;
+pub mod tls;

@@ -77,6 +77,9 @@ pub struct Liveness {
     /// does not lead.
     office: Option<(Instant, Term)>,
     memnodes: HashMap<MemNodeId, (Instant, Term)>,
+    /// When each memory node was last found in maintenance: its silence
+    /// counts from then at the earliest.
+    excused: HashMap<MemNodeId, Instant>,
     clients: HashMap<ClientId, (Instant, Term)>,
     /// Whether this office has judged: clients unheard at its first
     /// judgement count from the office, those first seen later from then.
@@ -97,6 +100,7 @@ impl Liveness {
             memnode_lease,
             office: None,
             memnodes: HashMap::new(),
+            excused: HashMap::new(),
             clients: HashMap::new(),
             judged: false,
             pending: None,
@@ -235,6 +239,7 @@ impl Liveness {
             return Vec::new();
         };
         self.memnodes.retain(|id, _| state.memnodes.contains_key(id));
+        self.excused.retain(|id, _| state.memnodes.contains_key(id));
         self.clients.retain(|id, _| state.clients.contains_key(id));
         self.quiesced.retain(|id, _| state.clients.contains_key(id));
         // Silence is counted from the last renewal, or from taking office
@@ -246,11 +251,20 @@ impl Liveness {
         let lease = self.memnode_lease;
         let mut out = Vec::new();
         for n in state.memnodes.values() {
+            if n.maintenance {
+                // Not judged while in maintenance; once out of it, its
+                // silence counts from the last judgement that excused it.
+                self.excused.insert(n.id, now);
+                continue;
+            }
             let heard = this_term(self.memnodes.get(&n.id));
-            let quiet = silence(heard);
+            let quiet = silence(heard.max(self.excused.get(&n.id).copied()));
             let id = n.id;
             match n.state {
-                MemNodeState::Joining | MemNodeState::Suspect if heard.is_some() && quiet < lease => {
+                // Only a renewal activates: an excuse is no sign of life.
+                MemNodeState::Joining | MemNodeState::Suspect
+                    if heard.is_some() && silence(heard) < lease =>
+                {
                     out.push(Command::ActivateMemNode { id });
                 }
                 MemNodeState::Active if quiet >= lease => out.push(Command::SuspectMemNode { id }),
@@ -348,6 +362,51 @@ mod tests {
         assert_eq!(
             l.decisions(sent + LEASE * MEMNODE_DEAD_LEASES, &s),
             vec![Command::DeclareMemNodeDead { id: 0 }]
+        );
+    }
+
+    /// A node in maintenance is never judged, however long it is silent;
+    /// out of it, its silence counts from the last judgement that excused
+    /// it, and only a renewal makes it active again.
+    #[test]
+    fn a_node_in_maintenance_is_not_judged_and_counts_afresh_after() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        let mut s = state();
+        l.lead(t0, 1);
+        l.renew_client(0, t0 + ms(100_000), 1);
+        l.renew_memnode(0, t0, 1);
+        apply(&mut s, Command::ActivateMemNode { id: 0 });
+        apply(&mut s, Command::SetMaintenance { id: 0, on: true });
+        assert!(
+            l.decisions(t0 + ms(10_000), &s).is_empty(),
+            "excused for 100 leases"
+        );
+        apply(&mut s, Command::SetMaintenance { id: 0, on: false });
+        assert!(
+            l.decisions(t0 + ms(10_050), &s).is_empty(),
+            "half a lease after the last excuse"
+        );
+        assert_eq!(
+            l.decisions(t0 + ms(10_100), &s),
+            vec![Command::SuspectMemNode { id: 0 }]
+        );
+        apply(&mut s, Command::SuspectMemNode { id: 0 });
+        apply(&mut s, Command::SetMaintenance { id: 0, on: true });
+        assert!(
+            l.decisions(t0 + ms(20_000), &s).is_empty(),
+            "not activated by an excuse"
+        );
+        l.renew_memnode(0, t0 + ms(20_010), 1);
+        assert_eq!(
+            l.decisions(t0 + ms(20_020), &s),
+            Vec::<Command>::new(),
+            "in maintenance, not even a renewal is judged"
+        );
+        apply(&mut s, Command::SetMaintenance { id: 0, on: false });
+        assert_eq!(
+            l.decisions(t0 + ms(20_030), &s),
+            vec![Command::ActivateMemNode { id: 0 }]
         );
     }
 

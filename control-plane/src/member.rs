@@ -24,6 +24,8 @@ use crate::network::{raft_router, HttpNetworkFactory, Partition, TransportError}
 use crate::raft::{MemberId, Raft};
 use crate::state::{Command, CommandError, Outcome, Request};
 use crate::store::{self, StateReader, StoreError};
+use crate::tls::{ClientTls, ServerTls, TlsError};
+use axum_server::tls_rustls::RustlsConfig;
 
 /// How a member is started.
 #[derive(Clone, Debug)]
@@ -56,6 +58,9 @@ pub enum MemberError {
     /// The listener's address could not be read.
     #[error("listener: {0}")]
     Listener(#[source] std::io::Error),
+    /// The `[tls]` files are unusable.
+    #[error("tls: {0}")]
+    Tls(#[from] TlsError),
     /// openraft refused to start (its storage failed its checks).
     #[error("starting raft: {0}")]
     Raft(String),
@@ -93,18 +98,35 @@ impl Member {
             .unwrap_or_else(|| local_addr.to_string());
         let settings = options.settings;
         let raft_config = Arc::new(settings.raft_config()?);
-        let network = HttpNetworkFactory::new(options.id, &settings.cluster_secret)?
-            .with_partition(options.partition)
-            .with_retry_pause(settings.timing.heartbeat);
+        // With `[tls]`, peers are dialled over HTTPS trusting the cluster's
+        // CA, and the listener speaks only TLS.
+        let tls = match &settings.tls {
+            Some(section) => Some((ServerTls::load(section)?, ClientTls::load(&section.ca)?)),
+            None => None,
+        };
+        let http = |builder: reqwest::ClientBuilder| {
+            let builder = builder.tcp_nodelay(true);
+            match &tls {
+                Some((_, client)) => client.apply(builder),
+                None => builder,
+            }
+            .build()
+            .map_err(TransportError::Client)
+        };
+        let network = HttpNetworkFactory::with_client(
+            options.id,
+            &settings.cluster_secret,
+            http(reqwest::Client::builder())?,
+        )
+        .with_tls(tls.is_some())
+        .with_partition(options.partition)
+        .with_retry_pause(settings.timing.heartbeat);
         let (log, sm) = store::open(&options.data_dir).await?;
         let reader = sm.reader();
         let raft = Raft::new(options.id, raft_config, network, log, sm)
             .await
             .map_err(|e| MemberError::Raft(e.to_string()))?;
-        let http = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .map_err(TransportError::Client)?;
+        let http = http(reqwest::Client::builder())?;
         let (stop, stopped) = watch::channel(false);
         let node = Arc::new(Node {
             id: options.id,
@@ -112,21 +134,23 @@ impl Member {
             raft: raft.clone(),
             reader,
             liveness: Mutex::new(Liveness::new(settings.timing.memnode_lease)),
+            scheme: crate::tls::scheme(settings.tls.is_some()),
             settings,
             http,
             stopped: stopped.clone(),
         });
         let router = raft_router(raft, node.settings.cluster_secret.clone()).merge(api_router(node.clone()));
-        let mut on_stop = stopped.clone();
-        let server = tokio::spawn(async move {
-            let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
-                let _ = on_stop.wait_for(|&s| s).await;
-            });
-            if let Err(e) = serving.await {
-                tracing::error!(error = %e, "control-plane listener failed");
-            }
-        });
+        let server = match tls {
+            None => serve_plain(listener, router, stopped.clone()),
+            Some((server_tls, _)) => serve_tls(listener, router, server_tls, stopped.clone())?,
+        };
         let judge = tokio::spawn(judge_leases(node.clone(), stopped));
+        crate::metrics::spawn_raft_gauges(
+            node.raft.clone(),
+            node.id,
+            node.reader.clone(),
+            node.stopped.clone(),
+        );
         tracing::info!(member = node.id, addr = %node.addr, "control-plane member started");
         Ok(Member {
             node,
@@ -196,6 +220,8 @@ pub(crate) struct Node {
     pub(crate) http: reqwest::Client,
     /// Turns true when the member stops.
     pub(crate) stopped: watch::Receiver<bool>,
+    /// `https` with `[tls]`, else `http`: how peers are reached.
+    pub(crate) scheme: &'static str,
 }
 
 /// Who leads, as this member sees it.
@@ -227,7 +253,58 @@ pub(crate) enum WriteError {
     NoQuorum(String),
 }
 
+/// Serves `router` on `listener` in plain HTTP until `stopped` turns true.
+fn serve_plain(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let mut on_stop = stopped;
+    tokio::spawn(async move {
+        let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = on_stop.wait_for(|&s| s).await;
+        });
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "control-plane listener failed");
+        }
+    })
+}
+
+/// How long in-flight requests may finish once a TLS listener stops: as
+/// long as a map long-poll, which returns at once when the member stops.
+const TLS_DRAIN: Duration = Duration::from_secs(5);
+
+/// Serves `router` on `listener` over TLS until `stopped` turns true. Each
+/// connection's handshake runs in its own task, so a slow or hostile
+/// client holds no other.
+fn serve_tls(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    tls: ServerTls,
+    stopped: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, MemberError> {
+    let listener = listener.into_std().map_err(MemberError::Listener)?;
+    let handle = axum_server::Handle::new();
+    let server = axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(tls.config()))
+        .handle(handle.clone());
+    let mut on_stop = stopped;
+    tokio::spawn(async move {
+        let _ = on_stop.wait_for(|&s| s).await;
+        handle.graceful_shutdown(Some(TLS_DRAIN));
+    });
+    Ok(tokio::spawn(async move {
+        if let Err(e) = server.serve(router.into_make_service()).await {
+            tracing::error!(error = %e, "control-plane TLS listener failed");
+        }
+    }))
+}
+
 impl Node {
+    /// How peers are reached: `https` or `http`.
+    pub(crate) fn scheme(&self) -> &'static str {
+        self.scheme
+    }
+
     /// Who leads now.
     pub(crate) fn leader(&self) -> Leader {
         let metrics = self.raft.metrics();
@@ -290,7 +367,10 @@ impl Node {
             nonce: rand::random(),
             command,
         };
-        let written = self.bounded(self.raft.client_write(request)).await?;
+        let started = Instant::now();
+        let written = self.bounded(self.raft.client_write(request)).await;
+        crate::metrics::proposal(self.id, started, &written);
+        let written = written?;
         match written {
             Ok(reply) => reply.data.map_err(WriteError::Refused),
             Err(e) => Err(self.write_error(e)),
@@ -492,6 +572,7 @@ async fn judge_once(node: &Node, actor: &str) {
         };
         let Some(decision) = next else { break };
         tracing::info!(?decision, "lease decision");
+        crate::metrics::lease_decision(node.id, &decision);
         match node.propose(actor, decision).await {
             // Applied (or refused, which changes nothing): the state
             // shows it, and `settle` clears it on the next look.

@@ -263,3 +263,108 @@ async fn garbage_at_the_raft_routes_does_not_disturb_the_cluster() {
     }
     c.stop().await;
 }
+
+/// The operations routes: a snapshot only for operators, a restore only for
+/// admins, only of an intact snapshot, only into an empty cluster, bounded
+/// in size; a campaign bounded in its delay; a transfer only to a voter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn operations_routes_refuse_what_they_must_and_change_nothing() {
+    use control_plane::api::{Snapshot, SNAPSHOT_BYTES_MAX};
+
+    let c = Cluster::start(3).await;
+    let leader = c.leader().await;
+    c.active_memnodes(leader, 2).await;
+    let before = tables(&c.member(leader).state().state());
+    let http = reqwest::Client::new();
+    let follower = c.ids().into_iter().find(|&id| id != leader).expect("follower");
+
+    // A snapshot asked of a follower is the leader's.
+    let snap: Snapshot = http
+        .get(url(&c, follower, "/v1/snapshot"))
+        .bearer_auth(OPERATOR_TOKEN)
+        .send()
+        .await
+        .expect("snapshot")
+        .json()
+        .await
+        .expect("snapshot JSON");
+    assert_eq!(snap.member, leader);
+    assert_eq!(snap.state.memnodes.len(), 2);
+
+    let restore = |token: &str, body: Vec<u8>| {
+        http.post(url(&c, follower, "/v1/snapshot/restore"))
+            .bearer_auth(token.to_owned())
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let good = serde_json::to_vec(&snap).expect("encode");
+    let (s, e) = refusal(restore(OPERATOR_TOKEN, good.clone())).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{e}");
+    let (s, e) = refusal(restore(TOKEN, good.clone())).await;
+    assert_eq!(s, StatusCode::CONFLICT, "not an empty cluster: {e}");
+    let mut tampered = snap.clone();
+    tampered.state.memnodes.clear();
+    let (s, e) = refusal(restore(TOKEN, serde_json::to_vec(&tampered).expect("encode"))).await;
+    assert_eq!(
+        (s, e.contains("changed or damaged")),
+        (StatusCode::BAD_REQUEST, true),
+        "{e}"
+    );
+    let mut future = snap.clone();
+    future.format += 1;
+    let (s, _) = refusal(restore(TOKEN, serde_json::to_vec(&future).expect("encode"))).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    for body in [
+        b"{not json".to_vec(),
+        b"[]".to_vec(),
+        vec![b' '; SNAPSHOT_BYTES_MAX + 1],
+    ] {
+        let (s, e) = refusal(restore(TOKEN, body)).await;
+        assert!(
+            s == StatusCode::BAD_REQUEST || s == StatusCode::PAYLOAD_TOO_LARGE,
+            "{s}: {e}"
+        );
+    }
+    // A restore smuggled in as a plain command by an operator.
+    let state = serde_json::to_string(&snap.state).expect("encode");
+    let smuggled = serde_json::json!({ "op": "restore", "state": state });
+    let (s, _) = refusal(
+        http.post(url(&c, leader, "/v1/commands"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&smuggled),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+
+    let (s, _) = refusal(
+        http.post(url(&c, follower, "/v1/campaign"))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "after_ms": 1_000_000 })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::BAD_REQUEST);
+    let (s, _) = refusal(
+        http.post(url(&c, follower, "/v1/campaign"))
+            .bearer_auth(OPERATOR_TOKEN)
+            .json(&serde_json::json!({ "after_ms": 0 })),
+    )
+    .await;
+    assert_eq!(s, StatusCode::FORBIDDEN);
+    let (s, e) = refusal(
+        http.post(url(&c, follower, "/v1/leader"))
+            .bearer_auth(TOKEN)
+            .json(&serde_json::json!({ "to": 77 })),
+    )
+    .await;
+    assert_eq!(
+        (s, e.contains("not in the cluster")),
+        (StatusCode::CONFLICT, true),
+        "{e}"
+    );
+
+    // Every member still holds the same state, and agrees on it.
+    assert_eq!(tables(&c.member(leader).state().state()), before);
+    let api = ControlClient::new(&c.addr(leader).to_string(), Some(TOKEN.into())).expect("client");
+    let digest = api.check().await.expect("check");
+    assert_eq!(digest.member, leader);
+}

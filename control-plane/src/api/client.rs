@@ -8,10 +8,19 @@ use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::{AddMember, InitRequest, MemberInfo, ReclaimReadiness, Renewed, Status};
+use super::{
+    AddMember, InitRequest, LeaderMoved, MemberInfo, ReclaimReadiness, Renewed, Snapshot, StateDigest,
+    Status, TransferLeader, RESTORE_PATH,
+};
 use crate::raft::MemberId;
 use crate::reply::ErrorBody;
 use crate::state::{AuditEntry, Client, ClientId, Command, IndexRecord, MemNode, MemNodeId, Outcome, Region};
+use crate::tls::{ClientTls, TlsError};
+
+/// Longest wait for a member to accept a connection: a host that is gone
+/// (packets dropped, not refused) must not hold a caller that could try
+/// another member for the operating system's minutes.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Longest error message kept from a body that is not an [`ErrorBody`].
 const EXCERPT_BYTES: usize = 300;
@@ -59,6 +68,13 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// True when the member was not reached at all (refused or timed-out
+    /// connection): the request was never delivered, so another member may
+    /// be asked the same, even a write.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Http { source, .. } if source.is_connect())
+    }
+
     /// The HTTP status of a refusal.
     pub fn status(&self) -> Option<StatusCode> {
         match self {
@@ -79,30 +95,57 @@ pub struct ControlClient {
 }
 
 impl ControlClient {
-    /// A client of the member at `endpoint` (`http://host:port` or
-    /// `host:port`), presenting `token` if given.
+    /// A client of the member at `endpoint` (`http://host:port`,
+    /// `https://host:port` or `host:port`), presenting `token` if given. An
+    /// `https://` endpoint is checked against this process's CA
+    /// ([`ClientTls::process_default`]).
     pub fn new(endpoint: &str, token: Option<String>) -> Result<Self, ClientError> {
+        let tls = if endpoint.trim_start().starts_with("https://") {
+            ClientTls::process_default().map_err(|e| ClientError::Endpoint {
+                endpoint: endpoint.to_owned(),
+                why: e.to_string(),
+            })?
+        } else {
+            None
+        };
+        Self::with_tls(endpoint, token, tls.as_ref())
+    }
+
+    /// [`ControlClient::new`] trusting `tls` for an `https://` endpoint.
+    pub fn with_tls(
+        endpoint: &str,
+        token: Option<String>,
+        tls: Option<&ClientTls>,
+    ) -> Result<Self, ClientError> {
         let bad = |why: &str| ClientError::Endpoint {
             endpoint: endpoint.to_owned(),
             why: why.to_owned(),
         };
-        let trimmed = endpoint.trim_end_matches('/');
+        let trimmed = endpoint.trim().trim_end_matches('/');
         let base = if trimmed.contains("://") {
             trimmed.to_owned()
         } else {
             format!("http://{trimmed}")
         };
         let parsed = reqwest::Url::parse(&base).map_err(|e| bad(&e.to_string()))?;
-        if parsed.scheme() != "http" {
-            return Err(bad("only http:// is served"));
-        }
-        if parsed.host_str().is_none() || parsed.path() != "/" {
-            return Err(bad("expected http://host:port with no path"));
-        }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .tcp_nodelay(true)
-            .build()
-            .map_err(|e| bad(&e.to_string()))?;
+            .connect_timeout(CONNECT_TIMEOUT);
+        let builder = match (parsed.scheme(), tls) {
+            ("http", _) => builder,
+            ("https", Some(tls)) => tls.apply(builder),
+            ("https", None) => {
+                return Err(bad(&TlsError::NoCa {
+                    endpoint: endpoint.to_owned(),
+                }
+                .to_string()))
+            }
+            _ => return Err(bad("only http:// and https:// are served")),
+        };
+        if parsed.host_str().is_none() || parsed.path() != "/" {
+            return Err(bad("expected http(s)://host:port with no path"));
+        }
+        let http = builder.build().map_err(|e| bad(&e.to_string()))?;
         Ok(ControlClient { http, base, token })
     }
 
@@ -235,6 +278,28 @@ impl ControlClient {
             .await
     }
 
+    /// `GET /v1/snapshot`: the leader's whole state.
+    pub async fn snapshot(&self) -> Result<Snapshot, ClientError> {
+        self.call(Method::GET, "/v1/snapshot", None::<&()>, None).await
+    }
+
+    /// `POST /v1/snapshot/restore`: `snapshot`'s state becomes this new,
+    /// empty cluster's.
+    pub async fn restore(&self, snapshot: &Snapshot) -> Result<Outcome, ClientError> {
+        self.call(Method::POST, RESTORE_PATH, Some(snapshot), None).await
+    }
+
+    /// `GET /v1/check`: this member's applied index and state digest.
+    pub async fn check(&self) -> Result<StateDigest, ClientError> {
+        self.call(Method::GET, "/v1/check", None::<&()>, None).await
+    }
+
+    /// `POST /v1/leader`: moves the leadership to voter `to`.
+    pub async fn transfer_leader(&self, to: MemberId) -> Result<LeaderMoved, ClientError> {
+        self.call(Method::POST, "/v1/leader", Some(&TransferLeader { to }), None)
+            .await
+    }
+
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
@@ -251,7 +316,10 @@ impl ControlClient {
                 leader: Some(leader),
                 ..
             }) => {
-                let base = format!("http://{leader}");
+                // The leader is named by its `host:port`; it speaks what
+                // this member speaks.
+                let scheme = self.base.split_once("://").map_or("http", |(s, _)| s);
+                let base = format!("{scheme}://{leader}");
                 self.call_at(&base, method, path, body, timeout).await
             }
             other => other,

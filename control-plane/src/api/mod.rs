@@ -11,6 +11,11 @@
 //! | `GET /v1/clients/{id}/reclaim` | whether expired client `id`'s owner ids may be reclaimed: the live clients not yet quiesced to its expiry | the leader |
 //! | `POST /v1/members`, `DELETE /v1/members/{id}` | add a voter or learner, remove a member | the leader |
 //! | `POST /v1/init` | form a new cluster from pristine members | this member |
+//! | `GET /v1/snapshot` | the whole state with its digest, for `ctl snapshot save` | the leader |
+//! | `POST /v1/snapshot/restore` | a saved state becomes a new, empty cluster's (admin) | the leader |
+//! | `GET /v1/check` | this member's applied index and state digest | this member |
+//! | `POST /v1/leader` | move the leadership to another voter (admin) | the leader |
+//! | `POST /v1/campaign` | campaign for the lead (sent by a leader handing over; admin) | this member |
 //!
 //! Every route needs `Authorization: Bearer <token>` with a token from the
 //! settings; the token's name is recorded as the actor of what it asks.
@@ -23,6 +28,7 @@
 
 mod client;
 mod lease;
+mod operations;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -31,7 +37,7 @@ use fabric::Epoch;
 use serde::{Deserialize, Serialize};
 
 use crate::raft::MemberId;
-use crate::state::{Client, ClientId, IndexRecord, MemNode, OwnerBlock, Region};
+use crate::state::{Client, ClientId, ControlState, IndexRecord, MemNode, OwnerBlock, Region, StateHash};
 
 pub use crate::reply::ErrorBody;
 pub use client::{ClientError, ControlClient};
@@ -48,6 +54,18 @@ pub const API_BODY_BYTES_MAX: usize = 64 << 10;
 /// Marks a write forwarded by a follower, so the leader it reaches does not
 /// forward it again if it has lost the lead meanwhile (it answers 503).
 pub const FORWARDED_HEADER: &str = "x-kintsugi-forwarded-by";
+
+/// Largest snapshot `POST /v1/snapshot/restore` accepts, in bytes: a state
+/// of thousands of clients and regions is a few MiB of JSON; the bound
+/// keeps a member from buffering more (the Raft entry carrying it is bounded
+/// by [`crate::network::RAFT_BODY_BYTES_MAX`], which is larger).
+pub const SNAPSHOT_BYTES_MAX: usize = 16 << 20;
+
+/// The snapshot file format this build writes and reads.
+pub const SNAPSHOT_FORMAT: u32 = 1;
+
+/// Path of the restore route (its body limit differs from the others').
+pub const RESTORE_PATH: &str = "/v1/snapshot/restore";
 
 /// Audit entries `GET /v1/audit` returns when no limit is given.
 pub const AUDIT_LIMIT_DEFAULT: usize = 100;
@@ -183,4 +201,69 @@ pub struct ReclaimReadiness {
     /// reclaimer finishes their logs before it scans.
     #[serde(default)]
     pub finish_first: Vec<OwnerBlock>,
+}
+
+/// A saved state (`GET /v1/snapshot`, `ctl snapshot save`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// [`SNAPSHOT_FORMAT`] of the build that saved it.
+    pub format: u32,
+    /// When it was taken (ms since the Unix epoch).
+    pub saved_at_ms: u64,
+    /// The member (the leader) that served it.
+    pub member: MemberId,
+    /// The log index its state was applied to.
+    pub last_applied: Option<u64>,
+    /// The members of the cluster it was taken from.
+    pub members: Vec<MemberInfo>,
+    /// The digest of `state`, checked again on restore.
+    pub state_hash: StateHash,
+    /// The state.
+    pub state: ControlState,
+}
+
+/// `GET /v1/check`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StateDigest {
+    /// The member that answered.
+    pub member: MemberId,
+    /// Its Raft role.
+    pub role: String,
+    /// The log index its state is applied to.
+    pub last_applied: Option<u64>,
+    /// Its applied map epoch.
+    pub epoch: Epoch,
+    /// The digest of its state at `last_applied`.
+    pub state_hash: StateHash,
+}
+
+/// `POST /v1/leader`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferLeader {
+    /// The voter to lead.
+    pub to: MemberId,
+}
+
+/// The answer of `POST /v1/leader`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderMoved {
+    /// The member that led.
+    pub from: MemberId,
+    /// The member that leads now.
+    pub to: MemberId,
+    /// The term it leads in.
+    pub term: u64,
+    /// How long the hand-over took, in ms.
+    pub took_ms: u64,
+}
+
+/// `POST /v1/campaign`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Campaign {
+    /// Wait this long (ms) before the first election: until the followers'
+    /// leader leases have lapsed.
+    pub after_ms: u64,
 }

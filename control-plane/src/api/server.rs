@@ -12,12 +12,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use fabric::{ClusterMap, Epoch};
-use openraft::ServerState;
 use serde::Deserialize;
 
+use super::operations;
 use super::{
     AddMember, AnnouncedOwners, InitRequest, ReclaimReadiness, Renewed, Status, API_BODY_BYTES_MAX,
-    AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
+    AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER, RESTORE_PATH, SNAPSHOT_BYTES_MAX,
 };
 use crate::config::{millis, Role};
 use crate::member::{Leader, Node, WriteError};
@@ -32,7 +32,7 @@ type Shared = Arc<Node>;
 
 /// Who is asking: the name and role of the token presented.
 #[derive(Clone, Debug)]
-struct Actor(String, Role);
+pub(super) struct Actor(pub(super) String, pub(super) Role);
 
 /// The `/v1` routes, behind the bearer-token check; writes behind the
 /// forwarding to the leader. Unknown paths and methods get JSON errors too.
@@ -51,6 +51,20 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route_layer(middleware::from_fn(admin_only));
     let init = Router::new()
         .route("/v1/init", post(init))
+        .route("/v1/campaign", post(operations::campaign))
+        .route_layer(middleware::from_fn(admin_only));
+    // Served by the leader: a snapshot is its applied state; a restore and
+    // a hand-over are its to make.
+    let leader_reads = Router::new()
+        .route("/v1/snapshot", get(operations::snapshot))
+        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
+    let leader_admin = Router::new()
+        .route(
+            RESTORE_PATH,
+            post(operations::restore).layer(DefaultBodyLimit::max(SNAPSHOT_BYTES_MAX)),
+        )
+        .route("/v1/leader", post(operations::transfer_leader))
+        .route_layer(middleware::from_fn_with_state(node.clone(), to_leader))
         .route_layer(middleware::from_fn(admin_only));
     let reads = Router::new()
         .route("/v1/status", get(status))
@@ -59,11 +73,14 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route("/v1/regions", get(regions))
         .route("/v1/clients", get(clients))
         .route("/v1/indexes", get(indexes))
-        .route("/v1/audit", get(audit));
+        .route("/v1/audit", get(audit))
+        .route("/v1/check", get(operations::check));
     reads
         .merge(writes)
         .merge(membership)
         .merge(init)
+        .merge(leader_reads)
+        .merge(leader_admin)
         .route_layer(middleware::from_fn_with_state(node.clone(), authenticate))
         .layer(DefaultBodyLimit::max(API_BODY_BYTES_MAX))
         .fallback(|| async { Refusal::new(StatusCode::NOT_FOUND, "no such route") })
@@ -142,14 +159,19 @@ async fn to_leader(State(node): State<Shared>, req: Request, next: Next) -> Resp
 /// Sends `req` on to the leader at `addr` and relays its answer.
 async fn forward(node: &Node, addr: &str, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, API_BODY_BYTES_MAX).await {
+    let limit = if parts.uri.path() == RESTORE_PATH {
+        SNAPSHOT_BYTES_MAX
+    } else {
+        API_BODY_BYTES_MAX
+    };
+    let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => bytes,
         Err(_) => {
             return Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, "request body is too large").into_response()
         }
     };
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("http://{addr}{path}");
+    let url = format!("{}://{addr}{path}", node.scheme());
     let mut out = node.http.request(parts.method.clone(), &url).body(bytes);
     for name in [header::AUTHORIZATION, header::CONTENT_TYPE] {
         if let Some(v) = parts.headers.get(&name) {
@@ -254,6 +276,14 @@ async fn command(
             ),
         ));
     }
+    if role != Role::Admin && command.admin_only() {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "token {actor:?} may not replace the state: that needs role \"admin\" (ctl snapshot restore)"
+            ),
+        ));
+    }
     Ok(Json(node.propose(&actor, command).await?))
 }
 
@@ -261,6 +291,7 @@ async fn renew_memnode(
     State(node): State<Shared>,
     PathParam(id): PathParam<MemNodeId>,
 ) -> Result<Json<Renewed>, Refusal> {
+    let mut timer = crate::metrics::RenewalTimer::start(node.id, "memnode");
     let term = node.confirm_lead().await?;
     let known = node.reader.with_state(|s| s.memnodes.get(&id).map(|n| n.state));
     match known {
@@ -275,6 +306,7 @@ async fn renew_memnode(
                 return Err(going(format!("memory node {id}")));
             }
             liveness.renew_memnode(id, Instant::now(), term);
+            timer.granted();
             Ok(Json(Renewed {
                 lease_ms: millis(node.settings.timing.memnode_lease),
                 reclaim_seq: 0,
@@ -297,6 +329,7 @@ async fn renew_client(
     PathParam(id): PathParam<ClientId>,
     QueryParams(q): QueryParams<RenewQuery>,
 ) -> Result<Json<Renewed>, Refusal> {
+    let mut timer = crate::metrics::RenewalTimer::start(node.id, "client");
     let term = node.confirm_lead().await?;
     // One read: the sequence and the announced ids of the same state.
     let known = node.reader.with_state(|s| {
@@ -332,6 +365,7 @@ async fn renew_client(
                 // a lie; it is capped, so it cannot hurry a reclaim.
                 liveness.report_quiesced(id, q.min(reclaim_seq));
             }
+            timer.granted();
             Ok(Json(Renewed {
                 lease_ms,
                 reclaim_seq,
@@ -457,14 +491,12 @@ fn status_of(node: &Node) -> Status {
     let (role, leader, term, last_log_index) = {
         let metrics = node.raft.metrics();
         let m = metrics.borrow();
-        let role = match m.state {
-            ServerState::Leader => "leader",
-            ServerState::Follower => "follower",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shutdown",
-        };
-        (role, m.current_leader, m.current_term, m.last_log_index)
+        (
+            operations::role_name(m.state),
+            m.current_leader,
+            m.current_term,
+            m.last_log_index,
+        )
     };
     let members = node.members();
     let last_applied = node.reader.last_applied().map(|id| id.index);

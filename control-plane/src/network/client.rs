@@ -39,6 +39,7 @@ pub struct HttpNetworkFactory {
     secret: HeaderValue,
     partition: Partition,
     retry_pause: Duration,
+    scheme: &'static str,
 }
 
 /// How long openraft waits before retrying a peer it could not reach, unless
@@ -69,7 +70,15 @@ impl HttpNetworkFactory {
             secret: secret_header(secret),
             partition: Partition::default(),
             retry_pause: RETRY_PAUSE_DEFAULT,
+            scheme: "http",
         }
+    }
+
+    /// The same factory, dialling peers at `https://` (its client must
+    /// have been made with [`crate::tls::ClientTls::apply`]).
+    pub fn with_tls(mut self, tls: bool) -> Self {
+        self.scheme = crate::tls::scheme(tls);
+        self
     }
 
     /// The same factory, retrying unreachable peers every `pause` (one
@@ -115,7 +124,7 @@ impl RaftNetworkFactory<TypeConfig> for HttpNetworkFactory {
             me: self.me,
             target,
             node: node.clone(),
-            base: format!("http://{}", node.addr),
+            base: format!("{}://{}", self.scheme, node.addr),
             http: self.http.clone(),
             secret: self.secret.clone(),
             partition: self.partition.clone(),

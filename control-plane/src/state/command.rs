@@ -4,7 +4,7 @@
 use fabric::RegionId;
 use serde::{Deserialize, Serialize};
 
-use super::{Client, ClientId, IndexKind, IndexRecord, IndexVariant, MemNode, MemNodeId, Region};
+use super::{Client, ClientId, IndexKind, IndexRecord, IndexVariant, MemNode, MemNodeId, Region, SavedState};
 
 /// A change to the state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -202,6 +202,24 @@ pub enum Command {
         /// The reclaimer.
         by: ClientId,
     },
+    /// Puts a memory node in or out of maintenance: while in, its silence
+    /// is not judged (a planned restart is not declared dead) and no new
+    /// replica is placed on it; its replicas stay and are served as ever.
+    SetMaintenance {
+        /// The node.
+        id: MemNodeId,
+        /// In (true) or out.
+        on: bool,
+    },
+    /// Replaces the state of a new cluster with a snapshot's (`ctl snapshot
+    /// restore`): refused once the cluster holds any memory node, region or
+    /// index, and unless the snapshot's state passes
+    /// [`ControlState::check`]. Clients of the new cluster (its recovery
+    /// coordinator) hold no memory yet and are dropped: they join again.
+    Restore {
+        /// The saved state.
+        state: SavedState,
+    },
 }
 
 impl Command {
@@ -222,6 +240,7 @@ impl Command {
                 | Command::CreateIndex { .. }
                 | Command::ReplicaReady { .. }
                 | Command::RegionRestored { .. }
+                | Command::Restore { .. }
         )
     }
 
@@ -272,6 +291,24 @@ pub enum Outcome {
     /// A log entry without a command (openraft's blank or membership
     /// entries) was applied: the state is unchanged.
     NoCommand,
+    /// A snapshot's state was restored.
+    Restored(RestoreSummary),
+}
+
+/// What a restore brought in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreSummary {
+    /// The map epoch the cluster now has.
+    pub epoch: fabric::Epoch,
+    /// Memory nodes restored.
+    pub memnodes: usize,
+    /// Regions restored.
+    pub regions: usize,
+    /// Clients restored (live ones are judged afresh: those that do not
+    /// renew with this cluster expire after a lease).
+    pub clients: usize,
+    /// Named indexes restored.
+    pub indexes: usize,
 }
 
 /// Why a command was refused. Each leaves the state as it was.

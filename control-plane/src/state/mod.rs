@@ -18,6 +18,7 @@
 
 mod catalog;
 mod command;
+mod operations;
 mod records;
 mod recovery;
 #[cfg(test)]
@@ -28,7 +29,8 @@ use std::collections::{BTreeMap, VecDeque};
 use fabric::{AccessKey, ClusterMap, Epoch, NodeInfo, RegionId, RegionInfo, ReplicaLoc, REPLICAS_MAX};
 use serde::{Deserialize, Serialize};
 
-pub use command::{Command, CommandError, Outcome, Request, Response};
+pub use command::{Command, CommandError, Outcome, Request, Response, RestoreSummary};
+pub use operations::{state_hash, SavedState, StateHash};
 pub use records::{
     AuditEntry, Client, ClientId, ClientState, IndexKind, IndexRecord, IndexState, IndexVariant, MemNode,
     MemNodeId, MemNodeState, OwnerBlock, Region,
@@ -99,7 +101,7 @@ impl ControlState {
         self.audit.push_back(AuditEntry {
             at_ms: req.at_ms,
             actor: req.actor.clone(),
-            command: req.command.clone(),
+            command: req.command.for_audit(),
             outcome: match &result {
                 Ok(_) => "ok".to_owned(),
                 Err(e) => e.to_string(),
@@ -108,7 +110,11 @@ impl ControlState {
         while self.audit.len() > AUDIT_ENTRIES_MAX {
             self.audit.pop_front();
         }
-        debug_assert!(self.epoch == before || self.epoch == before + 1);
+        debug_assert!(
+            self.epoch == before
+                || self.epoch == before + 1
+                || matches!(req.command, Command::Restore { .. })
+        );
         debug_assert_eq!(self.check(), Ok(()));
         result
     }
@@ -207,6 +213,8 @@ impl ControlState {
             }
             Command::ForgetClient { id, by } => self.forget_client(id, by, req.at_ms),
             Command::ClaimReclaim { id, by } => self.claim_reclaim(id, by, req.at_ms),
+            Command::SetMaintenance { id, on } => self.set_maintenance(id, on),
+            Command::Restore { ref state } => self.restore(&state.0),
             Command::DeregisterClient { id } => {
                 let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
                 if c.state != ClientState::Live {
@@ -315,6 +323,7 @@ impl ControlState {
             allocated_bytes: 0,
             epoch: 0,
             state: MemNodeState::Joining,
+            maintenance: false,
         };
         self.memnodes.insert(id, node.clone());
         Ok(Outcome::MemNode(node))
@@ -698,7 +707,7 @@ pub fn candidates<'a>(
     exclude: &[MemNodeId],
 ) -> Vec<MemNodeId> {
     let mut nodes: Vec<&MemNode> = memnodes
-        .filter(|n| n.state == MemNodeState::Active && !exclude.contains(&n.id))
+        .filter(|n| n.state == MemNodeState::Active && !n.maintenance && !exclude.contains(&n.id))
         .filter(|n| n.capacity_bytes.saturating_sub(n.allocated_bytes) >= size_bytes)
         .collect();
     nodes.sort_by_key(|n| (std::cmp::Reverse(n.capacity_bytes - n.allocated_bytes), n.id));

@@ -57,6 +57,10 @@ pub struct MemNode {
     pub epoch: fabric::Epoch,
     /// Its state.
     pub state: MemNodeState,
+    /// Under planned maintenance (`SetMaintenance`): its silence is not
+    /// judged and it takes no new replica, whatever its state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// A region: primary first, then backups.

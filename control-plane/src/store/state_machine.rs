@@ -123,6 +123,13 @@ impl StateReader {
         f(&self.shared.read().state)
     }
 
+    /// Calls `f` with the applied state and the log id it was applied to,
+    /// read together (`ctl check` compares states at the same index).
+    pub fn with_applied<R>(&self, f: impl FnOnce(&ControlState, Option<LogId<MemberId>>) -> R) -> R {
+        let shared = self.shared.read();
+        f(&shared.state, shared.last_applied)
+    }
+
     /// The id of the last applied log entry.
     pub fn last_applied(&self) -> Option<LogId<MemberId>> {
         self.shared.read().last_applied

@@ -562,3 +562,110 @@ fn apply_is_deterministic_and_the_audit_is_bounded() {
     let back: ControlState = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
     assert_eq!(back, a);
 }
+
+#[test]
+fn a_node_in_maintenance_takes_no_new_replica_and_a_dead_one_cannot_enter_it() {
+    let mut s = cluster(2, 1 << 30);
+    let Ok(Outcome::MemNode(n)) = s.apply(&req(4, Command::SetMaintenance { id: 0, on: true })) else {
+        panic!("maintenance on")
+    };
+    assert!(n.maintenance);
+    assert_eq!(n.state, MemNodeState::Active, "the state is kept");
+    assert!(
+        matches!(
+            s.apply(&req(
+                5,
+                Command::CreateRegion {
+                    size_bytes: 4096,
+                    replicas: 2
+                }
+            )),
+            Err(CommandError::Placement { .. })
+        ),
+        "one node left for two replicas"
+    );
+    let r = region(&mut s, 4096, 1);
+    assert_eq!(r.replicas[0].node, 1);
+    s.apply(&req(6, Command::SetMaintenance { id: 0, on: false }))
+        .unwrap();
+    assert!(!s.memnodes[&0].maintenance);
+    s.apply(&req(7, Command::DeclareMemNodeDead { id: 0 })).unwrap();
+    assert!(matches!(
+        s.apply(&req(8, Command::SetMaintenance { id: 0, on: true })),
+        Err(CommandError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.apply(&req(8, Command::SetMaintenance { id: 9, on: true })),
+        Err(CommandError::UnknownMemNode { id: 9 })
+    ));
+}
+
+#[test]
+fn a_snapshot_is_restored_only_into_an_empty_cluster_and_only_when_consistent() {
+    let mut saved = cluster(3, 1 << 30);
+    ready_region(&mut saved, 2);
+    let mut fresh = ControlState::default();
+    // The new cluster's own coordinator: a client without memory.
+    fresh
+        .apply(&req(
+            1,
+            Command::RegisterClient {
+                name: "recovery".into(),
+                owner_ids: 8,
+                lease_ms: 1000,
+            },
+        ))
+        .unwrap();
+    let restore = |state: &ControlState| Command::Restore {
+        state: SavedState(Box::new(state.clone())),
+    };
+    // Through the log's encoding, as a member reads it back: the state's
+    // maps keyed by numbers must survive the command's tagged encoding.
+    let request = req(9, restore(&saved));
+    let encoded = serde_json::to_vec(&request).unwrap();
+    let decoded: Request = serde_json::from_slice(&encoded).unwrap();
+    assert_eq!(decoded, request);
+    let Ok(Outcome::Restored(summary)) = fresh.apply(&decoded) else {
+        panic!("restore refused")
+    };
+    assert_eq!((summary.memnodes, summary.regions, summary.clients), (3, 1, 0));
+    assert_eq!(fresh.epoch, saved.epoch + 1, "a restore alters routing");
+    assert_eq!(summary.epoch, fresh.epoch);
+    assert_eq!(fresh.memnodes, saved.memnodes);
+    assert_eq!(fresh.regions, saved.regions);
+    assert!(fresh.clients.is_empty(), "the new cluster's clients are dropped");
+    let last = fresh.audit.back().unwrap();
+    assert_eq!(
+        last.command,
+        Command::Restore {
+            state: SavedState::default()
+        },
+        "the audit keeps no copy of the state"
+    );
+    // Not twice, and not an inconsistent state.
+    assert!(matches!(
+        fresh.apply(&req(10, restore(&saved))),
+        Err(CommandError::Conflict(_))
+    ));
+    let mut broken = saved.clone();
+    broken.memnodes.remove(&0);
+    let mut empty = ControlState::default();
+    assert!(matches!(
+        empty.apply(&req(11, restore(&broken))),
+        Err(CommandError::Invalid(_))
+    ));
+    assert!(empty.is_empty(), "a refused restore changes nothing");
+}
+
+#[test]
+fn equal_states_hash_equal_and_any_change_shows() {
+    let a = cluster(2, 1 << 30);
+    let b = a.clone();
+    assert_eq!(state_hash(&a), state_hash(&b));
+    let mut c = a.clone();
+    c.apply(&req(5, Command::DrainMemNode { id: 1 })).unwrap();
+    assert_ne!(state_hash(&a), state_hash(&c));
+    let text = serde_json::to_string(&state_hash(&a)).unwrap();
+    assert_eq!(text.len(), 34, "32 hex digits in quotes: {text}");
+    assert_eq!(serde_json::from_str::<StateHash>(&text).unwrap(), state_hash(&a));
+}

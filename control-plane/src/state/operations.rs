@@ -1,0 +1,133 @@
+//! What operators do to the state as a whole: planned maintenance of a
+//! memory node, restoring a saved state into a new cluster, and the digest
+//! that lets members compare their states (`ctl check`).
+
+use serde::{Deserialize, Serialize};
+
+use super::{
+    Command, CommandError, ControlState, MemNodeId, MemNodeState, Outcome, Response, RestoreSummary,
+};
+
+/// A digest of a state: equal states have equal digests on every member
+/// (the state holds only ordered maps, so its JSON is canonical).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StateHash(#[serde(with = "hex128")] pub u128);
+
+impl std::fmt::Display for StateHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+/// The digest of `state`: xxh3-128 of its JSON.
+pub fn state_hash(state: &ControlState) -> StateHash {
+    // Serialising plain data into a Vec cannot fail: every map key is a
+    // number or a string.
+    let json = serde_json::to_vec(state).unwrap_or_default();
+    StateHash(xxhash_rust::xxh3::xxh3_128(&json))
+}
+
+mod hex128 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u128, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{v:032x}"))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u128, D::Error> {
+        let text = String::deserialize(d)?;
+        u128::from_str_radix(&text, 16).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A whole state inside a command. [`Command`] is an internally tagged
+/// enum, which serde buffers before it decodes a variant, and buffered maps
+/// lose the number type of their keys (memory nodes by id would not decode);
+/// so the state travels as one JSON string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SavedState(pub Box<ControlState>);
+
+impl Serialize for SavedState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let json = serde_json::to_string(&*self.0).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&json)
+    }
+}
+
+impl<'de> Deserialize<'de> for SavedState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let json = String::deserialize(d)?;
+        serde_json::from_str(&json)
+            .map(|s| SavedState(Box::new(s)))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl ControlState {
+    /// True while the state holds nothing a restore would overwrite: no
+    /// memory node, region or index (clients without memory do not count).
+    pub fn is_empty(&self) -> bool {
+        self.memnodes.is_empty() && self.regions.is_empty() && self.indexes.is_empty()
+    }
+
+    pub(super) fn set_maintenance(&mut self, id: MemNodeId, on: bool) -> Response {
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        if n.state == MemNodeState::Dead {
+            return Err(CommandError::Conflict(format!(
+                "memory node {id} was declared dead; maintenance is for nodes that will come back"
+            )));
+        }
+        n.maintenance = on;
+        Ok(Outcome::MemNode(n.clone()))
+    }
+
+    pub(super) fn restore(&mut self, saved: &ControlState) -> Response {
+        if !self.is_empty() {
+            return Err(CommandError::Conflict(format!(
+                "this cluster already holds {} memory nodes, {} regions and {} indexes: a snapshot is \
+                 restored only into a new cluster",
+                self.memnodes.len(),
+                self.regions.len(),
+                self.indexes.len()
+            )));
+        }
+        saved
+            .check()
+            .map_err(|why| CommandError::Invalid(format!("the snapshot's state is inconsistent: {why}")))?;
+        // The snapshot's history goes on; what this cluster did before (its
+        // formation) is dropped with the rest of its empty state.
+        *self = saved.clone();
+        Ok(Outcome::Restored(RestoreSummary {
+            // `apply` bumps the epoch after this (a restore alters routing).
+            epoch: self.epoch + 1,
+            memnodes: self.memnodes.len(),
+            regions: self.regions.len(),
+            clients: self.clients.len(),
+            indexes: self.indexes.len(),
+        }))
+    }
+}
+
+impl Command {
+    /// True for the commands only an admin token may send: replacing the
+    /// whole state.
+    pub fn admin_only(&self) -> bool {
+        matches!(self, Command::Restore { .. })
+    }
+
+    /// The command as the audit trail keeps it: a restore without the
+    /// state it brought (the trail would otherwise hold a copy of the
+    /// whole state, and every later snapshot a copy of that).
+    pub fn for_audit(&self) -> Command {
+        match self {
+            Command::Restore { .. } => Command::Restore {
+                state: SavedState::default(),
+            },
+            other => other.clone(),
+        }
+    }
+}
