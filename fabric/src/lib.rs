@@ -31,6 +31,7 @@ mod mandate;
 mod map;
 mod memnode;
 mod memory;
+pub mod metrics;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 mod region_table;

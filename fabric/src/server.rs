@@ -10,6 +10,9 @@
 //! at most one request body and one response of at most `FRAME_BYTES_MAX`
 //! bytes plus two I/O buffers. A request body grows only with the bytes
 //! received, so idle or trickling connections cost little.
+//!
+//! What it serves is counted ([`crate::metrics`]) once per batch, with
+//! handles each connection takes once: the verb path adds a few atomics.
 
 use std::future::Future;
 use std::io;
@@ -23,6 +26,7 @@ use tokio::task::JoinSet;
 
 use crate::error::FabricError;
 use crate::memnode::{execute_inline, MemoryNode};
+use crate::metrics::{self, ConnectionGauge, Refusal, ServerMeters};
 use crate::verb::Completions;
 use crate::wire::{self, Request, FRAME_BYTES_MAX};
 
@@ -57,13 +61,18 @@ pub async fn serve(
                 };
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     tracing::warn!(%peer, limit = CONNECTIONS_MAX, "connection limit reached; closing new connection");
+                    metrics::connection_refused();
                     continue;
                 };
                 let node = node.clone();
                 connections.spawn(async move {
+                    let _open = ConnectionGauge::open();
                     match serve_connection(stream, &node).await {
                         Ok(()) => tracing::debug!(%peer, "connection closed"),
-                        Err(e) => tracing::warn!(%peer, error = %e, "connection dropped"),
+                        Err(e) => {
+                            metrics::connection_error();
+                            tracing::warn!(%peer, error = %e, "connection dropped");
+                        }
                     }
                     drop(permit);
                 });
@@ -92,6 +101,7 @@ async fn serve_connection(stream: TcpStream, node: &MemoryNode) -> io::Result<()
     let mut ops = Vec::new();
     let mut out = Completions::default();
     let mut response = Vec::new();
+    let meters = ServerMeters::new();
     loop {
         let len = match reader.read_u32_le().await {
             Ok(len) => len as usize,
@@ -119,11 +129,18 @@ async fn serve_connection(stream: TcpStream, node: &MemoryNode) -> io::Result<()
             Request::Batch { id, epoch } => {
                 out.clear();
                 match execute_inline(|_| Some(node), epoch, &ops, &body, &mut out) {
-                    Ok(()) => wire::encode_completions(&mut response, id, &out),
+                    Ok(()) => {
+                        meters.batch(&ops, &out);
+                        wire::encode_completions(&mut response, id, &out)
+                    }
                     Err(FabricError::StaleEpoch { node_epoch, .. }) => {
+                        meters.refused(Refusal::StaleEpoch);
                         wire::encode_stale(&mut response, id, node_epoch)
                     }
-                    Err(FabricError::NodeLeaseLapsed { .. }) => wire::encode_lapsed(&mut response, id),
+                    Err(FabricError::NodeLeaseLapsed { .. }) => {
+                        meters.refused(Refusal::LeaseLapsed);
+                        wire::encode_lapsed(&mut response, id)
+                    }
                     Err(e) => return Err(invalid(e.to_string())),
                 }
             }

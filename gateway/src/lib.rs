@@ -11,6 +11,7 @@
 //! - [`server`]: the listener, the keyspace pool, connections,
 //!   pipelining, AUTH ([`auth`]: passwords are cluster tokens, checked with
 //!   the control plane) and INFO ([`info`]).
+//! - [`metrics`]: what `kintsugi serve --metrics-listen` exports.
 //!
 //! `docs/gateway.md` describes the design and its limits.
 
@@ -23,6 +24,7 @@ pub mod command;
 pub mod glob;
 pub mod info;
 pub mod keyspace;
+pub mod metrics;
 pub mod resp;
 pub mod server;
 

@@ -22,6 +22,7 @@ use crate::auth::{TokenCheck, Verdict, FAILURES_MAX};
 use crate::command::{self, Command, CommandQuery};
 use crate::info::{self, Snapshot};
 use crate::keyspace::{Counters, Keyspace, KeyspaceError};
+use crate::metrics::{KeyspaceMeters, Meters};
 use crate::resp::{decode_request, Decoded, Protocol, Reply};
 
 /// Connections served at once: one more is told so and closed.
@@ -61,6 +62,7 @@ struct Shared {
     tokens: TokenCheck,
     pool: Arc<Pool>,
     totals: Totals,
+    meters: Meters,
     connected: AtomicU64,
     next_client_id: AtomicU64,
     started: Instant,
@@ -91,6 +93,7 @@ impl Gateway {
                 tokens,
                 pool: Arc::new(Pool::new(keyspaces)),
                 totals: Totals::default(),
+                meters: Meters::new(),
                 connected: AtomicU64::new(0),
                 next_client_id: AtomicU64::new(1),
                 started: Instant::now(),
@@ -126,11 +129,13 @@ impl Gateway {
                 .totals
                 .connections_received
                 .fetch_add(1, Ordering::Relaxed);
+            self.shared.meters.received.increment(1);
             let Ok(permit) = admitted.clone().try_acquire_owned() else {
                 self.shared
                     .totals
                     .connections_refused
                     .fetch_add(1, Ordering::Relaxed);
+                self.shared.meters.refused.increment(1);
                 tasks.spawn(refuse(stream));
                 continue;
             };
@@ -168,6 +173,8 @@ struct Pool {
     permits: Arc<Semaphore>,
     /// Each keyspace's counters as of its last return.
     counters: Mutex<Vec<Counters>>,
+    /// Where what a keyspace counted while lent is exported.
+    meters: KeyspaceMeters,
 }
 
 struct Lent {
@@ -185,6 +192,7 @@ impl Pool {
             free: Mutex::new(keyspaces.into_iter().enumerate().collect()),
             permits: Arc::new(Semaphore::new(size)),
             counters: Mutex::new(vec![Counters::default(); size]),
+            meters: KeyspaceMeters::new(),
         }
     }
 
@@ -226,7 +234,11 @@ impl Lent {
 impl Drop for Lent {
     fn drop(&mut self) {
         if let Some(mut k) = self.keyspace.take() {
-            lock(&self.pool.counters)[self.slot] = k.counters();
+            let now = k.counters();
+            let mut counters = lock(&self.pool.counters);
+            self.pool.meters.add(&counters[self.slot], &now);
+            counters[self.slot] = now;
+            drop(counters);
             lock(&self.pool.free).push((self.slot, k));
         }
     }
@@ -256,6 +268,7 @@ enum After {
 impl Connection {
     fn new(shared: Arc<Shared>) -> Connection {
         shared.connected.fetch_add(1, Ordering::Relaxed);
+        shared.meters.connections.increment(1.0);
         Connection {
             id: shared.next_client_id.fetch_add(1, Ordering::Relaxed),
             protocol: Protocol::Resp2,
@@ -323,6 +336,10 @@ impl Connection {
         // Counted through `self.shared` at each use: a reference held
         // across the awaits below would keep `self` borrowed.
         self.shared.totals.commands.fetch_add(1, Ordering::Relaxed);
+        let slot = args
+            .first()
+            .map_or(command::TABLE.len(), |name| Meters::slot(name));
+        self.shared.meters.command(slot);
         let (reply, after) = match command::parse(args) {
             Err(reply) => (reply, After::Continue),
             Ok(cmd) if !self.authed && !cmd.allowed_before_auth() => (
@@ -343,6 +360,7 @@ impl Connection {
         };
         if matches!(reply, Reply::Error(_)) {
             self.shared.totals.errors.fetch_add(1, Ordering::Relaxed);
+            self.shared.meters.error(slot);
         }
         reply.encode(self.protocol, out);
         after
@@ -393,6 +411,7 @@ impl Connection {
         match &e {
             KeyspaceError::Index(index::IndexError::InDoubt(cause)) => {
                 self.shared.totals.in_doubt.fetch_add(1, Ordering::Relaxed);
+                self.shared.meters.in_doubt.increment(1);
                 tracing::warn!(error = %cause, "a write's outcome is unknown");
                 Reply::err(format!(
                     "the write's outcome is unknown: it was cut off at its commit point ({cause}); read the keys to learn it"
@@ -531,6 +550,7 @@ impl Connection {
 impl Drop for Connection {
     fn drop(&mut self) {
         self.shared.connected.fetch_sub(1, Ordering::Relaxed);
+        self.shared.meters.connections.decrement(1.0);
     }
 }
 

@@ -367,6 +367,8 @@ impl Process {
         }
         match line.parse::<ServerLine>() {
             Ok(ServerLine::Listening(addr)) => Ok(addr),
+            // A server announces its metrics listener only after this.
+            Ok(other) => Err(self.not_ready(format!("expected `listening ADDR` first, got `{other}`"))),
             Err(e) => Err(self.not_ready(e.to_string())),
         }
     }
@@ -645,7 +647,7 @@ mod tests {
             .unwrap();
         let e = p.await_listening(START_TIMEOUT).unwrap_err().to_string();
         assert!(
-            e.contains("expected `listening ADDR`, got \"serving 1.2.3.4:5\""),
+            e.contains("expected `listening ADDR` or `metrics ADDR`, got \"serving 1.2.3.4:5\""),
             "{e}"
         );
     }

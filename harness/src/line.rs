@@ -5,7 +5,7 @@
 //!
 //! | from → to               | enum            | lines                                   |
 //! |-------------------------|-----------------|-----------------------------------------|
-//! | server → its starter    | [`ServerLine`]  | `listening ADDR`                        |
+//! | server → its starter    | [`ServerLine`]  | `listening ADDR`, `metrics ADDR`        |
 //! | chaos client → runner   | [`ClientLine`]  | `ready`, `b BUCKET OPS`, `done OPS REPAIRS`, `blocked TEXT`, `error TEXT` |
 //! | runner → chaos client   | [`RunnerLine`]  | `go UNIX_NS`, `die`, `pause`            |
 
@@ -25,10 +25,13 @@ pub struct LineError {
 /// What a server (`kintsugi memnode`, `kintsugi control`) prints on stdout
 /// once it serves: its bound address, useful with port 0. It is the
 /// server's first line; a starter that reads anything else reports it.
+/// With `--metrics-listen`, the metrics listener's address follows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ServerLine {
     /// `listening ADDR`.
     Listening(String),
+    /// `metrics ADDR`: where `/metrics` and `/healthz` are served.
+    Metrics(String),
 }
 
 /// What a chaos client process tells its runner on stdout.
@@ -76,6 +79,7 @@ impl fmt::Display for ServerLine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ServerLine::Listening(addr) => write!(f, "listening {addr}"),
+            ServerLine::Metrics(addr) => write!(f, "metrics {addr}"),
         }
     }
 }
@@ -85,11 +89,12 @@ impl FromStr for ServerLine {
 
     fn from_str(line: &str) -> Result<Self, LineError> {
         let bad = || LineError {
-            expected: "`listening ADDR`",
+            expected: "`listening ADDR` or `metrics ADDR`",
             line: line.trim_end().to_owned(),
         };
         match words(line).as_slice() {
             ["listening", addr] => Ok(ServerLine::Listening((*addr).to_owned())),
+            ["metrics", addr] => Ok(ServerLine::Metrics((*addr).to_owned())),
             _ => Err(bad()),
         }
     }
@@ -194,7 +199,10 @@ mod tests {
 
     #[test]
     fn every_line_parses_back_to_itself() {
-        round_trip(&[ServerLine::Listening("127.0.0.1:7100".into())]);
+        round_trip(&[
+            ServerLine::Listening("127.0.0.1:7100".into()),
+            ServerLine::Metrics("127.0.0.1:9100".into()),
+        ]);
         round_trip(&[
             ClientLine::Ready,
             ClientLine::Bucket { bucket: 0, ops: 0 },
@@ -222,6 +230,10 @@ mod tests {
             ServerLine::Listening("[::1]:9".into()).to_string(),
             "listening [::1]:9"
         );
+        assert_eq!(
+            ServerLine::Metrics("[::1]:9".into()).to_string(),
+            "metrics [::1]:9"
+        );
         assert_eq!(ClientLine::Bucket { bucket: 4, ops: 10 }.to_string(), "b 4 10");
         assert_eq!(ClientLine::Done { ops: 5, repairs: 1 }.to_string(), "done 5 1");
         assert_eq!(RunnerLine::Go { t0_ns: 9 }.to_string(), "go 9");
@@ -234,6 +246,8 @@ mod tests {
             "",
             "listening",
             "listening a b",
+            "metrics",
+            "metrics a b",
             "LISTENING x",
             "serving 127.0.0.1:1",
         ] {

@@ -31,6 +31,7 @@ use control_plane::state::{candidates, ClientId, ClientState, Command, MemNodeId
 use fabric::RegionId;
 
 use crate::copy::{self, Copied};
+use crate::metrics::{self as meter, PassOutcome};
 use crate::RecoveryError;
 
 /// Longest pause between passes when nothing wakes the coordinator
@@ -241,16 +242,26 @@ impl Coordinator {
                 return Stopped::LeaseLost(why);
             }
             let timeout = self.pass_timeout();
+            let started = Instant::now();
             match tokio::time::timeout(timeout, self.pass()).await {
-                Ok(Ok(Some(_))) => continue,
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "recovery step failed; trying again"),
+                Ok(Ok(Some(_))) => {
+                    meter::pass(started, PassOutcome::Step);
+                    continue;
+                }
+                Ok(Ok(None)) => meter::pass(started, PassOutcome::Idle),
+                Ok(Err(e)) => {
+                    meter::pass(started, PassOutcome::Failed);
+                    tracing::warn!(error = %e, "recovery step failed; trying again");
+                }
                 // Every step is safe to stop after any verb (a crashed
                 // coordinator stops that way): the next pass redoes it.
-                Err(_) => tracing::warn!(
-                    ?timeout,
-                    "a recovery pass did not finish in time; abandoned and tried again"
-                ),
+                Err(_) => {
+                    meter::pass(started, PassOutcome::Timeout);
+                    tracing::warn!(
+                        ?timeout,
+                        "a recovery pass did not finish in time; abandoned and tried again"
+                    );
+                }
             }
             tokio::select! {
                 _ = epochs.changed() => {}
@@ -477,6 +488,7 @@ impl Coordinator {
 
     fn took(&self, step: Step, about: u64, what: &str) -> Step {
         tracing::info!(step = step.name(), about, "{what}");
+        meter::step(step);
         if let Some(hook) = &self.options.on_step {
             hook(step, about, what);
         }

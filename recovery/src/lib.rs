@@ -20,6 +20,7 @@
 pub mod coordinator;
 pub mod copy;
 mod error;
+pub mod metrics;
 
 pub use coordinator::{Coordinator, RecoveryOptions, Step, Stopped, CLIENT_NAME};
 pub use copy::{CaughtUp, Copied, COPY_CHUNK_BYTES};

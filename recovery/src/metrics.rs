@@ -1,0 +1,122 @@
+//! The recovery coordinator's metrics: the steps it took (recovery's
+//! phases) and its passes.
+//!
+//! Recorded through the `metrics` facade (a no-op until the process
+//! installs a recorder: `kintsugi control --metrics-listen`). A process
+//! runs one coordinator at a time, so the series carry no member label:
+//! the scrape's `instance` tells members apart.
+
+use std::time::Instant;
+
+use ::metrics::Unit;
+use fabric::metrics::{MetricDef, MetricKind};
+
+use crate::Step;
+
+/// Steps taken, by `step` ([`Step::name`]: evicted, restored, caught-up,
+/// rolled-client, forgot-client, added-backup, copied, joined).
+pub const STEPS: &str = "kintsugi_recovery_steps_total";
+/// Passes by `outcome`: step (took one), idle (nothing to do), failed,
+/// timeout (abandoned past its bound).
+pub const PASSES: &str = "kintsugi_recovery_passes_total";
+/// How long a pass took, whatever its outcome.
+pub const PASS_SECONDS: &str = "kintsugi_recovery_pass_seconds";
+
+/// Every metric of this crate.
+pub const ALL: &[MetricDef] = &[
+    MetricDef {
+        name: STEPS,
+        kind: MetricKind::Counter,
+        unit: Some(Unit::Count),
+        help: "Recovery steps taken, by step.",
+    },
+    MetricDef {
+        name: PASSES,
+        kind: MetricKind::Counter,
+        unit: Some(Unit::Count),
+        help: "Recovery passes by outcome (step, idle, failed, timeout).",
+    },
+    MetricDef {
+        name: PASS_SECONDS,
+        kind: MetricKind::Histogram,
+        unit: Some(Unit::Seconds),
+        help: "Recovery pass durations.",
+    },
+];
+
+/// Registers this crate's descriptions with the installed recorder.
+pub fn describe() {
+    ALL.iter().for_each(MetricDef::describe);
+}
+
+/// How a pass ended.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum PassOutcome {
+    Step,
+    Idle,
+    Failed,
+    Timeout,
+}
+
+/// Counts a pass that started at `started` and times it.
+pub(crate) fn pass(started: Instant, outcome: PassOutcome) {
+    ::metrics::histogram!(PASS_SECONDS).record(started.elapsed());
+    let outcome = match outcome {
+        PassOutcome::Step => "step",
+        PassOutcome::Idle => "idle",
+        PassOutcome::Failed => "failed",
+        PassOutcome::Timeout => "timeout",
+    };
+    ::metrics::counter!(PASSES, "outcome" => outcome).increment(1);
+}
+
+/// Counts a step taken.
+pub(crate) fn step(step: Step) {
+    ::metrics::counter!(STEPS, "step" => step.name()).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    #[test]
+    fn the_table_is_valid() {
+        assert_eq!(fabric::metrics::check_table(ALL), Ok(()));
+    }
+
+    #[test]
+    fn steps_and_passes_are_counted_by_name_and_timed() {
+        let recorder = DebuggingRecorder::new();
+        let snapshots = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            step(Step::CaughtUp);
+            pass(Instant::now(), PassOutcome::Step);
+            pass(Instant::now(), PassOutcome::Timeout);
+        });
+        let mut seen = Vec::new();
+        for (key, _, _, value) in snapshots.snapshot().into_vec() {
+            let labels: Vec<String> = key
+                .key()
+                .labels()
+                .map(|l| format!("{}={}", l.key(), l.value()))
+                .collect();
+            let value = match value {
+                DebugValue::Counter(n) => n,
+                DebugValue::Histogram(samples) => samples.len() as u64,
+                DebugValue::Gauge(_) => panic!("no gauges here"),
+            };
+            seen.push((key.key().name().to_owned(), labels.join(","), value));
+        }
+        seen.sort();
+        assert_eq!(
+            seen,
+            [
+                (PASS_SECONDS.to_owned(), String::new(), 2),
+                (PASSES.to_owned(), "outcome=step".to_owned(), 1),
+                (PASSES.to_owned(), "outcome=timeout".to_owned(), 1),
+                (STEPS.to_owned(), "step=caught-up".to_owned(), 1),
+            ]
+        );
+    }
+}
