@@ -5,10 +5,30 @@
 
 mod cli;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    let args = cli::Cli::parse();
+    // A daemon's `--config FILE` becomes flags ahead of the typed ones.
+    let argv = match cli::config_file::expand(std::env::args_os().collect()) {
+        Ok(argv) => argv,
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let matches = cli::Cli::command().get_matches_from(argv);
+    match cli::config_file::printed(&matches) {
+        Ok(Some(text)) => {
+            print!("{text}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    let args = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     cli::init_tracing(args.verbose, args.quiet_by_default());
     if let Err(e) = harness::launch::stop_with_parent() {
         eprintln!("error: {e}");

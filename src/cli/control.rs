@@ -9,15 +9,20 @@ use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Leadership, Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::raft::MemberId;
+use control_plane::tls::ClientTls;
 use recovery::coordinator::{RECOVERY_CRASH_ENV, RECOVERY_CRASH_ONCE_ENV};
 use recovery::{Coordinator, RecoveryOptions, Step, Stopped};
 use std::sync::Arc;
 
 pub use control_plane::config::{SECRET_ENV, TOKEN_ENV};
 
+use super::telemetry;
+
 /// Arguments of `kintsugi control`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
+#[command(
+    args_override_self = true,
+    after_help = "\
 Secrets: with --config FILE, the cluster secret and bearer tokens come from FILE (TOML):
 
   cluster_secret = \"at-least-16-visible-ascii-characters\"
@@ -35,11 +40,23 @@ Secrets: with --config FILE, the cluster secret and bearer tokens come from FILE
   commit_timeout = \"5s\"
   watch_max = \"60s\"             # longest map long-poll
 
+  [tls]                         # optional: HTTPS for the API and Raft, every member alike
+  cert = \"/etc/kintsugi/member-1.pem\"   # names this member's advertised host
+  key = \"/etc/kintsugi/member-1-key.pem\"
+  ca = \"/etc/kintsugi/ca.pem\"           # signed every member's certificate
+  [member]                      # optional: this member's flags by long name
+  id = 1
+  listen = \"0.0.0.0:7401\"
+  advertise = \"cp-1.example:7401\"
+  data_dir = \"/var/lib/kintsugi/control\"
+  metrics_listen = \"0.0.0.0:9401\"
+
 Without --config, KINTSUGI_CLUSTER_SECRET and KINTSUGI_TOKEN supply one secret and one token
 (named \"default\", role admin), with default timings. Every member of a cluster needs the same secret.
 
-Once serving, prints one line to stdout: `listening ADDR`. A new cluster is formed with
-`kintsugi ctl --endpoint ADDR init` on one member, then `kintsugi ctl members add` for the others.
+Once serving, prints `listening ADDR` to stdout (and `metrics ADDR` with --metrics-listen). A new
+cluster is formed with `kintsugi ctl --endpoints ADDR init` on one member, then `kintsugi ctl
+members add` for the others. docs/operations.md covers TLS, snapshots and the rest of operating it.
 Stops cleanly on Ctrl-C or SIGTERM; its state stays in --data-dir for a restart.
 
 Example (three members on one host):
@@ -47,9 +64,14 @@ Example (three members on one host):
   kintsugi control --id 1 --listen 127.0.0.1:7401 --data-dir /var/lib/kintsugi/cp1 &
   kintsugi control --id 2 --listen 127.0.0.1:7402 --data-dir /var/lib/kintsugi/cp2 &
   kintsugi control --id 3 --listen 127.0.0.1:7403 --data-dir /var/lib/kintsugi/cp3 &
-  kintsugi ctl --endpoint 127.0.0.1:7401 init
-  kintsugi ctl --endpoint 127.0.0.1:7401 members add 2 127.0.0.1:7402
-  kintsugi ctl --endpoint 127.0.0.1:7401 members add 3 127.0.0.1:7403")]
+  kintsugi ctl --endpoints 127.0.0.1:7401 init
+  kintsugi ctl --endpoints 127.0.0.1:7401 members add 2 127.0.0.1:7402
+  kintsugi ctl --endpoints 127.0.0.1:7401 members add 3 127.0.0.1:7403
+
+One file per member instead (deploy/systemd/kintsugi-control@.service runs it this way):
+  kintsugi control --config /etc/kintsugi/control-1.toml
+  kintsugi control --config /etc/kintsugi/control-1.toml --print-config"
+)]
 pub struct ControlArgs {
     /// This member's Raft id (unique in the cluster; keep it with its data directory).
     #[arg(long)]
@@ -64,13 +86,22 @@ pub struct ControlArgs {
     /// Directory of this member's Raft log and state (sled); created if missing.
     #[arg(long, value_name = "DIR")]
     data_dir: PathBuf,
-    /// TOML file with the cluster secret, bearer tokens and timings (see below).
+    /// TOML file with the cluster secret, bearer tokens, timings, [tls] and, in [member], these
+    /// flags by their long names (see below); flags typed here override [member]'s.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Serve Prometheus `/metrics` and an unauthenticated `/healthz` on ADDR, a listener of its
+    /// own (off unless given). Healthy: Raft runs and a leader is known.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
+    /// Print the effective configuration (settings with secrets redacted, and [member]) as
+    /// TOML and exit.
+    #[arg(long)]
+    print_config: bool,
 }
 
 /// The settings of `--config`, or of the environment.
-fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
+pub(super) fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
     if let Some(path) = config {
         return Settings::load(path).context("loading --config");
     }
@@ -94,11 +125,18 @@ fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
 pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(args.config.as_ref())?;
     let recovery = recovery_plan(&settings)?;
+    if let Some(tls) = &settings.tls {
+        // This member's recovery coordinator reaches the cluster over
+        // https, trusting the members' CA.
+        ClientTls::set_process_default(ClientTls::load(&tls.ca).context("[tls] ca")?);
+    }
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&args.listen)
             .await
             .with_context(|| format!("binding {}", args.listen))?;
+        let metrics = telemetry::listen(args.metrics_listen.as_deref()).await?;
+        let tls_on = settings.tls.is_some();
         let options = MemberOptions {
             id: args.id,
             data_dir: args.data_dir.clone(),
@@ -118,11 +156,15 @@ pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
         )?;
         stdout.flush()?;
         drop(stdout);
+        let metrics = metrics
+            .map(|l| telemetry::spawn_for_member(l, &member))
+            .transpose()?;
         let coordinator = recovery.map(|(token, options)| {
-            let endpoint = args
+            let addr = args
                 .advertise
                 .clone()
                 .unwrap_or_else(|| member.local_addr().to_string());
+            let endpoint = format!("{}://{addr}", control_plane::tls::scheme(tls_on));
             tokio::spawn(recover_while_leading(
                 endpoint,
                 token,
@@ -134,6 +176,9 @@ pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("stopping");
         if let Some(c) = coordinator {
             c.abort();
+        }
+        if let Some(m) = metrics {
+            m.abort();
         }
         member.shutdown().await;
         Ok(ExitCode::SUCCESS)

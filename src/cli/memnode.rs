@@ -3,18 +3,22 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use cluster::{placement, Members};
 use fabric::{Backing, MemoryNode, NodeId, RegionSpec};
 
+use super::telemetry::{self, Health, Probe};
 use super::units::{parse_bytes, parse_region};
 
 /// Arguments of `kintsugi memnode`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
-Once serving, prints one line to stdout: `listening ADDR` (the bound address, useful with port 0).
+#[command(
+    args_override_self = true,
+    after_help = "\
+Once serving, prints one line to stdout: `listening ADDR` (the bound address, useful with port 0);
+with --metrics-listen, a second: `metrics ADDR`.
 Stops cleanly on Ctrl-C or SIGTERM: closes connections, syncs a --persist image, removes a --shm image.
 
 Two ways to get regions:
@@ -29,8 +33,17 @@ Examples:
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:64MiB --region 2:64MiB --shm /dev/shm/kintsugi-mn1
   kintsugi memnode --listen 127.0.0.1:7100 --region 1:256MiB --persist /var/lib/kintsugi/mn1.img
-  kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB --control 127.0.0.1:7401   # registers, renews")]
+  kintsugi memnode --listen 127.0.0.1:7100 --region 1:1GiB --control 127.0.0.1:7401   # registers, renews"
+)]
 pub struct MemnodeArgs {
+    /// TOML file of these flags by their long names (`metrics_listen = "0.0.0.0:9101"`); flags
+    /// typed on the command line override it. Unknown keys are errors.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (file, flags and defaults; tokens redacted) as TOML and
+    /// exit.
+    #[arg(long)]
+    print_config: bool,
     /// Address to serve verbs on (tcp), e.g. 127.0.0.1:7100; port 0 picks a free one.
     #[arg(long, value_name = "ADDR")]
     listen: String,
@@ -77,6 +90,10 @@ pub struct MemnodeArgs {
     /// built with `--features rdma`.
     #[arg(long, value_name = "HOST:PORT", requires = "regions")]
     rdma: Option<String>,
+    /// Serve Prometheus `/metrics` and an unauthenticated `/healthz` on ADDR, a listener of its
+    /// own (off unless given). Healthy: serving, and with --control its lease renewed.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 /// Serves `node` over rdma at `addr` until the returned server is dropped.
@@ -130,6 +147,16 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         let (listener, addr) = fabric::server::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let lease_lost = Arc::new(OnceLock::new());
+        let metrics = telemetry::listen(args.metrics_listen.as_deref())
+            .await?
+            .map(|l| {
+                telemetry::spawn(
+                    l,
+                    probe(Arc::new(OnceLock::from(node.clone())), lease_lost.clone()),
+                )
+            })
+            .transpose()?;
         tracing::info!(
             node = node.id(),
             %addr,
@@ -142,6 +169,9 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "{}", harness::ServerLine::Listening(addr.to_string()))?;
         stdout.flush()?;
         drop(stdout);
+        if let Some(m) = &metrics {
+            m.announce()?;
+        }
         let lease = if args.control.is_empty() {
             None
         } else {
@@ -152,6 +182,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             Some(tokio::spawn(async move {
                 if let Err(e) = placement::keep_registered(members, endpoint, capacity_bytes).await {
                     tracing::error!(error = %e, "no longer renewing this node's lease");
+                    let _ = lease_lost.set(e.to_string());
                 }
             }))
         };
@@ -190,6 +221,15 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         let (listener, addr) = fabric::server::bind(&args.listen)
             .await
             .with_context(|| format!("cannot listen on {}", args.listen))?;
+        // Served from before registration, which may wait for the control
+        // plane: `/healthz` says so meanwhile (announced with the address
+        // once registered: launchers read `listening` first).
+        let placed = Arc::new(OnceLock::new());
+        let lease_lost = Arc::new(OnceLock::new());
+        let metrics = telemetry::listen(args.metrics_listen.as_deref())
+            .await?
+            .map(|l| telemetry::spawn(l, probe(placed.clone(), lease_lost.clone())))
+            .transpose()?;
         let endpoint = match (&args.advertise, &args.shm) {
             (Some(a), _) => a.clone(),
             (None, Some(p)) => p.display().to_string(),
@@ -202,6 +242,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         };
         let (node, reopened) = MemoryNode::placed(id, args.capacity, &backing)?;
         let node = Arc::new(node);
+        let _ = placed.set(node.clone());
         tracing::info!(
             node = id,
             %addr,
@@ -215,13 +256,16 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "{}", harness::ServerLine::Listening(addr.to_string()))?;
         stdout.flush()?;
         drop(stdout);
-        let follower = tokio::spawn(placement::follow_for_life(
-            members,
-            id,
-            node.clone(),
-            endpoint,
-            args.capacity,
-        ));
+        if let Some(m) = &metrics {
+            m.announce()?;
+        }
+        let following = placement::follow_for_life(members, id, node.clone(), endpoint, args.capacity);
+        let follower = tokio::spawn(async move {
+            if let Err(e) = following.await {
+                tracing::error!(error = %e, "no longer following the control plane");
+                let _ = lease_lost.set(e.to_string());
+            }
+        });
         fabric::server::serve(listener, node.clone(), shutdown).await?;
         follower.abort();
         anyhow::Ok(node)
@@ -231,6 +275,44 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(node = node.id(), "memory node stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `/healthz` and the scrape's gauges read: the node once it exists
+/// (a placed node registers first), and why its lease keeper stopped, if
+/// it did. Healthy: it serves verbs, which for a node that keeps a lease
+/// means a renewal was granted recently enough
+/// (`MemoryNode::hold_lease_until`).
+fn probe(node: Arc<OnceLock<Arc<MemoryNode>>>, lease_lost: Arc<OnceLock<String>>) -> Probe {
+    let sampled = node.clone();
+    Probe {
+        daemon: "memnode",
+        health: Arc::new(move || {
+            let Some(n) = node.get() else {
+                return Health::Unavailable("not serving yet: registering with the control plane".into());
+            };
+            if let Some(why) = lease_lost.get() {
+                return Health::Unavailable(format!("no longer keeping its lease: {why}"));
+            }
+            if !n.serving() {
+                return Health::Unavailable(
+                    "its lease was not renewed in time: verbs are refused until the control plane grants \
+                     a renewal"
+                        .into(),
+                );
+            }
+            Health::Ok(format!(
+                "node {} serving {} regions at epoch {}",
+                n.id(),
+                n.descriptor().regions.len(),
+                n.epoch()
+            ))
+        }),
+        sample: Some(Arc::new(move || {
+            if let Some(n) = sampled.get() {
+                fabric::metrics::sample_node(n);
+            }
+        })),
+    }
 }
 
 /// Resolves on Ctrl-C or SIGTERM. The handlers are installed when this is

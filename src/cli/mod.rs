@@ -6,12 +6,14 @@ mod chaos;
 mod chaos_campaign;
 mod chaos_run;
 mod cluster;
+pub mod config_file;
 mod control;
 mod ctl;
 mod demo;
 mod fabric_bench;
 mod memnode;
 mod serve;
+mod telemetry;
 mod units;
 
 use std::process::ExitCode;

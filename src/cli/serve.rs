@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -12,9 +13,13 @@ use gateway::{Gateway, Handle, Keyspace, Settings, TokenCheck};
 use harness::local::{ClusterFile, LocalCluster, LocalClusterSpec};
 use harness::TransportKind;
 
+use super::telemetry::{self, Health, Probe};
+
 /// Arguments of `kintsugi serve`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "\
+#[command(
+    args_override_self = true,
+    after_help = "\
 Without --cluster or --dir, an embedded cluster is started in a temporary directory (one
 control-plane member and one memory node on shm, replication 1) and removed at exit: a one-command
 try. With --cluster or --dir, the gateway joins that cluster as a client; several gateways may serve
@@ -29,14 +34,23 @@ limits (keys up to 4 KiB, values up to 28 KiB, 31 keys per write) and the design
 AUTH takes any token of the cluster (client or admin role) as the password; it is required by
 default with --cluster or --dir and off for an embedded cluster (--auth/--no-auth override).
 
-Prints `listening ADDR` on stdout once it serves.
+Prints `listening ADDR` on stdout once it serves (and `metrics ADDR` with --metrics-listen).
 
 Examples:
   kintsugi serve                                  # embedded, on 127.0.0.1:6380
   redis-cli -p 6380 set greeting hello
   redis-benchmark -p 6380 -t set,get,incr,mset -r 100000 -n 100000 -c 50
-  kintsugi cluster up --detach && kintsugi serve --dir kintsugi-cluster --index sessions --kind hash")]
+  kintsugi cluster up --detach && kintsugi serve --dir kintsugi-cluster --index sessions --kind hash"
+)]
 pub struct ServeArgs {
+    /// TOML file of these flags by their long names (`metrics_listen = "0.0.0.0:9101"`); flags
+    /// typed on the command line override it. Unknown keys are errors.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the effective configuration (file, flags and defaults; tokens redacted) as TOML and
+    /// exit.
+    #[arg(long)]
+    print_config: bool,
     /// Where to serve RESP.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:6380")]
     resp: SocketAddr,
@@ -79,6 +93,10 @@ pub struct ServeArgs {
     /// (dies mid-write, holding a lock).
     #[arg(long, hide = true, value_parser = super::units::parse_duration)]
     die_after: Option<Duration>,
+    /// Serve Prometheus `/metrics` and an unauthenticated `/healthz` on ADDR, a listener of its
+    /// own (off unless given). Healthy: the gateway's cluster lease holds.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<String>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -159,6 +177,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(args.resp)
         .await
         .with_context(|| format!("cannot listen on {}", args.resp))?;
+    let metrics = telemetry::listen(args.metrics_listen.as_deref()).await?;
     let joined = join(&args).await?;
     let require_auth = if args.auth {
         true
@@ -178,6 +197,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let client = cluster::Cluster::connect_with(&joined.endpoints, &joined.token, options)
         .await
         .context("cannot join the cluster")?;
+    // Shared with `/healthz` until the gateway stops; `close` takes it back.
+    let client = Arc::new(client);
+    let metrics = metrics
+        .map(|l| telemetry::spawn(l, probe(client.clone())))
+        .transpose()?;
     let kind = match args.kind {
         Kind::Btree => "btree",
         Kind::Hash => "hash",
@@ -216,6 +240,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "{}", harness::line::ServerLine::Listening(addr.to_string()))?;
         out.flush()?;
     }
+    if let Some(m) = &metrics {
+        m.announce()?;
+    }
     if let (Some(after), Some(faults)) = (args.die_after, client.faults().cloned()) {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
@@ -228,8 +255,38 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let _ = stop.send(true);
     let keyspaces = served.await.context("the gateway's task failed")?;
     drop(keyspaces);
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
+    }
+    let client = Arc::into_inner(client).context("the cluster client is still shared at shutdown")?;
     client.close().await.context("cannot leave the cluster")?;
     drop(joined.embedded);
     eprintln!("gateway stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// `/healthz` and the sampled gauges of a gateway: healthy while the
+/// process's cluster lease holds (without it no index operation may run).
+fn probe(client: Arc<cluster::Cluster>) -> Probe {
+    let sampled = client.clone();
+    Probe {
+        daemon: "gateway",
+        health: Arc::new(move || {
+            if client.lease_holds() {
+                Health::Ok(format!(
+                    "client {} holds its lease at map epoch {}",
+                    client.id(),
+                    client.epoch()
+                ))
+            } else {
+                Health::Unavailable(match client.lease_lost() {
+                    Some(why) => format!("the cluster lease was lost: {why}"),
+                    None => "the cluster lease is not certain: no renewal was granted in time".into(),
+                })
+            }
+        }),
+        sample: Some(Arc::new(move || {
+            gateway::metrics::sample(sampled.epoch(), sampled.lease_holds());
+        })),
+    }
 }

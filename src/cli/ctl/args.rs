@@ -1,5 +1,6 @@
 //! The subcommands of `kintsugi ctl` and the parsers of their values.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Subcommand;
@@ -46,6 +47,14 @@ pub enum CtlCommand {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Save the whole state to a file, or restore one into a new cluster.
+    Snapshot {
+        #[command(subcommand)]
+        command: SnapshotCommand,
+    },
+    /// Compare the members' states: each one's digest at the same applied index (exit code 1
+    /// if two differ).
+    Check,
     /// Trace who changed what, oldest first, and whether it was refused.
     Audit {
         /// Newest entries to show.
@@ -73,6 +82,27 @@ pub enum MembersCommand {
     },
     /// Show the members as the addressed member knows them.
     List,
+    /// Hand the leadership to another voter, e.g. before restarting the leader's host.
+    TransferLeader {
+        /// The voter to lead.
+        id: MemberId,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SnapshotCommand {
+    /// Write the leader's state (memory nodes, regions, clients, indexes, audit) to FILE as JSON.
+    Save {
+        /// Where to write it (replaced if it exists).
+        file: PathBuf,
+    },
+    /// Make FILE's state the state of a new cluster: run on a cluster formed with `init` that
+    /// holds nothing yet (needs an admin token). Memory nodes of the snapshot that are still
+    /// running must be pointed at the new cluster, or they are declared dead after their lease.
+    Restore {
+        /// A file written by `snapshot save`.
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -93,11 +123,29 @@ pub enum MemnodeCommand {
         /// The node.
         id: MemNodeId,
     },
+    /// Put a node in or out of maintenance: while in, a planned restart is not declared dead
+    /// and no new replica is placed on it; its replicas stay.
+    Maintenance {
+        /// The node.
+        id: MemNodeId,
+        /// on or off.
+        #[arg(value_enum)]
+        mode: Switch,
+    },
     /// Forget a node for good; refused while it still holds a replica.
     Remove {
         /// The node.
         id: MemNodeId,
     },
+}
+
+/// `on` or `off`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    /// Turn it on.
+    On,
+    /// Turn it off.
+    Off,
 }
 
 #[derive(Subcommand, Debug)]

@@ -1,13 +1,16 @@
 //! `kintsugi ctl`: the operator's client of the control plane. It talks to
-//! one member's HTTP API; that member forwards writes to the leader, so any
-//! member will do as the endpoint.
+//! the first member of its list that it reaches; that member forwards writes
+//! to the leader, so any member will do.
 
 mod args;
+mod operations;
 pub(super) mod tables;
 mod text;
 
+use std::cell::Cell;
 use std::future::Future;
 use std::io::{ErrorKind, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -15,13 +18,18 @@ use anyhow::Context;
 use control_plane::api::{ClientError, ControlClient, MemberInfo};
 use control_plane::config::millis;
 use control_plane::state::{Command, MemNodeId};
+use control_plane::tls::{ClientTls, CA_FILE_ENV};
 use serde::Serialize;
 
-use self::args::{ClientCommand, CtlCommand, IndexCommand, MembersCommand, MemnodeCommand, RegionCommand};
+use self::args::{
+    ClientCommand, CtlCommand, IndexCommand, MembersCommand, MemnodeCommand, RegionCommand, SnapshotCommand,
+    Switch,
+};
 use super::control::TOKEN_ENV;
 use super::units::parse_duration;
 
-/// Environment variable naming the member to talk to when no `--endpoint` is given.
+/// Environment variable naming the members to talk to (comma-separated) when no `--endpoints`
+/// is given.
 pub const ENDPOINT_ENV: &str = "KINTSUGI_ENDPOINT";
 
 /// How often `init` looks for the new cluster's leader: elections take a
@@ -33,28 +41,46 @@ const ELECTION_POLL: Duration = Duration::from_millis(20);
 #[command(after_help = "\
 Every command needs a bearer token (--token or KINTSUGI_TOKEN) that the members accept.
 Any member answers: reads come from its applied state, which may trail the leader's by the
-newest commits; writes are forwarded to the leader. Errors go to stderr with exit code 1.
+newest commits; writes are forwarded to the leader. The members of --endpoints are tried in
+turn, from the one that answered last: one that is down (connection refused or not accepted)
+received nothing, so even a write goes on to the next. Errors go to stderr with exit code 1.
 The options above go before the command (`memnode register` has an --endpoint of its own).
+A cluster with TLS is reached at https:// endpoints, trusting --ca-file (or KINTSUGI_CA_FILE).
 
 Examples:
-  export KINTSUGI_ENDPOINT=127.0.0.1:7401 KINTSUGI_TOKEN=ops-token-0123456789
+  export KINTSUGI_ENDPOINT=127.0.0.1:7401,127.0.0.1:7402,127.0.0.1:7403 KINTSUGI_TOKEN=ops-token-0123456789
   kintsugi ctl init
   kintsugi ctl members add 2 127.0.0.1:7402
   kintsugi ctl status
+  kintsugi ctl members transfer-leader 2
   kintsugi ctl memnode register --endpoint 10.0.0.5:7100 --capacity 64GiB
+  kintsugi ctl memnode maintenance 0 on
   kintsugi ctl region create --size 1GiB --replicas 2
   kintsugi ctl region promote 1 2
   kintsugi ctl client register --name loader --owner-ids 8 --lease 2s
+  kintsugi ctl snapshot save cluster.json
+  kintsugi ctl check
   kintsugi ctl --json memnode list | jq '.[] | select(.state != \"active\")'
   kintsugi ctl audit --limit 20")]
 pub struct CtlArgs {
-    /// Any member's API address (HOST:PORT, http:// optional); a follower forwards writes to
-    /// the leader, so none is special.
-    #[arg(long, env = ENDPOINT_ENV, default_value = "127.0.0.1:7401", value_name = "URL")]
-    endpoint: String,
+    /// Members' API addresses (HOST:PORT, http:// or https://), comma-separated or repeated:
+    /// each is tried in turn until one answers, so a member that is down is passed over. A
+    /// follower forwards writes to the leader, so none is special.
+    #[arg(
+        long = "endpoints",
+        visible_alias = "endpoint",
+        env = ENDPOINT_ENV,
+        value_delimiter = ',',
+        default_value = "127.0.0.1:7401",
+        value_name = "URL[,URL...]"
+    )]
+    endpoints: Vec<String>,
     /// Bearer token; the member records the token's name as the actor of every change.
     #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     token: Option<String>,
+    /// PEM file of the CA that signed the members' certificates, for https:// endpoints.
+    #[arg(long, env = CA_FILE_ENV, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
     /// Print the API's answer as JSON instead of tables, for scripts.
     #[arg(long)]
     json: bool,
@@ -72,75 +98,157 @@ pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
         .token
         .filter(|t| !t.is_empty())
         .ok_or_else(|| anyhow::anyhow!("no bearer token: pass --token or set {TOKEN_ENV}"))?;
-    let client = ControlClient::new(&args.endpoint, Some(token.clone()))?;
+    let endpoints: Vec<String> = args
+        .endpoints
+        .iter()
+        .map(|e| e.trim().to_owned())
+        .filter(|e| !e.is_empty())
+        .collect();
+    anyhow::ensure!(!endpoints.is_empty(), "--endpoints names no member");
+    let tls = match &args.ca_file {
+        Some(path) => Some(ClientTls::load(path).context("--ca-file")?),
+        None => None,
+    };
+    let clients = endpoints
+        .iter()
+        .map(|e| ControlClient::with_tls(e, Some(token.clone()), tls.as_ref()))
+        .collect::<Result<Vec<_>, _>>()?;
     let api = Api {
-        client,
+        clients,
+        answering: Cell::new(0),
         token,
+        tls,
         timeout: args.timeout,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(execute(&api, args.command, args.json))?;
-    Ok(ExitCode::SUCCESS)
+    runtime.block_on(execute(&api, args.command, args.json))
 }
 
-/// The client with the bound on every call, and errors worded for operators.
+/// The members' clients with the bound on every call, failover, and errors
+/// worded for operators.
 struct Api {
-    client: ControlClient,
+    clients: Vec<ControlClient>,
+    /// The client that answered last: asked first next time, so a member
+    /// found down is passed over once, not on every call.
+    answering: Cell<usize>,
     token: String,
+    tls: Option<ClientTls>,
     timeout: Duration,
 }
 
 impl Api {
-    async fn call<T>(&self, call: impl Future<Output = Result<T, ClientError>>) -> anyhow::Result<T> {
-        let endpoint = self.client.endpoint();
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(e @ ClientError::Http { .. })) => {
-                // `{:#}` prints the chain down to the root cause, such as a
-                // refused connection.
-                let e = anyhow::Error::new(e);
-                anyhow::bail!("cannot reach the control plane at {endpoint}: {e:#}")
+    /// Asks `call` of each member in turn, from the one that answered
+    /// last, until one is reached: a member that is down (connection
+    /// refused or not accepted) received nothing, so even a write may go
+    /// to the next. Any answer, a refusal included, is final.
+    async fn call<T, F, Fut>(&self, call: F) -> anyhow::Result<T>
+    where
+        F: Fn(ControlClient) -> Fut,
+        Fut: Future<Output = Result<T, ClientError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let first = self.answering.get();
+        let mut down = Vec::new();
+        for i in 0..self.clients.len() {
+            let at = (first + i) % self.clients.len();
+            let client = &self.clients[at];
+            let endpoint = client.endpoint();
+            match tokio::time::timeout_at(deadline, call(client.clone())).await {
+                Ok(Ok(answer)) => {
+                    self.answering.set(at);
+                    if !down.is_empty() {
+                        tracing::debug!(answered = endpoint, passed_over = ?down, "members passed over");
+                    }
+                    return Ok(answer);
+                }
+                Ok(Err(e)) if e.is_unreachable() => {
+                    // `{:#}` prints the chain down to the root cause, such
+                    // as a refused connection.
+                    down.push(format!("{endpoint}: {:#}", anyhow::Error::new(e)));
+                }
+                Ok(Err(e @ ClientError::Http { .. })) => {
+                    let e = anyhow::Error::new(e);
+                    anyhow::bail!("lost the control plane at {endpoint}: {e:#}")
+                }
+                // A refusal's status and message say all there is.
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => anyhow::bail!(
+                    "no answer from {endpoint} within {}; a write may still commit: check `kintsugi ctl \
+                     status` before repeating it",
+                    humantime::format_duration(self.timeout)
+                ),
             }
-            // A refusal's status and message say all there is; the endpoint would only repeat.
-            Ok(Err(e)) => Err(e.into()),
-            Err(_) => anyhow::bail!(
-                "no answer from {endpoint} within {}; a write may still commit: check `kintsugi ctl \
-                 status` before repeating it",
-                humantime::format_duration(self.timeout)
-            ),
         }
+        anyhow::bail!("cannot reach any control-plane member:\n  {}", down.join("\n  "))
     }
 
     async fn write(&self, command: Command, json: bool) -> anyhow::Result<()> {
-        let outcome = self.call(self.client.command(&command)).await?;
+        let outcome = self
+            .call(|c| {
+                let command = command.clone();
+                async move { c.command(&command).await }
+            })
+            .await?;
         show(json, &outcome, tables::outcome)
+    }
+
+    /// Every endpoint, for a client of the cluster started from here.
+    fn endpoints(&self) -> Vec<String> {
+        self.clients.iter().map(|c| c.endpoint().to_owned()).collect()
     }
 }
 
-async fn execute(api: &Api, command: CtlCommand, json: bool) -> anyhow::Result<()> {
-    let c = &api.client;
+async fn execute(api: &Api, command: CtlCommand, json: bool) -> anyhow::Result<ExitCode> {
     match command {
-        CtlCommand::Init { members } => init(api, members, json).await,
-        CtlCommand::Status => show(json, &api.call(c.status()).await?, tables::status),
-        CtlCommand::Members { command } => members(api, command, json).await,
-        CtlCommand::Memnode { command } => memnode(api, command, json).await,
-        CtlCommand::Region { command } => region(api, command, json).await,
-        CtlCommand::Client { command } => client(api, command, json).await,
+        CtlCommand::Init { members } => init(api, members, json).await?,
+        CtlCommand::Status => show(
+            json,
+            &api.call(|c| async move { c.status().await }).await?,
+            tables::status,
+        )?,
+        CtlCommand::Members {
+            command: MembersCommand::TransferLeader { id },
+        } => operations::transfer_leader(api, id, json).await?,
+        CtlCommand::Members { command } => members(api, command, json).await?,
+        CtlCommand::Memnode { command } => memnode(api, command, json).await?,
+        CtlCommand::Region { command } => region(api, command, json).await?,
+        CtlCommand::Client { command } => client(api, command, json).await?,
         CtlCommand::Index {
             command: IndexCommand::List,
-        } => show(json, &api.call(c.indexes()).await?[..], tables::indexes),
-        CtlCommand::Audit { limit } => show(json, &api.call(c.audit(limit)).await?[..], tables::audit),
+        } => show(
+            json,
+            &api.call(|c| async move { c.indexes().await }).await?[..],
+            tables::indexes,
+        )?,
+        CtlCommand::Snapshot {
+            command: SnapshotCommand::Save { file },
+        } => operations::save(api, &file, json).await?,
+        CtlCommand::Snapshot {
+            command: SnapshotCommand::Restore { file },
+        } => operations::restore(api, &file, json).await?,
+        CtlCommand::Check => return operations::check(api, json).await,
+        CtlCommand::Audit { limit } => show(
+            json,
+            &api.call(|c| async move { c.audit(limit).await }).await?[..],
+            tables::audit,
+        )?,
     }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Formed, a cluster still has to elect its leader, and until then every
 /// write is refused; so `init` returns once there is one, and the next
 /// command (usually `members add`) finds it.
 async fn init(api: &Api, members: Vec<MemberInfo>, json: bool) -> anyhow::Result<()> {
-    let mut status = api.call(api.client.init(members)).await?;
+    let mut status = api
+        .call(|c| {
+            let members = members.clone();
+            async move { c.init(members).await }
+        })
+        .await?;
     let deadline = tokio::time::Instant::now() + api.timeout;
     while status.leader.is_none() {
         if tokio::time::Instant::now() >= deadline {
@@ -151,18 +259,24 @@ async fn init(api: &Api, members: Vec<MemberInfo>, json: bool) -> anyhow::Result
             );
         }
         tokio::time::sleep(ELECTION_POLL).await;
-        status = api.call(api.client.status()).await?;
+        status = api.call(|c| async move { c.status().await }).await?;
     }
     show(json, &status, tables::status)
 }
 
 async fn members(api: &Api, command: MembersCommand, json: bool) -> anyhow::Result<()> {
-    let c = &api.client;
     let changed = match command {
-        MembersCommand::Add { id, addr, learner } => api.call(c.add_member(id, &addr, !learner)).await?,
-        MembersCommand::Remove { id } => api.call(c.remove_member(id)).await?,
+        MembersCommand::Add { id, addr, learner } => {
+            api.call(|c| {
+                let addr = addr.clone();
+                async move { c.add_member(id, &addr, !learner).await }
+            })
+            .await?
+        }
+        MembersCommand::Remove { id } => api.call(|c| async move { c.remove_member(id).await }).await?,
+        MembersCommand::TransferLeader { id } => return operations::transfer_leader(api, id, json).await,
         MembersCommand::List => {
-            let s = api.call(c.status()).await?;
+            let s = api.call(|c| async move { c.status().await }).await?;
             return show(json, &s.members[..], |m| {
                 tables::members(m, s.leader, Some(s.member))
             });
@@ -178,7 +292,7 @@ async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Resu
         MemnodeCommand::List => {
             return show(
                 json,
-                &api.call(api.client.memnodes()).await?[..],
+                &api.call(|c| async move { c.memnodes().await }).await?[..],
                 tables::memnodes,
             );
         }
@@ -187,6 +301,10 @@ async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Resu
             capacity_bytes: capacity,
         },
         MemnodeCommand::Drain { id } => Command::DrainMemNode { id },
+        MemnodeCommand::Maintenance { id, mode } => Command::SetMaintenance {
+            id,
+            on: mode == Switch::On,
+        },
         MemnodeCommand::Remove { id } => Command::RemoveMemNode { id },
     };
     api.write(command, json).await
@@ -195,7 +313,11 @@ async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Resu
 async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result<()> {
     let command = match command {
         RegionCommand::List => {
-            return show(json, &api.call(api.client.regions()).await?[..], tables::regions);
+            return show(
+                json,
+                &api.call(|c| async move { c.regions().await }).await?[..],
+                tables::regions,
+            );
         }
         RegionCommand::Create { size, replicas } => Command::CreateRegion {
             size_bytes: size,
@@ -233,7 +355,7 @@ async fn promote(
         owner_ids: 1,
         ..cluster::ClusterOptions::default()
     };
-    let endpoints = [api.client.endpoint().to_owned()];
+    let endpoints = api.endpoints();
     let promoter = cluster::Cluster::connect_with(&endpoints, &api.token, options)
         .await
         .context("joining the cluster to promote")?;
@@ -275,7 +397,11 @@ async fn promote(
 async fn client(api: &Api, command: ClientCommand, json: bool) -> anyhow::Result<()> {
     let command = match command {
         ClientCommand::List => {
-            return show(json, &api.call(api.client.clients()).await?[..], tables::clients);
+            return show(
+                json,
+                &api.call(|c| async move { c.clients().await }).await?[..],
+                tables::clients,
+            );
         }
         ClientCommand::Register { name, lease, .. } if lease.is_some_and(|l| l.is_zero()) => {
             anyhow::bail!("--lease must be above zero (leave it out for the cluster's default); client {name:?} not registered")

@@ -6,7 +6,7 @@ use std::fmt::Write;
 use std::time::SystemTime;
 
 use comfy_table::{presets, CellAlignment, Table};
-use control_plane::api::{MemberInfo, Status};
+use control_plane::api::{MemberInfo, StateDigest, Status};
 use control_plane::raft::MemberId;
 use control_plane::state::{
     AuditEntry, Client, ClientState, IndexRecord, IndexState, MemNode, Outcome, Region,
@@ -59,7 +59,11 @@ pub fn memnodes(nodes: &[MemNode]) -> String {
         t.add_row(vec![
             n.id.to_string(),
             n.endpoint.clone(),
-            n.state.to_string(),
+            if n.maintenance {
+                format!("{} (maintenance)", n.state)
+            } else {
+                n.state.to_string()
+            },
             text::bytes(n.capacity_bytes),
             text::bytes(n.allocated_bytes),
         ]);
@@ -166,6 +170,10 @@ pub fn outcome(o: &Outcome) -> String {
         Outcome::Index(x) => indexes(std::slice::from_ref(x)),
         Outcome::Removed => "removed".to_owned(),
         Outcome::NoCommand => "applied; nothing changed".to_owned(),
+        Outcome::Restored(r) => format!(
+            "restored: {} memory nodes, {} regions, {} clients, {} indexes; map epoch {}",
+            r.memnodes, r.regions, r.clients, r.indexes, r.epoch
+        ),
     }
 }
 
@@ -276,4 +284,28 @@ pub fn status(s: &Status) -> String {
     // The page is printed with a newline of its own after it.
     out.truncate(out.trim_end().len());
     out
+}
+
+/// `ctl check`: each member's applied index and state digest.
+pub fn check(rows: &[(MemberId, Result<StateDigest, String>)]) -> String {
+    let mut t = table(&["member", "role", "applied", "epoch", "state hash"], &[0, 2, 3]);
+    for (id, row) in rows {
+        match row {
+            Ok(d) => t.add_row(vec![
+                id.to_string(),
+                d.role.clone(),
+                d.last_applied.map_or("-".to_owned(), |i| i.to_string()),
+                d.epoch.to_string(),
+                d.state_hash.to_string(),
+            ]),
+            Err(why) => t.add_row(vec![
+                id.to_string(),
+                "unreachable".to_owned(),
+                String::new(),
+                String::new(),
+                why.clone(),
+            ]),
+        };
+    }
+    t.to_string()
 }

@@ -129,6 +129,9 @@ pub fn command(c: &Command) -> String {
         Command::ForgetClient { id, .. } => format!("forget client {id}"),
         Command::ClaimReclaim { id, by } => format!("claim client {id}'s reclaim for client {by}"),
         Command::DeregisterClient { id } => format!("client {id} leaves (its logs are done)"),
+        Command::SetMaintenance { id, on: true } => format!("memory node {id} enters maintenance"),
+        Command::SetMaintenance { id, on: false } => format!("memory node {id} leaves maintenance"),
+        Command::Restore { .. } => "restore the state of a snapshot".to_owned(),
     }
 }
 
