@@ -122,11 +122,11 @@ impl Cluster {
             }
             let mandate = Mandate::new(map, sent + Duration::from_millis(me.lease_ms));
             let reclaims = txn::ReclaimView::new();
-            crate::session::prime_reclaims(&members, me.id, &reclaims).await?;
+            crate::session::prime_reclaims(&members, (me.id, me.registered_at_ms), &reclaims).await?;
             let session = Session::start(
                 endpoints.clone(),
                 token.to_owned(),
-                me.id,
+                (me.id, me.registered_at_ms),
                 mandate.clone(),
                 reclaims.clone(),
                 true,
@@ -433,6 +433,7 @@ impl Cluster {
                 // Our map may trail the control plane's (a region just
                 // published again after a promotion).
                 self.await_region(x, deadline).await?;
+                let tried_at = self.mandate.epoch();
                 match self.finish_logs_in(x, &owner, ids, sweep).await {
                     Ok(true) => break,
                     Ok(false) => {
@@ -443,7 +444,13 @@ impl Cluster {
                     // promotion): every step is safe to take again.
                     Err(e) if map_moved(&e) && attempt < MAP_MOVED_ATTEMPTS_MAX => {
                         tracing::debug!(index = %x.name, error = %e, "finishing logs again under a newer map");
-                        tokio::time::sleep(MAP_MOVED_PAUSE).await;
+                        // Until the map moves past the one refused: the
+                        // watch may be passing over a dead member first.
+                        let mut epochs = self.epochs();
+                        let newer = epochs.wait_for(|&e| e > tried_at);
+                        if tokio::time::timeout(MAP_MOVED_WAIT, newer).await.is_err() {
+                            tokio::time::sleep(MAP_MOVED_PAUSE).await;
+                        }
                     }
                     Err(e) => return Err(e),
                 }
@@ -549,6 +556,11 @@ impl Drop for Cluster {
 /// Pause before finishing an index's logs again after the region left the
 /// map under them (the map catches up within a round trip of the change).
 const MAP_MOVED_PAUSE: Duration = Duration::from_millis(5);
+
+/// Longest wait for a newer map after a step refused under an old one:
+/// the map watch passes over a dead member in a tenth of a second; a map
+/// that does not move within this was not the cause.
+const MAP_MOVED_WAIT: Duration = Duration::from_secs(1);
 
 /// Attempts at finishing one index's logs while its region moves: a few
 /// map changes in a row, not a dead node (its eviction is recovery's next

@@ -55,14 +55,18 @@ impl Lease {
         let members = Members::new(endpoints, token)?;
         let (me, sent) = rt.block_on(members.register_client(name, owner_ids, lease))?;
         let reclaims = txn::ReclaimView::new();
-        rt.block_on(crate::session::prime_reclaims(&members, me.id, &reclaims))?;
+        rt.block_on(crate::session::prime_reclaims(
+            &members,
+            (me.id, me.registered_at_ms),
+            &reclaims,
+        ))?;
         let empty =
             ClusterMap::new(0, Vec::new(), Vec::new()).map_err(|e| ClusterError::Map(e.to_string()))?;
         let mandate = Mandate::new(empty, sent + Duration::from_millis(me.lease_ms));
         let session = Session::start(
             endpoints.to_vec(),
             token.to_owned(),
-            me.id,
+            (me.id, me.registered_at_ms),
             mandate.clone(),
             reclaims.clone(),
             false,

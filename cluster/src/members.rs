@@ -53,8 +53,9 @@ impl Members {
     }
 
     /// Asks `f` of each member in turn until one answers. A refusal (4xx)
-    /// is the answer and is returned at once, except "no leader" (503),
-    /// which moves on; a member that is down or silent moves on too.
+    /// is the answer and is returned at once, except "no leader" (503) and
+    /// "leader unreachable" (502), which move on; a member that is down or
+    /// silent moves on too.
     pub async fn call<T, F, Fut>(&self, what: &str, f: F) -> Result<T, ClusterError>
     where
         F: Fn(ControlClient) -> Fut,
@@ -65,8 +66,10 @@ impl Members {
             for c in &self.clients {
                 match tokio::time::timeout(MEMBER_TIMEOUT, f(c.clone())).await {
                     Ok(Ok(v)) => return Ok(v),
+                    // 502: the member could not reach the leader it
+                    // forwards to (one that just died: an election is due).
                     Ok(Err(e @ ClientError::Refused { .. }))
-                        if e.status().is_some_and(|s| s.as_u16() != 503) =>
+                        if e.status().is_some_and(|s| s.as_u16() != 503 && s.as_u16() != 502) =>
                     {
                         return Err(ClusterError::Refused {
                             what: what.to_owned(),

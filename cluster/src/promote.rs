@@ -164,14 +164,23 @@ impl Cluster {
         match self.restore_promoted_here(region, start).await {
             Ok(p) => Ok(p),
             Err(e) if was_restoring => {
-                // Any step may fail once another promoter published (a
-                // stale epoch, the region no longer being restored, a
-                // refused `region_restored`); the region in the map says
-                // it was published.
-                let Ok(status) = self.status().await else {
-                    return Err(e);
+                // Any step may fail once another promoter claimed the
+                // restore or published (a stale epoch, the region no longer
+                // being restored, a refused `region_restored`); the region
+                // in the map says it was published, once the member asked
+                // has applied it and the other promoter is done.
+                let deadline = Instant::now() + PROMOTE_TIMEOUT;
+                let published = loop {
+                    let Ok(status) = self.status().await else {
+                        return Err(e);
+                    };
+                    let r = status.regions.iter().find(|r| r.id == region).cloned();
+                    if r.as_ref().is_some_and(|r| r.usable()) || Instant::now() >= deadline {
+                        break r;
+                    }
+                    tokio::time::sleep(PROMOTE_POLL).await;
                 };
-                match status.regions.iter().find(|r| r.id == region) {
+                match published {
                     Some(r) if r.usable() => {
                         tracing::info!(region, error = %e, "the promotion was finished by another promoter");
                         let took = start.elapsed();
@@ -207,7 +216,7 @@ impl Cluster {
         let (epoch, primary) = self.claim_and_fence(region).await?;
         let fenced = start.elapsed();
         tokio::time::sleep(FENCE_SETTLE).await;
-        let mut fabric = self.full_fabric().await?;
+        let mut fabric = self.full_fabric_since(epoch).await?;
         let mut lock_words = 0;
         // A region without a heap (made by `ctl region create`) has no
         // primary-only words of ours.
@@ -424,10 +433,17 @@ impl Cluster {
             region,
             client: self.me.id,
         };
-        self.members
+        let claimed = self
+            .members
             .command(&format!("claiming the restore of region {region}"), &claim)
             .await?;
-        self.await_fenced(region).await
+        // The member a status is read from may not have applied the claim
+        // yet: its older epoch would pass for fenced.
+        let at_least = match claimed {
+            Outcome::Region(r) => r.epoch,
+            _ => 0,
+        };
+        self.await_fenced(region, at_least).await
     }
 
     async fn restoring(&self, region: RegionId) -> Result<bool, ClusterError> {
@@ -440,10 +456,15 @@ impl Cluster {
     }
 
     /// Waits until every node holding `region` fences at the region's
-    /// epoch; the region must be out of the clients' map (being restored
+    /// epoch, as a member that has applied epoch `at_least` sees it; the
+    /// region must be out of the clients' map (being restored
     /// after a promotion, or catching a new replica up). Returns that
     /// epoch and the primary.
-    async fn await_fenced(&self, region: RegionId) -> Result<(Epoch, MemNodeId), ClusterError> {
+    async fn await_fenced(
+        &self,
+        region: RegionId,
+        at_least: Epoch,
+    ) -> Result<(Epoch, MemNodeId), ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
             let status = self.status().await?;
@@ -452,6 +473,17 @@ impl Cluster {
                 .iter()
                 .find(|r| r.id == region)
                 .ok_or_else(|| ClusterError::Map(format!("no region {region}")))?;
+            if r.epoch < at_least {
+                // A member behind the claim answered.
+                if Instant::now() >= deadline {
+                    return Err(ClusterError::Timeout {
+                        what: format!("a member to apply the claim of region {region} at epoch {at_least}"),
+                        after: humantime::format_duration(PROMOTE_TIMEOUT).to_string(),
+                    });
+                }
+                tokio::time::sleep(PROMOTE_POLL).await;
+                continue;
+            }
             if !r.being_restored() {
                 return Err(ClusterError::NotRestoring(region));
             }
@@ -487,6 +519,27 @@ impl Cluster {
         let map = self.full_map().await?;
         self.transport.learn(&map)?;
         Ok(fabric::Client::new(map, self.transport.clone()))
+    }
+
+    /// [`Cluster::full_fabric`] over a map of `epoch` or later: the member
+    /// that answers may be a follower that has not applied the promotion
+    /// yet, and the fenced nodes refuse an older map.
+    async fn full_fabric_since(&self, epoch: Epoch) -> Result<fabric::Client, ClusterError> {
+        let deadline = Instant::now() + PROMOTE_TIMEOUT;
+        loop {
+            let map = self.full_map().await?;
+            if map.epoch() >= epoch {
+                self.transport.learn(&map)?;
+                return Ok(fabric::Client::new(map, self.transport.clone()));
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout {
+                    what: format!("a map of epoch {epoch} (the members answer {})", map.epoch()),
+                    after: humantime::format_duration(PROMOTE_TIMEOUT).to_string(),
+                });
+            }
+            tokio::time::sleep(PROMOTE_POLL).await;
+        }
     }
 
     /// Every node and region, the ones being restored included.

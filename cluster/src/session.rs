@@ -42,7 +42,7 @@ impl Session {
     pub(crate) fn start(
         endpoints: Vec<String>,
         token: String,
-        id: ClientId,
+        (id, registered_at_ms): (ClientId, u64),
         mandate: Arc<Mandate>,
         reclaims: Arc<ReclaimView>,
         follow_map: bool,
@@ -59,7 +59,7 @@ impl Session {
                     Ok(rt) => rt.block_on(keep(
                         endpoints,
                         token,
-                        id,
+                        (id, registered_at_ms),
                         (&mandate, &Reclaims(reclaims)),
                         follow_map,
                         epoch_tx,
@@ -121,12 +121,12 @@ impl Drop for Session {
 /// one registered does not wait for it, so it must know.
 pub(crate) async fn prime_reclaims(
     members: &Members,
-    id: ClientId,
+    (id, registered_at_ms): (ClientId, u64),
     view: &Arc<ReclaimView>,
 ) -> Result<(), ClusterError> {
     let renewed = members
         .call("learning the reclaims under way", |c| async move {
-            c.renew_client(id, Some(0)).await
+            c.renew_client(id, Some(registered_at_ms), Some(0)).await
         })
         .await?;
     Reclaims(view.clone()).heard(&renewed);
@@ -161,7 +161,7 @@ impl Quiescence for Reclaims {
 async fn keep(
     endpoints: Vec<String>,
     token: String,
-    id: ClientId,
+    (id, registered_at_ms): (ClientId, u64),
     (mandate, reclaims): (&Mandate, &Reclaims),
     follow_map: bool,
     epochs: watch::Sender<Epoch>,
@@ -175,7 +175,7 @@ async fn keep(
     };
     let lease = keep_lease_with(
         members.clients(),
-        Leaseholder::Client(id),
+        Leaseholder::Client { id, registered_at_ms },
         Some(reclaims),
         async {
             let _ = stop.await;

@@ -53,6 +53,36 @@ pub const TOKENS_MAX: usize = 64;
 /// `/dev/zero`) from being read whole.
 pub const CONFIG_BYTES_MAX: u64 = 1 << 20;
 
+/// Why [`read_bounded`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// It holds more than `max` bytes.
+    #[error("more than {max} bytes")]
+    TooLarge {
+        /// The bound.
+        max: u64,
+    },
+}
+
+/// Reads at most `max` bytes of `path`, refusing a longer file. Bounded by
+/// reading, not by the length the file reports: a FIFO or a `/proc` file
+/// reports none. What every file an operator names (configs, PEM files,
+/// snapshots) is read with.
+pub fn read_bounded(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(max.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(ReadError::TooLarge { max });
+    }
+    Ok(bytes)
+}
+
 /// Longest `timing.commit_timeout`: a write unanswered for this long has met
 /// a cluster that needs an operator, not more patience.
 pub const COMMIT_TIMEOUT_MAX: Duration = Duration::from_secs(600);
@@ -225,12 +255,10 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is larger than [`CONFIG_BYTES_MAX`].
-    #[error("{path} has {len} bytes; a configuration file has at most {CONFIG_BYTES_MAX}")]
+    #[error("{path} has more than {CONFIG_BYTES_MAX} bytes, the most a configuration file has")]
     TooLarge {
         /// The file.
         path: String,
-        /// Its length.
-        len: u64,
     },
     /// Not TOML of the expected shape (toml names the line and the field).
     #[error("{0}")]
@@ -272,11 +300,17 @@ impl Settings {
             path: shown.clone(),
             source,
         };
-        let len = std::fs::metadata(path).map_err(read_err)?.len();
-        if len > CONFIG_BYTES_MAX {
-            return Err(ConfigError::TooLarge { path: shown, len });
-        }
-        let text = std::fs::read_to_string(path).map_err(read_err)?;
+        let bytes = match read_bounded(path, CONFIG_BYTES_MAX) {
+            Ok(bytes) => bytes,
+            Err(ReadError::Io(e)) => return Err(read_err(e)),
+            Err(ReadError::TooLarge { .. }) => return Err(ConfigError::TooLarge { path: shown }),
+        };
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.utf8_error(),
+            ))
+        })?;
         Self::from_toml(&text)
     }
 
@@ -488,6 +522,26 @@ memnode_lease = "2s"
     }
 
     #[test]
+    fn a_bounded_read_stops_past_its_bound_whatever_the_file_says() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"12345").expect("write");
+        assert_eq!(read_bounded(&path, 5).expect("fits"), b"12345");
+        assert!(matches!(
+            read_bounded(&path, 4),
+            Err(ReadError::TooLarge { max: 4 })
+        ));
+        // A file whose reported length is 0 (procfs) is still bounded.
+        let proc = Path::new("/proc/self/status");
+        if proc.exists() {
+            assert!(matches!(
+                read_bounded(proc, 8),
+                Err(ReadError::TooLarge { max: 8 })
+            ));
+        }
+    }
+
+    #[test]
     fn load_names_the_file_and_bounds_its_size() {
         let dir = tempfile::tempdir().expect("tempdir");
         let missing = dir.path().join("missing.toml");
@@ -496,7 +550,7 @@ memnode_lease = "2s"
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; CONFIG_BYTES_MAX as usize + 1]).expect("write");
         let err = Settings::load(&big).expect_err("too large").to_string();
-        assert!(err.contains("at most"), "{err}");
+        assert!(err.contains("more than"), "{err}");
         let good = dir.path().join("good.toml");
         std::fs::write(&good, GOOD).expect("write");
         assert_eq!(Settings::load(&good).expect("loads").tokens.len(), 2);

@@ -77,8 +77,8 @@ pub struct Liveness {
     /// does not lead.
     office: Option<(Instant, Term)>,
     memnodes: HashMap<MemNodeId, (Instant, Term)>,
-    /// When each memory node was last found in maintenance: its silence
-    /// counts from then at the earliest.
+    /// When each memory node was last found in maintenance, or first seen
+    /// unheard by this office: its silence counts from then at the earliest.
     excused: HashMap<MemNodeId, Instant>,
     clients: HashMap<ClientId, (Instant, Term)>,
     /// Whether this office has judged: clients unheard at its first
@@ -258,6 +258,14 @@ impl Liveness {
                 continue;
             }
             let heard = this_term(self.memnodes.get(&n.id));
+            if heard.is_none() {
+                // Unheard in this office: counted from the office if there
+                // at its first judgement, else from when first seen (a node
+                // a restore brought in, which never renewed here), as for
+                // clients.
+                let first = if self.judged { now } else { since };
+                self.excused.entry(n.id).or_insert(first);
+            }
             let quiet = silence(heard.max(self.excused.get(&n.id).copied()));
             let id = n.id;
             match n.state {
@@ -407,6 +415,28 @@ mod tests {
         assert_eq!(
             l.decisions(t0 + ms(20_030), &s),
             vec![Command::ActivateMemNode { id: 0 }]
+        );
+    }
+
+    /// A node a restore brings in is active but never renewed with this
+    /// leader: its silence counts from when it is first seen, not from the
+    /// office, however long the leader has led.
+    #[test]
+    fn a_node_first_seen_late_counts_from_then() {
+        let mut l = Liveness::new(LEASE);
+        let t0 = Instant::now();
+        l.lead(t0, 1);
+        let empty = ControlState::default();
+        assert!(l.decisions(t0 + ms(10), &empty).is_empty());
+        let mut s = state();
+        l.renew_client(0, t0 + ms(100_000), 1);
+        apply(&mut s, Command::ActivateMemNode { id: 0 });
+        let seen = t0 + ms(10_000);
+        assert!(l.decisions(seen, &s).is_empty(), "not suspected on sight");
+        assert!(l.decisions(seen + ms(99), &s).is_empty());
+        assert_eq!(
+            l.decisions(seen + LEASE, &s),
+            vec![Command::SuspectMemNode { id: 0 }]
         );
     }
 

@@ -135,6 +135,7 @@ impl Member {
             reader,
             liveness: Mutex::new(Liveness::new(settings.timing.memnode_lease)),
             scheme: crate::tls::scheme(settings.tls.is_some()),
+            transferring: std::sync::atomic::AtomicBool::new(false),
             settings,
             http,
             stopped: stopped.clone(),
@@ -222,6 +223,9 @@ pub(crate) struct Node {
     pub(crate) stopped: watch::Receiver<bool>,
     /// `https` with `[tls]`, else `http`: how peers are reached.
     pub(crate) scheme: &'static str,
+    /// A leadership transfer is under way (one at a time: each turns the
+    /// heartbeats off and back on).
+    pub(crate) transferring: std::sync::atomic::AtomicBool,
 }
 
 /// Who leads, as this member sees it.

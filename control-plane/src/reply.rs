@@ -128,3 +128,16 @@ where
         }
     }
 }
+
+/// An error and its sources on one line: reqwest's own message leaves out
+/// the cause (a refused connection, a failed TLS handshake).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}

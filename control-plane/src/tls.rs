@@ -20,6 +20,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::{Deserialize, Serialize};
 
+use crate::config::ReadError;
+
 /// Environment variable naming a PEM file of the CA certificates a process
 /// trusts for `https://` control-plane endpoints, when it is not told
 /// otherwise (memory nodes, gateways, `kintsugi ctl --ca-file`'s default).
@@ -58,12 +60,10 @@ pub enum TlsError {
         source: std::io::Error,
     },
     /// A file is larger than [`PEM_BYTES_MAX`].
-    #[error("{path} has {len} bytes; a PEM file here has at most {PEM_BYTES_MAX}")]
+    #[error("{path} has more than {PEM_BYTES_MAX} bytes, the most a PEM file here has")]
     TooLarge {
         /// The file.
         path: String,
-        /// Its length.
-        len: u64,
     },
     /// A file holds no certificate, or a malformed one.
     #[error("{what}: no PEM certificate could be read ({why})")]
@@ -102,11 +102,11 @@ fn read_pem(path: &Path) -> Result<Vec<u8>, TlsError> {
         path: shown.clone(),
         source,
     };
-    let len = std::fs::metadata(path).map_err(read_err)?.len();
-    if len > PEM_BYTES_MAX {
-        return Err(TlsError::TooLarge { path: shown, len });
+    match crate::config::read_bounded(path, PEM_BYTES_MAX) {
+        Ok(bytes) => Ok(bytes),
+        Err(ReadError::Io(e)) => Err(read_err(e)),
+        Err(ReadError::TooLarge { .. }) => Err(TlsError::TooLarge { path: shown }),
     }
-    std::fs::read(path).map_err(read_err)
 }
 
 fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<'static>>, TlsError> {

@@ -206,7 +206,7 @@ cluster_test!(
         for _ in 0..3 {
             let renewed = c
                 .client(follower)
-                .renew_client(lapsing.id, None)
+                .renew_client(lapsing.id, None, None)
                 .await
                 .expect("renew");
             assert_eq!(renewed.lease_ms, LEASE_MS);
@@ -229,7 +229,7 @@ cluster_test!(
             at_ms.saturating_sub(killed_at_ms)
         );
         // A renewal after expiry is refused: the client must register anew.
-        let late = c.client(survivor).renew_client(lapsing.id, None).await;
+        let late = c.client(survivor).renew_client(lapsing.id, None, None).await;
         assert!(
             matches!(late, Err(ClientError::Refused { status, .. }) if status.as_u16() == 409),
             "{late:?}"
@@ -257,7 +257,17 @@ cluster_test!(
         };
         assert_eq!(seq, state.reclaim_seq);
         let api = c.client(new);
-        let renewed = api.renew_client(steady.id, None).await.expect("renew");
+        let renewed = api
+            .renew_client(steady.id, Some(steady.registered_at_ms), None)
+            .await
+            .expect("renew");
+        // Another registration under the same id (a restore put it there)
+        // is not renewed by this one.
+        let other = api
+            .renew_client(steady.id, Some(steady.registered_at_ms + 1), None)
+            .await
+            .expect_err("another registration");
+        assert_eq!(other.status().map(|s| s.as_u16()), Some(409), "{other}");
         assert_eq!(renewed.reclaim_seq, seq);
         assert_eq!(
             renewed.announced,
@@ -275,10 +285,14 @@ cluster_test!(
                 finish_first: Vec::new(),
             }
         );
-        api.renew_client(steady.id, Some(seq - 1)).await.expect("renew");
+        api.renew_client(steady.id, None, Some(seq - 1))
+            .await
+            .expect("renew");
         let ready = api.reclaim_readiness(lapsing.id).await.expect("readiness");
         assert_eq!(ready.waiting, vec![steady.id], "not quiesced far enough");
-        api.renew_client(steady.id, Some(seq + 5)).await.expect("renew");
+        api.renew_client(steady.id, None, Some(seq + 5))
+            .await
+            .expect("renew");
         let ready = api.reclaim_readiness(lapsing.id).await.expect("readiness");
         assert!(ready.waiting.is_empty(), "{ready:?}");
         let live = api.reclaim_readiness(steady.id).await;

@@ -20,6 +20,8 @@ use std::path::Path;
 use anyhow::Context;
 use clap::{ArgMatches, CommandFactory};
 
+use control_plane::config::read_bounded;
+
 use super::Cli;
 
 /// The subcommands that read a config file this way.
@@ -117,14 +119,9 @@ fn config_path(args: &[OsString]) -> Option<OsString> {
 
 fn read_table(path: &Path) -> anyhow::Result<toml::Table> {
     let shown = path.display();
-    let len = std::fs::metadata(path)
-        .with_context(|| format!("cannot read --config {shown}"))?
-        .len();
-    anyhow::ensure!(
-        len <= CONFIG_BYTES_MAX,
-        "--config {shown} has {len} bytes; a configuration file has at most {CONFIG_BYTES_MAX}"
-    );
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --config {shown}"))?;
+    let bytes =
+        read_bounded(path, CONFIG_BYTES_MAX).with_context(|| format!("cannot read --config {shown}"))?;
+    let text = String::from_utf8(bytes).with_context(|| format!("--config {shown} is not UTF-8"))?;
     text.parse::<toml::Table>()
         .with_context(|| format!("--config {shown} is not TOML"))
 }

@@ -197,11 +197,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let client = cluster::Cluster::connect_with(&joined.endpoints, &joined.token, options)
         .await
         .context("cannot join the cluster")?;
-    // Shared with `/healthz` until the gateway stops; `close` takes it back.
+    // `/healthz` holds it weakly; `close` takes it back.
     let client = Arc::new(client);
-    let metrics = metrics
-        .map(|l| telemetry::spawn(l, probe(client.clone())))
-        .transpose()?;
+    let metrics = metrics.map(|l| telemetry::spawn(l, probe(&client))).transpose()?;
     let kind = match args.kind {
         Kind::Btree => "btree",
         Kind::Hash => "hash",
@@ -267,11 +265,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
 /// `/healthz` and the sampled gauges of a gateway: healthy while the
 /// process's cluster lease holds (without it no index operation may run).
-fn probe(client: Arc<cluster::Cluster>) -> Probe {
-    let sampled = client.clone();
+/// The probe holds the client weakly: a scrape still being served at
+/// shutdown must not keep `close` from taking the client back.
+fn probe(client: &Arc<cluster::Cluster>) -> Probe {
+    let health = Arc::downgrade(client);
+    let sampled = Arc::downgrade(client);
     Probe {
         daemon: "gateway",
         health: Arc::new(move || {
+            let Some(client) = health.upgrade() else {
+                return Health::Unavailable("the gateway is stopping".into());
+            };
             if client.lease_holds() {
                 Health::Ok(format!(
                     "client {} holds its lease at map epoch {}",
@@ -286,7 +290,9 @@ fn probe(client: Arc<cluster::Cluster>) -> Probe {
             }
         }),
         sample: Some(Arc::new(move || {
-            gateway::metrics::sample(sampled.epoch(), sampled.lease_holds());
+            if let Some(c) = sampled.upgrade() {
+                gateway::metrics::sample(c.epoch(), c.lease_holds());
+            }
         })),
     }
 }

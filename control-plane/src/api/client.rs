@@ -228,13 +228,26 @@ impl ControlClient {
         .await
     }
 
-    /// `POST /v1/clients/{id}/renew?quiesced=N`: `quiesced` is how far
-    /// the client has quiesced (`txn::quiesce`), if it follows reclaims.
-    pub async fn renew_client(&self, id: ClientId, quiesced: Option<u64>) -> Result<Renewed, ClientError> {
-        let path = match quiesced {
-            Some(q) => format!("/v1/clients/{id}/renew?quiesced={q}"),
-            None => format!("/v1/clients/{id}/renew"),
-        };
+    /// `POST /v1/clients/{id}/renew?quiesced=N&registered_at_ms=T`:
+    /// `quiesced` is how far the client has quiesced (`txn::quiesce`), if
+    /// it follows reclaims; `registered_at_ms`, when it registered: a
+    /// record of that id registered at another time (put there by a
+    /// restore) is not renewed.
+    pub async fn renew_client(
+        &self,
+        id: ClientId,
+        registered_at_ms: Option<u64>,
+        quiesced: Option<u64>,
+    ) -> Result<Renewed, ClientError> {
+        let mut path = format!("/v1/clients/{id}/renew");
+        let mut sep = '?';
+        if let Some(q) = quiesced {
+            path.push_str(&format!("{sep}quiesced={q}"));
+            sep = '&';
+        }
+        if let Some(t) = registered_at_ms {
+            path.push_str(&format!("{sep}registered_at_ms={t}"));
+        }
         self.call(Method::POST, &path, None::<&()>, None).await
     }
 

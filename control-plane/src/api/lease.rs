@@ -22,8 +22,14 @@ pub const RENEW_TIMEOUT_INITIAL: Duration = Duration::from_millis(500);
 pub enum Leaseholder {
     /// A memory node.
     MemNode(MemNodeId),
-    /// A client.
-    Client(ClientId),
+    /// A client, as registered: a renewal names its registration, so that
+    /// a record a restore put under the same id is not renewed by it.
+    Client {
+        /// Its id.
+        id: ClientId,
+        /// When it registered (its record's `registered_at_ms`).
+        registered_at_ms: u64,
+    },
 }
 
 /// A client's side of reclaims (`txn::quiesce`, implemented by the cluster
@@ -97,7 +103,11 @@ pub async fn keep_lease_with(
         let renewal = async {
             match holder {
                 Leaseholder::MemNode(id) => client.renew_memnode(id).await,
-                Leaseholder::Client(id) => client.renew_client(id, quiescence.map(|q| q.quiesced())).await,
+                Leaseholder::Client { id, registered_at_ms } => {
+                    client
+                        .renew_client(id, Some(registered_at_ms), quiescence.map(|q| q.quiesced()))
+                        .await
+                }
             }
         };
         let renewed = tokio::time::timeout(budget, renewal).await;

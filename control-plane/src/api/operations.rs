@@ -8,6 +8,7 @@
 //! election timeout) fires; it takes its heartbeats back once a new leader
 //! is known, or the attempt is given up.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -166,11 +167,34 @@ pub(super) async fn transfer_leader(
             humantime::format_duration(timing.commit_timeout)
         )));
     }
+    if node
+        .transferring
+        .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return Err(conflict("a leadership transfer is already under way".into()));
+    }
+    // In a task of its own: the heartbeats come back on however the
+    // request ends (a caller that hangs up, a forwarding member that gives
+    // up waiting).
     let lease = timing.election_timeout_max;
-    node.raft.runtime_config().heartbeat(false);
-    let moved = campaign_and_wait(&node, &target.addr, &headers, lease).await;
-    // Always: a member that leads again later must heartbeat.
-    node.raft.runtime_config().heartbeat(true);
+    let task = {
+        let node = node.clone();
+        tokio::spawn(async move {
+            node.raft.runtime_config().heartbeat(false);
+            let moved = campaign_and_wait(&node, &target.addr, &headers, lease).await;
+            // Always: a member that leads again later must heartbeat.
+            node.raft.runtime_config().heartbeat(true);
+            node.transferring.store(false, Ordering::Release);
+            moved
+        })
+    };
+    let moved = task.await.map_err(|e| {
+        Refusal::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the transfer failed: {e}"),
+        )
+    })?;
     let term = node.raft.metrics().borrow().current_term;
     match moved? {
         Some(leader) if leader == to => {
@@ -216,7 +240,12 @@ async fn campaign_and_wait(
         .timeout(node.settings.timing.commit_timeout)
         .send()
         .await
-        .map_err(|e| Refusal::new(StatusCode::BAD_GATEWAY, format!("asking {addr} to campaign: {e}")))?;
+        .map_err(|e| {
+            Refusal::new(
+                StatusCode::BAD_GATEWAY,
+                format!("asking {addr} to campaign: {e} (if it was asked, it may still take the lead: see `ctl status`)"),
+            )
+        })?;
     if !answer.status().is_success() {
         let status = answer.status();
         let body = answer.text().await.unwrap_or_default();
@@ -255,11 +284,18 @@ pub(super) async fn campaign(
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(after_ms)).await;
         let until = Instant::now() + CAMPAIGN_FOR;
+        let asked_in = raft.metrics().borrow().current_term;
         while Instant::now() < until {
             {
                 let metrics = raft.metrics();
                 let m = metrics.borrow();
                 if m.state == ServerState::Leader && m.current_leader == Some(me) {
+                    return;
+                }
+                // Another member won an election since: campaigning on
+                // would only depose it.
+                if m.current_term > asked_in && m.current_leader.is_some_and(|l| l != me) {
+                    tracing::info!(member = me, leader = ?m.current_leader, "another member took the lead");
                     return;
                 }
             }

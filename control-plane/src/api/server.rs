@@ -197,7 +197,10 @@ async fn forward(node: &Node, addr: &str, req: Request) -> Response {
         Err(e) => {
             return Refusal::new(
                 StatusCode::BAD_GATEWAY,
-                format!("forwarding to the leader at {addr} failed: {e}"),
+                format!(
+                    "forwarding to the leader at {addr} failed: {}",
+                    crate::reply::chain(&e)
+                ),
             )
             .with_leader(Some(addr.to_owned()))
             .into_response()
@@ -276,12 +279,10 @@ async fn command(
             ),
         ));
     }
-    if role != Role::Admin && command.admin_only() {
+    if let Command::Restore { .. } = command {
         return Err(Refusal::new(
-            StatusCode::FORBIDDEN,
-            format!(
-                "token {actor:?} may not replace the state: that needs role \"admin\" (ctl snapshot restore)"
-            ),
+            StatusCode::BAD_REQUEST,
+            format!("a restore goes to POST {RESTORE_PATH} (admin), which checks the snapshot's format and digest"),
         ));
     }
     Ok(Json(node.propose(&actor, command).await?))
@@ -322,6 +323,9 @@ async fn renew_memnode(
 struct RenewQuery {
     /// How far the client has quiesced (`txn::quiesce`).
     quiesced: Option<u64>,
+    /// When the renewing client registered: refused if the record under
+    /// its id is another registration.
+    registered_at_ms: Option<u64>,
 }
 
 async fn renew_client(
@@ -345,16 +349,24 @@ async fn renew_client(
                     ClientState::Live => None,
                 })
                 .collect();
-            (c.state, c.lease_ms, s.reclaim_seq, announced)
+            (c.state, c.lease_ms, s.reclaim_seq, announced, c.registered_at_ms)
         })
     });
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
+        Some((.., registered)) if q.registered_at_ms.is_some_and(|t| t != registered) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!(
+                "client {id} is another registration (at {registered} ms, not {} ms): the cluster's state was \
+                 restored; register again",
+                q.registered_at_ms.unwrap_or_default()
+            ),
+        )),
         Some((ClientState::Expired { at_ms, .. }, ..)) => Err(Refusal::new(
             StatusCode::CONFLICT,
             format!("client {id} expired at {at_ms} ms; register again"),
         )),
-        Some((ClientState::Live, lease_ms, reclaim_seq, announced)) => {
+        Some((ClientState::Live, lease_ms, reclaim_seq, announced, _)) => {
             let mut liveness = node.liveness();
             if liveness.client_going(id) {
                 return Err(going(format!("client {id}")));

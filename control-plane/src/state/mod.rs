@@ -30,7 +30,7 @@ use fabric::{AccessKey, ClusterMap, Epoch, NodeInfo, RegionId, RegionInfo, Repli
 use serde::{Deserialize, Serialize};
 
 pub use command::{Command, CommandError, Outcome, Request, Response, RestoreSummary};
-pub use operations::{state_hash, SavedState, StateHash};
+pub use operations::{state_hash, SavedState, StateHash, RESTORE_EPOCH_JUMP};
 pub use records::{
     AuditEntry, Client, ClientId, ClientState, IndexKind, IndexRecord, IndexState, IndexVariant, MemNode,
     MemNodeId, MemNodeState, OwnerBlock, Region,
@@ -664,6 +664,53 @@ impl ControlState {
             if let Some(&(b, _)) = blocks[..i].iter().find(|(_, y)| y.overlaps(x)) {
                 return Err(format!("clients {a} and {b} share owner ids"));
             }
+        }
+        self.check_ids()
+    }
+
+    /// Every record sits under its own id, every id is below the next one
+    /// handed out (else a new record would overwrite an old one), and the
+    /// reclaim claims are of known clients. What `apply` keeps by
+    /// construction; checked for states that come from outside (a restore).
+    fn check_ids(&self) -> Result<(), String> {
+        if let Some((k, n)) = self.memnodes.iter().find(|(&k, n)| n.id != k) {
+            return Err(format!("memory node {} is kept under id {k}", n.id));
+        }
+        if let Some((k, r)) = self.regions.iter().find(|(&k, r)| r.id != k) {
+            return Err(format!("region {} is kept under id {k}", r.id));
+        }
+        if let Some((k, c)) = self.clients.iter().find(|(&k, c)| c.id != k) {
+            return Err(format!("client {} is kept under id {k}", c.id));
+        }
+        if let Some((k, x)) = self.indexes.iter().find(|(k, x)| x.name != **k) {
+            return Err(format!("index {:?} is kept under name {k:?}", x.name));
+        }
+        if let Some(&id) = self
+            .memnodes
+            .keys()
+            .find(|&&id| u32::from(id) >= self.next_memnode)
+        {
+            return Err(format!(
+                "memory node {id} is not below the next id {}",
+                self.next_memnode
+            ));
+        }
+        if let Some(&id) = self.regions.keys().find(|&&id| u32::from(id) >= self.next_region) {
+            return Err(format!(
+                "region {id} is not below the next id {}",
+                self.next_region
+            ));
+        }
+        if let Some(&id) = self.clients.keys().find(|&&id| id >= self.next_client) {
+            return Err(format!(
+                "client {id} is not below the next id {}",
+                self.next_client
+            ));
+        }
+        // A claim lasts until its client is forgotten (its claimant may go
+        // first).
+        if let Some(c) = self.reclaimers.keys().find(|c| !self.clients.contains_key(c)) {
+            return Err(format!("the reclaim of unknown client {c} is claimed"));
         }
         Ok(())
     }

@@ -2,11 +2,18 @@
 //! memory node, restoring a saved state into a new cluster, and the digest
 //! that lets members compare their states (`ctl check`).
 
+use fabric::Epoch;
 use serde::{Deserialize, Serialize};
 
 use super::{
     Command, CommandError, ControlState, MemNodeId, MemNodeState, Outcome, Response, RestoreSummary,
 };
+
+/// How far a restore moves the map epoch past the snapshot's: more
+/// routing changes than an old cluster makes between a backup and its
+/// loss (each is an operator's or recovery's action), so that memory nodes
+/// that followed it on accept the restored map.
+pub const RESTORE_EPOCH_JUMP: Epoch = 1 << 20;
 
 /// A digest of a state: equal states have equal digests on every member
 /// (the state holds only ordered maps, so its JSON is canonical).
@@ -101,6 +108,10 @@ impl ControlState {
         // The snapshot's history goes on; what this cluster did before (its
         // formation) is dropped with the rest of its empty state.
         *self = saved.clone();
+        // Memory nodes may have followed the old cluster past the saved
+        // epoch, and they refuse maps older than what they fence at: the
+        // restored map starts far beyond anything the old one reached.
+        self.epoch = saved.epoch.saturating_add(RESTORE_EPOCH_JUMP - 1);
         Ok(Outcome::Restored(RestoreSummary {
             // `apply` bumps the epoch after this (a restore alters routing).
             epoch: self.epoch + 1,
@@ -113,12 +124,6 @@ impl ControlState {
 }
 
 impl Command {
-    /// True for the commands only an admin token may send: replacing the
-    /// whole state.
-    pub fn admin_only(&self) -> bool {
-        matches!(self, Command::Restore { .. })
-    }
-
     /// The command as the audit trail keeps it: a restore without the
     /// state it brought (the trail would otherwise hold a copy of the
     /// whole state, and every later snapshot a copy of that).

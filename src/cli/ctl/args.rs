@@ -124,7 +124,8 @@ pub enum MemnodeCommand {
         id: MemNodeId,
     },
     /// Put a node in or out of maintenance: while in, a planned restart is not declared dead
-    /// and no new replica is placed on it; its replicas stay.
+    /// and no new replica is placed on it; its replicas stay. Only a node started with
+    /// --persist keeps its data across a restart.
     Maintenance {
         /// The node.
         id: MemNodeId,

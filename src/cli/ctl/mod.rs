@@ -78,7 +78,8 @@ pub struct CtlArgs {
     /// Bearer token; the member records the token's name as the actor of every change.
     #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     token: Option<String>,
-    /// PEM file of the CA that signed the members' certificates, for https:// endpoints.
+    /// PEM file of the CA that signed the members' certificates, for https:// endpoints (with
+    /// it, an endpoint without a scheme is https).
     #[arg(long, env = CA_FILE_ENV, value_name = "FILE")]
     ca_file: Option<PathBuf>,
     /// Print the API's answer as JSON instead of tables, for scripts.
@@ -109,9 +110,21 @@ pub fn run(args: CtlArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(ClientTls::load(path).context("--ca-file")?),
         None => None,
     };
+    if let Some(tls) = &tls {
+        // `region promote` joins the cluster as a client through the
+        // cluster crate, which trusts the process's CA.
+        ClientTls::set_process_default(tls.clone());
+    }
     let clients = endpoints
         .iter()
-        .map(|e| ControlClient::with_tls(e, Some(token.clone()), tls.as_ref()))
+        .map(|e| {
+            // Given a CA, a bare HOST:PORT means the cluster speaks TLS.
+            let e = match (&tls, e.contains("://")) {
+                (Some(_), false) => format!("https://{e}"),
+                _ => e.clone(),
+            };
+            ControlClient::with_tls(&e, Some(token.clone()), tls.as_ref())
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let api = Api {
         clients,
@@ -160,7 +173,12 @@ impl Api {
                 Ok(Ok(answer)) => {
                     self.answering.set(at);
                     if !down.is_empty() {
-                        tracing::debug!(answered = endpoint, passed_over = ?down, "members passed over");
+                        // Once per run: the operator learns a member is down.
+                        tracing::warn!(
+                            answered = endpoint,
+                            "passed over unreachable member(s): {}",
+                            down.join("; ")
+                        );
                     }
                     return Ok(answer);
                 }
@@ -209,9 +227,6 @@ async fn execute(api: &Api, command: CtlCommand, json: bool) -> anyhow::Result<E
             &api.call(|c| async move { c.status().await }).await?,
             tables::status,
         )?,
-        CtlCommand::Members {
-            command: MembersCommand::TransferLeader { id },
-        } => operations::transfer_leader(api, id, json).await?,
         CtlCommand::Members { command } => members(api, command, json).await?,
         CtlCommand::Memnode { command } => memnode(api, command, json).await?,
         CtlCommand::Region { command } => region(api, command, json).await?,

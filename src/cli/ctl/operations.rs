@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use control_plane::api::{ControlClient, Snapshot, StateDigest, SNAPSHOT_BYTES_MAX};
+use control_plane::config::read_bounded;
 use control_plane::raft::MemberId;
 use control_plane::tls::scheme;
 
@@ -24,7 +25,15 @@ const CHECK_PAUSE: Duration = Duration::from_millis(20);
 /// `ctl snapshot save FILE`.
 pub(super) async fn save(api: &Api, file: &Path, json: bool) -> anyhow::Result<()> {
     let snapshot = api.call(|c| async move { c.snapshot().await }).await?;
-    let encoded = serde_json::to_vec_pretty(&snapshot).context("encoding the snapshot")?;
+    // Compact: what `restore` reads is bounded (SNAPSHOT_BYTES_MAX).
+    let encoded = serde_json::to_vec(&snapshot).context("encoding the snapshot")?;
+    if encoded.len() > SNAPSHOT_BYTES_MAX / 10 * 9 {
+        tracing::warn!(
+            bytes = encoded.len(),
+            max = SNAPSHOT_BYTES_MAX,
+            "the snapshot is near the largest a restore accepts"
+        );
+    }
     // Written beside the target and renamed over it: a crash leaves the old
     // file or the new one, never half of one.
     let dir = match file.parent() {
@@ -70,15 +79,8 @@ pub(super) async fn save(api: &Api, file: &Path, json: bool) -> anyhow::Result<(
 
 /// `ctl snapshot restore FILE`.
 pub(super) async fn restore(api: &Api, file: &Path, json: bool) -> anyhow::Result<()> {
-    let len = std::fs::metadata(file)
-        .with_context(|| format!("reading {}", file.display()))?
-        .len();
-    anyhow::ensure!(
-        len <= SNAPSHOT_BYTES_MAX as u64,
-        "{} has {len} bytes; a snapshot has at most {SNAPSHOT_BYTES_MAX}",
-        file.display()
-    );
-    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let bytes = read_bounded(file, SNAPSHOT_BYTES_MAX as u64)
+        .with_context(|| format!("reading the snapshot {}", file.display()))?;
     let snapshot: Snapshot = serde_json::from_slice(&bytes).with_context(|| {
         format!(
             "{} is not a snapshot written by `ctl snapshot save`",
