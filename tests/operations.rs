@@ -158,6 +158,24 @@ metrics_listen = "127.0.0.1:0"
     path
 }
 
+/// A memory node placed by the control plane at `control`.
+fn start_memnode(control: &str, env: &[(&str, &str)]) -> Daemon {
+    daemon(
+        &[
+            "memnode",
+            "--listen",
+            "127.0.0.1:0",
+            "--control",
+            control,
+            "--capacity",
+            "256MiB",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+        env,
+    )
+}
+
 fn start_member(dir: &Path, certs: &Certs, id: u64, memnode_lease: &str) -> Daemon {
     let config = member_config(dir, certs, id, memnode_lease);
     daemon(&["control", "--config", support::path_str(&config)], &[])
@@ -301,20 +319,7 @@ fn a_tls_cluster_is_scraped_operated_with_its_first_endpoint_down_and_restored_f
         ("KINTSUGI_TOKEN", TOKEN),
     ];
     let control = endpoints.join(",");
-    let memnode = daemon(
-        &[
-            "memnode",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            &control,
-            "--capacity",
-            "256MiB",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        &ca_env,
-    );
+    let memnode = start_memnode(&control, &ca_env);
     // The gateway places its index on an active memory node at start.
     let deadline = Instant::now() + DEADLINE;
     while ctl_json(&endpoints, &ca, &["memnode", "list"])
@@ -402,20 +407,7 @@ fn a_tls_cluster_is_scraped_operated_with_its_first_endpoint_down_and_restored_f
     // A second memory node, for a region's backup, once a new leader is
     // known (it registers at once).
     leader(&endpoints, &ca, Some(1));
-    let second_memnode = daemon(
-        &[
-            "memnode",
-            "--listen",
-            "127.0.0.1:0",
-            "--control",
-            &control,
-            "--capacity",
-            "256MiB",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-        &ca_env,
-    );
+    let second_memnode = start_memnode(&control, &ca_env);
     let ep = &endpoints;
     ctl_ok(ep, &ca, &["status"]);
     let (code, _, stderr) = ctl(ep, &ca, &["init"]);

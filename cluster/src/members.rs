@@ -151,18 +151,8 @@ fn check_block(b: OwnerBlock, asked: u16) -> Result<(), ClusterError> {
     Ok(())
 }
 
-/// An error with its causes, `: `-separated (reqwest's say why a request
-/// failed only in their sources).
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
-}
+/// An error and its sources on one line (the control plane's one helper).
+pub(crate) use control_plane::api::error_chain as chain;
 
 #[cfg(test)]
 mod tests {

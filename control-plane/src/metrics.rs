@@ -70,75 +70,48 @@ pub const INDEXES: &str = "kintsugi_control_indexes";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
-    gauge(RAFT_TERM, "The member's current Raft term."),
-    gauge(RAFT_IS_LEADER, "1 while the member leads, else 0."),
-    gauge(RAFT_HAS_LEADER, "1 while the member knows a leader, else 0."),
-    gauge(
+    MetricDef::gauge(RAFT_TERM, "The member's current Raft term."),
+    MetricDef::gauge(RAFT_IS_LEADER, "1 while the member leads, else 0."),
+    MetricDef::gauge(RAFT_HAS_LEADER, "1 while the member knows a leader, else 0."),
+    MetricDef::gauge(
         RAFT_LEADER_ID,
         "The leader's id as the member knows it; -1 when none.",
     ),
-    counter(RAFT_LEADER_CHANGES, "Times the member saw a new leader."),
-    gauge(
+    MetricDef::counter(RAFT_LEADER_CHANGES, "Times the member saw a new leader."),
+    MetricDef::gauge(
         RAFT_LAST_LOG_INDEX,
         "The last index appended to the member's log.",
     ),
-    gauge(
+    MetricDef::gauge(
         RAFT_COMMIT_INDEX,
         "Leader: the highest index a quorum of voters matched; others: their applied index.",
     ),
-    gauge(
+    MetricDef::gauge(
         RAFT_APPLIED_INDEX,
         "The last index applied to the member's state machine.",
     ),
-    gauge(RAFT_VOTERS, "Voters in the membership the member knows."),
-    gauge(RAFT_LEARNERS, "Learners in the membership the member knows."),
+    MetricDef::gauge(RAFT_VOTERS, "Voters in the membership the member knows."),
+    MetricDef::gauge(RAFT_LEARNERS, "Learners in the membership the member knows."),
     MetricDef {
         name: RAFT_QUORUM_ACK_AGE,
         kind: MetricKind::Gauge,
         unit: Some(Unit::Seconds),
         help: "Leader: time since a quorum last acknowledged it.",
     },
-    seconds(COMMIT_SECONDS, "Committed proposals, from submission to outcome."),
-    counter(PROPOSALS, "Proposals by result (committed, timeout, failed)."),
-    seconds(RENEWAL_SECONDS, "Lease renewals handled by the leader, by kind."),
-    counter(RENEWALS, "Lease renewals by kind and result (granted, refused)."),
-    counter(
+    MetricDef::seconds(COMMIT_SECONDS, "Committed proposals, from submission to outcome."),
+    MetricDef::counter(PROPOSALS, "Proposals by result (committed, timeout, failed)."),
+    MetricDef::seconds(RENEWAL_SECONDS, "Lease renewals handled by the leader, by kind."),
+    MetricDef::counter(RENEWALS, "Lease renewals by kind and result (granted, refused)."),
+    MetricDef::counter(
         LEASE_DECISIONS,
         "Lease decisions the leader proposed, by decision.",
     ),
-    gauge(EPOCH, "The map epoch in the member's applied state."),
-    gauge(MEMNODES, "Memory nodes by state."),
-    gauge(REGIONS, "Regions by state (unready, restoring, degraded, whole)."),
-    gauge(CLIENTS, "Clients by lease (live, expired)."),
-    gauge(INDEXES, "Named indexes."),
+    MetricDef::gauge(EPOCH, "The map epoch in the member's applied state."),
+    MetricDef::gauge(MEMNODES, "Memory nodes by state."),
+    MetricDef::gauge(REGIONS, "Regions by state (unready, restoring, degraded, whole)."),
+    MetricDef::gauge(CLIENTS, "Clients by lease (live, expired)."),
+    MetricDef::gauge(INDEXES, "Named indexes."),
 ];
-
-const fn gauge(name: &'static str, help: &'static str) -> MetricDef {
-    MetricDef {
-        name,
-        kind: MetricKind::Gauge,
-        unit: None,
-        help,
-    }
-}
-
-const fn counter(name: &'static str, help: &'static str) -> MetricDef {
-    MetricDef {
-        name,
-        kind: MetricKind::Counter,
-        unit: Some(Unit::Count),
-        help,
-    }
-}
-
-const fn seconds(name: &'static str, help: &'static str) -> MetricDef {
-    MetricDef {
-        name,
-        kind: MetricKind::Histogram,
-        unit: Some(Unit::Seconds),
-        help,
-    }
-}
 
 /// Registers this crate's descriptions with the installed recorder.
 pub fn describe() {

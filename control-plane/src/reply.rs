@@ -131,7 +131,7 @@ where
 
 /// An error and its sources on one line: reqwest's own message leaves out
 /// the cause (a refused connection, a failed TLS handshake).
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+pub fn chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

@@ -36,6 +36,31 @@ pub struct MetricDef {
 }
 
 impl MetricDef {
+    /// A metric of any kind: what the shorthands below make.
+    pub const fn new(name: &'static str, kind: MetricKind, unit: Option<Unit>, help: &'static str) -> Self {
+        MetricDef {
+            name,
+            kind,
+            unit,
+            help,
+        }
+    }
+
+    /// A counter of events (`_total`).
+    pub const fn counter(name: &'static str, help: &'static str) -> Self {
+        Self::new(name, MetricKind::Counter, Some(Unit::Count), help)
+    }
+
+    /// A gauge without a unit.
+    pub const fn gauge(name: &'static str, help: &'static str) -> Self {
+        Self::new(name, MetricKind::Gauge, None, help)
+    }
+
+    /// A histogram of durations (`_seconds`).
+    pub const fn seconds(name: &'static str, help: &'static str) -> Self {
+        Self::new(name, MetricKind::Histogram, Some(Unit::Seconds), help)
+    }
+
     /// Registers its description and unit with the installed recorder.
     pub fn describe(&self) {
         let (name, help) = (self.name, self.help);
@@ -112,77 +137,68 @@ pub const MEMNODE_REGIONS: &str = "kintsugi_memnode_regions";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
-    def(
+    MetricDef::new(
         MEMNODE_VERBS,
         MetricKind::Counter,
         Some(Unit::Count),
         "Verbs executed for remote clients, by kind.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_BYTES,
         MetricKind::Counter,
         Some(Unit::Bytes),
         "Bytes read and written by verbs, by kind.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_VERB_ERRORS,
         MetricKind::Counter,
         Some(Unit::Count),
         "Verbs refused with an error completion, by error.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_BATCHES,
         MetricKind::Counter,
         Some(Unit::Count),
         "Batches (round trips) executed.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_BATCHES_REFUSED,
         MetricKind::Counter,
         Some(Unit::Count),
         "Batches refused before any verb ran, by reason (stale_epoch, lease_lapsed).",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_CONNECTIONS,
         MetricKind::Gauge,
         Some(Unit::Count),
         "Client connections open.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_CONNECTIONS_REFUSED,
         MetricKind::Counter,
         Some(Unit::Count),
         "Connections closed at once: over the connection limit.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_CONNECTION_ERRORS,
         MetricKind::Counter,
         Some(Unit::Count),
         "Connections closed for a bad frame or an I/O error.",
     ),
-    def(MEMNODE_EPOCH, MetricKind::Gauge, None, "The node's map epoch."),
-    def(
+    MetricDef::new(MEMNODE_EPOCH, MetricKind::Gauge, None, "The node's map epoch."),
+    MetricDef::new(
         MEMNODE_SERVING,
         MetricKind::Gauge,
         None,
         "1 while the node serves verbs (its lease holds), else 0.",
     ),
-    def(
+    MetricDef::new(
         MEMNODE_REGIONS,
         MetricKind::Gauge,
         Some(Unit::Count),
         "Regions the node holds.",
     ),
 ];
-
-const fn def(name: &'static str, kind: MetricKind, unit: Option<Unit>, help: &'static str) -> MetricDef {
-    MetricDef {
-        name,
-        kind,
-        unit,
-        help,
-    }
-}
 
 /// Registers this crate's descriptions with the installed recorder.
 pub fn describe() {
@@ -358,7 +374,7 @@ mod tests {
 
     #[test]
     fn bad_tables_are_refused() {
-        let counter = |name| def(name, MetricKind::Counter, None, "");
+        let counter = |name| MetricDef::new(name, MetricKind::Counter, None, "");
         assert!(
             check_table(&[counter("kintsugi_x")]).is_err(),
             "a counter without _total"
@@ -366,8 +382,8 @@ mod tests {
         assert!(check_table(&[counter("x_total")]).is_err(), "no prefix");
         assert!(check_table(&[counter("kintsugi_a-b_total")]).is_err(), "a dash");
         assert!(check_table(&[counter("kintsugi_x_total"), counter("kintsugi_x_total")]).is_err());
-        assert!(check_table(&[def("kintsugi_x_total", MetricKind::Gauge, None, "")]).is_err());
-        assert!(check_table(&[def("kintsugi_x", MetricKind::Histogram, None, "")]).is_err());
+        assert!(check_table(&[MetricDef::new("kintsugi_x_total", MetricKind::Gauge, None, "")]).is_err());
+        assert!(check_table(&[MetricDef::new("kintsugi_x", MetricKind::Histogram, None, "")]).is_err());
         assert_eq!(check_table(&[counter("kintsugi_x_total")]), Ok(()));
     }
 

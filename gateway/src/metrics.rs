@@ -50,9 +50,9 @@ pub const LEASE_HOLDS: &str = "kintsugi_gateway_lease_holds";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
-    counter(COMMANDS, "Requests by command."),
-    counter(ERRORS, "Error replies by command."),
-    counter(
+    MetricDef::counter(COMMANDS, "Requests by command."),
+    MetricDef::counter(ERRORS, "Error replies by command."),
+    MetricDef::counter(
         WRITES_IN_DOUBT,
         "Writes whose outcome was unknown (cut off at their commit point).",
     ),
@@ -62,48 +62,29 @@ pub const ALL: &[MetricDef] = &[
         unit: Some(Unit::Count),
         help: "Client connections open.",
     },
-    counter(
+    MetricDef::counter(
         CONNECTIONS_RECEIVED,
         "Connections accepted, refused ones included.",
     ),
-    counter(
+    MetricDef::counter(
         CONNECTIONS_REFUSED,
         "Connections refused: over the connection limit.",
     ),
-    counter(RTX_COMMITS, "rTX commits."),
-    counter(RTX_ABORTS, "rTX aborts."),
-    counter(RTX_REPAIRS, "Expired locks of others repaired."),
-    counter(
+    MetricDef::counter(RTX_COMMITS, "rTX commits."),
+    MetricDef::counter(RTX_ABORTS, "rTX aborts."),
+    MetricDef::counter(RTX_REPAIRS, "Expired locks of others repaired."),
+    MetricDef::counter(
         RETRIES,
         "Index operations run again (map changes, lost connections).",
     ),
-    counter(ROUND_TRIPS, "Fabric round trips."),
-    counter(VERBS, "Fabric verbs of every kind."),
-    counter(BUCKETS_CREATED, "Buckets created for new keys."),
-    counter(BUCKETS_GROWN, "Buckets moved to a larger size class."),
-    counter(LOCK_FREE_READS, "Buckets read without a transaction."),
-    MetricDef {
-        name: MAP_EPOCH,
-        kind: MetricKind::Gauge,
-        unit: None,
-        help: "The epoch of the map the gateway routes by.",
-    },
-    MetricDef {
-        name: LEASE_HOLDS,
-        kind: MetricKind::Gauge,
-        unit: None,
-        help: "1 while the gateway's cluster lease holds, else 0.",
-    },
+    MetricDef::counter(ROUND_TRIPS, "Fabric round trips."),
+    MetricDef::counter(VERBS, "Fabric verbs of every kind."),
+    MetricDef::counter(BUCKETS_CREATED, "Buckets created for new keys."),
+    MetricDef::counter(BUCKETS_GROWN, "Buckets moved to a larger size class."),
+    MetricDef::counter(LOCK_FREE_READS, "Buckets read without a transaction."),
+    MetricDef::gauge(MAP_EPOCH, "The epoch of the map the gateway routes by."),
+    MetricDef::gauge(LEASE_HOLDS, "1 while the gateway's cluster lease holds, else 0."),
 ];
-
-const fn counter(name: &'static str, help: &'static str) -> MetricDef {
-    MetricDef {
-        name,
-        kind: MetricKind::Counter,
-        unit: Some(Unit::Count),
-        help,
-    }
-}
 
 /// Registers this crate's descriptions with the installed recorder.
 pub fn describe() {

@@ -8,8 +8,7 @@
 
 use std::time::Instant;
 
-use ::metrics::Unit;
-use fabric::metrics::{MetricDef, MetricKind};
+use fabric::metrics::MetricDef;
 
 use crate::Step;
 
@@ -24,24 +23,12 @@ pub const PASS_SECONDS: &str = "kintsugi_recovery_pass_seconds";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
-    MetricDef {
-        name: STEPS,
-        kind: MetricKind::Counter,
-        unit: Some(Unit::Count),
-        help: "Recovery steps taken, by step.",
-    },
-    MetricDef {
-        name: PASSES,
-        kind: MetricKind::Counter,
-        unit: Some(Unit::Count),
-        help: "Recovery passes by outcome (step, idle, failed, timeout).",
-    },
-    MetricDef {
-        name: PASS_SECONDS,
-        kind: MetricKind::Histogram,
-        unit: Some(Unit::Seconds),
-        help: "Recovery pass durations.",
-    },
+    MetricDef::counter(STEPS, "Recovery steps taken, by step."),
+    MetricDef::counter(
+        PASSES,
+        "Recovery passes by outcome (step, idle, failed, timeout).",
+    ),
+    MetricDef::seconds(PASS_SECONDS, "Recovery pass durations."),
 ];
 
 /// Registers this crate's descriptions with the installed recorder.

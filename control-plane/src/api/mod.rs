@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use crate::raft::MemberId;
 use crate::state::{Client, ClientId, ControlState, IndexRecord, MemNode, OwnerBlock, Region, StateHash};
 
-pub use crate::reply::ErrorBody;
+pub use crate::reply::{chain as error_chain, ErrorBody};
 pub use client::{ClientError, ControlClient};
 pub use lease::{
     keep_lease, keep_lease_with, LeaseLost, Leaseholder, Quiescence, RENEW_RETRY, RENEW_TIMEOUT_INITIAL,
