@@ -259,6 +259,20 @@ fn https(d: &Daemon) -> String {
     format!("https://{}", d.addr)
 }
 
+/// `ctl init --member 1=ADDR ...`: a cluster of `members`, ids from 1.
+fn init(endpoints: &[String], ca: &Path, members: &[Daemon]) {
+    let named: Vec<String> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("{}={}", i + 1, m.addr))
+        .collect();
+    let mut args = vec!["init"];
+    for m in &named {
+        args.extend(["--member", m.as_str()]);
+    }
+    ctl_ok(endpoints, ca, &args);
+}
+
 /// A port nothing listens on: bound, then released.
 fn dead_endpoint() -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -294,16 +308,7 @@ fn a_tls_cluster_is_scraped_operated_with_its_first_endpoint_down_and_restored_f
         .map(|id| start_member(dir.path(), &certs, id, "1s"))
         .collect();
     let endpoints: Vec<String> = members.iter().map(https).collect();
-    let init_members: Vec<String> = members
-        .iter()
-        .enumerate()
-        .map(|(i, m)| format!("{}={}", i + 1, m.addr))
-        .collect();
-    let mut init_args = vec!["init"];
-    for m in &init_members {
-        init_args.extend(["--member", m.as_str()]);
-    }
-    ctl_ok(&endpoints, &ca, &init_args);
+    init(&endpoints, &ca, &members);
     // Plain HTTP on a TLS member gets nothing: no token crosses in clear text.
     let plain = Command::new(env!("CARGO_BIN_EXE_kintsugi"))
         .args(["ctl", "--endpoints", &members[0].addr, "status"])
@@ -575,16 +580,7 @@ fn a_tls_cluster_is_scraped_operated_with_its_first_endpoint_down_and_restored_f
         .collect();
     let mut fresh_ep = vec![dead_endpoint()];
     fresh_ep.extend(fresh.iter().map(https));
-    let fresh_members: Vec<String> = fresh
-        .iter()
-        .enumerate()
-        .map(|(i, m)| format!("{}={}", i + 1, m.addr))
-        .collect();
-    let mut init_args = vec!["init"];
-    for m in &fresh_members {
-        init_args.extend(["--member", m.as_str()]);
-    }
-    ctl_ok(&fresh_ep, &ca, &init_args);
+    init(&fresh_ep, &ca, &fresh);
     let restored = ctl_json(
         &fresh_ep,
         &ca,
