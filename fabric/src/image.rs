@@ -15,14 +15,25 @@
 //! | 3    | node id                                          |
 //! | 4    | region count                                     |
 //! | 5    | image bytes (header included)                    |
-//! | 6..  | region entries, 4 words each: id, offset, size, access key |
+//! | 6, 7 | image id (low word, high word), random at creation |
+//! | 8..  | region entries, 5 words each: id, offset, size, replica generation, access key |
+//!
+//! The image id is what makes an image itself, not its node: a node that
+//! comes back with another id (restarted without its file, on a new tmpfs,
+//! on a replaced disk) is a new, empty node whatever its endpoint, and its
+//! old replicas are never served. The replica generation of an entry is the
+//! generation the control plane named when this image last held the region
+//! proven (`0`: allocated, not yet proven); it and the access key are the
+//! words of an entry that change, so each is written and read as one
+//! atomic word.
 
 use crate::addr::{AccessKey, NodeId, RegionId, ATOMIC_BYTES};
 
 /// First word of every image.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"KNTSUGI1");
 /// Bumped whenever this layout changes; an image of another version is refused.
-pub const LAYOUT_VERSION: u64 = 1;
+/// Version 2 added the image id and the replica generations.
+pub const LAYOUT_VERSION: u64 = 2;
 /// The header occupies one page; regions start page-aligned.
 pub const PAGE_BYTES: u64 = 4096;
 /// Byte offset of the epoch word in the header.
@@ -32,8 +43,10 @@ pub const EPOCH_OFFSET: u64 = 2 * 8;
 /// count with a CAS, so that an attached process that reads the count and
 /// then the entries sees whole entries only.
 pub const REGION_COUNT_OFFSET: u64 = 4 * 8;
-const FIXED_WORDS: u64 = 6;
-const ENTRY_WORDS: u64 = 4;
+/// Byte offset of the image id's low word; its high word follows.
+pub const IMAGE_ID_OFFSET: u64 = 6 * 8;
+const FIXED_WORDS: u64 = 8;
+const ENTRY_WORDS: u64 = 5;
 /// Regions one memory node can hold: as many entries as fit the header page
 /// after the fixed words, rounded down to a power of two.
 pub const REGIONS_PER_NODE_MAX: usize = 64;
@@ -47,6 +60,65 @@ pub const REGION_BYTES_MIN: u64 = ATOMIC_BYTES;
 /// Largest region. 48-bit offsets allow more; this bound keeps a typo in a
 /// size (`1PiB`) from mapping absurd amounts of address space.
 pub const REGION_BYTES_MAX: u64 = 1 << 40;
+
+/// The identity of one memory image: 128 random bits drawn when the image is
+/// made and kept in its header for its whole life (see the module docs).
+/// Shown and parsed as 32 hex digits; 0 is never drawn ("no image").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ImageId(pub u128);
+
+impl ImageId {
+    /// A fresh id: random, never 0.
+    pub fn random() -> ImageId {
+        loop {
+            let id: u128 = rand::random();
+            if id != 0 {
+                return ImageId(id);
+            }
+        }
+    }
+
+    /// Its two header words, low first.
+    pub fn words(self) -> [u64; 2] {
+        [self.0 as u64, (self.0 >> 64) as u64]
+    }
+
+    /// From its two header words, low first.
+    pub fn from_words(low: u64, high: u64) -> ImageId {
+        ImageId(u128::from(low) | (u128::from(high) << 64))
+    }
+}
+
+impl std::fmt::Display for ImageId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl std::str::FromStr for ImageId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ImageId, String> {
+        if s.len() != 32 {
+            return Err(format!("an image id is 32 hex digits, not {:?}", s));
+        }
+        u128::from_str_radix(s, 16)
+            .map(ImageId)
+            .map_err(|e| format!("an image id is 32 hex digits: {e}"))
+    }
+}
+
+impl serde::Serialize for ImageId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ImageId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ImageId, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
 
 /// One region as the header records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +136,8 @@ pub struct RegionEntry {
 /// The header of an image.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {
+    /// The image's identity.
+    pub image: ImageId,
     /// Epoch at encoding time (live value is read atomically from the image).
     pub epoch: u64,
     /// The node's id.
@@ -114,6 +188,7 @@ impl Header {
             offset += size.div_ceil(PAGE_BYTES) * PAGE_BYTES;
         }
         Header {
+            image: ImageId::random(),
             epoch,
             node,
             regions: entries,
@@ -131,6 +206,7 @@ impl Header {
     pub fn with_capacity(node: NodeId, epoch: u64, capacity_bytes: u64) -> Header {
         assert!(capacity_bytes <= REGIONS_PER_NODE_MAX as u64 * REGION_BYTES_MAX);
         Header {
+            image: ImageId::random(),
             epoch,
             node,
             regions: Vec::new(),
@@ -151,17 +227,27 @@ impl Header {
         (FIXED_WORDS + i as u64 * ENTRY_WORDS) * 8
     }
 
-    /// Byte offset of entry `i`'s access key: its last word, the one word
-    /// of an entry that changes (a region placed here again is re-keyed),
-    /// so it is written and read as one atomic word.
+    /// Byte offset of entry `i`'s access key: its last word, one of the
+    /// two words of an entry that change (a region placed here again is
+    /// re-keyed), so it is written and read as one atomic word.
     pub fn key_offset(i: usize) -> u64 {
         Self::entry_offset(i) + (ENTRY_WORDS - 1) * 8
     }
 
-    /// The words of one region entry, as [`Header::encode`] lays them out.
-    pub fn encode_entry(r: &RegionEntry) -> [u8; (ENTRY_WORDS * 8) as usize] {
-        let mut out = [0u8; (ENTRY_WORDS * 8) as usize];
-        for (i, w) in [u64::from(r.id), r.image_offset, r.size, u64::from(r.key)]
+    /// Byte offset of entry `i`'s replica generation: the other word that
+    /// changes (module docs), written and read as one atomic word.
+    pub fn generation_offset(i: usize) -> u64 {
+        Self::entry_offset(i) + (ENTRY_WORDS - 2) * 8
+    }
+
+    /// Bytes of one region entry.
+    pub const ENTRY_BYTES: usize = (ENTRY_WORDS * 8) as usize;
+
+    /// The words of one region entry, as [`Header::encode`] lays them out,
+    /// with replica generation 0 (not yet proven).
+    pub fn encode_entry(r: &RegionEntry) -> [u8; Self::ENTRY_BYTES] {
+        let mut out = [0u8; Self::ENTRY_BYTES];
+        for (i, w) in [u64::from(r.id), r.image_offset, r.size, 0, u64::from(r.key)]
             .iter()
             .enumerate()
         {
@@ -173,6 +259,7 @@ impl Header {
     /// Encodes into the first page of an image.
     pub fn encode(&self) -> [u8; PAGE_BYTES as usize] {
         let mut page = [0u8; PAGE_BYTES as usize];
+        let [image_low, image_high] = self.image.words();
         let words = [
             MAGIC,
             LAYOUT_VERSION,
@@ -180,13 +267,15 @@ impl Header {
             u64::from(self.node),
             self.regions.len() as u64,
             self.image_bytes,
+            image_low,
+            image_high,
         ];
         for (i, w) in words.iter().enumerate() {
             page[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
         for (i, r) in self.regions.iter().enumerate() {
             let at = Self::entry_offset(i) as usize;
-            page[at..at + (ENTRY_WORDS * 8) as usize].copy_from_slice(&Self::encode_entry(r));
+            page[at..at + Self::ENTRY_BYTES].copy_from_slice(&Self::encode_entry(r));
         }
         page
     }
@@ -209,6 +298,10 @@ impl Header {
             return Err(HeaderError::Version { found: word(1) });
         }
         let node = NodeId::try_from(word(3)).map_err(|_| HeaderError::Corrupt("node id"))?;
+        let image = ImageId::from_words(word(6), word(7));
+        if image.0 == 0 {
+            return Err(HeaderError::Corrupt("no image id"));
+        }
         let count = word(4);
         if count > REGIONS_PER_NODE_MAX as u64 {
             return Err(HeaderError::Corrupt("too many regions"));
@@ -222,7 +315,8 @@ impl Header {
         for r in 0..count {
             let base = FIXED_WORDS + r * ENTRY_WORDS;
             let id = RegionId::try_from(word(base)).map_err(|_| HeaderError::Corrupt("region id"))?;
-            let key = AccessKey::try_from(word(base + 3)).map_err(|_| HeaderError::Corrupt("region key"))?;
+            let key = AccessKey::try_from(word(base + ENTRY_WORDS - 1))
+                .map_err(|_| HeaderError::Corrupt("region key"))?;
             let entry = RegionEntry {
                 id,
                 image_offset: word(base + 1),
@@ -245,6 +339,7 @@ impl Header {
             regions.push(entry);
         }
         Ok(Header {
+            image,
             epoch: word(2),
             node,
             regions,
@@ -267,8 +362,39 @@ mod tests {
         assert_eq!(&page[0..8], b"KNTSUGI1");
         assert_eq!(page[EPOCH_OFFSET as usize], 3);
         assert_eq!(page[24], 7); // node id, word 3
-        assert_eq!(page[48], 1); // first region id, word 6
+        let image = h.image.words();
+        assert_eq!(&page[48..56], &image[0].to_le_bytes()); // image id low, word 6
+        assert_eq!(&page[56..64], &image[1].to_le_bytes()); // image id high, word 7
+        assert_eq!(page[64], 1); // first region id, word 8
+        assert_eq!(&page[64 + 24..64 + 32], &[0; 8], "a new entry's generation is 0");
+        assert_eq!(page[64 + 32], 0xAA, "the key is the entry's fifth word");
         assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
+    }
+
+    #[test]
+    fn image_ids_are_random_and_round_trip_as_hex() {
+        let (a, b) = (ImageId::random(), ImageId::random());
+        assert_ne!(a, b, "two images never share an id");
+        let [low, high] = a.words();
+        assert_eq!(ImageId::from_words(low, high), a);
+        let shown = ImageId(0x0123_4567_89ab_cdef_0011_2233_4455_6677).to_string();
+        assert_eq!(shown, "0123456789abcdef0011223344556677");
+        assert_eq!(shown.parse::<ImageId>().unwrap().to_string(), shown);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<ImageId>(&json).unwrap(), a);
+        assert!("12".parse::<ImageId>().is_err());
+        assert!("zz23456789abcdef0011223344556677".parse::<ImageId>().is_err());
+    }
+
+    #[test]
+    fn an_image_without_an_id_is_refused() {
+        let h = Header::layout(1, 1, &[(1, 4096, 1)]);
+        let mut page = h.encode();
+        page[IMAGE_ID_OFFSET as usize..IMAGE_ID_OFFSET as usize + 16].fill(0);
+        assert_eq!(
+            Header::decode(&page, h.image_bytes),
+            Err(HeaderError::Corrupt("no image id"))
+        );
     }
 
     #[test]
@@ -287,10 +413,16 @@ mod tests {
         assert_eq!(Header::next_free(&h.regions), 4096 + 8192);
         let page = h.encode();
         let at = Header::entry_offset(0) as usize;
-        assert_eq!(at, 48);
-        assert_eq!(&page[at..at + 32], &Header::encode_entry(&e));
+        assert_eq!(at, 64);
+        assert_eq!(&page[at..at + Header::ENTRY_BYTES], &Header::encode_entry(&e));
         let key = Header::key_offset(0) as usize;
-        assert_eq!((key, page[key]), (72, 0xCC), "the key is the entry's last word");
+        assert_eq!((key, page[key]), (96, 0xCC), "the key is the entry's last word");
+        assert_eq!(
+            Header::generation_offset(0),
+            88,
+            "the generation is the word before it"
+        );
+        assert_eq!(Header::entry_offset(1), 64 + 40);
         assert_eq!(page[REGION_COUNT_OFFSET as usize], 1);
         assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
     }
@@ -311,7 +443,7 @@ mod tests {
         page[0] = 0;
         assert_eq!(Header::decode(&page, h.image_bytes), Err(HeaderError::BadMagic));
         let mut page = h.encode();
-        page[6 * 8 + 8] = 1; // region offset 4097: unaligned
+        page[8 * 8 + 8] = 1; // region offset 4097: unaligned
         assert!(Header::decode(&page, u64::MAX).is_err());
     }
 }

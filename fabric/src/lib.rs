@@ -27,6 +27,7 @@ mod client;
 mod error;
 pub mod fault;
 pub mod image;
+pub use image::ImageId;
 mod mandate;
 mod map;
 mod memnode;

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use crate::addr::{AccessKey, Epoch, NodeId, RegionId, ATOMIC_BYTES};
 use crate::error::{FabricError, NodeError};
 use crate::image::{
-    Header, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX, REGION_BYTES_MIN,
-    REGION_COUNT_OFFSET,
+    Header, ImageId, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX,
+    REGION_BYTES_MIN, REGION_COUNT_OFFSET,
 };
 use crate::memory::{PageAccess, PrefetchRange, SharedMemory};
 use crate::region_table::RegionTable;
@@ -71,6 +71,10 @@ pub enum Backing {
 pub struct MemoryNode {
     memory: SharedMemory,
     node: NodeId,
+    /// The image's identity (`crate::image`): what the node registers with,
+    /// so that the control plane tells this image from another under the
+    /// same endpoint.
+    image: ImageId,
     regions: RegionTable,
     /// Serialises region appends ([`MemoryNode::add_region`]) and the
     /// re-reading of an attached image's table.
@@ -216,6 +220,16 @@ impl MemoryNode {
         Ok((me, true))
     }
 
+    /// The id of the image in the file at `path`, `None` if there is no
+    /// file: what a node registers with before it opens the image under
+    /// the node id the control plane gives it.
+    pub fn image_in(path: &Path) -> Result<Option<ImageId>, NodeError> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        Ok(Some(Self::attach(path)?.image))
+    }
+
     /// Maps an existing image (an `shm` client attaching to a node, or a
     /// persistent node restarting).
     pub fn attach(path: &Path) -> Result<Self, NodeError> {
@@ -236,6 +250,7 @@ impl MemoryNode {
         Ok(MemoryNode {
             memory,
             node: header.node,
+            image: header.image,
             regions: RegionTable::new(&header.regions),
             append: std::sync::Mutex::new(()),
             remove_on_drop: None,
@@ -249,6 +264,7 @@ impl MemoryNode {
         MemoryNode {
             memory,
             node: header.node,
+            image: header.image,
             regions: RegionTable::new(&header.regions),
             append: std::sync::Mutex::new(()),
             remove_on_drop,
@@ -263,12 +279,27 @@ impl MemoryNode {
     /// contents and epoch, and must belong to `node`. Returns the node and
     /// whether an existing image was reopened.
     pub fn placed(node: NodeId, capacity_bytes: u64, backing: &Backing) -> Result<(Self, bool), NodeError> {
+        Self::placed_as(node, capacity_bytes, backing, None)
+    }
+
+    /// [`MemoryNode::placed`], where a new image takes the id `image` (one
+    /// the node registered with before it knew its node id) and an
+    /// existing one must have it.
+    pub fn placed_as(
+        node: NodeId,
+        capacity_bytes: u64,
+        backing: &Backing,
+        image: Option<ImageId>,
+    ) -> Result<(Self, bool), NodeError> {
         if !(PAGE_BYTES..=CAPACITY_BYTES_MAX).contains(&capacity_bytes) {
             return Err(NodeError::Regions(format!(
                 "a placed node offers {PAGE_BYTES} to {CAPACITY_BYTES_MAX} bytes, not {capacity_bytes}"
             )));
         }
-        let header = Header::with_capacity(node, 1, capacity_bytes);
+        let mut header = Header::with_capacity(node, 1, capacity_bytes);
+        if let Some(image) = image {
+            header.image = image;
+        }
         let memory = match backing {
             Backing::Anonymous => SharedMemory::anonymous(header.image_bytes as usize)
                 .map_err(|e| NodeError::Map(e, header.image_bytes))?,
@@ -280,6 +311,13 @@ impl MemoryNode {
                         "{} belongs to memory node {}, not {node}",
                         path.display(),
                         me.node
+                    )));
+                }
+                if let Some(image) = image.filter(|&i| i != me.image) {
+                    return Err(NodeError::Regions(format!(
+                        "{} holds image {}, not {image}: it changed since it was read",
+                        path.display(),
+                        me.image
                     )));
                 }
                 return Ok((me, true));
@@ -387,6 +425,34 @@ impl MemoryNode {
         Ok(true)
     }
 
+    /// Stops serving region `id`: it is re-keyed with a random key nobody
+    /// holds (every verb to it is refused) and its replica generation set
+    /// to 0 (not proven). What a node does with a replica its image does
+    /// not hold at the generation the control plane names: placed here
+    /// again, it is re-keyed and refilled. `false` if it is not held.
+    pub fn retire_region(&self, id: RegionId) -> Result<bool, NodeError> {
+        let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(((i, _), old)) = self
+            .regions
+            .entries()
+            .enumerate()
+            .find(|(_, e)| e.id == id)
+            .zip(self.regions.find_keyed(id).map(|(_, k)| k))
+        else {
+            return Ok(false);
+        };
+        let mut key: AccessKey = rand::random();
+        while key == old {
+            key = rand::random();
+        }
+        self.memory
+            .cas(Header::key_offset(i) as usize, u64::from(old), u64::from(key));
+        self.regions.rekey(id, key);
+        drop(_append);
+        self.set_replica_generation(id, 0)?;
+        Ok(true)
+    }
+
     /// Brings this process's region table up to the image's: an attached
     /// image (an `shm` client's) learns the regions its node took since.
     /// Entries that do not fit the image are ignored (and logged): verbs to
@@ -406,11 +472,12 @@ impl MemoryNode {
         let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
         let image_bytes = self.memory.len() as u64;
         for i in self.regions.len()..count.min(REGIONS_PER_NODE_MAX) {
-            let mut words = [0u8; 32];
+            let mut words = [0u8; Header::ENTRY_BYTES];
             self.memory.read(Header::entry_offset(i) as usize, &mut words);
             let w = |k: usize| u64::from_le_bytes(words[k * 8..k * 8 + 8].try_into().unwrap_or_default());
             let held: Vec<RegionEntry> = self.regions.entries().copied().collect();
-            let (Ok(id), Ok(key)) = (RegionId::try_from(w(0)), AccessKey::try_from(w(3))) else {
+            let key_word = Header::ENTRY_BYTES / 8 - 1;
+            let (Ok(id), Ok(key)) = (RegionId::try_from(w(0)), AccessKey::try_from(w(key_word))) else {
                 tracing::warn!(
                     node = self.node,
                     entry = i,
@@ -444,6 +511,45 @@ impl MemoryNode {
     /// The node's id.
     pub fn id(&self) -> NodeId {
         self.node
+    }
+
+    /// The identity of the image this node serves from (`crate::image`).
+    pub fn image_id(&self) -> ImageId {
+        self.image
+    }
+
+    /// The replica generation this image holds region `id` at: the
+    /// generation the control plane named when the node last proved the
+    /// region here, 0 while it was allocated and not yet proven. `None`
+    /// when the image holds no such region.
+    pub fn replica_generation(&self, id: RegionId) -> Option<u64> {
+        let i = self.regions.entries().position(|e| e.id == id)?;
+        Some(self.memory.load(Header::generation_offset(i) as usize))
+    }
+
+    /// Records in the image that it holds region `id` at replica generation
+    /// `generation` (flushed to a file-backed image before it returns, so a
+    /// restart never finds a generation newer than its contents' record).
+    /// `false` when the image holds no such region.
+    pub fn set_replica_generation(&self, id: RegionId, generation: u64) -> Result<bool, NodeError> {
+        let Some(i) = self.regions.entries().position(|e| e.id == id) else {
+            return Ok(false);
+        };
+        let at = Header::generation_offset(i) as usize;
+        let mut now = self.memory.load(at);
+        loop {
+            let seen = self.memory.cas(at, now, generation);
+            if seen == now {
+                break;
+            }
+            now = seen;
+        }
+        if self.memory.is_file_backed() {
+            self.memory
+                .flush(0, PAGE_BYTES as usize)
+                .map_err(|e| NodeError::Map(e, PAGE_BYTES))?;
+        }
+        Ok(true)
     }
 
     /// The node's epoch: batches from clients with an older map are refused.

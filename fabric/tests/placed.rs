@@ -135,3 +135,92 @@ async fn a_fresh_client_reaches_a_node_that_joined_after_its_transport_was_made(
     client.execute(&mut batch).await.unwrap();
     assert_eq!(batch.read_result(r).unwrap(), &[9u8; 8]);
 }
+
+/// Image identity (design.md §1b): a persistent image keeps its id and its
+/// replicas' generations across restarts; a new image, even at the same
+/// path, has another id; a retired region refuses every verb with the key
+/// it was served under.
+#[tokio::test]
+async fn an_image_keeps_its_id_and_generations_and_a_retired_region_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mn4.img");
+    assert_eq!(
+        MemoryNode::image_in(&path).unwrap(),
+        None,
+        "no file: no image yet"
+    );
+    let chosen = fabric::ImageId::random();
+    let first = {
+        let (node, _) =
+            MemoryNode::placed_as(4, 1 << 20, &Backing::Persist(path.clone()), Some(chosen)).unwrap();
+        assert_eq!(
+            node.image_id(),
+            chosen,
+            "a new image takes the id it was registered with"
+        );
+        node.add_region(9, 8192, 3).unwrap();
+        assert_eq!(node.replica_generation(9), Some(0), "allocated, not proven");
+        assert!(node.set_replica_generation(9, 7).unwrap());
+        assert!(
+            !node.set_replica_generation(8, 7).unwrap(),
+            "a region it does not hold"
+        );
+        node.sync().unwrap();
+        node.image_id()
+    };
+    assert_eq!(MemoryNode::image_in(&path).unwrap(), Some(first));
+    let (node, reopened) =
+        MemoryNode::placed_as(4, 1 << 20, &Backing::Persist(path.clone()), Some(first)).unwrap();
+    assert!(reopened);
+    assert_eq!((node.image_id(), node.replica_generation(9)), (first, Some(7)));
+    let other = fabric::ImageId::random();
+    let changed =
+        MemoryNode::placed_as(4, 1 << 20, &Backing::Persist(path.clone()), Some(other)).unwrap_err();
+    assert!(
+        changed.to_string().contains("changed since it was read"),
+        "{changed}"
+    );
+    drop(node);
+
+    // The same path wiped: another image.
+    std::fs::remove_file(&path).unwrap();
+    let (wiped, reopened) = MemoryNode::placed(4, 1 << 20, &Backing::Persist(path.clone())).unwrap();
+    assert!(!reopened);
+    assert_ne!(wiped.image_id(), first);
+    drop(wiped);
+
+    // Retired: verbs with the key it was served under are refused.
+    let shm = dir.path().join("mn4.shm");
+    let (node, _) = MemoryNode::placed(4, 1 << 20, &Backing::Shm(shm.clone())).unwrap();
+    assert!(node.add_region(1, 64 << 10, 77).unwrap());
+    assert!(node.set_replica_generation(1, 3).unwrap());
+    let shown = shm.display().to_string();
+    let transport = ShmTransport::attach_map(&map(1, &shown, &[(1, 64 << 10, 77)])).unwrap();
+    let mandate = Mandate::new(
+        map(1, &shown, &[(1, 64 << 10, 77)]),
+        Instant::now() + Duration::from_secs(60),
+    );
+    let mut client = Client::under(mandate, transport.into());
+    let mut batch = Batch::new();
+    let h = batch.read(GlobalAddr::new(1, 0), 8);
+    client.execute(&mut batch).await.unwrap();
+    assert!(batch.read_result(h).is_ok());
+    assert!(node.retire_region(1).unwrap());
+    assert!(!node.retire_region(2).unwrap());
+    assert_eq!(node.replica_generation(1), Some(0));
+    // A process that maps the image checks keys itself (shm): one that
+    // attaches now reads the new key. (One attached before keeps its copy
+    // until the epoch the retirement's report brings fences it.)
+    let transport = ShmTransport::attach_map(&map(1, &shown, &[(1, 64 << 10, 77)])).unwrap();
+    let mandate = Mandate::new(
+        map(1, &shown, &[(1, 64 << 10, 77)]),
+        Instant::now() + Duration::from_secs(60),
+    );
+    let mut client = Client::under(mandate, transport.into());
+    let mut batch = Batch::new();
+    let h = batch.read(GlobalAddr::new(1, 0), 8);
+    client.execute(&mut batch).await.unwrap();
+    assert_eq!(batch.read_result(h).unwrap_err(), VerbError::BadKey);
+    // Placed here again under a new key, it is served again (to be refilled).
+    assert!(node.add_region(1, 64 << 10, 78).unwrap());
+}
