@@ -81,3 +81,40 @@ async fn a_promoted_backup_hands_out_no_chunk_in_use_and_no_old_version() {
     let lock = LockWord::from_raw(common::word(batch.read_result(h).unwrap(), 0));
     assert_eq!(lock, LockWord::unlocked(floor + 1), "one commit above the floor");
 }
+
+/// A primary whose chunk counter is behind a backup's (its memory is not
+/// the region's: an image wiped and served, design.md §1b; or a taker
+/// stopped between its FAAs) hands out no chunk below the backup's count:
+/// the primary is raised first, and the chunks taken lie above every
+/// replica's count.
+#[tokio::test]
+async fn a_chunk_take_never_hands_out_chunks_below_a_backups_count() {
+    let cluster = Cluster::new(3).await;
+    let objs = cluster.accounts(&[100, 100]).await;
+    let mut a = cluster.client(1);
+    spread(&mut a, objs.clone()).await.unwrap();
+    let mut fabric = cluster.fabric.fork();
+    let before = counters(&mut fabric).await;
+    assert!(
+        before[0] >= 2 && before.iter().all(|&c| c == before[0]),
+        "{before:?}"
+    );
+    // The primary's counter as a wiped image holds it.
+    let mut b = Batch::new();
+    b.on(Replica::Primary).write(NEXT_CHUNK, &0u64.to_le_bytes());
+    fabric.execute(&mut b).await.unwrap();
+
+    let first = cluster
+        .heap
+        .take_chunks(&mut fabric, 2, 1, ChunkKind::Metas)
+        .await
+        .unwrap();
+    assert!(
+        first >= before[1],
+        "chunk {first} is below the backups' count {}: it may be live there",
+        before[1]
+    );
+    let after = counters(&mut fabric).await;
+    assert!(after.iter().all(|&c| c > first), "{after:?}");
+    assert_eq!(after[0], first + 1, "the primary counts on from the chunk taken");
+}
