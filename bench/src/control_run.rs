@@ -230,6 +230,7 @@ async fn memnodes(
         let command = Command::RegisterMemNode {
             endpoint: format!("bench-mn-{i}:1"),
             capacity_bytes: MEMNODE_BYTES,
+            image: None,
         };
         *id = match call(leader.command(&command))
             .await
@@ -652,6 +653,7 @@ async fn failover(
         let command = Command::RegisterMemNode {
             endpoint: format!("bench-failover-{round}-{tries}:1"),
             capacity_bytes: 1,
+            image: None,
         };
         let sent = Instant::now();
         match tokio::time::timeout(FAILOVER_TRY_TIMEOUT, clients[i].command(&command)).await {

@@ -418,12 +418,24 @@ impl Cluster {
         dtx_from_ms: u64,
     ) -> Result<bool, ClusterError> {
         let indexes = self.indexes().await?;
+        // A lost region's logs died with it: nothing is left to finish
+        // there, and waiting for it would hold every roll back until an
+        // operator drops it (design.md §1b: recovery is per region).
+        let lost: Vec<fabric::RegionId> = self
+            .members
+            .call("listing regions", |c| async move { c.regions().await })
+            .await?
+            .into_iter()
+            .filter(|r| r.lost.is_some())
+            .map(|r| r.id)
+            .collect();
         let owner = self.take_owner()?;
         let mut all = true;
-        for x in indexes
-            .iter()
-            .filter(|x| x.variant != IndexVariant::Optimal && x.state == cp::IndexState::Ready)
-        {
+        for x in indexes.iter().filter(|x| {
+            x.variant != IndexVariant::Optimal
+                && x.state == cp::IndexState::Ready
+                && !lost.contains(&x.region)
+        }) {
             if x.variant == IndexVariant::Dtx && unix_ms() < dtx_from_ms {
                 all = false; // quarantined: a later pass
                 continue;

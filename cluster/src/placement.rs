@@ -17,7 +17,7 @@ use std::time::Duration;
 use control_plane::api::{keep_lease, keep_lease_with, Leaseholder};
 use control_plane::liveness::memnode_serves_until;
 use control_plane::state::{Command, MemNodeId, MemNodeState, Outcome, Region};
-use fabric::{Epoch, MemoryNode};
+use fabric::{Epoch, ImageId, MemoryNode, RegionId};
 
 use crate::members::{chain, Members, MEMBER_TIMEOUT};
 use crate::ClusterError;
@@ -28,22 +28,43 @@ pub const WATCH_WAIT: Duration = Duration::from_secs(30);
 /// Pause after a failed watch or report before the next try.
 pub const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// Registers the memory node at `endpoint` offering `capacity_bytes`, or
-/// finds its record by endpoint (a node that restarts keeps its id).
-/// Retries until a member answers; a refusal other than "registered
-/// already" is returned.
+/// Set (to anything) in a memory node's environment, the node serves a
+/// wiped image as if it held its replicas, as nodes did before image
+/// identity: it takes its old record back whatever its image, renews
+/// without naming its image, and trusts every replica it finds or
+/// allocates. A chaos campaign's sabotage (`serve-wiped`), which must make
+/// it fail; never for anything else.
+pub const SABOTAGE_SERVE_WIPED_ENV: &str = "KINTSUGI_SABOTAGE_SERVE_WIPED";
+
+/// Whether [`SABOTAGE_SERVE_WIPED_ENV`] is set.
+fn serving_wiped() -> bool {
+    std::env::var_os(SABOTAGE_SERVE_WIPED_ENV).is_some()
+}
+
+/// Registers the memory node at `endpoint` offering `capacity_bytes` from
+/// `image`, or finds its record by endpoint (a node that restarts with its
+/// image keeps its id). Retries until a member answers; a refusal other
+/// than "registered already" is returned.
+///
+/// A record under this endpoint that names another image is an image this
+/// node does not hold (it restarted without its file): the node has it
+/// declared dead (`ReplaceImage`), so that its replicas are evicted and
+/// refilled, and waits to be taken in again as an empty node under the
+/// same id.
 pub async fn register(
     members: &Members,
     endpoint: &str,
     capacity_bytes: u64,
+    image: ImageId,
 ) -> Result<MemNodeId, ClusterError> {
     let register = Command::RegisterMemNode {
         endpoint: endpoint.to_owned(),
         capacity_bytes,
+        image: Some(image),
     };
     let what = format!("registering memory node {endpoint}");
     loop {
-        match try_register(members, endpoint, &what, &register).await? {
+        match try_register(members, endpoint, image, &what, &register).await? {
             Some(id) => return Ok(id),
             None => tokio::time::sleep(RETRY_PAUSE).await,
         }
@@ -56,10 +77,20 @@ pub async fn register(
 async fn try_register(
     members: &Members,
     endpoint: &str,
+    image: ImageId,
     what: &str,
     register: &Command,
 ) -> Result<Option<MemNodeId>, ClusterError> {
     match members.command(what, register).await {
+        Ok(Outcome::MemNode(n)) if n.state == MemNodeState::Dead => {
+            // A dead sole copy is revived as it was only with its image;
+            // otherwise it waits for recovery like any dead node.
+            tracing::info!(
+                memnode = n.id,
+                "declared dead; waiting for recovery to evict its replicas"
+            );
+            Ok(None)
+        }
         Ok(Outcome::MemNode(n)) => Ok(Some(n.id)),
         Ok(other) => Err(ClusterError::Map(format!(
             "unexpected answer to registration: {other:?}"
@@ -85,6 +116,22 @@ async fn try_register(
                 );
                 return Ok(None);
             }
+            if let Some(recorded) = n.image.filter(|&r| r != image && !serving_wiped()) {
+                // Never served under the old record: this image holds none
+                // of its replicas. Declared dead, they are refilled.
+                tracing::warn!(
+                    memnode = n.id,
+                    %recorded,
+                    %image,
+                    "this node's record names another image: it restarted without its image; \
+                     having it declared dead so that its replicas are refilled"
+                );
+                let replace = Command::ReplaceImage { id: n.id, image };
+                members
+                    .command(&format!("replacing memory node {}'s image", n.id), &replace)
+                    .await?;
+                return Ok(None);
+            }
             Ok(Some(n.id))
         }
         Err(e) => Err(e),
@@ -99,9 +146,10 @@ pub async fn keep_registered(
     members: Members,
     endpoint: String,
     capacity_bytes: u64,
+    image: ImageId,
 ) -> Result<(), ClusterError> {
     let id = loop {
-        match register(&members, &endpoint, capacity_bytes).await {
+        match register(&members, &endpoint, capacity_bytes, image).await {
             Ok(id) => break id,
             Err(e @ ClusterError::Unreachable { .. }) => {
                 tracing::warn!(error = %e, "cannot register with the control plane; retrying");
@@ -113,7 +161,7 @@ pub async fn keep_registered(
     tracing::info!(memnode = id, %endpoint, "registered with the control plane");
     keep_lease(
         members.clients(),
-        Leaseholder::MemNode(id),
+        Leaseholder::MemNodeImage { id, image },
         std::future::pending(),
     )
     .await
@@ -126,17 +174,32 @@ pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> R
     // The node serves verbs only until it could have been declared dead
     // (`MemoryNode::hold_lease_until`, `memnode_serves_until`): one paused
     // or cut off that long may have been replaced, and must not serve what
-    // clients sent it before. Nor before its first grant: a node reopened
-    // from its image holds regions it may since have lost.
+    // clients sent it before. Nor before its first grant, nor before it has
+    // judged its replicas against the map once: a node reopened from its
+    // image holds regions it may since have lost.
     node.hold_lease_until(std::time::Instant::now());
+    // A new image starts at epoch 1: raised to the cluster's first, so that
+    // a client still routing by a map from before this node's restart (one
+    // that named its old image's replicas) is refused as stale and fetches
+    // the map, rather than told a region is not here.
+    fence_at_the_clusters_epoch(&members, &node).await;
+    let gate = ServingGate::default();
+    let holder = if serving_wiped() {
+        Leaseholder::MemNode(id)
+    } else {
+        Leaseholder::MemNodeImage {
+            id,
+            image: node.image_id(),
+        }
+    };
     let lease = keep_lease_with(
         members.clients(),
-        Leaseholder::MemNode(id),
+        holder,
         None,
         std::future::pending(),
-        |sent, lease| node.hold_lease_until(memnode_serves_until(sent, lease)),
+        |sent, lease| gate.granted(&node, memnode_serves_until(sent, lease)),
     );
-    let watch = watch_placements(&members, id, &node);
+    let watch = watch_placements(&members, id, &node, &gate);
     tokio::select! {
         lost = lease => match lost {
             Ok(()) => Ok(()),
@@ -168,7 +231,7 @@ pub async fn follow_for_life(
             }
             other => return other,
         }
-        let again = register(&members, &endpoint, capacity_bytes).await?;
+        let again = register(&members, &endpoint, capacity_bytes, node.image_id()).await?;
         if again != id {
             return Err(ClusterError::Map(format!(
                 "memory node {id} registered again as {again}: a node keeps its id by its endpoint"
@@ -199,13 +262,48 @@ async fn fence_at_the_clusters_epoch(members: &Members, node: &MemoryNode) {
     }
 }
 
+/// Holds a node's lease grants back until it has judged its replicas
+/// against the map once ([`apply_placements`]), then passes them on.
+#[derive(Debug, Default)]
+struct ServingGate {
+    /// The first map has been applied.
+    open: std::sync::atomic::AtomicBool,
+    /// The newest grant heard while closed.
+    held: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl ServingGate {
+    /// A renewal granted: the node serves until `until` once the gate is
+    /// open.
+    fn granted(&self, node: &MemoryNode, until: std::time::Instant) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if self.open.load(std::sync::atomic::Ordering::Acquire) {
+            node.hold_lease_until(until);
+        } else {
+            *held = Some(until);
+        }
+    }
+
+    /// The first map was applied: the grant held back, if any, takes effect.
+    fn open(&self, node: &MemoryNode) {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.open.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            if let Some(until) = *held {
+                node.hold_lease_until(until);
+            }
+        }
+    }
+}
+
 async fn watch_placements(
     members: &Members,
     id: MemNodeId,
     node: &Arc<MemoryNode>,
+    gate: &ServingGate,
 ) -> std::convert::Infallible {
     let mut seen: Option<Epoch> = None;
     let mut at = 0usize;
+    let mut proven = Proven::default();
     loop {
         let member = &members.clients()[at % members.clients().len()];
         let map = match member.map(seen, Some(WATCH_WAIT)).await {
@@ -230,8 +328,11 @@ async fn watch_placements(
         if seen == Some(map.epoch()) {
             continue; // the wait passed with no change
         }
-        match apply_placements(members, id, node, map.epoch()).await {
-            Ok(()) => seen = Some(map.epoch()),
+        match apply_placements(members, id, node, map.epoch(), &mut proven).await {
+            Ok(()) => {
+                gate.open(node);
+                seen = Some(map.epoch());
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot take this map's placements yet; retrying");
                 tokio::time::sleep(RETRY_PAUSE).await;
@@ -264,21 +365,112 @@ async fn regions_as_of(members: &Members, epoch: Epoch) -> Result<Vec<Region>, C
     )))
 }
 
+/// The replica generations this process has seen its image hold, by
+/// region: what lets it follow a hand-out of a replica it held all along
+/// (the control plane joined or promoted it) without taking an image's
+/// word for a generation it never saw (design.md §1b).
+#[derive(Debug, Default)]
+struct Proven(std::collections::HashMap<RegionId, u64>);
+
+/// How this node's image stands to a replica the map places on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// Held at the generation the map names: served.
+    Proven,
+    /// Not held at it (found at this generation): never served, reported.
+    Unproven(u64),
+}
+
+impl Proven {
+    /// Judges region `r`'s replica on node `id`, which the image holds at
+    /// generation `have` (`fresh`: it was allocated empty just now), and
+    /// records in the image the generation it is proven at.
+    fn judge(
+        &mut self,
+        node: &MemoryNode,
+        r: &Region,
+        id: MemNodeId,
+        fresh: bool,
+    ) -> Result<Standing, ClusterError> {
+        let want = r.generation_of(id);
+        let have = node.replica_generation(r.id).unwrap_or(0);
+        // An empty replica is legitimate only where the control plane
+        // placed one to be made: a new region's, or a replica being made
+        // (`syncing`) that recovery fills. One clients write that the
+        // image lacks was lost with an image (`Unproven(0)`).
+        let being_made = r.pending.contains(&id) || r.syncing.iter().any(|l| l.node == id);
+        let standing = if serving_wiped() {
+            Standing::Proven
+        } else if fresh {
+            if being_made {
+                Standing::Proven
+            } else {
+                Standing::Unproven(0)
+            }
+        } else if have == want || (want > have && self.0.get(&r.id) == Some(&have)) {
+            // As the map names it, or handed out again while this process
+            // held it all along (joined once filled, promoted). Never a
+            // generation older than the image's: a map that went back (a
+            // restored snapshot) names a replica this image has moved past.
+            Standing::Proven
+        } else {
+            Standing::Unproven(have)
+        };
+        match standing {
+            Standing::Proven => {
+                if have != want {
+                    node.set_replica_generation(r.id, want).map_err(|e| {
+                        ClusterError::Map(format!("cannot record region {}'s generation: {e}", r.id))
+                    })?;
+                }
+                self.0.insert(r.id, want);
+            }
+            Standing::Unproven(_) => {
+                self.0.remove(&r.id);
+            }
+        }
+        Ok(standing)
+    }
+}
+
 /// Allocates every region placed on `id`, raises the node's epoch to
 /// `epoch`, then reports the replicas still pending as ready.
+///
+/// A replica whose image does not hold it at the generation the map names
+/// is never served: its key is changed to one nobody holds (verbs to it
+/// are refused) and it is reported unproven, so that the control plane
+/// drops it and recovery refills it (design.md §1b).
 async fn apply_placements(
     members: &Members,
     id: MemNodeId,
     node: &Arc<MemoryNode>,
     epoch: Epoch,
+    proven: &mut Proven,
 ) -> Result<(), ClusterError> {
     let regions = regions_as_of(members, epoch).await?;
     let mut pending = Vec::new();
-    for r in regions.iter().filter(|r| r.on(id)) {
+    let mut unproven = Vec::new();
+    for r in regions.iter().filter(|r| r.on(id) && r.lost.is_none()) {
         let Some(loc) = r.replicas.iter().chain(&r.syncing).find(|l| l.node == id) else {
             continue;
         };
-        match node.add_region(r.id, r.size_bytes, loc.key) {
+        let added = node.add_region(r.id, r.size_bytes, loc.key);
+        if let Ok(fresh) = added {
+            if let Standing::Unproven(found) = proven.judge(node, r, id, fresh)? {
+                node.retire_region(r.id)
+                    .map_err(|e| ClusterError::Map(format!("cannot retire region {}: {e}", r.id)))?;
+                tracing::error!(
+                    region = r.id,
+                    found,
+                    want = r.generation_of(id),
+                    "this image does not hold the replica at the generation the map names: never served; \
+                     reporting it to be refilled"
+                );
+                unproven.push((r.id, found));
+                continue;
+            }
+        }
+        match added {
             Ok(true) => {
                 let start = std::time::Instant::now();
                 // Off the async workers: a GiB takes about a second, and the
@@ -315,6 +507,29 @@ async fn apply_placements(
         if r.pending.contains(&id) {
             pending.push(r.id);
         }
+    }
+    // A region this image holds that the map no longer places here was
+    // taken from this node (evicted, removed): it is never served again,
+    // so that a map that goes back to naming it (a restored snapshot)
+    // finds it unproven rather than stale.
+    for held in node.descriptor().regions {
+        let named = regions.iter().any(|r| r.id == held.id && r.on(id));
+        if !named && node.replica_generation(held.id).is_some_and(|g| g != 0) && !serving_wiped() {
+            node.retire_region(held.id)
+                .map_err(|e| ClusterError::Map(format!("cannot retire region {}: {e}", held.id)))?;
+            proven.0.remove(&held.id);
+            tracing::info!(region = held.id, "no longer placed here: retired");
+        }
+    }
+    for (region, found) in unproven {
+        let report = Command::ReplicaUnproven {
+            region,
+            node: id,
+            found,
+        };
+        members
+            .command(&format!("reporting region {region}'s replica unproven"), &report)
+            .await?;
     }
     let now = node.advance_epoch(epoch);
     tracing::info!(epoch = now, "following the map");

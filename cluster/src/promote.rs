@@ -39,7 +39,7 @@
 
 use std::time::{Duration, Instant};
 
-use control_plane::state::{Command, IndexKind, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
+use control_plane::state::{Command, IndexKind, IndexState, IndexVariant, MemNodeId, Outcome, OWNER_ID_END};
 use fabric::{ClusterMap, Epoch, RegionId};
 use txn::{Heap, LockWord, RepairOutcome, TxClient};
 
@@ -218,9 +218,21 @@ impl Cluster {
         tokio::time::sleep(FENCE_SETTLE).await;
         let mut fabric = self.full_fabric_since(epoch).await?;
         let mut lock_words = 0;
-        // A region without a heap (made by `ctl region create`) has no
-        // primary-only words of ours.
-        if let Ok(heap) = Heap::open(&mut fabric, region).await {
+        // A region without a heap (made by `ctl region create`, or an
+        // index's whose creation never formatted it) has no primary-only
+        // words of ours. A formatted index's region must open on its new
+        // primary: one that does not holds no proven copy, and publishing
+        // it would serve nothing for everything (design.md §1b).
+        let opened = Heap::open(&mut fabric, region).await;
+        if let Err(e) = &opened {
+            if let Some(index) = self.formatted_index_in(region).await? {
+                return Err(ClusterError::Map(format!(
+                    "region {region}'s new primary (node {primary}) holds no heap that opens ({e}), though index \
+                     {index:?} was formatted there: refusing to publish a copy that is not the index"
+                )));
+            }
+        }
+        if let Ok(heap) = opened {
             let floor = LockWord::promotion_floor(txn::now_tick(&fabric));
             lock_words = heap.restore_after_promotion(&mut fabric, floor).await?.lock_words;
             let mut passes = 0;
@@ -392,6 +404,16 @@ impl Cluster {
             .await?
             .into_iter()
             .any(|x| x.region == region && x.kind == IndexKind::Hash && x.variant != IndexVariant::Optimal))
+    }
+
+    /// The name of the formatted (ready) index `region` holds, if any.
+    async fn formatted_index_in(&self, region: RegionId) -> Result<Option<String>, ClusterError> {
+        Ok(self
+            .indexes()
+            .await?
+            .into_iter()
+            .find(|x| x.region == region && x.state == IndexState::Ready)
+            .map(|x| x.name))
     }
 
     /// Whether `region` holds a dtx index.

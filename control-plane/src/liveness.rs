@@ -331,6 +331,7 @@ mod tests {
             Command::RegisterMemNode {
                 endpoint: "mn0:1".into(),
                 capacity_bytes: 1 << 20,
+                image: None,
             },
         );
         apply(

@@ -357,6 +357,16 @@ impl Node {
 
     /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
     /// for its outcome.
+    ///
+    /// A command the state machine would refuse is not proposed: the
+    /// refusal is answered from this member's applied state (`dry_run`).
+    /// A caller that retries a refused command in a loop (a recovery step,
+    /// a dead memory node's registration) would otherwise grow the log,
+    /// and every snapshot, with the same refusal over and over. Such a
+    /// refusal leaves no audit entry: the audit trail records what was
+    /// committed. A command that passes the dry run and is refused when
+    /// applied (another command committed between the two) is committed
+    /// as before.
     pub(crate) async fn propose(&self, actor: &str, mut command: Command) -> Result<Outcome, WriteError> {
         if let Command::RegisterClient {
             lease_ms: lease_ms @ 0,
@@ -372,6 +382,17 @@ impl Node {
             command,
         };
         let started = Instant::now();
+        if let Err(refused) = self.dry_run(&request).await? {
+            tracing::debug!(
+                actor,
+                command = ?request.command.for_audit(),
+                error = %refused,
+                "refused without proposing"
+            );
+            let answered: Result<Result<Outcome, CommandError>, WriteError> = Ok(Err(refused.clone()));
+            crate::metrics::proposal(self.id, started, &answered);
+            return Err(WriteError::Refused(refused));
+        }
         let written = self.bounded(self.raft.client_write(request)).await;
         crate::metrics::proposal(self.id, started, &written);
         let written = written?;
@@ -379,6 +400,26 @@ impl Node {
             Ok(reply) => reply.data.map_err(WriteError::Refused),
             Err(e) => Err(self.write_error(e)),
         }
+    }
+
+    /// `Ok(Err(refusal))` if the state machine would refuse `request` now,
+    /// `Ok(Ok(()))` to propose it; `Err` if this member cannot confirm that
+    /// it leads.
+    ///
+    /// Judged first on the applied state as it is, which costs no round
+    /// trip: a command it passes is proposed, and the log has the last
+    /// word. A refusal is judged again once this member has confirmed with
+    /// a quorum that it leads and has applied everything committed before
+    /// (`confirm_lead`): the applied state may trail what was committed (a
+    /// leader new in office applies its predecessor's last entries after
+    /// taking office), and a command that depends on one of those must
+    /// not be refused for want of it.
+    async fn dry_run(&self, request: &Request) -> Result<Result<(), CommandError>, WriteError> {
+        if self.reader.with_state(|s| s.dry_run(request)).is_ok() {
+            return Ok(Ok(()));
+        }
+        self.confirm_lead().await?;
+        Ok(self.reader.with_state(|s| s.dry_run(request)).map(|_| ()))
     }
 
     /// Adds `member` as a learner, waits for it to catch up, and promotes it

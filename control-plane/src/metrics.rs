@@ -61,7 +61,8 @@ pub const EPOCH: &str = "kintsugi_control_epoch";
 pub const MEMNODES: &str = "kintsugi_control_memnodes";
 /// Regions by `state`: unready (a replica not yet allocated), restoring
 /// (out of the map while recovery rebuilds it), degraded (usable, fewer
-/// replicas than made with or some being made), whole.
+/// replicas than made with or some being made), whole, lost (its data died
+/// with its nodes: `ctl region lost`).
 pub const REGIONS: &str = "kintsugi_control_regions";
 /// Clients by `lease` (live, expired).
 pub const CLIENTS: &str = "kintsugi_control_clients";
@@ -108,7 +109,10 @@ pub const ALL: &[MetricDef] = &[
     ),
     MetricDef::gauge(EPOCH, "The map epoch in the member's applied state."),
     MetricDef::gauge(MEMNODES, "Memory nodes by state."),
-    MetricDef::gauge(REGIONS, "Regions by state (unready, restoring, degraded, whole)."),
+    MetricDef::gauge(
+        REGIONS,
+        "Regions by state (unready, restoring, degraded, whole, lost).",
+    ),
     MetricDef::gauge(CLIENTS, "Clients by lease (live, expired)."),
     MetricDef::gauge(INDEXES, "Named indexes."),
 ];
@@ -169,7 +173,7 @@ struct MemberGauges {
     quorum_ack_age: Gauge,
     epoch: Gauge,
     memnodes: [(MemNodeState, Gauge); 5],
-    regions: [Gauge; 4],
+    regions: [Gauge; REGION_STATES.len()],
     clients_live: Gauge,
     clients_expired: Gauge,
     indexes: Gauge,
@@ -236,7 +240,9 @@ impl MemberGauges {
         }
         let mut regions = [0u64; REGION_STATES.len()];
         for r in s.regions.values() {
-            let slot = if !r.ready() {
+            let slot = if r.lost.is_some() {
+                4
+            } else if !r.ready() {
                 0
             } else if r.being_restored() {
                 1
@@ -263,7 +269,7 @@ impl MemberGauges {
 
 /// The `state` labels of regions, in the order `MemberGauges::state`
 /// counts them.
-const REGION_STATES: [&str; 4] = ["unready", "restoring", "degraded", "whole"];
+const REGION_STATES: [&str; 5] = ["unready", "restoring", "degraded", "whole", "lost"];
 
 fn memnode_state(s: MemNodeState) -> &'static str {
     match s {

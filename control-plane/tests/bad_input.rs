@@ -163,6 +163,7 @@ async fn operator_api_refuses_bad_requests_and_changes_nothing() {
             Command::RegisterMemNode {
                 endpoint: "mn-0:1".into(),
                 capacity_bytes: 1,
+                image: None,
             },
             409,
             "already has endpoint",

@@ -1,33 +1,54 @@
-//! The coordinator: one pass reads the replicated state and takes the
-//! first step it calls for; [`Coordinator::run`] repeats passes while
-//! this process's control-plane member leads.
+//! The coordinator: a pass reads the replicated state and takes, for
+//! every region and every expired client, the next step it calls for;
+//! [`Coordinator::run`] repeats passes while this process's control-plane
+//! member leads.
 //!
-//! Steps, in the order a pass looks for them (module docs of the crate):
+//! Recovery is per region (`design.md` §1b): a pass takes at most one step
+//! for each region and each client, in three rounds (module docs of the
+//! crate):
 //!
-//! 1. a replica on a dead node: `evict_replica` ([`Step::Evicted`]);
-//! 2. a region being restored after a promotion: the new primary's
-//!    primary-only words rebuilt, every log finished, `region_restored`
-//!    ([`Step::Restored`], `cluster::Cluster::finish_promotion`);
-//! 3. a region catching a joined replica up: [`crate::copy::catch_up`],
-//!    `region_restored` ([`Step::CaughtUp`]);
-//! 4. an expired client: its logs rolled at once ([`Step::RolledClient`]),
-//!    and once its quarantine is over, rolled again and forgotten
-//!    ([`Step::ForgotClient`]), which frees its owner ids;
-//! 5. a region with fewer replicas than it was made with: `add_backup` on
-//!    the roomiest spare ([`Step::AddedBackup`]), the copy
-//!    ([`Step::Copied`]), `join_backup` ([`Step::Joined`]).
+//! 1. for each region, the first of: a replica on a dead node evicted
+//!    (`evict_replica`, [`Step::Evicted`]), or, where that node held the
+//!    primary and no replica can take over, the region declared lost
+//!    (`declare_region_lost`, also [`Step::Evicted`]); a region being
+//!    restored after a promotion has the new primary's primary-only words
+//!    rebuilt, every log finished, and is published (`region_restored`,
+//!    [`Step::Restored`], `cluster::Cluster::finish_promotion`); a region
+//!    catching a joined replica up is caught up ([`crate::copy::catch_up`],
+//!    `region_restored`, [`Step::CaughtUp`]);
+//! 2. for each expired client: its logs rolled at once
+//!    ([`Step::RolledClient`]), and once its quarantine is over, rolled
+//!    again and forgotten ([`Step::ForgotClient`]), which frees its owner
+//!    ids. Finishing logs reads every index, so this waits while an
+//!    index's region is out of the clients' map;
+//! 3. for each usable region that round 1 left alone, with fewer replicas
+//!    than it was made with: `add_backup` on the roomiest spare
+//!    ([`Step::AddedBackup`]), the copy ([`Step::Copied`]), `join_backup`
+//!    ([`Step::Joined`]).
+//!
+//! A step that fails, or outlasts its bound, ends nothing but itself: its
+//! region or client is recorded as stuck (why, since when, how many
+//! attempts) and left alone until its own backoff has passed, between
+//! [`STUCK_BACKOFF_MIN`] and [`STUCK_BACKOFF_MAX`], while the others go
+//! on. A lost region is left alone for good: only an operator's
+//! `DropRegion` ends it. Stuck regions and clients and lost regions are
+//! gauges ([`crate::metrics`]) and lines in the log.
 //!
 //! What a pass decides depends on the replicated state only (and on the
-//! checksums of a copy this coordinator made, which only save work), so a
-//! coordinator that dies after any step leaves the next leader's one the
-//! same work to finish.
+//! checksums of a copy this coordinator made, which only save work, and on
+//! its backoffs, which only delay work), so a coordinator that dies after
+//! any step leaves the next leader's one the same work to finish.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, ClusterOptions};
-use control_plane::state::{candidates, ClientId, ClientState, Command, MemNodeId, MemNodeState, Region};
+use cluster::{Cluster, ClusterError, ClusterOptions};
+use control_plane::api::Status;
+use control_plane::state::{
+    candidates, Client, ClientId, ClientState, Command, IndexState, IndexVariant, MemNode, MemNodeId,
+    MemNodeState, Outcome, Region,
+};
 use fabric::RegionId;
 
 use crate::copy::{self, Copied};
@@ -39,16 +60,28 @@ use crate::RecoveryError;
 /// quarantines do not change the map.
 pub const TICK: Duration = Duration::from_millis(20);
 
-/// Longest a pass that copies nothing may take before it is abandoned and
-/// begun again: a pass waits on the control plane and on memory nodes,
-/// and one that waits for good must not stop recovery. Far beyond the
-/// control plane's answers ([`cluster::members::MEMBER_TIMEOUT`] each) and a
-/// fence.
+/// Longest the status read that begins a pass, or one step that copies
+/// nothing, may take before it is abandoned: a step waits on the control
+/// plane and on memory nodes, and one that waits for good must not stop
+/// recovery (an abandoned step leaves its region or client stuck, and the
+/// pass goes on). Far beyond the control plane's answers
+/// ([`cluster::members::MEMBER_TIMEOUT`] each) and a fence.
 pub const PASS_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The slowest copy rate a pass is given time for, on top of
-/// [`PASS_TIMEOUT`], for the largest region (a copy or catch-up reads it
-/// whole): far below loopback tcp's.
+/// First pause before a stuck region or client is tried again: a step
+/// that fails at once (a refusal, a node that does not answer) is not
+/// repeated every tick, where it would only load the control plane.
+/// Doubled with every failure in a row, up to [`STUCK_BACKOFF_MAX`].
+pub const STUCK_BACKOFF_MIN: Duration = Duration::from_millis(100);
+
+/// Longest pause before a stuck region or client is tried again: a cause
+/// that clears (a node back, a restore claim lapsed, an operator's drop)
+/// is acted on within it.
+pub const STUCK_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// The slowest copy rate a step on a region is given time for, on top
+/// of [`PASS_TIMEOUT`] (a copy or catch-up reads the region whole): far
+/// below loopback tcp's.
 pub const COPY_RATE_FLOOR_BYTES_PER_S: u64 = 16 << 20;
 
 /// The name the coordinator joins the cluster under (it holds owner ids
@@ -177,16 +210,174 @@ impl std::fmt::Debug for RecoveryOptions {
     }
 }
 
+/// What a step is about: a region, or an expired client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Work {
+    /// A region's eviction, restore, catch-up or re-replication.
+    Region(RegionId),
+    /// An expired client's roll or forgetting.
+    Client(ClientId),
+}
+
+impl std::fmt::Display for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Work::Region(id) => write!(f, "region {id}"),
+            Work::Client(id) => write!(f, "client {id}"),
+        }
+    }
+}
+
+/// A region or client whose step failed, as many times in a row as
+/// `attempts`: left alone until `retry_at`, while the others go on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stuck {
+    /// Why the last attempt failed.
+    pub reason: String,
+    /// When the first of these failures was seen.
+    pub since: Instant,
+    /// Failed attempts in a row.
+    pub attempts: u32,
+    /// Not tried again before this.
+    pub retry_at: Instant,
+}
+
+/// The pause after `attempts` failures in a row: [`STUCK_BACKOFF_MIN`],
+/// doubled with each failure after the first, at most
+/// [`STUCK_BACKOFF_MAX`].
+pub fn stuck_backoff(attempts: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempts.saturating_sub(1));
+    STUCK_BACKOFF_MIN.saturating_mul(factor).min(STUCK_BACKOFF_MAX)
+}
+
+/// The regions and clients whose last step failed.
+#[derive(Debug, Default)]
+struct Backoffs {
+    stuck: BTreeMap<Work, Stuck>,
+}
+
+impl Backoffs {
+    /// `work` may be tried at `now`: it is not stuck, or its backoff has
+    /// passed.
+    fn due(&self, work: Work, now: Instant) -> bool {
+        self.stuck.get(&work).is_none_or(|s| now >= s.retry_at)
+    }
+
+    /// Records a failed attempt of `work` at `now`, and why.
+    fn failed(&mut self, work: Work, reason: String, now: Instant) -> &Stuck {
+        let s = self.stuck.entry(work).or_insert_with(|| Stuck {
+            reason: String::new(),
+            since: now,
+            attempts: 0,
+            retry_at: now,
+        });
+        s.attempts = s.attempts.saturating_add(1);
+        s.reason = reason;
+        s.retry_at = now + stuck_backoff(s.attempts);
+        s
+    }
+
+    /// `work`'s step went through (or had nothing to do): no longer stuck.
+    fn succeeded(&mut self, work: Work) -> Option<Stuck> {
+        self.stuck.remove(&work)
+    }
+
+    fn get(&self, work: Work) -> Option<&Stuck> {
+        self.stuck.get(&work)
+    }
+
+    /// Stuck regions and stuck clients.
+    fn counts(&self) -> (usize, usize) {
+        let regions = self.stuck.keys().filter(|w| matches!(w, Work::Region(_))).count();
+        (regions, self.stuck.len() - regions)
+    }
+}
+
+/// The step a region calls for in a pass's first round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RegionAction {
+    /// A replica (or a replica being made) is on this dead node.
+    Evict(MemNodeId),
+    /// Promoted: its new primary is to be rebuilt.
+    Restore,
+    /// This joined replica is to be caught up.
+    CatchUp(MemNodeId),
+}
+
+/// What `r` calls for first in a pass's first round, if anything; a
+/// region another live client is restoring is left to it (unless a
+/// replica is dead, which only eviction mends).
+fn region_action(r: &Region, dead: &BTreeSet<MemNodeId>, claimed_by_other: bool) -> Option<RegionAction> {
+    if let Some(l) = r
+        .replicas
+        .iter()
+        .chain(&r.syncing)
+        .find(|l| dead.contains(&l.node))
+    {
+        return Some(RegionAction::Evict(l.node));
+    }
+    if claimed_by_other {
+        return None;
+    }
+    if r.restoring {
+        return Some(RegionAction::Restore);
+    }
+    r.catching_up.map(RegionAction::CatchUp)
+}
+
+/// Whether a backup of `r` could take over its primary, as this
+/// coordinator sees it: one on a node that is not dead, allocated (not
+/// pending), and not being caught up. It only picks which of eviction and
+/// the region's loss is asked first; the control plane judges (`heir`
+/// there), and refuses the other.
+fn has_heir(r: &Region, memnodes: &[MemNode]) -> bool {
+    let live = |id: MemNodeId| {
+        memnodes
+            .iter()
+            .any(|n| n.id == id && n.state != MemNodeState::Dead)
+    };
+    r.replicas
+        .iter()
+        .skip(1)
+        .any(|x| Some(x.node) != r.catching_up && !r.pending.contains(&x.node) && live(x.node))
+}
+
+/// How long one step on a region of `size_bytes` may take:
+/// [`PASS_TIMEOUT`], and time to read it whole at
+/// [`COPY_RATE_FLOOR_BYTES_PER_S`].
+fn step_timeout(size_bytes: u64) -> Duration {
+    PASS_TIMEOUT + Duration::from_secs(size_bytes / COPY_RATE_FLOOR_BYTES_PER_S)
+}
+
+/// Why finishing an expired client's logs cannot go on now, if it cannot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum LogsWait {
+    /// An index's region is out of the clients' map for a while (lost, or
+    /// its recovery stuck): the clients are stuck on it, and say why.
+    Blocked(String),
+    /// An index's region is out of the map, or was moved by this pass, and
+    /// recovery is at work on it: the next pass finds it back.
+    Moving,
+}
+
 /// A recovery coordinator: a cluster client of its own that acts on the
 /// control plane's decisions.
 pub struct Coordinator {
     cluster: Cluster,
     options: RecoveryOptions,
-    /// Copies this coordinator made, by region and node: their checksums
-    /// spare the catch-up reading the new replica.
-    copies: HashMap<(RegionId, MemNodeId), Copied>,
+    /// Copies this coordinator made, by region and node, with the replica
+    /// generation each was made for: their checksums spare the catch-up
+    /// reading the new replica. A copy counts only for the replica at that
+    /// generation: one placed again since (evicted, re-added on the same
+    /// node) is a new replica that no copy has filled yet.
+    copies: HashMap<(RegionId, MemNodeId), (u64, Copied)>,
     /// Expired clients whose logs this coordinator has rolled.
     rolled: BTreeSet<ClientId>,
+    /// Regions and clients whose last step failed.
+    backoffs: Backoffs,
+    /// Lost regions this coordinator has said so about in its log (once
+    /// each).
+    lost_seen: BTreeSet<RegionId>,
 }
 
 impl Coordinator {
@@ -211,6 +402,8 @@ impl Coordinator {
             options,
             copies: HashMap::new(),
             rolled: BTreeSet::new(),
+            backoffs: Backoffs::default(),
+            lost_seen: BTreeSet::new(),
         })
     }
 
@@ -219,13 +412,19 @@ impl Coordinator {
         &self.cluster
     }
 
+    /// The regions and clients whose last step failed, and why.
+    pub fn stuck(&self) -> &BTreeMap<Work, Stuck> {
+        &self.backoffs.stuck
+    }
+
     /// Leaves the cluster.
     pub async fn close(self) -> Result<(), RecoveryError> {
         Ok(self.cluster.close().await?)
     }
 
     /// Runs passes while `leading()` holds and this coordinator's lease
-    /// lasts; says which ended. A failed pass is logged and tried again
+    /// lasts; says which ended. A pass that fails (its status read: a
+    /// step's failure fails only that step) is logged and tried again
     /// after a tick.
     ///
     /// A coordinator whose lease was lost (a stall past it: the control
@@ -233,6 +432,14 @@ impl Coordinator {
     /// while its member leads, and recovery would stop: the caller joins
     /// again as a new client, and recovery rolls this one like any other.
     pub async fn run(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) -> Stopped {
+        let stopped = self.run_passes(leading).await;
+        // Another member's coordinator reports from now on; this one's
+        // gauges must not count what it no longer watches.
+        meter::backlog(0, 0, 0);
+        stopped
+    }
+
+    async fn run_passes(&mut self, leading: &(dyn Fn() -> bool + Send + Sync)) -> Stopped {
         let mut epochs = self.cluster.epochs();
         loop {
             if !leading() {
@@ -241,26 +448,20 @@ impl Coordinator {
             if let Some(why) = self.cluster.lease_lost() {
                 return Stopped::LeaseLost(why);
             }
-            let timeout = self.pass_timeout();
             let started = Instant::now();
-            match tokio::time::timeout(timeout, self.pass()).await {
-                Ok(Ok(Some(_))) => {
+            match self.pass().await {
+                Ok(Some(_)) => {
                     meter::pass(started, PassOutcome::Step);
                     continue;
                 }
-                Ok(Ok(None)) => meter::pass(started, PassOutcome::Idle),
-                Ok(Err(e)) => {
-                    meter::pass(started, PassOutcome::Failed);
-                    tracing::warn!(error = %e, "recovery step failed; trying again");
-                }
-                // Every step is safe to stop after any verb (a crashed
-                // coordinator stops that way): the next pass redoes it.
-                Err(_) => {
-                    meter::pass(started, PassOutcome::Timeout);
-                    tracing::warn!(
-                        ?timeout,
-                        "a recovery pass did not finish in time; abandoned and tried again"
-                    );
+                Ok(None) => meter::pass(started, PassOutcome::Idle),
+                Err(e) => {
+                    let outcome = match e {
+                        RecoveryError::Cluster(ClusterError::Timeout { .. }) => PassOutcome::Timeout,
+                        _ => PassOutcome::Failed,
+                    };
+                    meter::pass(started, outcome);
+                    tracing::warn!(error = %e, "recovery pass failed; trying again");
                 }
             }
             tokio::select! {
@@ -270,24 +471,22 @@ impl Coordinator {
         }
     }
 
-    /// [`PASS_TIMEOUT`], and time to copy the largest region at
-    /// [`COPY_RATE_FLOOR_BYTES_PER_S`].
-    fn pass_timeout(&self) -> Duration {
-        let bytes = self
-            .cluster
-            .map()
-            .regions()
-            .iter()
-            .map(|r| r.size)
-            .max()
-            .unwrap_or(0);
-        PASS_TIMEOUT + Duration::from_secs(bytes / COPY_RATE_FLOOR_BYTES_PER_S)
-    }
-
-    /// Looks at the state once and takes the first step it calls for
-    /// (module docs). `None` when there is nothing to do.
+    /// Looks at the state once and takes, for each region and each
+    /// expired client, the next step it calls for (module docs). The first
+    /// step taken, `None` when there was nothing to do (or all of it is
+    /// stuck). Fails only when the state cannot be read: a step that fails
+    /// leaves its region or client stuck, and the pass goes on.
     pub async fn pass(&mut self) -> Result<Option<Step>, RecoveryError> {
-        let status = self.cluster.status().await?;
+        let status = match tokio::time::timeout(PASS_TIMEOUT, self.cluster.status()).await {
+            Ok(status) => status?,
+            Err(_) => {
+                return Err(ClusterError::Timeout {
+                    what: "reading the control plane's status for a recovery pass".into(),
+                    after: format!("{PASS_TIMEOUT:?}"),
+                }
+                .into())
+            }
+        };
         let dead: BTreeSet<MemNodeId> = status
             .memnodes
             .iter()
@@ -303,29 +502,101 @@ impl Coordinator {
                 tracing::trace!(node, epoch = now, "dead node's image fenced");
             }
         }
-        for r in &status.regions {
-            if let Some(l) = r
-                .replicas
+        self.forget_gone(&status);
+        let mut first = None;
+        let moved = self.regions_round(&status, &dead, &mut first).await;
+        self.clients_round(&status, &moved, &mut first).await;
+        if self.options.rereplicate {
+            self.rereplication_round(&status, &moved, &mut first).await;
+        }
+        let (regions_stuck, clients_stuck) = self.backoffs.counts();
+        let lost = status.regions.iter().filter(|r| r.lost.is_some()).count();
+        meter::backlog(regions_stuck, clients_stuck, lost);
+        Ok(first)
+    }
+
+    /// Drops what no longer calls for recovery: backoffs of regions gone
+    /// or lost and of clients forgotten, and the lost regions said so about
+    /// that are gone. Says once in the log which regions are lost.
+    fn forget_gone(&mut self, status: &Status) {
+        let recoverable = |id: RegionId| status.regions.iter().any(|r| r.id == id && r.lost.is_none());
+        let expired = |id: ClientId| {
+            status
+                .clients
                 .iter()
-                .chain(&r.syncing)
-                .find(|l| dead.contains(&l.node))
-            {
-                return self.evict(r, l.node).await.map(Some);
+                .any(|c| c.id == id && c.state != ClientState::Live)
+        };
+        self.backoffs.stuck.retain(|w, _| match *w {
+            Work::Region(id) => recoverable(id),
+            Work::Client(id) => expired(id),
+        });
+        self.lost_seen
+            .retain(|id| status.regions.iter().any(|r| r.id == *id));
+        for r in &status.regions {
+            if let Some(why) = &r.lost {
+                if self.lost_seen.insert(r.id) {
+                    tracing::error!(
+                        region = r.id,
+                        "region {} is lost: {why}; recovery leaves it alone: an operator drops it \
+                         (`kintsugi ctl region drop {} --confirm`), which frees its nodes",
+                        r.id,
+                        r.id
+                    );
+                }
             }
         }
-        // A region another live client is restoring (a `ctl region promote`)
-        // is its to finish; if it dies, its claim lapses with its lease.
-        let claimed_by_other = |r: &control_plane::state::Region| {
+    }
+
+    /// Round 1: for each region not lost, the first of eviction (or its
+    /// loss), restore, catch-up. Returns the regions it took or tried a
+    /// step on: the status no longer says where they are.
+    async fn regions_round(
+        &mut self,
+        status: &Status,
+        dead: &BTreeSet<MemNodeId>,
+        first: &mut Option<Step>,
+    ) -> BTreeSet<RegionId> {
+        let me = self.cluster.id();
+        // A region another live client is restoring (a `ctl region
+        // promote`) is its to finish; if it dies, its claim lapses with
+        // its lease.
+        let claimed_by_other = |r: &Region| {
             r.restorer.is_some_and(|h| {
-                h != self.cluster.id()
+                h != me
                     && status
                         .clients
                         .iter()
                         .any(|c| c.id == h && c.state == ClientState::Live)
             })
         };
-        for r in status.regions.iter().filter(|r| !claimed_by_other(r)) {
-            if r.restoring {
+        let mut moved = BTreeSet::new();
+        for r in status.regions.iter().filter(|r| r.lost.is_none()) {
+            let work = Work::Region(r.id);
+            if !self.backoffs.due(work, Instant::now()) {
+                continue;
+            }
+            let Some(action) = region_action(r, dead, claimed_by_other(r)) else {
+                continue;
+            };
+            moved.insert(r.id);
+            let limit = step_timeout(r.size_bytes);
+            let done = tokio::time::timeout(limit, self.region_step(r, action, &status.memnodes)).await;
+            if let Some(step) = self.settle(work, limit, done.map(|d| d.map(Some))) {
+                first.get_or_insert(step);
+            }
+        }
+        moved
+    }
+
+    async fn region_step(
+        &mut self,
+        r: &Region,
+        action: RegionAction,
+        memnodes: &[MemNode],
+    ) -> Result<Step, RecoveryError> {
+        match action {
+            RegionAction::Evict(node) => self.evict(r, node, memnodes).await,
+            RegionAction::Restore => {
                 let p = self.cluster.finish_promotion(r.id).await?;
                 let what = format!(
                     "region {} restored on node {} ({} lock words rebuilt) in {} ms",
@@ -334,70 +605,262 @@ impl Coordinator {
                     p.lock_words,
                     p.published.as_millis()
                 );
-                return Ok(Some(self.took(Step::Restored, u64::from(r.id), &what)));
+                Ok(self.took(Step::Restored, u64::from(r.id), &what))
             }
-            if let Some(node) = r.catching_up {
-                return self.catch_up(r.id, node).await.map(Some);
-            }
+            RegionAction::CatchUp(node) => self.catch_up(r.id, node, r.generation_of(node)).await,
         }
-        self.rolled
-            .retain(|id| status.clients.iter().any(|c| c.id == *id));
-        for c in status.clients.iter().filter(|c| c.state != ClientState::Live) {
-            if !self.rolled.contains(&c.id) {
-                // rtx logs at once; dtx logs after the client's quarantine
-                // (its expiry and one more lease), when nothing it sent can
-                // still land.
-                let dtx_from_ms = match c.state {
-                    ClientState::Expired { at_ms, .. } => at_ms.saturating_add(c.lease_ms),
-                    _ => u64::MAX,
-                };
-                if self
-                    .cluster
-                    .finish_logs(&c.owners.ids(), true, dtx_from_ms)
-                    .await?
-                {
-                    self.rolled.insert(c.id);
-                    let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
-                    return Ok(Some(self.took(Step::RolledClient, c.id, &what)));
-                }
-                continue; // a commit under a live lease: next pass
-            }
-            if let Some(r) = self.cluster.forget_expired(c).await? {
-                self.rolled.remove(&c.id);
-                let what = format!(
-                    "client {} forgotten after its unreferenced blocks were reclaimed ({} blocks, {} bytes, in {} data chunks); owner ids {:?} free",
-                    c.id, r.blocks_free, r.bytes_free, r.data_chunks, c.owners
-                );
-                return Ok(Some(self.took(Step::ForgotClient, c.id, &what)));
-            }
-        }
-        if self.options.rereplicate {
-            for r in status.regions.iter().filter(|r| r.usable()) {
-                if let Some(step) = self.rereplicate(r, &status.memnodes).await? {
-                    return Ok(Some(step));
-                }
-            }
-        }
-        Ok(None)
     }
 
-    async fn evict(&mut self, r: &Region, node: MemNodeId) -> Result<Step, RecoveryError> {
-        let evict = Command::EvictReplica { region: r.id, node };
-        self.cluster
-            .command(&format!("evicting node {node} from region {}", r.id), &evict)
-            .await?;
+    /// Round 2: for each expired client, its roll or its forgetting; none
+    /// while finishing logs would wait on an index's region ([`LogsWait`]).
+    async fn clients_round(&mut self, status: &Status, moved: &BTreeSet<RegionId>, first: &mut Option<Step>) {
+        self.rolled
+            .retain(|id| status.clients.iter().any(|c| c.id == *id));
+        let expired: Vec<&Client> = status
+            .clients
+            .iter()
+            .filter(|c| c.state != ClientState::Live)
+            .collect();
+        if expired.is_empty() {
+            return;
+        }
+        match self.logs_wait(status, moved) {
+            None => {}
+            Some(LogsWait::Moving) => return,
+            Some(LogsWait::Blocked(why)) => {
+                for c in expired {
+                    let work = Work::Client(c.id);
+                    if self.backoffs.due(work, Instant::now()) {
+                        self.stuck_now(work, why.clone());
+                    }
+                }
+                return;
+            }
+        }
+        for c in expired {
+            let work = Work::Client(c.id);
+            if !self.backoffs.due(work, Instant::now()) {
+                continue;
+            }
+            let done = tokio::time::timeout(PASS_TIMEOUT, self.client_step(c)).await;
+            if let Some(step) = self.settle(work, PASS_TIMEOUT, done) {
+                first.get_or_insert(step);
+            }
+        }
+    }
+
+    /// Whether finishing a client's logs would wait now: it reads every
+    /// ready index that has logs (`Cluster::finish_logs`), and waits, up to
+    /// `cluster::OPEN_TIMEOUT`, for each one's region to be in the
+    /// clients' map. A pass does not wait there: the steps that bring a
+    /// region back are the coordinator's own. A lost region, or one whose
+    /// recovery is stuck, holds the clients until it is dropped or moves
+    /// again, and they are reported stuck on it.
+    fn logs_wait(&self, status: &Status, moved: &BTreeSet<RegionId>) -> Option<LogsWait> {
+        let regions = status
+            .indexes
+            .iter()
+            .filter(|x| x.variant != IndexVariant::Optimal && x.state == IndexState::Ready)
+            .filter_map(|x| Some((x, status.regions.iter().find(|r| r.id == x.region)?)));
+        let mut wait = None;
+        for (x, r) in regions {
+            if let Some(why) = &r.lost {
+                return Some(LogsWait::Blocked(format!(
+                    "its logs are finished on every index, and index {:?}'s region {} is lost ({why}): \
+                     it waits for an operator to drop that region (`kintsugi ctl region drop {} --confirm`)",
+                    x.name, r.id, r.id
+                )));
+            }
+            if moved.contains(&r.id) || !r.usable() {
+                if let Some(s) = self.backoffs.get(Work::Region(r.id)).filter(|_| !r.usable()) {
+                    wait = Some(LogsWait::Blocked(format!(
+                        "its logs are finished on every index, and index {:?}'s region {} is out of the \
+                         clients' map while its recovery is stuck ({} attempts): {}",
+                        x.name, r.id, s.attempts, s.reason
+                    )));
+                } else if wait.is_none() {
+                    wait = Some(LogsWait::Moving);
+                }
+            }
+        }
+        wait
+    }
+
+    async fn client_step(&mut self, c: &Client) -> Result<Option<Step>, RecoveryError> {
+        if !self.rolled.contains(&c.id) {
+            // rtx logs at once; dtx logs after the client's quarantine
+            // (its expiry and one more lease), when nothing it sent can
+            // still land.
+            let dtx_from_ms = match c.state {
+                ClientState::Expired { at_ms, .. } => at_ms.saturating_add(c.lease_ms),
+                _ => u64::MAX,
+            };
+            if !self
+                .cluster
+                .finish_logs(&c.owners.ids(), true, dtx_from_ms)
+                .await?
+            {
+                return Ok(None); // a commit under a live lease: next pass
+            }
+            self.rolled.insert(c.id);
+            let what = format!("client {}'s logs rolled (owner ids {:?})", c.id, c.owners);
+            return Ok(Some(self.took(Step::RolledClient, c.id, &what)));
+        }
+        let Some(r) = self.cluster.forget_expired(c).await? else {
+            return Ok(None);
+        };
+        self.rolled.remove(&c.id);
+        let what = format!(
+            "client {} forgotten after its unreferenced blocks were reclaimed ({} blocks, {} bytes, in {} data chunks); owner ids {:?} free",
+            c.id, r.blocks_free, r.bytes_free, r.data_chunks, c.owners
+        );
+        Ok(Some(self.took(Step::ForgotClient, c.id, &what)))
+    }
+
+    /// Round 3: a step of re-replication for each usable region with
+    /// fewer replicas than it was made with that round 1 left alone.
+    /// Placement counts the replicas this round placed: the status read
+    /// at the start of the pass does not.
+    async fn rereplication_round(
+        &mut self,
+        status: &Status,
+        moved: &BTreeSet<RegionId>,
+        first: &mut Option<Step>,
+    ) {
+        let mut memnodes = status.memnodes.clone();
+        for r in status
+            .regions
+            .iter()
+            .filter(|r| r.usable() && !moved.contains(&r.id))
+        {
+            let work = Work::Region(r.id);
+            if !self.backoffs.due(work, Instant::now()) {
+                continue;
+            }
+            let limit = step_timeout(r.size_bytes);
+            let done = tokio::time::timeout(limit, self.rereplicate(r, &mut memnodes)).await;
+            if let Some(step) = self.settle(work, limit, done) {
+                first.get_or_insert(step);
+            }
+        }
+    }
+
+    /// Records how `work`'s step ended: a step taken, nothing to do, a
+    /// failure, or a step abandoned past `limit`. Returns the step taken.
+    fn settle(
+        &mut self,
+        work: Work,
+        limit: Duration,
+        done: Result<Result<Option<Step>, RecoveryError>, tokio::time::error::Elapsed>,
+    ) -> Option<Step> {
+        let why = match done {
+            Ok(Ok(step)) => {
+                if let Some(was) = self.backoffs.succeeded(work) {
+                    tracing::info!(
+                        %work,
+                        attempts = was.attempts,
+                        stuck_ms = was.since.elapsed().as_millis() as u64,
+                        "{work} is no longer stuck"
+                    );
+                }
+                return step;
+            }
+            Ok(Err(e)) => e.to_string(),
+            // Every step is safe to stop after any verb (a crashed
+            // coordinator stops that way): the next attempt redoes it.
+            Err(_) => format!("its step did not finish within {limit:?} and was abandoned"),
+        };
+        self.stuck_now(work, why);
+        None
+    }
+
+    /// Records that `work` cannot go on now, and why: left alone until
+    /// its backoff has passed.
+    fn stuck_now(&mut self, work: Work, why: String) {
+        let now = Instant::now();
+        let s = self.backoffs.failed(work, why, now);
+        tracing::warn!(
+            %work,
+            attempts = s.attempts,
+            stuck_ms = now.duration_since(s.since).as_millis() as u64,
+            retry_in_ms = s.retry_at.duration_since(now).as_millis() as u64,
+            reason = %s.reason,
+            "recovery of {work} is stuck; tried again after its backoff while the other regions and clients go on"
+        );
+    }
+
+    /// Drops dead node `node`'s replica of `r`, or, where it holds the
+    /// primary and no replica can take over, declares `r` lost. The control
+    /// plane judges which applies; this coordinator's view ([`has_heir`])
+    /// only picks which to ask first, and the other follows its refusal
+    /// (409), which costs no log entry.
+    async fn evict(
+        &mut self,
+        r: &Region,
+        node: MemNodeId,
+        memnodes: &[MemNode],
+    ) -> Result<Step, RecoveryError> {
+        let evict = (
+            format!("evicting node {node} from region {}", r.id),
+            Command::EvictReplica { region: r.id, node },
+        );
+        let primary = r.primary() == node;
+        let outcome = if primary {
+            let lose = (
+                format!("declaring region {} lost with node {node}", r.id),
+                Command::DeclareRegionLost { region: r.id },
+            );
+            let (ask, then) = if has_heir(r, memnodes) {
+                (evict, lose)
+            } else {
+                (lose, evict)
+            };
+            match self.cluster.command(&ask.0, &ask.1).await {
+                Err(e) if e.refused_with(409) => {
+                    tracing::debug!(region = r.id, node, error = %e, "refused; asking the other way");
+                    self.cluster.command(&then.0, &then.1).await?
+                }
+                other => other?,
+            }
+        } else {
+            self.cluster.command(&evict.0, &evict.1).await?
+        };
         self.copies.remove(&(r.id, node));
-        let role = if r.primary() == node { "primary" } else { "backup" };
+        if let Outcome::Region(x) = &outcome {
+            if let Some(why) = &x.lost {
+                self.lost_seen.insert(r.id);
+                tracing::error!(
+                    region = r.id,
+                    node,
+                    "region {} is lost: {why}; recovery leaves it alone: an operator drops it \
+                     (`kintsugi ctl region drop {} --confirm`), which frees its nodes",
+                    r.id,
+                    r.id
+                );
+                let what = format!("region {} declared lost with dead node {node}", r.id);
+                return Ok(self.took(Step::Evicted, u64::from(r.id), &what));
+            }
+        }
+        let role = if primary { "primary" } else { "backup" };
         let what = format!("dead node {node}'s replica ({role}) of region {} evicted", r.id);
         Ok(self.took(Step::Evicted, u64::from(r.id), &what))
     }
 
-    async fn catch_up(&mut self, region: RegionId, node: MemNodeId) -> Result<Step, RecoveryError> {
+    async fn catch_up(
+        &mut self,
+        region: RegionId,
+        node: MemNodeId,
+        generation: u64,
+    ) -> Result<Step, RecoveryError> {
         let start = Instant::now();
         self.cluster.claim_and_fence(region).await?;
         tokio::time::sleep(cluster::FENCE_SETTLE).await;
         let mut fabric = self.cluster.full_fabric().await?;
-        let copied = self.copies.remove(&(region, node));
+        let copied = self
+            .copies
+            .remove(&(region, node))
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, c)| c);
         let done = copy::catch_up(&mut fabric, region, node, copied.as_ref()).await?;
         // A writer cut off by the death that called for this replica may
         // have left a hash slot on some replicas only.
@@ -419,21 +882,34 @@ impl Coordinator {
     async fn rereplicate(
         &mut self,
         r: &Region,
-        memnodes: &[control_plane::state::MemNode],
+        memnodes: &mut [MemNode],
     ) -> Result<Option<Step>, RecoveryError> {
         // A copied replica joins; an allocated one is copied.
         for l in &r.syncing {
             if r.pending.contains(&l.node) {
                 continue; // its node has not allocated it yet
             }
-            if self.copies.contains_key(&(r.id, l.node)) {
+            let generation = r.generation_of(l.node);
+            if self
+                .copies
+                .get(&(r.id, l.node))
+                .is_some_and(|(g, _)| *g == generation)
+            {
                 let join = Command::JoinBackup {
                     region: r.id,
                     node: l.node,
                 };
-                self.cluster
+                let joined = self
+                    .cluster
                     .command(&format!("joining node {} to region {}", l.node, r.id), &join)
                     .await?;
+                // The join hands the replica out again: the copy is the
+                // one the catch-up of that generation compares against.
+                if let (control_plane::state::Outcome::Region(x), Some((g, _))) =
+                    (joined, self.copies.get_mut(&(r.id, l.node)))
+                {
+                    *g = x.generation_of(l.node);
+                }
                 let what = format!("node {}'s copy of region {} joined", l.node, r.id);
                 return Ok(Some(self.took(Step::Joined, u64::from(r.id), &what)));
             }
@@ -456,7 +932,7 @@ impl Coordinator {
                 copied.elapsed.as_millis(),
                 copied.rate_bytes_per_s() / f64::from(1u32 << 30)
             );
-            self.copies.insert((r.id, l.node), copied);
+            self.copies.insert((r.id, l.node), (generation, copied));
             return Ok(Some(self.took(Step::Copied, u64::from(r.id), &what)));
         }
         if r.replicas.len() + r.syncing.len() >= r.replication_target() {
@@ -476,6 +952,10 @@ impl Coordinator {
                 &add,
             )
             .await?;
+        // The next region's placement, in this pass, sees the room taken.
+        if let Some(n) = memnodes.iter_mut().find(|n| n.id == spare) {
+            n.allocated_bytes = n.allocated_bytes.saturating_add(r.size_bytes);
+        }
         let what = format!(
             "region {} has {} of {} replicas: a new one placed on node {}",
             r.id,
@@ -493,5 +973,42 @@ impl Coordinator {
             hook(step, about, what);
         }
         step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stuck_step_backs_off_doubling_up_to_a_bound_and_is_forgotten_once_it_goes_through() {
+        assert_eq!(stuck_backoff(1), STUCK_BACKOFF_MIN);
+        assert_eq!(stuck_backoff(2), STUCK_BACKOFF_MIN * 2);
+        assert_eq!(stuck_backoff(4), STUCK_BACKOFF_MIN * 8);
+        assert_eq!(stuck_backoff(60), STUCK_BACKOFF_MAX);
+        assert_eq!(stuck_backoff(u32::MAX), STUCK_BACKOFF_MAX);
+
+        let mut b = Backoffs::default();
+        let t0 = Instant::now();
+        let (r, c) = (Work::Region(3), Work::Client(7));
+        assert!(b.due(r, t0));
+        let s = b.failed(r, "refused".into(), t0).clone();
+        assert_eq!((s.attempts, s.since, s.retry_at), (1, t0, t0 + STUCK_BACKOFF_MIN));
+        assert!(
+            !b.due(r, t0) && b.due(c, t0),
+            "one stuck region holds back no other work"
+        );
+        let t1 = s.retry_at;
+        assert!(b.due(r, t1));
+        let s = b.failed(r, "refused again".into(), t1).clone();
+        assert_eq!(
+            (s.attempts, s.since, s.retry_at, s.reason.as_str()),
+            (2, t0, t1 + STUCK_BACKOFF_MIN * 2, "refused again")
+        );
+        b.failed(c, "waits".into(), t1);
+        assert_eq!(b.counts(), (1, 1));
+        assert_eq!(b.succeeded(r).map(|s| s.attempts), Some(2));
+        assert!(b.due(r, t1));
+        assert_eq!(b.counts(), (0, 1));
     }
 }

@@ -6,7 +6,10 @@
 //!
 //! - a dead node's replicas are evicted (`evict_replica`): a dead backup
 //!   is dropped, a dead primary's first live backup is promoted and its
-//!   primary-only words rebuilt before the region is published again;
+//!   primary-only words rebuilt before the region is published again; a
+//!   dead primary with no live, allocated backup leaves its region lost
+//!   (`declare_region_lost`), out of the clients' map until an operator
+//!   drops it;
 //! - a region with fewer replicas than it was made with gets a new one on
 //!   a spare node, copied while clients keep writing, then joined and
 //!   caught up at an epoch ([`copy`]);
@@ -15,13 +18,15 @@
 //!
 //! Every step is one Raft command or an idempotent rebuild, and the
 //! coordinator reads what to do from the replicated state alone, so the
-//! next leader's coordinator resumes whatever the last one left.
+//! next leader's coordinator resumes whatever the last one left. Recovery
+//! is per region: a region or client whose step fails is stuck, and tried
+//! again after its own backoff, while every other goes on.
 
 pub mod coordinator;
 pub mod copy;
 mod error;
 pub mod metrics;
 
-pub use coordinator::{Coordinator, RecoveryOptions, Step, Stopped, CLIENT_NAME};
+pub use coordinator::{Coordinator, RecoveryOptions, Step, Stopped, Stuck, Work, CLIENT_NAME};
 pub use copy::{CaughtUp, Copied, COPY_CHUNK_BYTES};
 pub use error::RecoveryError;

@@ -1,5 +1,6 @@
 //! The recovery coordinator's metrics: the steps it took (recovery's
-//! phases) and its passes.
+//! phases), its passes, and what it cannot get on with (regions and
+//! clients stuck, regions lost).
 //!
 //! Recorded through the `metrics` facade (a no-op until the process
 //! installs a recorder: `kintsugi control --metrics-listen`). A process
@@ -20,6 +21,16 @@ pub const STEPS: &str = "kintsugi_recovery_steps_total";
 pub const PASSES: &str = "kintsugi_recovery_passes_total";
 /// How long a pass took, whatever its outcome.
 pub const PASS_SECONDS: &str = "kintsugi_recovery_pass_seconds";
+/// Regions whose last recovery step failed, left alone until their own
+/// backoff has passed while the others go on (the coordinator's log says
+/// why). 0 on a member that does not lead.
+pub const REGIONS_STUCK: &str = "kintsugi_recovery_regions_stuck";
+/// Expired clients whose roll or forgetting failed, or waits on a lost or
+/// stuck index region.
+pub const CLIENTS_STUCK: &str = "kintsugi_recovery_clients_stuck";
+/// Regions declared lost (their only copy died): out of the clients' map
+/// until an operator drops them (`kintsugi ctl region lost`).
+pub const REGIONS_LOST: &str = "kintsugi_recovery_regions_lost";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
@@ -29,6 +40,18 @@ pub const ALL: &[MetricDef] = &[
         "Recovery passes by outcome (step, idle, failed, timeout).",
     ),
     MetricDef::seconds(PASS_SECONDS, "Recovery pass durations."),
+    MetricDef::gauge(
+        REGIONS_STUCK,
+        "Regions whose last recovery step failed, retried after a backoff.",
+    ),
+    MetricDef::gauge(
+        CLIENTS_STUCK,
+        "Expired clients whose roll or forgetting failed or waits on a lost or stuck region.",
+    ),
+    MetricDef::gauge(
+        REGIONS_LOST,
+        "Regions lost with their only copy, until an operator drops them.",
+    ),
 ];
 
 /// Registers this crate's descriptions with the installed recorder.
@@ -60,6 +83,14 @@ pub(crate) fn pass(started: Instant, outcome: PassOutcome) {
 /// Counts a step taken.
 pub(crate) fn step(step: Step) {
     ::metrics::counter!(STEPS, "step" => step.name()).increment(1);
+}
+
+/// Sets what recovery cannot get on with, after a pass (all 0 when the
+/// coordinator stops: another member's reports from then on).
+pub(crate) fn backlog(regions_stuck: usize, clients_stuck: usize, regions_lost: usize) {
+    ::metrics::gauge!(REGIONS_STUCK).set(regions_stuck as f64);
+    ::metrics::gauge!(CLIENTS_STUCK).set(clients_stuck as f64);
+    ::metrics::gauge!(REGIONS_LOST).set(regions_lost as f64);
 }
 
 #[cfg(test)]
@@ -103,6 +134,34 @@ mod tests {
                 (PASSES.to_owned(), "outcome=step".to_owned(), 1),
                 (PASSES.to_owned(), "outcome=timeout".to_owned(), 1),
                 (STEPS.to_owned(), "step=caught-up".to_owned(), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn stuck_and_lost_are_gauges_set_after_each_pass() {
+        let recorder = DebuggingRecorder::new();
+        let snapshots = recorder.snapshotter();
+        ::metrics::with_local_recorder(&recorder, || {
+            backlog(3, 1, 2);
+            backlog(2, 0, 1);
+        });
+        let mut seen: Vec<(String, f64)> = snapshots
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| match value {
+                DebugValue::Gauge(v) => (key.key().name().to_owned(), v.into_inner()),
+                other => panic!("{key:?} is not a gauge: {other:?}"),
+            })
+            .collect();
+        seen.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            seen,
+            [
+                (CLIENTS_STUCK.to_owned(), 0.0),
+                (REGIONS_LOST.to_owned(), 1.0),
+                (REGIONS_STUCK.to_owned(), 2.0),
             ]
         );
     }

@@ -179,8 +179,9 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             let members = Members::new(&args.control, args.control_token.as_deref().unwrap_or_default())?;
             let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
             let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
+            let image = node.image_id();
             Some(tokio::spawn(async move {
-                if let Err(e) = placement::keep_registered(members, endpoint, capacity_bytes).await {
+                if let Err(e) = placement::keep_registered(members, endpoint, capacity_bytes, image).await {
                     tracing::error!(error = %e, "no longer renewing this node's lease");
                     let _ = lease_lost.set(e.to_string());
                 }
@@ -236,11 +237,19 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             (None, None) => addr.to_string(),
         };
         let members = Members::new(&args.control, &token)?;
+        // The image's id is registered before the image is opened under
+        // the node id the registration gives: a kept file's own, or a new
+        // one's. A record that names another image is not this node's.
+        let image = match &backing {
+            Backing::Persist(path) => MemoryNode::image_in(path)?,
+            _ => None,
+        }
+        .unwrap_or_else(fabric::ImageId::random);
         let id = tokio::select! {
-            id = placement::register(&members, &endpoint, args.capacity) => id?,
+            id = placement::register(&members, &endpoint, args.capacity, image) => id?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted before registering"),
         };
-        let (node, reopened) = MemoryNode::placed(id, args.capacity, &backing)?;
+        let (node, reopened) = MemoryNode::placed_as(id, args.capacity, &backing, Some(image))?;
         let node = Arc::new(node);
         let _ = placed.set(node.clone());
         tracing::info!(
@@ -249,6 +258,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             %endpoint,
             capacity = args.capacity,
             reopened,
+            %image,
             regions = node.descriptor().regions.len(),
             "memory node serving; regions are placed by the control plane"
         );

@@ -408,6 +408,7 @@ mod tests {
         let register = Command::RegisterMemNode {
             endpoint: "127.0.0.1:1".into(),
             capacity_bytes: 1 << 20,
+            image: None,
         };
         client.command(&register).await.expect("register");
 

@@ -228,6 +228,22 @@ impl ControlClient {
         .await
     }
 
+    /// `POST /v1/memnodes/{id}/renew?image=HEX`: refused when the node's
+    /// record names another image.
+    pub async fn renew_memnode_image(
+        &self,
+        id: MemNodeId,
+        image: fabric::ImageId,
+    ) -> Result<Renewed, ClientError> {
+        self.call(
+            Method::POST,
+            &format!("/v1/memnodes/{id}/renew?image={image}"),
+            None::<&()>,
+            None,
+        )
+        .await
+    }
+
     /// `POST /v1/clients/{id}/renew?quiesced=N&registered_at_ms=T`:
     /// `quiesced` is how far the client has quiesced (`txn::quiesce`), if
     /// it follows reclaims; `registered_at_ms`, when it registered: a

@@ -22,6 +22,15 @@ pub const RENEW_TIMEOUT_INITIAL: Duration = Duration::from_millis(500);
 pub enum Leaseholder {
     /// A memory node.
     MemNode(MemNodeId),
+    /// A memory node serving from a given image: a renewal names it, so
+    /// that a record that names another image (the node was replaced, or
+    /// a restore put an older record there) is not renewed by it.
+    MemNodeImage {
+        /// Its id.
+        id: MemNodeId,
+        /// The image it serves from.
+        image: fabric::ImageId,
+    },
     /// A client, as registered: a renewal names its registration, so that
     /// a record a restore put under the same id is not renewed by it.
     Client {
@@ -103,6 +112,7 @@ pub async fn keep_lease_with(
         let renewal = async {
             match holder {
                 Leaseholder::MemNode(id) => client.renew_memnode(id).await,
+                Leaseholder::MemNodeImage { id, image } => client.renew_memnode_image(id, image).await,
                 Leaseholder::Client { id, registered_at_ms } => {
                     client
                         .renew_client(id, Some(registered_at_ms), quiescence.map(|q| q.quiesced()))

@@ -288,16 +288,36 @@ async fn command(
     Ok(Json(node.propose(&actor, command).await?))
 }
 
+/// `POST /v1/memnodes/{id}/renew` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemNodeRenewQuery {
+    /// The image the node serves from: refused if its record names
+    /// another.
+    image: Option<fabric::ImageId>,
+}
+
 async fn renew_memnode(
     State(node): State<Shared>,
     PathParam(id): PathParam<MemNodeId>,
+    QueryParams(q): QueryParams<MemNodeRenewQuery>,
 ) -> Result<Json<Renewed>, Refusal> {
     let mut timer = crate::metrics::RenewalTimer::start(node.id, "memnode");
     let term = node.confirm_lead().await?;
-    let known = node.reader.with_state(|s| s.memnodes.get(&id).map(|n| n.state));
+    let known = node
+        .reader
+        .with_state(|s| s.memnodes.get(&id).map(|n| (n.state, n.image)));
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownMemNode { id }).into()),
-        Some(MemNodeState::Dead) => Err(Refusal::new(
+        Some((_, Some(recorded))) if q.image.is_some_and(|i| i != recorded) => Err(Refusal::new(
+            StatusCode::CONFLICT,
+            format!(
+                "memory node {id} is recorded with image {recorded}, not {}: a node with another image holds \
+                 none of its replicas; register again",
+                q.image.map(|i| i.to_string()).unwrap_or_default()
+            ),
+        )),
+        Some((MemNodeState::Dead, _)) => Err(Refusal::new(
             StatusCode::CONFLICT,
             format!("memory node {id} was declared dead; register it again"),
         )),

@@ -116,6 +116,7 @@ fn register(endpoint: &str) -> Request {
         command: Command::RegisterMemNode {
             endpoint: endpoint.to_owned(),
             capacity_bytes: 1 << 20,
+            image: None,
         },
     }
 }

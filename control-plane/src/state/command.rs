@@ -16,6 +16,36 @@ pub enum Command {
         endpoint: String,
         /// Bytes it offers.
         capacity_bytes: u64,
+        /// The image it serves from (`fabric::image`): a node back under
+        /// its endpoint with another image is a new, empty node.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        image: Option<fabric::ImageId>,
+    },
+    /// Memory node `id` is back under its endpoint with another image than
+    /// its record's (restarted without its file, on a new tmpfs, on a
+    /// replaced disk): it holds none of its replicas, so it is declared
+    /// dead at once, its replicas are evicted and refilled like a dead
+    /// node's, and it registers again as an empty node. It is never served
+    /// meanwhile: it holds no lease.
+    ReplaceImage {
+        /// The node.
+        id: MemNodeId,
+        /// The image it is back with.
+        image: fabric::ImageId,
+    },
+    /// Memory node `node` does not hold its replica of `region` at the
+    /// generation the map names (its image holds it at `found`, 0 for a
+    /// region it had to allocate afresh): an image restored from an old
+    /// copy, or one that missed a hand-out while it was down. The replica
+    /// is never served: it is dropped like a dead node's (a primary's heir
+    /// promoted; the region lost if there is none) and refilled.
+    ReplicaUnproven {
+        /// The region.
+        region: RegionId,
+        /// The node.
+        node: MemNodeId,
+        /// The generation its image holds the region at.
+        found: u64,
     },
     /// Joining or suspect → active (its lease was renewed).
     ActivateMemNode {
@@ -97,6 +127,27 @@ pub enum Command {
         region: RegionId,
         /// The dead node.
         node: MemNodeId,
+    },
+    /// Recovery declares a region lost: its primary is on a dead node and
+    /// no other replica can take over (none on a live node and allocated,
+    /// as eviction judges an heir), so its contents died with that node.
+    /// The region leaves the clients' map for good, recovery does nothing
+    /// more with it, and it keeps its replica list, to show where it
+    /// lived, until an operator drops it (`DropRegion`). Refused while an
+    /// heir exists (evict the dead primary instead) and for a region lost
+    /// already.
+    DeclareRegionLost {
+        /// The region.
+        region: RegionId,
+    },
+    /// An operator removes a region and frees its bytes on every node that
+    /// held a replica of it (or was making one): its contents are gone.
+    /// A region an index uses is dropped only once it is lost, and the
+    /// index with it (its data was lost with the region); the region of a
+    /// live index is refused.
+    DropRegion {
+        /// The region.
+        region: RegionId,
     },
     /// Removes a backup (never the primary).
     RemoveBackup {
@@ -229,6 +280,8 @@ impl Command {
         matches!(
             self,
             Command::DeclareMemNodeDead { .. }
+                | Command::ReplaceImage { .. }
+                | Command::ReplicaUnproven { .. }
                 | Command::RemoveMemNode { .. }
                 | Command::CreateRegion { .. }
                 | Command::PromoteBackup { .. }
@@ -236,6 +289,8 @@ impl Command {
                 | Command::AddBackup { .. }
                 | Command::JoinBackup { .. }
                 | Command::EvictReplica { .. }
+                | Command::DeclareRegionLost { .. }
+                | Command::DropRegion { .. }
                 | Command::RemoveBackup { .. }
                 | Command::CreateIndex { .. }
                 | Command::ReplicaReady { .. }

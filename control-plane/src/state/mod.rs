@@ -14,10 +14,13 @@
 //! - a node's `allocated_bytes` is the sum of the sizes of the replicas it holds;
 //! - owner-id blocks of clients never overlap and lie in `1..OWNER_ID_END`;
 //! - the epoch grows by one with every change that alters routing, and each
-//!   region's `epoch` is the epoch of its last change.
+//!   region's `epoch` is the epoch of its last change;
+//! - a lost region says why (its reason is not blank); it is in no map
+//!   clients route by ([`Region::usable`]).
 
 mod catalog;
 mod command;
+mod identity;
 mod operations;
 mod records;
 mod recovery;
@@ -33,7 +36,7 @@ pub use command::{Command, CommandError, Outcome, Request, Response, RestoreSumm
 pub use operations::{state_hash, SavedState, StateHash, RESTORE_EPOCH_JUMP};
 pub use records::{
     AuditEntry, Client, ClientId, ClientState, IndexKind, IndexRecord, IndexState, IndexVariant, MemNode,
-    MemNodeId, MemNodeState, OwnerBlock, Region,
+    MemNodeId, MemNodeState, OwnerBlock, Region, ReplicaGeneration,
 };
 
 /// Owner ids handed out in blocks: `1..OWNER_ID_END`. The rTX heap keeps one
@@ -129,7 +132,10 @@ impl ControlState {
             Command::RegisterMemNode {
                 ref endpoint,
                 capacity_bytes,
-            } => self.register_memnode(endpoint, capacity_bytes),
+                image,
+            } => self.register_memnode(endpoint, capacity_bytes, image),
+            Command::ReplaceImage { id, image } => self.replace_image(id, image),
+            Command::ReplicaUnproven { region, node, found } => self.replica_unproven(region, node, found),
             Command::ActivateMemNode { id } => self.transition(
                 id,
                 &[MemNodeState::Joining, MemNodeState::Suspect, MemNodeState::Active],
@@ -175,6 +181,8 @@ impl ControlState {
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
             Command::JoinBackup { region, node } => self.join_backup(region, node),
             Command::EvictReplica { region, node } => self.evict_replica(region, node),
+            Command::DeclareRegionLost { region } => self.declare_region_lost(region),
+            Command::DropRegion { region } => self.drop_region(region),
             Command::RemoveBackup { region, node } => self.remove_backup(region, node),
             Command::ReplicaReady { region, node } => self.replica_ready(region, node),
             Command::MemNodeEpoch { id, epoch } => self.memnode_epoch(id, epoch),
@@ -299,7 +307,12 @@ impl ControlState {
         })
     }
 
-    fn register_memnode(&mut self, endpoint: &str, capacity_bytes: u64) -> Response {
+    fn register_memnode(
+        &mut self,
+        endpoint: &str,
+        capacity_bytes: u64,
+        image: Option<fabric::ImageId>,
+    ) -> Response {
         check_name("endpoint", endpoint)?;
         if capacity_bytes == 0 {
             return Err(CommandError::Invalid("capacity must be above 0 bytes".into()));
@@ -307,7 +320,15 @@ impl ControlState {
         if let Some(n) = self.memnodes.values().find(|n| n.endpoint == endpoint) {
             let id = n.id;
             if n.state == MemNodeState::Dead {
-                return self.revive_memnode(id, capacity_bytes);
+                return self.revive_memnode(id, capacity_bytes, image);
+            }
+            if let (Some(was), Some(now)) = (n.image, image) {
+                if was != now {
+                    return Err(CommandError::Conflict(format!(
+                        "memory node {id} at {endpoint} is recorded with image {was}, not {now}: a new image holds \
+                         none of its replicas; replace the image (which declares the node dead) and register again"
+                    )));
+                }
             }
             return Err(CommandError::Conflict(format!(
                 "memory node {id} already has endpoint {endpoint}"
@@ -324,9 +345,50 @@ impl ControlState {
             epoch: 0,
             state: MemNodeState::Joining,
             maintenance: false,
+            image,
         };
         self.memnodes.insert(id, node.clone());
         Ok(Outcome::MemNode(node))
+    }
+
+    /// See [`Command::ReplaceImage`]. Refused for a node whose record has
+    /// no image or this one: nothing says its replicas are gone.
+    fn replace_image(&mut self, id: MemNodeId, image: fabric::ImageId) -> Response {
+        let n = self
+            .memnodes
+            .get(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        match n.image {
+            Some(was) if was != image => {}
+            Some(_) => {
+                return Err(CommandError::Conflict(format!(
+                    "memory node {id} is recorded with image {image} already"
+                )))
+            }
+            None => {
+                return Err(CommandError::Conflict(format!(
+                    "memory node {id}'s record names no image: it cannot be told apart from image {image}"
+                )))
+            }
+        }
+        if n.state == MemNodeState::Dead {
+            return Ok(Outcome::MemNode(n.clone()));
+        }
+        let dead = self.transition(
+            id,
+            &[
+                MemNodeState::Joining,
+                MemNodeState::Active,
+                MemNodeState::Suspect,
+                MemNodeState::Drained,
+            ],
+            MemNodeState::Dead,
+        )?;
+        let epoch = self.next_epoch();
+        for r in self.regions.values_mut().filter(|r| r.on(id)) {
+            r.epoch = epoch;
+        }
+        Ok(dead)
     }
 
     fn transition(&mut self, id: MemNodeId, from: &[MemNodeState], to: MemNodeState) -> Response {
@@ -411,7 +473,7 @@ impl ControlState {
         for r in &replicas {
             self.charge(r.node, size_bytes as i128);
         }
-        let region = Region {
+        let mut region = Region {
             id,
             size_bytes,
             pending: replicas.iter().map(|r| r.node).collect(),
@@ -422,7 +484,14 @@ impl ControlState {
             replication: replicas.len() as u8,
             replicas,
             epoch: self.next_epoch(),
+            lost: None,
+            generation: 0,
+            generations: Vec::new(),
         };
+        let holders: Vec<MemNodeId> = region.replicas.iter().map(|l| l.node).collect();
+        for node in holders {
+            region.hand_out(node);
+        }
         self.regions.insert(id, region.clone());
         Ok(region)
     }
@@ -457,6 +526,7 @@ impl ControlState {
         // rebuilt (`region_restored`).
         r.restoring = true;
         r.restorer = restorer;
+        r.hand_out(node);
         Ok(Outcome::Region(r.clone()))
     }
 
@@ -505,6 +575,7 @@ impl ControlState {
             node,
             key: access_key(nonce, region, node),
         });
+        r.hand_out(node);
         r.pending.push(node);
         r.epoch = epoch;
         Ok(Outcome::Region(r.clone()))
@@ -522,6 +593,7 @@ impl ControlState {
         }
         r.replicas.remove(i);
         r.pending.retain(|&n| n != node);
+        r.forget_generations();
         r.epoch = epoch;
         let (size, out) = (r.size_bytes, r.clone());
         self.charge(node, -(size as i128));
@@ -623,6 +695,22 @@ impl ControlState {
                 }
                 *allocated.entry(x.node).or_default() += r.size_bytes;
             }
+            for g in &r.generations {
+                if !r.on(g.node) || g.generation == 0 || g.generation > r.generation {
+                    return Err(format!(
+                        "region {} records generation {} for node {}, which {} (last handed out: {})",
+                        r.id,
+                        g.generation,
+                        g.node,
+                        if r.on(g.node) {
+                            "is out of range"
+                        } else {
+                            "holds no replica"
+                        },
+                        r.generation
+                    ));
+                }
+            }
             if let Some(n) = r.catching_up.filter(|&n| !r.serves(n)) {
                 return Err(format!(
                     "region {} catches up node {n}, which it does not write",
@@ -640,6 +728,10 @@ impl ControlState {
                     "region {} waits for node {n}, which holds no replica",
                     r.id
                 ));
+            }
+            // An operator reads the reason to decide to drop it.
+            if r.lost.as_ref().is_some_and(|why| why.trim().is_empty()) {
+                return Err(format!("region {} is lost without a reason", r.id));
             }
         }
         for n in self.memnodes.values() {

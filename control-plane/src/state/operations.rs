@@ -1,12 +1,15 @@
 //! What operators do to the state as a whole: planned maintenance of a
-//! memory node, restoring a saved state into a new cluster, and the digest
-//! that lets members compare their states (`ctl check`).
+//! memory node, restoring a saved state into a new cluster, the digest
+//! that lets members compare their states (`ctl check`), and the dry run
+//! that lets a member refuse a command without proposing it.
+
+use std::collections::VecDeque;
 
 use fabric::Epoch;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Command, CommandError, ControlState, MemNodeId, MemNodeState, Outcome, Response, RestoreSummary,
+    Command, CommandError, ControlState, MemNodeId, MemNodeState, Outcome, Request, Response, RestoreSummary,
 };
 
 /// How far a restore moves the map epoch past the snapshot's: more
@@ -72,6 +75,33 @@ impl<'de> Deserialize<'de> for SavedState {
 }
 
 impl ControlState {
+    /// What applying `req` to this state would answer, leaving the state
+    /// as it is: a member answers a refusal from it without proposing the
+    /// command, so that a caller retrying a refused command does not grow
+    /// the log with one refusal after another. The request is the one
+    /// that would be proposed (its time and nonce included), so a command
+    /// that depends on the time is judged at the same time.
+    ///
+    /// It runs the command on a copy of the tables without the audit trail
+    /// (up to [`AUDIT_ENTRIES_MAX`](super::AUDIT_ENTRIES_MAX) entries, most
+    /// of a state's size), which no command reads.
+    pub fn dry_run(&self, req: &Request) -> Response {
+        let mut scratch = ControlState {
+            epoch: self.epoch,
+            memnodes: self.memnodes.clone(),
+            regions: self.regions.clone(),
+            clients: self.clients.clone(),
+            indexes: self.indexes.clone(),
+            reclaim_seq: self.reclaim_seq,
+            reclaimers: self.reclaimers.clone(),
+            audit: VecDeque::new(),
+            next_memnode: self.next_memnode,
+            next_region: self.next_region,
+            next_client: self.next_client,
+        };
+        scratch.execute(req)
+    }
+
     /// True while the state holds nothing a restore would overwrite: no
     /// memory node, region or index (clients without memory do not count).
     pub fn is_empty(&self) -> bool {

@@ -61,6 +61,12 @@ pub struct MemNode {
     /// judged and it takes no new replica, whatever its state.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub maintenance: bool,
+    /// The image it registered with (`fabric::image`). A node that comes
+    /// back under this endpoint with another image holds none of this
+    /// record's replicas (`ReplaceImage`). `None` in records of nodes that
+    /// did not say, which are taken at their word.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<fabric::ImageId>,
 }
 
 /// A region: primary first, then backups.
@@ -106,6 +112,40 @@ pub struct Region {
     /// creation is unknown, and the current count is taken.
     #[serde(default)]
     pub replication: u8,
+    /// Lost, and why (`DeclareRegionLost`): its primary's node died with
+    /// no live, allocated backup to take over, so its contents died with
+    /// it. Out of the clients' map, and recovery does nothing more with it;
+    /// its replica list stays as it was, to show where it lived, until an
+    /// operator drops it (`DropRegion`). A node of it that registers again
+    /// (declared dead falsely, `revive_memnode`) does not make it whole
+    /// again: it stays lost until dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost: Option<String>,
+    /// The last replica generation handed out for this region: bumped each
+    /// time a replica is handed to a node (created, placed to be filled,
+    /// joined once filled, promoted). 0 in records made before generations.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+    /// The generation each holder's replica (one being made included) was
+    /// last handed out at. A node serves its replica only while its image
+    /// holds the region at exactly this generation (`fabric::image`); a
+    /// holder missing here is at generation 0 (records made before
+    /// generations, whose images say 0 too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generations: Vec<ReplicaGeneration>,
+}
+
+/// One holder's replica generation (see [`Region::generations`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaGeneration {
+    /// The node.
+    pub node: MemNodeId,
+    /// The generation its replica was last handed out at.
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Region {
@@ -123,9 +163,9 @@ impl Region {
         self.restoring || self.catching_up.is_some()
     }
 
-    /// In the clients' map: allocated and not being restored.
+    /// In the clients' map: allocated, not being restored, not lost.
     pub fn usable(&self) -> bool {
-        self.ready() && !self.being_restored()
+        self.ready() && !self.being_restored() && self.lost.is_none()
     }
 
     /// Whole: usable, with as many replicas as it was made with and none
@@ -141,6 +181,38 @@ impl Region {
         } else {
             usize::from(self.replication)
         }
+    }
+
+    /// The generation `node`'s replica was last handed out at (0 if it
+    /// holds none, or was never given one).
+    pub fn generation_of(&self, node: MemNodeId) -> u64 {
+        self.generations
+            .iter()
+            .find(|g| g.node == node)
+            .map_or(0, |g| g.generation)
+    }
+
+    /// Hands `node`'s replica out at a new generation (placement, fill
+    /// done, promotion) and returns it.
+    pub fn hand_out(&mut self, node: MemNodeId) -> u64 {
+        self.generation += 1;
+        let generation = self.generation;
+        match self.generations.iter_mut().find(|g| g.node == node) {
+            Some(g) => g.generation = generation,
+            None => self.generations.push(ReplicaGeneration { node, generation }),
+        }
+        generation
+    }
+
+    /// Forgets the generations of nodes that hold no replica any more.
+    pub fn forget_generations(&mut self) {
+        let holders: Vec<MemNodeId> = self
+            .replicas
+            .iter()
+            .chain(&self.syncing)
+            .map(|l| l.node)
+            .collect();
+        self.generations.retain(|g| holders.contains(&g.node));
     }
 
     /// The primary's node.

@@ -67,6 +67,7 @@ async fn applied_state_survives_restart_as_of_the_last_snapshot() {
                 Command::RegisterMemNode {
                     endpoint: "mn0:7000".to_owned(),
                     capacity_bytes: 1 << 30,
+                    image: None,
                 },
             ),
             normal(
@@ -74,6 +75,7 @@ async fn applied_state_survives_restart_as_of_the_last_snapshot() {
                 Command::RegisterMemNode {
                     endpoint: "mn1:7000".to_owned(),
                     capacity_bytes: 1 << 30,
+                    image: None,
                 },
             ),
             normal(4, Command::ActivateMemNode { id: 0 }),
@@ -140,6 +142,7 @@ async fn log_vote_and_snapshot_survive_restart() {
         Command::RegisterMemNode {
             endpoint: "mn0:7000".to_owned(),
             capacity_bytes: 4096,
+            image: None,
         },
     )])
     .await
@@ -175,6 +178,7 @@ async fn installed_snapshot_replaces_state() {
             Command::RegisterMemNode {
                 endpoint: "mn0:7000".to_owned(),
                 capacity_bytes: 1 << 30,
+                image: None,
             },
         ),
         normal(2, Command::ActivateMemNode { id: 0 }),
@@ -284,6 +288,7 @@ async fn an_older_snapshot_is_refused_and_changes_nothing() {
             Command::RegisterMemNode {
                 endpoint: format!("mn{i}:7000"),
                 capacity_bytes: 1 << 30,
+                image: None,
             },
         )
     };

@@ -283,6 +283,7 @@ pub fn register(endpoint: &str) -> Command {
     Command::RegisterMemNode {
         endpoint: endpoint.into(),
         capacity_bytes: 1 << 30,
+        image: None,
     }
 }
 

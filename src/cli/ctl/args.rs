@@ -194,6 +194,18 @@ pub enum RegionCommand {
         /// The memory node holding the backup.
         node: MemNodeId,
     },
+    /// Show the regions recovery declared lost (their only copy died), why, and what to do.
+    Lost,
+    /// Remove a region for good and free its bytes on every node it was on, so that a dead node
+    /// it named may register again. Its contents are destroyed. A region an index uses is
+    /// dropped only once it is lost, and the index with it.
+    Drop {
+        /// The region.
+        region: RegionId,
+        /// Yes, destroy it: without this flag nothing is done.
+        #[arg(long)]
+        confirm: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -17,8 +17,9 @@ use std::time::Duration;
 use anyhow::Context;
 use control_plane::api::{ClientError, ControlClient, MemberInfo};
 use control_plane::config::millis;
-use control_plane::state::{Command, MemNodeId};
+use control_plane::state::{Command, MemNodeId, Region};
 use control_plane::tls::{ClientTls, CA_FILE_ENV};
+use fabric::RegionId;
 use serde::Serialize;
 
 use self::args::{
@@ -57,6 +58,8 @@ Examples:
   kintsugi ctl memnode maintenance 0 on
   kintsugi ctl region create --size 1GiB --replicas 2
   kintsugi ctl region promote 1 2
+  kintsugi ctl region lost
+  kintsugi ctl region drop 3 --confirm
   kintsugi ctl client register --name loader --owner-ids 8 --lease 2s
   kintsugi ctl snapshot save cluster.json
   kintsugi ctl check
@@ -314,6 +317,7 @@ async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Resu
         MemnodeCommand::Register { endpoint, capacity } => Command::RegisterMemNode {
             endpoint,
             capacity_bytes: capacity,
+            image: None,
         },
         MemnodeCommand::Drain { id } => Command::DrainMemNode { id },
         MemnodeCommand::Maintenance { id, mode } => Command::SetMaintenance {
@@ -353,8 +357,36 @@ async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result
         } => return promote(api, region, node, resume, json).await,
         RegionCommand::AddBackup { region, node } => Command::AddBackup { region, node },
         RegionCommand::RemoveBackup { region, node } => Command::RemoveBackup { region, node },
+        RegionCommand::Lost => {
+            let status = api.call(|c| async move { c.status().await }).await?;
+            let lost: Vec<&Region> = status.regions.iter().filter(|r| r.lost.is_some()).collect();
+            return show(json, &lost[..], |l| tables::lost(l, &status.indexes));
+        }
+        RegionCommand::Drop { region, confirm } => return drop_region(api, region, confirm, json).await,
     };
     api.write(command, json).await
+}
+
+/// `region drop`: refused without `--confirm`, saying what it would
+/// destroy; the control plane refuses the region of a live index.
+async fn drop_region(api: &Api, region: RegionId, confirm: bool, json: bool) -> anyhow::Result<()> {
+    let status = api.call(|c| async move { c.status().await }).await?;
+    let r = status
+        .regions
+        .iter()
+        .find(|r| r.id == region)
+        .ok_or_else(|| anyhow::anyhow!("no region {region} (`kintsugi ctl region list` shows them)"))?;
+    let what = tables::drop_summary(r, &status.indexes);
+    if !confirm {
+        anyhow::bail!(
+            "not dropped: dropping region {region} destroys {what}. It cannot be undone; run again with \
+             --confirm to drop it"
+        );
+    }
+    let outcome = api
+        .call(|c| async move { c.command(&Command::DropRegion { region }).await })
+        .await?;
+    show(json, &outcome, |_| format!("region {region} dropped: {what}"))
 }
 
 /// A planned promotion, run from here as a client of the cluster.

@@ -54,8 +54,15 @@ pub fn memnodes(nodes: &[MemNode]) -> String {
     if nodes.is_empty() {
         return "no memory nodes".to_owned();
     }
-    let mut t = table(&["id", "endpoint", "state", "capacity", "allocated"], &[0, 3, 4]);
+    let mut t = table(
+        &["id", "endpoint", "state", "capacity", "allocated", "image"],
+        &[0, 3, 4],
+    );
     for n in nodes {
+        // The first 8 hex digits tell images apart at a glance; --json has all 32.
+        let image = n
+            .image
+            .map_or_else(|| "-".to_owned(), |i| i.to_string()[..8].to_owned());
         t.add_row(vec![
             n.id.to_string(),
             n.endpoint.clone(),
@@ -66,6 +73,7 @@ pub fn memnodes(nodes: &[MemNode]) -> String {
             },
             text::bytes(n.capacity_bytes),
             text::bytes(n.allocated_bytes),
+            image,
         ]);
     }
     t.to_string()
@@ -76,7 +84,7 @@ pub fn regions(regions: &[Region]) -> String {
         return "no regions".to_owned();
     }
     let mut t = table(
-        &["id", "size", "primary", "backups", "epoch", "allocated"],
+        &["id", "size", "primary", "backups", "epoch", "allocated", "state"],
         &[0, 1, 2, 4],
     );
     for r in regions {
@@ -101,9 +109,99 @@ pub fn regions(regions: &[Region]) -> String {
                 let waiting: Vec<String> = r.pending.iter().map(ToString::to_string).collect();
                 format!("waiting for {}", waiting.join(", "))
             },
+            region_state(r),
         ]);
     }
     t.to_string()
+}
+
+/// Where a region is in its life, in a word or three: `lost` first, since
+/// nothing else about a lost region matters any more.
+fn region_state(r: &Region) -> String {
+    let nodes = |l: &[control_plane::state::MemNodeId]| {
+        l.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    };
+    if r.lost.is_some() {
+        "lost (ctl region lost)".to_owned()
+    } else if r.restoring {
+        "restoring".to_owned()
+    } else if let Some(n) = r.catching_up {
+        format!("catching up {n}")
+    } else if !r.syncing.is_empty() {
+        let to: Vec<_> = r.syncing.iter().map(|l| l.node).collect();
+        format!("copying to {}", nodes(&to))
+    } else if r.replicas.len() < r.replication_target() {
+        format!("degraded ({} of {})", r.replicas.len(), r.replication_target())
+    } else {
+        "whole".to_owned()
+    }
+}
+
+/// `region lost`: each lost region, where it lived, what it held and why it
+/// is lost, then what an operator does about it.
+pub fn lost(regions: &[&Region], indexes: &[IndexRecord]) -> String {
+    if regions.is_empty() {
+        return "no lost regions".to_owned();
+    }
+    let mut t = table(&["id", "size", "replicas were on", "index", "why"], &[0, 1]);
+    for r in regions {
+        let on: Vec<String> = r.replicas.iter().map(|l| l.node.to_string()).collect();
+        let names: Vec<String> = indexes
+            .iter()
+            .filter(|x| x.region == r.id)
+            .map(|x| x.name.clone())
+            .collect();
+        t.add_row(vec![
+            r.id.to_string(),
+            text::bytes(r.size_bytes),
+            on.join(", "),
+            if names.is_empty() {
+                "-".to_owned()
+            } else {
+                names.join(", ")
+            },
+            r.lost.clone().unwrap_or_default(),
+        ]);
+    }
+    format!(
+        "{t}\nA lost region's only copy died: its data is gone, and recovery leaves it alone. Clients of its \
+         index wait and then fail; finishing an expired client's logs waits for it too. Restore the data \
+         from elsewhere if there is a copy, then drop the region: `kintsugi ctl region drop ID --confirm` \
+         frees its nodes (a dead node it names can then register again) and removes its index."
+    )
+}
+
+/// What dropping `r` destroys, in words, for `region drop`.
+pub fn drop_summary(r: &Region, indexes: &[IndexRecord]) -> String {
+    let nodes: Vec<String> = r
+        .replicas
+        .iter()
+        .chain(&r.syncing)
+        .map(|l| l.node.to_string())
+        .collect();
+    let names: Vec<String> = indexes
+        .iter()
+        .filter(|x| x.region == r.id)
+        .map(|x| format!("{:?}", x.name))
+        .collect();
+    let data = match &r.lost {
+        Some(_) => "the record of a lost region (its data died with its only copy)",
+        None => "its contents on every replica",
+    };
+    let mut out = format!(
+        "{data}, {} freed on node(s) {}",
+        text::bytes(r.size_bytes),
+        nodes.join(", ")
+    );
+    match (&r.lost, names.is_empty()) {
+        (_, true) => {}
+        (Some(_), false) => out.push_str(&format!(", and index {} with it", names.join(", "))),
+        (None, false) => out.push_str(&format!(
+            "; but it holds index {}, which is not lost: the control plane refuses to drop it",
+            names.join(", ")
+        )),
+    }
+    out
 }
 
 pub fn indexes(indexes: &[IndexRecord]) -> String {
@@ -248,7 +346,14 @@ pub fn status(s: &Status) -> String {
         .regions
         .iter()
         .fold(0u64, |sum, r| sum.saturating_add(r.size_bytes));
-    let region_summary = format!("{} in total, {replicas} replicas", text::bytes(bytes));
+    let lost = s.regions.iter().filter(|r| r.lost.is_some()).count();
+    let region_summary = match lost {
+        0 => format!("{} in total, {replicas} replicas", text::bytes(bytes)),
+        n => format!(
+            "{} in total, {replicas} replicas, {n} LOST: kintsugi ctl region lost",
+            text::bytes(bytes)
+        ),
+    };
     section(
         &mut out,
         "regions",

@@ -67,7 +67,20 @@ pub fn command(c: &Command) -> String {
         Command::RegisterMemNode {
             endpoint,
             capacity_bytes,
-        } => format!("register memory node {endpoint} ({})", bytes(*capacity_bytes)),
+            image,
+        } => match image {
+            Some(image) => format!(
+                "register memory node {endpoint} ({}, image {image})",
+                bytes(*capacity_bytes)
+            ),
+            None => format!("register memory node {endpoint} ({})", bytes(*capacity_bytes)),
+        },
+        Command::ReplaceImage { id, image } => {
+            format!("memory node {id} is back with another image ({image}): declare it dead, refill its replicas")
+        }
+        Command::ReplicaUnproven { region, node, found } => format!(
+            "memory node {node} holds region {region} at generation {found}, not the map's: drop and refill it"
+        ),
         Command::ActivateMemNode { id } => format!("activate memory node {id}"),
         Command::SuspectMemNode { id } => format!("suspect memory node {id}"),
         Command::DeclareMemNodeDead { id } => format!("declare memory node {id} dead"),
@@ -94,6 +107,10 @@ pub fn command(c: &Command) -> String {
         Command::EvictReplica { region, node } => {
             format!("evict dead node {node}'s replica of region {region}")
         }
+        Command::DeclareRegionLost { region } => {
+            format!("declare region {region} lost (its only copy died)")
+        }
+        Command::DropRegion { region } => format!("drop region {region} and free its nodes"),
         Command::RemoveBackup { region, node } => {
             format!("remove the backup of region {region} on node {node}")
         }

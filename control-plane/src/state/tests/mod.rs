@@ -4,6 +4,7 @@
 use super::*;
 
 mod catalog;
+mod identity;
 mod recovery;
 
 fn req(at_ms: u64, command: Command) -> Request {
@@ -22,6 +23,7 @@ fn cluster(n: u16, capacity: u64) -> ControlState {
         let cmd = Command::RegisterMemNode {
             endpoint: format!("10.0.0.{i}:7000"),
             capacity_bytes: capacity,
+            image: None,
         };
         let Ok(Outcome::MemNode(m)) = s.apply(&req(1, cmd)) else {
             panic!("register failed")
@@ -454,18 +456,22 @@ fn bad_arguments_are_refused() {
         Command::RegisterMemNode {
             endpoint: String::new(),
             capacity_bytes: 1,
+            image: None,
         },
         Command::RegisterMemNode {
             endpoint: long.clone(),
             capacity_bytes: 1,
+            image: None,
         },
         Command::RegisterMemNode {
             endpoint: "a\nb".into(),
             capacity_bytes: 1,
+            image: None,
         },
         Command::RegisterMemNode {
             endpoint: "a:1".into(),
             capacity_bytes: 0,
+            image: None,
         },
         Command::RegisterClient {
             name: long,
@@ -505,6 +511,7 @@ fn bad_arguments_are_refused() {
         Command::RegisterMemNode {
             endpoint: "a:1".into(),
             capacity_bytes: 1,
+            image: None,
         },
     ))
     .unwrap();
@@ -513,7 +520,8 @@ fn bad_arguments_are_refused() {
             3,
             Command::RegisterMemNode {
                 endpoint: "a:1".into(),
-                capacity_bytes: 1
+                capacity_bytes: 1,
+                image: None,
             }
         )),
         Err(CommandError::Conflict(_))
@@ -530,6 +538,7 @@ fn apply_is_deterministic_and_the_audit_is_bounded() {
                     0 => Command::RegisterMemNode {
                         endpoint: format!("n{i}"),
                         capacity_bytes: 1 << 20,
+                        image: None,
                     },
                     1 => Command::ActivateMemNode {
                         id: (i / 5) as MemNodeId,

@@ -59,6 +59,7 @@ fn a_dead_node_registers_again_as_an_empty_spare_once_evicted() {
     let again = Command::RegisterMemNode {
         endpoint,
         capacity_bytes: 1 << 20,
+        image: None,
     };
     assert!(
         matches!(s.apply(&req(12, again.clone())), Err(CommandError::Conflict(_))),
@@ -90,6 +91,7 @@ fn a_node_declared_dead_while_it_was_the_only_copy_comes_back_with_its_replicas(
     let again = |s: &ControlState, id: MemNodeId| Command::RegisterMemNode {
         endpoint: s.memnodes[&id].endpoint.clone(),
         capacity_bytes: 1 << 20,
+        image: None,
     };
     // The backup is gone; then the primary is declared dead (falsely: it
     // was only late). It cannot be evicted, so it is revived as it was.
@@ -233,4 +235,262 @@ fn one_live_restorer_claims_a_region_at_a_time_at_a_new_epoch() {
     };
     assert_eq!(done.restorer, None);
     assert_eq!(s.check(), Ok(()));
+}
+
+fn register_again(s: &ControlState, id: MemNodeId) -> Command {
+    Command::RegisterMemNode {
+        endpoint: s.memnodes[&id].endpoint.clone(),
+        capacity_bytes: 1 << 20,
+        image: None,
+    }
+}
+
+fn nodes_of(r: &Region) -> Vec<MemNodeId> {
+    r.replicas.iter().map(|x| x.node).collect()
+}
+
+/// Issue 46: every replica of a region dies. Its loss is a state, not a
+/// refusal recovery retries for ever: declared once, out of the clients'
+/// map, its replica list kept to show where it lived; nothing more is
+/// evicted from it; dropping it frees its nodes, which register again.
+#[test]
+fn a_region_whose_replicas_all_died_is_lost_until_dropped_and_its_nodes_then_register_again() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let kept = ready_region(&mut s, 2);
+    let (p, b) = (r.replicas[0].node, r.replicas[1].node);
+    dead(&mut s, p);
+    dead(&mut s, b);
+    let evict = |node| Command::EvictReplica { region: r.id, node };
+    let lose = Command::DeclareRegionLost { region: r.id };
+    // The eviction of the heirless primary is still refused: the loss is
+    // declared, not hidden.
+    assert!(matches!(
+        s.apply(&req(11, evict(p))),
+        Err(CommandError::Conflict(m)) if m.contains("declares it lost")
+    ));
+    let before = s.epoch;
+    let Ok(Outcome::Region(x)) = s.apply(&req(11, lose.clone())) else {
+        panic!("declare the region lost")
+    };
+    let why = x.lost.clone().expect("lost");
+    assert!(why.contains(&format!("node {p}")), "{why}");
+    assert_eq!(nodes_of(&x), vec![p, b], "the replicas stay as they were");
+    assert_eq!((x.epoch, s.epoch), (before + 1, before + 1));
+    assert!(!x.usable() && !x.whole());
+    let map = s.map().unwrap();
+    assert!(map.region(r.id).is_none(), "out of the clients' map");
+    assert!(map.region(kept.id).is_some());
+    assert_eq!(s.check(), Ok(()));
+    // A second declaration, and any eviction from it, is refused, by the
+    // dry run a member answers with as by the log, and changes nothing.
+    let frozen = s.clone();
+    for c in [lose.clone(), evict(p), evict(b)] {
+        let dry = s.dry_run(&req(12, c.clone()));
+        assert!(matches!(dry, Err(CommandError::Conflict(_))), "{c:?}: {dry:?}");
+        assert_eq!(s.apply(&req(12, c.clone())), dry, "{c:?}");
+    }
+    assert_eq!(
+        (s.epoch, &s.regions, &s.memnodes),
+        (frozen.epoch, &frozen.regions, &frozen.memnodes)
+    );
+    // Its backup's node cannot come back while the region names it.
+    assert!(matches!(
+        s.apply(&req(13, register_again(&s, b))),
+        Err(CommandError::Conflict(_))
+    ));
+    // Dropped: the nodes' bytes are free and they come back empty.
+    let before = s.epoch;
+    assert_eq!(
+        s.apply(&req(14, Command::DropRegion { region: r.id })),
+        Ok(Outcome::Removed)
+    );
+    assert_eq!(s.epoch, before + 1);
+    assert!(!s.regions.contains_key(&r.id) && s.regions.contains_key(&kept.id));
+    assert_eq!(
+        (s.memnodes[&p].allocated_bytes, s.memnodes[&b].allocated_bytes),
+        (0, 0)
+    );
+    for id in [p, b] {
+        let Ok(Outcome::MemNode(n)) = s.apply(&req(15, register_again(&s, id))) else {
+            panic!("node {id} registers again")
+        };
+        assert_eq!((n.state, n.allocated_bytes), (MemNodeState::Joining, 0));
+    }
+    assert!(matches!(
+        s.apply(&req(16, Command::DropRegion { region: r.id })),
+        Err(CommandError::UnknownRegion { .. })
+    ));
+    assert_eq!(s.check(), Ok(()));
+}
+
+/// A node declared dead while it was a region's only copy (its backup
+/// evicted before) comes back as it was (`revive_memnode`), but a region
+/// declared lost meanwhile stays lost until an operator drops it.
+#[test]
+fn a_lost_regions_sole_copy_that_comes_back_leaves_it_lost_until_dropped() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let (p, b) = (r.replicas[0].node, r.replicas[1].node);
+    dead(&mut s, b);
+    s.apply(&req(
+        11,
+        Command::EvictReplica {
+            region: r.id,
+            node: b,
+        },
+    ))
+    .unwrap();
+    dead(&mut s, p);
+    s.apply(&req(11, Command::DeclareRegionLost { region: r.id }))
+        .unwrap();
+    let Ok(Outcome::MemNode(n)) = s.apply(&req(12, register_again(&s, p))) else {
+        panic!("the sole copy's node comes back")
+    };
+    assert_eq!((n.state, n.allocated_bytes), (MemNodeState::Active, 4096));
+    let x = &s.regions[&r.id];
+    assert!(x.lost.is_some() && !x.usable() && nodes_of(x) == vec![p]);
+    assert!(s.map().unwrap().region(r.id).is_none());
+    assert_eq!(s.check(), Ok(()));
+    s.apply(&req(13, Command::DropRegion { region: r.id })).unwrap();
+    assert_eq!(s.memnodes[&p].allocated_bytes, 0);
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
+fn a_region_is_declared_lost_only_when_its_dead_primary_has_no_heir() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 3);
+    let nodes = nodes_of(&r);
+    let lose = Command::DeclareRegionLost { region: r.id };
+    let refused = |s: &mut ControlState, want: &str| {
+        let got = s.apply(&req(11, lose.clone()));
+        assert!(
+            matches!(&got, Err(CommandError::Conflict(m)) if m.contains(want)),
+            "{want}: {got:?}"
+        );
+    };
+    refused(&mut s, "not dead");
+    dead(&mut s, nodes[0]);
+    refused(&mut s, &format!("node {} can take over", nodes[1]));
+    dead(&mut s, nodes[1]);
+    refused(&mut s, &format!("node {} can take over", nodes[2]));
+    assert!(matches!(
+        s.apply(&req(11, Command::DeclareRegionLost { region: 99 })),
+        Err(CommandError::UnknownRegion { id: 99 })
+    ));
+    // A replica being caught up is no heir: it was never brought level.
+    let mut t = cluster(4, 1 << 20);
+    let r = ready_region(&mut t, 2);
+    let spare = (0..4).find(|n| !r.on(*n)).unwrap();
+    for c in [
+        Command::AddBackup {
+            region: r.id,
+            node: spare,
+        },
+        Command::ReplicaReady {
+            region: r.id,
+            node: spare,
+        },
+        Command::JoinBackup {
+            region: r.id,
+            node: spare,
+        },
+    ] {
+        t.apply(&req(12, c)).unwrap();
+    }
+    dead(&mut t, r.replicas[0].node);
+    dead(&mut t, r.replicas[1].node);
+    let Ok(Outcome::Region(x)) = t.apply(&req(13, Command::DeclareRegionLost { region: r.id })) else {
+        panic!("lost: the only live replica was being caught up")
+    };
+    assert_eq!(x.catching_up, Some(spare));
+    assert_eq!(t.check(), Ok(()));
+}
+
+/// The region of a live index is never dropped; a lost one is, with its
+/// index; a plain region is, and its bytes are free again.
+#[test]
+fn a_region_is_dropped_with_its_index_only_once_it_is_lost() {
+    let mut s = cluster(4, 1 << 20);
+    let Ok(Outcome::Client(c)) = s.apply(&req(
+        5,
+        Command::RegisterClient {
+            name: "app".into(),
+            owner_ids: 1,
+            lease_ms: 1000,
+        },
+    )) else {
+        panic!("register a client")
+    };
+    let Ok(Outcome::Index(x)) = s.apply(&req(
+        6,
+        Command::CreateIndex {
+            name: "solo".into(),
+            kind: IndexKind::Btree,
+            variant: IndexVariant::Rtx,
+            size_bytes: 4096,
+            replicas: 1,
+            client: c.id,
+        },
+    )) else {
+        panic!("create an index")
+    };
+    let drop = |region| Command::DropRegion { region };
+    let got = s.apply(&req(7, drop(x.region)));
+    assert!(
+        matches!(&got, Err(CommandError::Conflict(m)) if m.contains("solo")),
+        "{got:?}"
+    );
+    let node = s.regions[&x.region].primary();
+    dead(&mut s, node);
+    s.apply(&req(8, Command::DeclareRegionLost { region: x.region }))
+        .unwrap();
+    assert_eq!(s.apply(&req(9, drop(x.region))), Ok(Outcome::Removed));
+    assert!(s.indexes.is_empty());
+    assert_eq!(s.check(), Ok(()));
+    // A plain region needs no loss to be dropped.
+    let plain = ready_region(&mut s, 2);
+    let holders = nodes_of(&plain);
+    assert_eq!(s.apply(&req(10, drop(plain.id))), Ok(Outcome::Removed));
+    for n in holders {
+        assert_eq!(s.memnodes[&n].allocated_bytes, 0);
+    }
+    assert_eq!(s.check(), Ok(()));
+}
+
+/// What a member answers a command with before it proposes it: the same
+/// as applying it, without changing anything, the audit trail included.
+#[test]
+fn a_dry_run_answers_as_apply_would_and_changes_nothing() {
+    let mut s = cluster(3, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let commands = [
+        Command::CreateRegion {
+            size_bytes: 4096,
+            replicas: 2,
+        },
+        Command::CreateRegion {
+            size_bytes: 1 << 30,
+            replicas: 1,
+        },
+        Command::EvictReplica {
+            region: r.id,
+            node: r.primary(),
+        },
+        Command::RegisterClient {
+            name: "c".into(),
+            owner_ids: 1,
+            lease_ms: 1000,
+        },
+        Command::DrainMemNode { id: 9 },
+        Command::DropRegion { region: r.id },
+    ];
+    for c in commands {
+        let before = s.clone();
+        let dry = s.dry_run(&req(20, c.clone()));
+        assert_eq!(s, before, "{c:?}: a dry run changes nothing");
+        let mut applied = s.clone();
+        assert_eq!(applied.apply(&req(20, c.clone())), dry, "{c:?}");
+    }
 }

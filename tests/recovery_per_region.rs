@@ -1,0 +1,280 @@
+//! Recovery is per region (issue 46): a region lost with its only copy
+//! does not hold back another region's eviction and re-replication, nor an
+//! expired client's roll and forgetting. A real control-plane member in
+//! this process (which runs no coordinator of its own), real `kintsugi
+//! memnode` processes placed by it, and a [`Coordinator`] this test steps
+//! pass by pass.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control_plane::api::{ControlClient, MemberInfo};
+use control_plane::config::{Role, Settings, Token};
+use control_plane::member::{Member, MemberOptions};
+use control_plane::network::{ClusterSecret, Partition};
+use control_plane::state::{Command, ControlState, MemNodeState, Outcome, Region};
+use kintsugi::recovery::{Coordinator, RecoveryOptions, Step};
+use support::MemnodeProcess;
+
+const TOKEN: &str = "per-region-test-token-0123456789";
+/// Bound on every wait; no wait decides an outcome.
+const WAIT: Duration = Duration::from_secs(60);
+/// Pause between two passes that found nothing to do (the coordinator's
+/// own tick).
+const TICK: Duration = kintsugi::recovery::coordinator::TICK;
+/// Memory nodes: the lost region's, the other region's two, a spare.
+const NODES: usize = 4;
+/// Passes taken once recovery is done, to see the lost region left alone.
+const EXTRA_PASSES: usize = 10;
+
+/// One member, formed alone, with a 1 s memory-node and client lease.
+async fn member(dir: &std::path::Path) -> (Member, ControlClient) {
+    let settings = Settings::new(
+        ClusterSecret::new("per-region-test-secret-0123456789").expect("secret"),
+        vec![Token {
+            name: "operator".into(),
+            token: TOKEN.into(),
+            role: Role::Admin,
+        }],
+    )
+    .expect("settings");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let member = Member::start(
+        listener,
+        MemberOptions {
+            id: 1,
+            data_dir: dir.to_path_buf(),
+            advertise: None,
+            settings,
+            partition: Partition::default(),
+        },
+    )
+    .await
+    .expect("member starts");
+    let addr = member.local_addr().to_string();
+    let api = ControlClient::new(&addr, Some(TOKEN.into())).expect("client");
+    api.init(vec![MemberInfo {
+        id: 1,
+        addr,
+        voter: true,
+    }])
+    .await
+    .expect("init");
+    (member, api)
+}
+
+/// Waits until `f` finds what it looks for in the member's applied state.
+async fn state_of<R>(member: &Member, what: &str, f: impl FnMut(&ControlState) -> Option<R>) -> R {
+    tokio::time::timeout(WAIT, member.state().wait_for(f))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
+}
+
+async fn create_region(api: &ControlClient, replicas: u8) -> Region {
+    match api
+        .command(&Command::CreateRegion {
+            size_bytes: 1 << 20,
+            replicas,
+        })
+        .await
+    {
+        Ok(Outcome::Region(r)) => r,
+        other => panic!("create a region of {replicas} replicas: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_region_holds_back_no_other_regions_recovery_nor_a_clients_roll() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (member, api) = member(dir.path()).await;
+    let control = member.local_addr().to_string();
+    let mut processes: Vec<Option<MemnodeProcess>> = (0..NODES)
+        .map(|_| {
+            Some(MemnodeProcess::start(&[
+                "--control",
+                &control,
+                "--control-token",
+                TOKEN,
+                "--capacity",
+                "64MiB",
+            ]))
+        })
+        .collect();
+    state_of(&member, "every memory node active", |s| {
+        (s.memnodes.len() == NODES && s.memnodes.values().all(|n| n.state == MemNodeState::Active))
+            .then_some(())
+    })
+    .await;
+    // Placement takes the roomiest nodes: the single copy goes to one
+    // node, the two replicas to two others, and one node stays spare.
+    let solo = create_region(&api, 1).await;
+    let pair = create_region(&api, 2).await;
+    let (lost_node, dead_backup) = (solo.primary(), pair.replicas[1].node);
+    assert!(!pair.on(lost_node), "{pair:?}");
+    state_of(&member, "both regions allocated", |s| {
+        [solo.id, pair.id]
+            .iter()
+            .all(|id| s.regions[id].usable())
+            .then_some(())
+    })
+    .await;
+    // A client that registers and is never heard from again.
+    let Ok(Outcome::Client(ghost)) = api
+        .command(&Command::RegisterClient {
+            name: "ghost".into(),
+            owner_ids: 2,
+            lease_ms: 1_000,
+        })
+        .await
+    else {
+        panic!("register the ghost client")
+    };
+
+    let steps: Arc<Mutex<Vec<(Step, u64)>>> = Arc::default();
+    let on_step: kintsugi::recovery::coordinator::StepHook = {
+        let steps = steps.clone();
+        Arc::new(move |step, about, _| steps.lock().expect("steps").push((step, about)))
+    };
+    let mut coordinator = Coordinator::connect(
+        &[control.as_str()],
+        TOKEN,
+        RecoveryOptions {
+            on_step: Some(on_step),
+            ..RecoveryOptions::default()
+        },
+    )
+    .await
+    .expect("the coordinator joins");
+
+    // The only copy of `solo` and the backup of `pair` die together.
+    let endpoint = |id| member.state().state().memnodes[&id].endpoint.clone();
+    for node in [lost_node, dead_backup] {
+        let at = endpoint(node);
+        let i = processes
+            .iter()
+            .position(|p| p.as_ref().is_some_and(|p| p.addr == at))
+            .expect("the node's process");
+        processes[i].take().expect("running").crash();
+    }
+    state_of(&member, "both nodes declared dead", |s| {
+        [lost_node, dead_backup]
+            .iter()
+            .all(|n| s.memnodes[n].state == MemNodeState::Dead)
+            .then_some(())
+    })
+    .await;
+
+    // Pass after pass, as `Coordinator::run` takes them, until `pair` is
+    // whole again without its dead backup and the ghost is forgotten.
+    let deadline = Instant::now() + WAIT;
+    let mut failures = Vec::new();
+    loop {
+        let stepped = match coordinator.pass().await {
+            Ok(step) => step.is_some(),
+            Err(e) => {
+                failures.push(e.to_string());
+                false
+            }
+        };
+        let s = member.state().state();
+        let p = &s.regions[&pair.id];
+        if p.whole() && !p.on(dead_backup) && !s.clients.contains_key(&ghost.id) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "recovery did not go on past the lost region within {WAIT:?}: region {} is {}; ghost client {:?}; \
+             {} failed passes, the last: {:?}",
+            pair.id,
+            p.summary(),
+            s.clients.get(&ghost.id).map(|c| c.state),
+            failures.len(),
+            failures.last()
+        );
+        if !stepped {
+            tokio::time::sleep(TICK).await;
+        }
+    }
+    let taken = steps.lock().expect("steps").clone();
+    for want in [
+        (Step::Evicted, u64::from(solo.id)),
+        (Step::Evicted, u64::from(pair.id)),
+        (Step::RolledClient, ghost.id),
+        (Step::ForgotClient, ghost.id),
+        (Step::AddedBackup, u64::from(pair.id)),
+        (Step::Copied, u64::from(pair.id)),
+        (Step::Joined, u64::from(pair.id)),
+        (Step::CaughtUp, u64::from(pair.id)),
+    ] {
+        assert!(taken.contains(&want), "{want:?} not among {taken:?}");
+    }
+    // `solo` is lost, once, where it was; more passes ask nothing more of
+    // it (nothing about it was refused into the log), and recovery holds
+    // nothing stuck.
+    for _ in 0..EXTRA_PASSES {
+        coordinator.pass().await.expect("a pass");
+    }
+    let s = member.state().state();
+    let x = &s.regions[&solo.id];
+    assert!(x.lost.is_some() && !x.usable(), "{x:?}");
+    assert_eq!(x.replicas.iter().map(|l| l.node).collect::<Vec<_>>(), [lost_node]);
+    let about_solo: Vec<(String, String)> = s
+        .audit
+        .iter()
+        .filter(|e| match e.command {
+            Command::EvictReplica { region, .. }
+            | Command::DeclareRegionLost { region }
+            | Command::DropRegion { region } => region == solo.id,
+            _ => false,
+        })
+        .map(|e| (format!("{:?}", e.command), e.outcome.clone()))
+        .collect();
+    assert_eq!(
+        about_solo,
+        [(
+            format!("{:?}", Command::DeclareRegionLost { region: solo.id }),
+            "ok".to_owned()
+        )]
+    );
+    assert!(coordinator.stuck().is_empty(), "{:?}", coordinator.stuck());
+
+    // The operator's view and action.
+    let listed = ctl(&control, &["region", "lost"]).await;
+    assert!(
+        listed.0 == 0 && listed.1.contains(&format!("node {lost_node}")) && listed.1.contains("--confirm"),
+        "{listed:?}"
+    );
+    let status = ctl(&control, &["status"]).await;
+    assert!(status.1.contains("1 LOST"), "{status:?}");
+    let id = solo.id.to_string();
+    let unconfirmed = ctl(&control, &["region", "drop", &id]).await;
+    assert!(
+        unconfirmed.0 == 1 && unconfirmed.2.contains("destroys") && unconfirmed.2.contains("--confirm"),
+        "{unconfirmed:?}"
+    );
+    assert!(member.state().state().regions.contains_key(&solo.id));
+    let dropped = ctl(&control, &["region", "drop", &id, "--confirm"]).await;
+    assert_eq!(dropped.0, 0, "{dropped:?}");
+    state_of(&member, "the lost region dropped and its node freed", |s| {
+        (!s.regions.contains_key(&solo.id) && s.memnodes[&lost_node].allocated_bytes == 0).then_some(())
+    })
+    .await;
+    coordinator.close().await.expect("the coordinator leaves");
+    member.shutdown().await;
+}
+
+/// `kintsugi ctl --endpoint CONTROL ARGS...` off the runtime's threads:
+/// (exit code, stdout, stderr).
+async fn ctl(control: &str, args: &[&str]) -> (i32, String, String) {
+    let mut all = vec!["ctl", "--endpoint", control, "--token", TOKEN];
+    all.extend_from_slice(args);
+    let all: Vec<String> = all.into_iter().map(str::to_owned).collect();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        support::kintsugi(&args)
+    })
+    .await
+    .expect("ctl ran")
+}
