@@ -589,4 +589,82 @@ mod tests {
             "{e}"
         );
     }
+
+    /// Region 1 with node 2 holding a replica handed out at `generation`,
+    /// served (`replicas`) or being made (`syncing`, pending).
+    fn region_on_2(generation: u64, served: bool) -> Region {
+        let loc = fabric::ReplicaLoc { node: 2, key: 7 };
+        let mut r: Region = serde_json::from_value(serde_json::json!({
+            "id": 1, "size_bytes": 4096, "replicas": [{"node": 1, "key": 5}], "epoch": 3,
+        }))
+        .unwrap();
+        if served {
+            r.replicas.push(loc);
+        } else {
+            r.syncing.push(loc);
+            r.pending.push(2);
+        }
+        r.generation = generation;
+        r.generations
+            .push(control_plane::state::ReplicaGeneration { node: 2, generation });
+        r
+    }
+
+    fn node() -> MemoryNode {
+        MemoryNode::placed(2, 1 << 20, &fabric::Backing::Anonymous)
+            .unwrap()
+            .0
+    }
+
+    #[test]
+    fn a_replica_is_served_only_at_the_generation_the_map_names() {
+        // Allocated empty where a replica is being made: proven, and the
+        // image records the generation.
+        let (n, mut proven) = (node(), Proven::default());
+        let fresh = n.add_region(1, 4096, 7).unwrap();
+        assert_eq!(
+            proven.judge(&n, &region_on_2(4, false), 2, fresh).unwrap(),
+            Standing::Proven
+        );
+        assert_eq!(n.replica_generation(1), Some(4));
+        // Joined once filled (handed out again while this process held it):
+        // followed, and recorded.
+        let fresh = n.add_region(1, 4096, 7).unwrap();
+        assert_eq!(
+            proven.judge(&n, &region_on_2(5, true), 2, fresh).unwrap(),
+            Standing::Proven
+        );
+        assert_eq!(n.replica_generation(1), Some(5));
+        // A map gone back (a restored snapshot naming generation 4): the
+        // image has moved past it, never taken back.
+        assert_eq!(
+            proven.judge(&n, &region_on_2(4, true), 2, false).unwrap(),
+            Standing::Unproven(5)
+        );
+
+        // A replica clients write that the image had to allocate afresh
+        // (it lost it): never served.
+        let (n, mut proven) = (node(), Proven::default());
+        let fresh = n.add_region(1, 4096, 7).unwrap();
+        assert_eq!(
+            proven.judge(&n, &region_on_2(5, true), 2, fresh).unwrap(),
+            Standing::Unproven(0)
+        );
+
+        // A restart (a new process) whose image holds an older generation
+        // than the map's (it missed a hand-out, or the file is an old
+        // copy): unproven; at the map's own generation: proven.
+        let n = node();
+        n.add_region(1, 4096, 7).unwrap();
+        n.set_replica_generation(1, 3).unwrap();
+        let mut restarted = Proven::default();
+        assert_eq!(
+            restarted.judge(&n, &region_on_2(5, true), 2, false).unwrap(),
+            Standing::Unproven(3)
+        );
+        assert_eq!(
+            restarted.judge(&n, &region_on_2(3, true), 2, false).unwrap(),
+            Standing::Proven
+        );
+    }
 }
