@@ -64,6 +64,9 @@ impl IndexError {
     /// connection, a stale map, a crash) that may have let some of the
     /// batch run; a batch refused before any verb was sent changed nothing.
     pub(crate) fn in_doubt_if_cut_off(e: IndexError) -> IndexError {
+        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) {
+            return IndexError::InDoubt(Box::new(e));
+        }
         match e.fabric() {
             Some(f) if !f.sent_nothing() => IndexError::InDoubt(Box::new(e)),
             _ => e,
@@ -75,6 +78,9 @@ impl IndexError {
     /// fabric failure: the write happened, or may have, whatever this batch
     /// did.
     pub(crate) fn in_doubt_after_commit(e: IndexError) -> IndexError {
+        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) {
+            return IndexError::InDoubt(Box::new(e));
+        }
         match e.fabric() {
             Some(_) => IndexError::InDoubt(Box::new(e)),
             None => e,

@@ -64,6 +64,9 @@ impl Tx<'_> {
         let result = self.try_commit().await;
         if matches!(result, Err(TxError::Fabric(_))) {
             self.c.cut_off();
+        } else if matches!(result, Err(TxError::InDoubt(_))) {
+            // Left in doubt for the caller (`take_commit_in_doubt`).
+            debug_assert!(self.c.commit_in_doubt);
         } else {
             // Committed, or aborted with nothing of it visible.
             self.c.commit_in_doubt = false;
@@ -600,10 +603,48 @@ impl Tx<'_> {
             let ours = w.new.is_some_and(|n| n.raw() == found);
             if found != w.old.raw() && !ours {
                 tracing::debug!(owner = self.c.owner, "single-object commit fenced by a repairer");
+                if !single_replica {
+                    return Err(self.fenced_after_backups().await?);
+                }
                 return Err(TxError::Abort(AbortReason::Repaired));
             }
         }
         Ok(Installed::Done)
+    }
+
+    /// An Opt1 commit fenced at its commit point after its backups' round
+    /// trip installed its pointer: the repairer that fenced it puts the
+    /// primary's value back on every backup, and until it has, a promoted
+    /// backup would keep this write. So the backups are read: if none holds
+    /// this commit's pointer any more, it did not happen and is retried (an
+    /// abort); if one does, its outcome is unknown ([`TxError::InDoubt`]),
+    /// never silently run again (docs/txn.md §8).
+    async fn fenced_after_backups(&mut self) -> Result<TxError, TxError> {
+        let w = &self.writes[0];
+        let ours = w.new.expect("allocated").raw();
+        let region = w.obj.meta.region();
+        let backups = self.c.replicas(region).saturating_sub(1);
+        debug_assert!(backups > 0, "an Opt1 commit with backups");
+        self.batch.clear();
+        let reads: Vec<VerbHandle> = (0..backups)
+            .map(|b| self.batch.on(Replica::Backup(b as u8)).read(w.obj.dptr_addr(), 8))
+            .collect();
+        self.c.fabric.execute(&mut self.batch).await?;
+        let mut holders = Vec::new();
+        for (b, h) in reads.into_iter().enumerate() {
+            let now = le_word(self.batch.read_result(h).map_err(TxError::Verb)?, 0);
+            if now == ours {
+                holders.push(b + 1);
+            }
+        }
+        if holders.is_empty() {
+            return Ok(TxError::Abort(AbortReason::Repaired));
+        }
+        Ok(TxError::InDoubt(format!(
+            "owner {}'s single-object commit of {:?} was fenced by a repairer after replicas {holders:?} took \
+             its pointer: a promotion before the repair ends would keep it",
+            self.c.owner, w.obj.meta
+        )))
     }
 
     /// Some pointer CASes of the backups' round trip found another pointer.

@@ -74,6 +74,13 @@ pub enum TxError {
     /// `TxStats::invariant_violations` counts it.
     #[error("rTX invariant broken: {0}")]
     Invariant(String),
+    /// A single-object (Opt1) commit was fenced by a repairer after its
+    /// backups took its pointer, and a backup still holds it: were that
+    /// backup promoted before the repairer puts the old value back, the
+    /// write would be there. Its outcome is unknown, and it is not run
+    /// again (docs/txn.md §8, "Opt1 in doubt").
+    #[error("the commit's outcome is unknown: {0}")]
+    InDoubt(String),
     /// The transaction aborted this many times in a row.
     #[error("gave up after {attempts} aborted attempts (last: {last:?})")]
     TooManyAborts {

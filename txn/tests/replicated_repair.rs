@@ -371,3 +371,68 @@ async fn log_headers_end_the_same_on_every_replica() {
         assert_eq!(cluster.read_all(9, &objs).await, vec![90, 110], "{what}");
     }
 }
+
+/// Pause points swept for the repairer of an Opt1 commit whose backup took
+/// the owner's pointer: past its fence of the primary and its install on
+/// the backup.
+const FENCE_VERBS_SWEPT: u64 = 32;
+
+#[tokio::test]
+async fn an_opt1_commit_fenced_after_its_backups_took_it_is_in_doubt_not_retried() {
+    // Issue 46, path 5 (docs/txn.md §8, "Opt1 in doubt"). O's single-object
+    // commit installed its pointer on the backup (its first round trip)
+    // and paused; R, suspecting it, repairs log-less and stalls after its
+    // k-th verb. Where R has fenced the primary (its copy of the old value
+    // installed there) and the backup still holds O's pointer, a promotion
+    // of the backup would keep O's write: O must report the outcome
+    // unknown. Before, O took the fence for "did not happen" and ran the
+    // write again (the gateway applied an INCR twice).
+    let rf = 2u16;
+    let m = marks(1, u64::from(rf), false);
+    let mut windows = 0;
+    for k in 1..=FENCE_VERBS_SWEPT {
+        let what = format!("R stalled after verb {k}");
+        let cluster = Cluster::new(rf).await;
+        let x = cluster.accounts(&[100]).await[0];
+        let old = cluster.meta_on(x, 0).await.1;
+        let (mut o, fo) = cluster.faulty_with(1, common::pause_after(m.first_ptr), few_attempts());
+        let o_task = tokio::spawn(async move {
+            let r = bump_all(&mut o, &[x]).await;
+            (r, o.take_commit_in_doubt(), o.stats().commits)
+        });
+        fo.paused().await;
+        let ours = cluster.meta_on(x, 1).await.1;
+        assert_ne!(ours, old, "{what}: O's pointer is on the backup");
+        let held = cluster.lock(x).await;
+        let (mut r, fr) = cluster.faulty(2, stalled(k, SKEW_MS));
+        let r_task = tokio::spawn(async move { r.repair(x.raw(), held).await });
+        let r_task = paused_or_done(&fr, r_task).await;
+        let primary = cluster.meta_on(x, 0).await.1;
+        let window = primary != old && primary != ours && cluster.meta_on(x, 1).await.1 == ours;
+
+        fo.resume();
+        let (result, in_doubt, commits) = o_task.await.unwrap();
+        if window {
+            windows += 1;
+            assert!(
+                matches!(result, Err(TxError::InDoubt(_))),
+                "{what}: fenced with its pointer on the backup, O reported {result:?}"
+            );
+            assert!(in_doubt, "{what}: the client says the commit is in doubt");
+            assert_eq!(commits, 0, "{what}: not run again");
+        } else {
+            assert!(
+                !matches!(result, Err(TxError::InDoubt(_))),
+                "{what}: in doubt though no backup held its pointer when fenced"
+            );
+        }
+        if let Some(task) = r_task {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+    assert!(
+        windows > 0,
+        "the sweep reaches R's fence before its backup install"
+    );
+}
