@@ -347,13 +347,20 @@ pub fn status(s: &Status) -> String {
         .iter()
         .fold(0u64, |sum, r| sum.saturating_add(r.size_bytes));
     let lost = s.regions.iter().filter(|r| r.lost.is_some()).count();
-    let region_summary = match lost {
-        0 => format!("{} in total, {replicas} replicas", text::bytes(bytes)),
-        n => format!(
-            "{} in total, {replicas} replicas, {n} LOST: kintsugi ctl region lost",
-            text::bytes(bytes)
-        ),
-    };
+    // Degraded is a state (design.md §1b): serving, with fewer replicas than
+    // asked for or one still being made.
+    let degraded = s
+        .regions
+        .iter()
+        .filter(|r| r.lost.is_none() && r.usable() && !r.whole())
+        .count();
+    let mut region_summary = format!("{} in total, {replicas} replicas", text::bytes(bytes));
+    if degraded > 0 {
+        region_summary.push_str(&format!(", {degraded} degraded (fewer replicas than asked)"));
+    }
+    if lost > 0 {
+        region_summary.push_str(&format!(", {lost} LOST: kintsugi ctl region lost"));
+    }
     section(
         &mut out,
         "regions",
