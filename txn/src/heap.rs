@@ -32,11 +32,6 @@ const W_OWNER_SLOTS: u64 = 2;
 const W_CHUNK_BYTES: u64 = 3;
 const W_CHUNK_COUNT: u64 = 4;
 const W_NEXT_CHUNK: u64 = 5;
-/// Times a chunk take raises a primary counter found behind a backup's
-/// before it gives up: each raise moves the primary to the backup's count,
-/// so a second is needed only when takers race it; more means something
-/// keeps resetting the primary.
-const TAKE_RAISES_MAX: u32 = 4;
 const W_ROOTS: u64 = 6;
 /// Named roots per heap: words an index uses to find its root objects.
 pub const ROOTS_MAX: usize = 32;
@@ -438,57 +433,22 @@ impl Heap {
         kind: ChunkKind,
     ) -> Result<u64, TxError> {
         let mut batch = Batch::new();
-        let mut raises = 0;
-        let (first, backups) = loop {
-            // Every replica counts, so that a backup's counter is not as
-            // formatted; the primary's old value decides.
-            let h = batch.on(Replica::All).faa(self.word(W_NEXT_CHUNK), count);
-            client.execute(&mut batch).await?;
-            batch.done(h).map_err(TxError::Verb)?;
-            let first = batch.old_value(h).map_err(TxError::Verb)?;
-            let backups: Vec<(usize, u64)> = (1..batch.completions(h).len())
-                .filter_map(|i| batch.old_value_of(h, i).ok().map(|old| (i, old)))
-                .collect();
-            // A backup ahead of the primary counted chunks the primary did
-            // not: a taker stopped between its FAAs (harmless), or a
-            // primary whose memory is not the region's (a wiped image,
-            // which identity keeps out of service: design.md §1b). Chunks
-            // below the backup's count may be live there, so none is handed
-            // out: the primary is raised to it and the take tried again
-            // (the chunks this FAA took are skipped, which is harmless).
-            let Some(ahead) = backups.iter().map(|&(_, old)| old).max().filter(|&b| b > first) else {
-                break (first, backups);
-            };
-            raises += 1;
-            if raises > TAKE_RAISES_MAX {
-                return Err(TxError::Invariant(format!(
-                    "region {}'s primary chunk counter stays behind a backup's ({first} < {ahead}) after \
-                     {TAKE_RAISES_MAX} raises",
-                    self.region
-                )));
-            }
-            tracing::warn!(
-                region = self.region,
-                primary = first,
-                backup = ahead,
-                "the primary's chunk counter is behind a backup's: raised before chunks are taken"
-            );
-            batch.clear();
-            batch.on(Replica::Primary).cas(
-                self.word(W_NEXT_CHUNK),
-                first.wrapping_add(count),
-                ahead.wrapping_add(count),
-            );
-            client.execute(&mut batch).await?;
-            batch.clear();
-        };
+        // Every replica counts, so that a backup's counter is not as
+        // formatted; the primary's old value decides.
+        let h = batch.on(Replica::All).faa(self.word(W_NEXT_CHUNK), count);
+        client.execute(&mut batch).await?;
+        batch.done(h).map_err(TxError::Verb)?;
+        let first = batch.old_value(h).map_err(TxError::Verb)?;
         // A taker stopped between the replicas' FAAs left a backup's
         // counter behind the primary's: raise it to the primary's count (a
         // CAS from what this FAA left there, so a later FAA wins over it).
         // Never lower one: a counter ahead skips chunks, which is harmless,
         // and this taker's view of the primary may be old by now (it may
         // itself have been stopped between its FAAs).
-        let off: Vec<(usize, u64)> = backups.into_iter().filter(|&(_, old)| old < first).collect();
+        let off: Vec<(usize, u64)> = (1..batch.completions(h).len())
+            .filter_map(|i| batch.old_value_of(h, i).ok().map(|old| (i, old)))
+            .filter(|&(_, old)| old < first)
+            .collect();
         if !off.is_empty() {
             batch.clear();
             for &(i, old) in &off {
