@@ -171,6 +171,18 @@ pub async fn keep_registered(
 /// Serves placements to `node` (memory node `id`) until the lease is lost
 /// (returned as an error) or the caller drops the future.
 pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> Result<(), ClusterError> {
+    follow_proving(members, id, node, &mut Proven::default()).await
+}
+
+/// [`follow`], judging replicas with what `proven` remembers: the
+/// generations this process has seen its image hold. They hold for the
+/// process's whole life, across a lost lease: its memory never left it.
+async fn follow_proving(
+    members: Members,
+    id: MemNodeId,
+    node: Arc<MemoryNode>,
+    proven: &mut Proven,
+) -> Result<(), ClusterError> {
     // The node serves verbs only until it could have been declared dead
     // (`MemoryNode::hold_lease_until`, `memnode_serves_until`): one paused
     // or cut off that long may have been replaced, and must not serve what
@@ -199,7 +211,7 @@ pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> R
         std::future::pending(),
         |sent, lease| gate.granted(&node, memnode_serves_until(sent, lease)),
     );
-    let watch = watch_placements(&members, id, &node, &gate);
+    let watch = watch_placements(&members, id, &node, &gate, proven);
     tokio::select! {
         lost = lease => match lost {
             Ok(()) => Ok(()),
@@ -224,8 +236,9 @@ pub async fn follow_for_life(
     endpoint: String,
     capacity_bytes: u64,
 ) -> Result<(), ClusterError> {
+    let mut proven = Proven::default();
     loop {
-        match follow(members.clone(), id, node.clone()).await {
+        match follow_proving(members.clone(), id, node.clone(), &mut proven).await {
             Err(ClusterError::LeaseLost(why)) => {
                 tracing::warn!(memnode = id, %why, "lease lost; registering again");
             }
@@ -300,10 +313,10 @@ async fn watch_placements(
     id: MemNodeId,
     node: &Arc<MemoryNode>,
     gate: &ServingGate,
+    proven: &mut Proven,
 ) -> std::convert::Infallible {
     let mut seen: Option<Epoch> = None;
     let mut at = 0usize;
-    let mut proven = Proven::default();
     loop {
         let member = &members.clients()[at % members.clients().len()];
         let map = match member.map(seen, Some(WATCH_WAIT)).await {
@@ -328,7 +341,7 @@ async fn watch_placements(
         if seen == Some(map.epoch()) {
             continue; // the wait passed with no change
         }
-        match apply_placements(members, id, node, map.epoch(), &mut proven).await {
+        match apply_placements(members, id, node, map.epoch(), proven).await {
             Ok(()) => {
                 gate.open(node);
                 seen = Some(map.epoch());

@@ -466,6 +466,13 @@ impl Run {
                 found.extend(check::free_blocks_unnamed(&self.world, &client, party.name()).await?);
                 self.found.extend(found);
             }
+            Err(TxError::InDoubt(_)) => {
+                // An Opt1 commit fenced while a backup held its pointer
+                // (docs/txn.md §8): not acknowledged and not run again;
+                // whichever way its repairer settles it is right.
+                self.note(party, generation, seen, false);
+                self.interrupted.push(party.owner());
+            }
             Err(TxError::TooManyAborts { .. }) if !self.paused.is_empty() => {
                 // A paused party holds a lock whose lease is live for this
                 // one: waiting is right. It runs again once all went on.
