@@ -1,36 +1,43 @@
 //! `kintsugi chaos campaign` end to end: a short campaign of every local-
 //! cluster fault kind on each index (real processes: three control-plane
 //! members, five memory nodes), every history checked for linearizability;
-//! and the same campaign with a replica's writes dropped, which must fail
-//! and print the command that reproduces the seed. The long campaigns (100
-//! seeds a kind) are commands in the README. Asserts verdicts and checks,
-//! never timings.
+//! and the same campaign with a replica's writes dropped, or with memory
+//! nodes that serve a wiped image, which must fail and print the command
+//! that reproduces the seed. The long campaigns (100 seeds a kind) are
+//! commands in docs/chaos.md. Asserts verdicts and checks, never timings.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use support::{kintsugi, path_str};
 
-const KINDS: [&str; 6] = [
+const KINDS: [&str; 7] = [
     "kill-memnode",
     "restart-memnode",
     "pause-memnode",
     "kill-control-leader",
     "clock-skew",
     "partition",
+    "wipe-memnode",
 ];
 
 /// The shipped campaign file of `index`, shortened, written in `dir`.
 fn campaign_file(dir: &Path, index: &str) -> PathBuf {
+    shortened(dir, &format!("campaign-{index}"))
+}
+
+/// `deploy/experiments/NAME.toml` (a campaign's shape: 3 s, 2,000 keys)
+/// shortened to 2 s and 1,000 keys, written in `dir`.
+fn shortened(dir: &Path, name: &str) -> PathBuf {
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("deploy/experiments/campaign-{index}.toml")),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("deploy/experiments/{name}.toml")),
     )
     .unwrap();
     assert!(text.contains("duration = \"3s\"") && text.contains("keys = 2000"));
     let text = text
         .replace("duration = \"3s\"", "duration = \"2s\"")
         .replace("keys = 2000", "keys = 1000");
-    let path = dir.join(format!("campaign-{index}.toml"));
+    let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -149,6 +156,42 @@ fn a_hash_campaign_with_a_replicas_writes_dropped_fails_and_names_the_seed() {
     assert_ne!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("seed 7 FAILED"), "{stdout}");
     assert!(stdout.contains("--sabotage drop-backup-writes"), "{stdout}");
+}
+
+/// Memory nodes that serve a wiped image as if it held their replicas (as
+/// they did before image identity, design.md §1b): a node wiped and
+/// started again at once is taken back under its old record, never
+/// declared dead, and serves zeroed replicas. The seed must fail, named.
+#[test]
+fn a_wipe_campaign_whose_nodes_serve_wiped_images_fails_and_names_the_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = shortened(dir.path(), "wipe-memnode-btree");
+    // The wiped node must be back before its lease could lapse, or it is
+    // declared dead for its silence and the sabotage shows nothing: a
+    // lease of 2 s leaves seconds for a slow start on a loaded machine.
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("memnode_lease = \"250ms\""));
+    std::fs::write(
+        &file,
+        text.replace("memnode_lease = \"250ms\"", "memnode_lease = \"2s\""),
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let args = ["--seeds", "1", "--first-seed", "3", "--sabotage", "serve-wiped"];
+    let (code, stdout, stderr) = campaign(&file, &args, Some(&out));
+    assert_ne!(code, 0, "{stdout}\n{stderr}");
+    assert!(stdout.contains("seed 3 FAILED"), "{stdout}");
+    let repro = format!(
+        "reproduce: kintsugi chaos campaign --experiment {} --seeds 1 --first-seed 3 --sabotage serve-wiped",
+        path_str(&file)
+    );
+    assert!(stdout.contains(&repro), "{stdout}");
+    // Never declared dead: the wipe's phases did not come.
+    assert!(
+        stdout.contains("wipe-memnode") && stdout.contains("did not complete its phases"),
+        "{stdout}"
+    );
+    assert!(out.join("seed-3").join("rtx").join("cluster").exists());
 }
 
 #[test]

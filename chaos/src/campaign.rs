@@ -13,7 +13,8 @@
 //! from 15% to 55% of the duration, their parameters drawn within the
 //! rules [`Experiment::validate`] enforces (a pause-memnode from one to
 //! five memory-node leases, so below and past detection; a clock skew
-//! within the rTX drift unless `skew_beyond_drift`).
+//! within the rTX drift unless `skew_beyond_drift`; a wipe-memnode of the
+//! primary or a backup, the seed's coin deciding).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -258,6 +259,10 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
                 down -= 1;
                 fault(kind)
             }
+            FaultKind::WipeMemnode => Fault {
+                role: Some(role),
+                ..fault(kind)
+            },
             FaultKind::PauseMemnode => Fault {
                 role: Some(role),
                 pause: Some(Duration::from_millis(draw.range(lease, 5 * lease).min(until_end))),
@@ -477,6 +482,27 @@ mod tests {
                 seen.len()
             );
         }
+    }
+
+    #[test]
+    fn wipes_hit_the_primary_and_backups_and_need_tcp() {
+        let mut base = base();
+        base.campaign.as_mut().unwrap().kinds = vec![FaultKind::WipeMemnode];
+        let mut roles = std::collections::BTreeSet::new();
+        for seed in 1..=100 {
+            let e = schedule(&base, seed).unwrap();
+            assert_eq!(e, schedule(&base, seed).unwrap(), "seed {seed}");
+            for f in &e.faults {
+                assert_eq!(f.kind, FaultKind::WipeMemnode, "seed {seed}: {}", describe(f));
+                assert_eq!(f.pause, None);
+                roles.insert(f.role.unwrap().to_string());
+            }
+        }
+        assert_eq!(roles.len(), 2, "both roles drawn: {roles:?}");
+        // Shm clients keep their mapping of the old image: refused, with why.
+        base.cluster.transport = crate::experiment::TransportKind::Shm;
+        let e = schedule(&base, 1).unwrap_err().to_string();
+        assert!(e.contains("cluster.transport") && e.contains("tcp only"), "{e}");
     }
 
     #[test]

@@ -194,7 +194,12 @@ async fn follow_proving(
     // a client still routing by a map from before this node's restart (one
     // that named its old image's replicas) is refused as stale and fetches
     // the map, rather than told a region is not here.
-    fence_at_the_clusters_epoch(&members, &node).await;
+    if let Some(epoch) = fence_at_the_clusters_epoch(&members, &node).await {
+        tracing::info!(
+            epoch,
+            "starting at the cluster's epoch: clients with older maps are refused"
+        );
+    }
     let gate = ServingGate::default();
     let holder = if serving_wiped() {
         Leaseholder::MemNode(id)
@@ -216,7 +221,9 @@ async fn follow_proving(
         lost = lease => match lost {
             Ok(()) => Ok(()),
             Err(e) => {
-                fence_at_the_clusters_epoch(&members, &node).await;
+                if let Some(epoch) = fence_at_the_clusters_epoch(&members, &node).await {
+                    tracing::warn!(epoch, "lease lost: fenced clients with older maps");
+                }
                 Err(ClusterError::LeaseLost(chain(&e)))
             }
         },
@@ -262,17 +269,16 @@ pub async fn follow_for_life(
 /// here at all. Best effort: with no member reachable the node keeps its
 /// epoch, and a client that reaches it with an old map is one whose map
 /// no member could have changed either.
-async fn fence_at_the_clusters_epoch(members: &Members, node: &MemoryNode) {
+///
+/// Returns the epoch now in force, if a member answered.
+async fn fence_at_the_clusters_epoch(members: &Members, node: &MemoryNode) -> Option<Epoch> {
     let mut newest = None;
     for c in members.clients() {
         if let Ok(Ok(status)) = tokio::time::timeout(MEMBER_TIMEOUT, c.status()).await {
             newest = newest.max(Some(status.epoch));
         }
     }
-    if let Some(epoch) = newest {
-        let now = node.advance_epoch(epoch);
-        tracing::warn!(epoch = now, "lease lost: fenced clients with older maps");
-    }
+    newest.map(|epoch| node.advance_epoch(epoch))
 }
 
 /// Holds a node's lease grants back until it has judged its replicas

@@ -87,6 +87,12 @@ pub struct MemorySection {
     pub transport: TransportKind,
     /// Keep each node's image in `DIR/memnode-<i>.img` across restarts.
     pub persist: bool,
+    /// Environment variables every memory node is started with (and
+    /// restarted with). Not read from a file: a chaos run sets it to
+    /// sabotage the nodes on purpose
+    /// (`cluster::placement::SABOTAGE_SERVE_WIPED_ENV`).
+    #[serde(skip)]
+    pub env: Vec<(String, String)>,
 }
 
 /// `[indexes]`.
@@ -129,6 +135,7 @@ impl Default for MemorySection {
             capacity: "4GiB".into(),
             transport: TransportKind::Shm,
             persist: false,
+            env: Vec::new(),
         }
     }
 }
@@ -379,6 +386,7 @@ impl LocalCluster {
                 image: None,
                 persist: spec.memory.persist,
                 shm: spec.memory.transport == TransportKind::Shm,
+                env: spec.memory.env.clone(),
                 restarts: 0,
             };
             let image = match (spec.memory.persist, spec.memory.transport) {
@@ -440,6 +448,66 @@ impl LocalCluster {
         p.await_listening(START_TIMEOUT)?;
         self.memnodes[i] = p;
         Ok(())
+    }
+
+    /// Wipes memory node `i` (counting from 0): SIGKILLs it (if it runs),
+    /// removes its image file (`DIR/memnode-<i>.img` with `persist`, its
+    /// `/dev/shm` image on shm; over tcp without `persist` its memory was
+    /// anonymous and went with it), and starts it again at once with the
+    /// same flags and address. What a node restarted on a new tmpfs or a
+    /// replaced disk is: the same endpoint, an empty image with another
+    /// image id. Returns when the SIGKILL was sent.
+    ///
+    /// It does not wait for the new process to say it listens: a node
+    /// placed by the control plane says so only once it is taken in again,
+    /// which for a wiped node is after it was declared dead and its
+    /// replicas evicted ([`LocalCluster::await_memnode`] waits for it).
+    ///
+    /// On shm, a client that mapped the old image keeps that mapping (the
+    /// shm transport maps each node's file once): it goes on seeing the
+    /// old, unlinked file, not the new one the node serves under the same
+    /// path and id. A wipe there is what a test of that limit wants, not a
+    /// fault a running cluster survives.
+    pub fn wipe_memnode(&mut self, i: usize) -> Result<Instant, LocalError> {
+        let p = self
+            .memnodes
+            .get_mut(i)
+            .ok_or_else(|| LocalError::State(format!("no memory node {i}")))?;
+        let at = if p.alive() { p.kill()? } else { Instant::now() };
+        let how = self
+            .launches
+            .get_mut(i)
+            .ok_or_else(|| LocalError::State(format!("no memory node {i}")))?;
+        if let Some(image) = &how.image {
+            match std::fs::remove_file(image) {
+                Ok(()) => {}
+                // A shm node that stopped cleanly removed it already.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(LocalError::Io {
+                        what: "cannot wipe the image",
+                        path: image.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+        how.restarts += 1;
+        tracing::info!(memnode = how.i, image = ?how.image, "memory node wiped: restarting it without its image");
+        self.memnodes[i] = how.launch().spawn()?;
+        Ok(at)
+    }
+
+    /// Waits, at most `timeout`, until memory node `i` (counting from 0),
+    /// started by [`LocalCluster::wipe_memnode`], says it listens; returns
+    /// its address. An error if it exited or was silent, with the end of
+    /// its log.
+    pub fn await_memnode(&mut self, i: usize, timeout: Duration) -> Result<String, LocalError> {
+        let p = self
+            .memnodes
+            .get_mut(i)
+            .ok_or_else(|| LocalError::State(format!("no memory node {i}")))?;
+        Ok(p.await_listening(timeout)?)
     }
 
     /// The cluster's directory.
@@ -528,6 +596,8 @@ struct MemNodeLaunch {
     image: Option<PathBuf>,
     persist: bool,
     shm: bool,
+    /// Set in its environment at every start (`MemorySection::env`).
+    env: Vec<(String, String)>,
     /// Restarts so far: each logs to a file of its own
     /// (`memnode-<i>.restart-<n>.log`), keeping what the dead one wrote.
     restarts: u32,
@@ -545,6 +615,9 @@ impl MemNodeLaunch {
             .env(TOKEN_ENV, &self.token)
             .env("RUST_LOG", "info")
             .log_to(log);
+        for (key, value) in &self.env {
+            launch = launch.env(key, value);
+        }
         if let Some(image) = &self.image {
             let flag = if self.persist { "--persist" } else { "--shm" };
             launch = launch.arg(flag).arg(image);

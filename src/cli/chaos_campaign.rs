@@ -24,12 +24,15 @@ reproduces it. Exits non-zero if a seed failed. Outputs in --out/seed-N (summary
 processes' logs; a failed seed also keeps history.jsonl and the memory nodes' images);
 --out/campaign.json holds every row.
 
-Kinds: kill-memnode, restart-memnode, pause-memnode, kill-control-leader, clock-skew.
+Kinds: kill-memnode, restart-memnode, pause-memnode, kill-control-leader, clock-skew, partition,
+wipe-memnode (tcp only: a node killed and started again at once without its image).
 
 Examples:
   kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 100
   kintsugi chaos campaign --experiment deploy/experiments/campaign-hash.toml --seeds 1 --first-seed 17
-  kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 5 --sabotage drop-backup-writes")]
+  kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 5 --sabotage drop-backup-writes
+  kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-btree.toml --seeds 100
+  kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-hash.toml --seeds 3 --sabotage serve-wiped")]
 pub struct CampaignArgs {
     /// The experiment file (TOML); its faults are replaced by drawn ones.
     #[arg(long, value_name = "FILE")]
@@ -45,7 +48,8 @@ pub struct CampaignArgs {
     out: Option<PathBuf>,
     /// Break the system on purpose, to see the campaign fail: drop-backup-writes (every
     /// client's WRITEs to the first backup are dropped), no-repair (clients repair no other
-    /// owner's expired lock).
+    /// owner's expired lock), serve-wiped (memory nodes serve a wiped image as if it held their
+    /// replicas: fails wipe-memnode seeds).
     #[arg(long, value_name = "DEFECT")]
     sabotage: Option<Sabotage>,
     /// Draw from these fault kinds instead of the file's (comma-separated), e.g.

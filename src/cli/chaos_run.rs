@@ -40,7 +40,8 @@ Experiment files: deploy/experiments/*.toml (format: the chaos crate's experimen
 Examples:
   kintsugi chaos run deploy/experiments/kill-client.toml
   kintsugi chaos run deploy/experiments/pause-client.toml --out /tmp/pause --seed 7
-  kintsugi chaos run deploy/experiments/kill-client-replicated.toml   # 3 memory nodes over tcp")]
+  kintsugi chaos run deploy/experiments/kill-client-replicated.toml   # 3 memory nodes over tcp
+  kintsugi chaos run deploy/experiments/wipe-memnode-btree.toml       # a node back without its image")]
 pub struct RunArgs {
     /// The experiment file (TOML).
     file: PathBuf,
@@ -144,6 +145,21 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 "  {who} at {:.1} s: active again (an empty spare) after {}",
                 f.at_ms / 1e3,
                 ms(p.active_ms)
+            ),
+            FaultKind::WipeMemnode => writeln!(
+                out,
+                "  {who} at {:.1} s: killed and started again without its image; declared dead after {}, \
+                 evicted after {}, serving after {} ({} from the dead decision), refilled (whole) after {}, \
+                 active again (empty, a new image id) after {}; {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.detected_ms),
+                ms(p.evicted_ms),
+                ms(p.serving_ms),
+                ms(f.dead_to_serving_ms),
+                ms(p.rereplicated_ms),
+                ms(p.active_ms),
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
             ),
             FaultKind::KillControlLeader => writeln!(
                 out,

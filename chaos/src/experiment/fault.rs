@@ -8,8 +8,8 @@ use index::Variant;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    invalid, Experiment, ExperimentError, CONTROL_MEMBERS, FAULTS_MAX, LEASE_MS_MAX, MEMNODE_LEASE_MS_MIN,
-    PAUSE_MIN, SKEW_MS_MAX,
+    invalid, Experiment, ExperimentError, TransportKind, CONTROL_MEMBERS, FAULTS_MAX, LEASE_MS_MAX,
+    MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SKEW_MS_MAX,
 };
 
 /// One fault of the schedule.
@@ -21,7 +21,8 @@ pub struct Fault {
     /// To which client process (0-based; client faults only).
     #[serde(default)]
     pub client: u32,
-    /// Which replica's node (`kill-memnode`, `pause-memnode`).
+    /// Which replica's node (`kill-memnode`, `pause-memnode`,
+    /// `wipe-memnode`, a memory node's `partition`).
     #[serde(default)]
     pub role: Option<ReplicaRole>,
     /// When, from the clients' common start.
@@ -93,11 +94,20 @@ pub enum FaultKind {
     /// and comes back as a spare; a client cut off past its lease loses it
     /// and must stop.
     Partition,
+    /// SIGKILL the memory node holding the index's primary or a backup
+    /// (`role`) and start it again at once, inside the detection window,
+    /// with the same flags but without its image (a new tmpfs, a replaced
+    /// disk): the same endpoint, an empty image with another image id. It
+    /// must be declared dead for it at once, never served: its replica
+    /// evicted (a primary's backup promoted), the region refilled, the
+    /// node taken in again as an empty one (design.md §1b). tcp only: on
+    /// shm clients keep their mapping of the old image file.
+    WipeMemnode,
 }
 
 impl FaultKind {
     /// Every kind, for campaigns and `--help`.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::KillClient,
         FaultKind::PauseClient,
         FaultKind::KillMemnode,
@@ -106,6 +116,7 @@ impl FaultKind {
         FaultKind::KillControlLeader,
         FaultKind::ClockSkew,
         FaultKind::Partition,
+        FaultKind::WipeMemnode,
     ];
 
     /// Whether the fault is run by the local-cluster runner (`run::replica`):
@@ -120,6 +131,7 @@ impl FaultKind {
                 | FaultKind::KillControlLeader
                 | FaultKind::ClockSkew
                 | FaultKind::Partition
+                | FaultKind::WipeMemnode
         )
     }
 }
@@ -135,6 +147,7 @@ impl std::fmt::Display for FaultKind {
             FaultKind::KillControlLeader => "kill-control-leader",
             FaultKind::ClockSkew => "clock-skew",
             FaultKind::Partition => "partition",
+            FaultKind::WipeMemnode => "wipe-memnode",
         })
     }
 }
@@ -303,8 +316,10 @@ impl Experiment {
         let mut leader_back: Option<Duration> = None;
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
-            let has_role = matches!(f.kind, FaultKind::KillMemnode | FaultKind::PauseMemnode)
-                || f.target == Some(PartitionTarget::Memnode);
+            let has_role = matches!(
+                f.kind,
+                FaultKind::KillMemnode | FaultKind::PauseMemnode | FaultKind::WipeMemnode
+            ) || f.target == Some(PartitionTarget::Memnode);
             if f.target.is_some() != (f.kind == FaultKind::Partition) {
                 return Err(invalid(
                     field("target"),
@@ -325,8 +340,8 @@ impl Experiment {
                 (false, Some(_)) => {
                     return Err(invalid(
                         field("role"),
-                        "only kill-memnode and pause-memnode faults take a role \
-                         (a restart takes the last killed node)",
+                        "only kill-memnode, pause-memnode, wipe-memnode and a memory node's partition \
+                         take a role (a restart takes the last killed node)",
                     ));
                 }
                 _ => {}
@@ -392,6 +407,30 @@ impl Experiment {
                         }
                         Some(_) => {}
                     }
+                    kills += 1;
+                }
+                FaultKind::WipeMemnode => {
+                    if f.pause.is_some() {
+                        return Err(invalid(
+                            field("for"),
+                            "a wipe does not last: the node is started again at once, without its image",
+                        ));
+                    }
+                    if c.transport != TransportKind::Tcp {
+                        return Err(invalid(
+                            "cluster.transport",
+                            format!(
+                                "wipe-memnode runs over tcp only, not {}: on shm every client maps each \
+                                 node's image file once and keeps that mapping, so a node started again \
+                                 with a new image under the same path and id would serve a file the \
+                                 clients and recovery never see while they read and write the old, \
+                                 unlinked one",
+                                c.transport_name()
+                            ),
+                        ));
+                    }
+                    // Back as an empty node, like a pause past detection:
+                    // lost to the region, not down.
                     kills += 1;
                 }
                 FaultKind::KillControlLeader => {

@@ -36,7 +36,7 @@
 //! for = "100ms"
 //! ```
 //!
-//! Faults on memory nodes (`kill-memnode`, `restart-memnode`) run on a
+//! Faults on memory nodes (`kill-memnode`, `restart-memnode`, `wipe-memnode`, ...) run on a
 //! local cluster whose data path follows the control plane's map, with the
 //! recovery coordinator on its leader (`run::replica`):
 //!
@@ -54,6 +54,11 @@
 //! [[faults]]
 //! kind = "restart-memnode"   # the last killed node, from its image
 //! at = "3s"
+//!
+//! [[faults]]
+//! kind = "wipe-memnode"      # SIGKILL, then start it again at once without its image (tcp only)
+//! role = "primary"
+//! at = "3200ms"
 //!
 //! [[faults]]
 //! kind = "pause-memnode"     # SIGSTOP, SIGCONT after `for` (past two leases: declared dead)

@@ -193,6 +193,25 @@ fn local_cluster_fault_rules_name_their_field() {
 }
 
 #[test]
+fn a_wipe_takes_a_role_no_duration_and_tcp() {
+    let wipe = CLUSTER.replacen(
+        "kind = \"pause-memnode\"\nrole = \"backup\"\nat = \"1s\"\nfor = \"300ms\"",
+        "kind = \"wipe-memnode\"\nrole = \"backup\"\nat = \"1s\"",
+        1,
+    );
+    let e = Experiment::from_toml(&wipe).unwrap();
+    assert_eq!(e.faults[0].kind, FaultKind::WipeMemnode);
+    assert!(e.on_memnodes());
+    for (from, to, field) in [
+        ("role = \"backup\"", "", "faults[0].role"),
+        ("at = \"1s\"", "at = \"1s\"\nfor = \"300ms\"", "faults[0].for"),
+        ("transport = \"tcp\"", "transport = \"shm\"", "cluster.transport"),
+    ] {
+        assert_rule(&wipe, from, to, field);
+    }
+}
+
+#[test]
 fn the_shipped_experiments_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments");
     let mut n = 0;

@@ -256,6 +256,13 @@ pub enum Sabotage {
     /// (`txn::TxConfig::repair` off): a lock a cut-off commit left blocks
     /// everyone else.
     NoRepair,
+    /// The memory nodes serve a wiped image as if it held their replicas,
+    /// as they did before image identity (design.md §1b): every memory
+    /// node runs with `cluster::placement::SABOTAGE_SERVE_WIPED_ENV` set,
+    /// so a node restarted without its image takes its old record back and
+    /// serves zeroed replicas. A `wipe-memnode` fault must then fail the
+    /// run; other kinds do not show it.
+    ServeWiped,
 }
 
 impl std::fmt::Display for Sabotage {
@@ -263,6 +270,7 @@ impl std::fmt::Display for Sabotage {
         f.write_str(match self {
             Sabotage::DropBackupWrites => "drop-backup-writes",
             Sabotage::NoRepair => "no-repair",
+            Sabotage::ServeWiped => "serve-wiped",
         })
     }
 }
@@ -273,8 +281,9 @@ impl std::str::FromStr for Sabotage {
         match s {
             "drop-backup-writes" => Ok(Sabotage::DropBackupWrites),
             "no-repair" => Ok(Sabotage::NoRepair),
+            "serve-wiped" => Ok(Sabotage::ServeWiped),
             other => Err(format!(
-                "'{other}' is not a sabotage (drop-backup-writes, no-repair)"
+                "'{other}' is not a sabotage (drop-backup-writes, no-repair, serve-wiped)"
             )),
         }
     }

@@ -721,7 +721,8 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 | FaultKind::PauseMemnode
                 | FaultKind::KillControlLeader
                 | FaultKind::ClockSkew
-                | FaultKind::Partition,
+                | FaultKind::Partition
+                | FaultKind::WipeMemnode,
                 _,
             ) => {}
         }

@@ -1,7 +1,8 @@
 //! The faults of a local-cluster run, as injected, and the phases each is
 //! watched through on the control plane: a memory node killed, restarted,
-//! paused or cut off; the Raft leader killed; a client's clock skewed or its
-//! links to the members cut.
+//! paused, cut off or wiped (killed and started again without its image);
+//! the Raft leader killed; a client's clock skewed or its links to the
+//! members cut.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,11 +24,23 @@ use crate::run::{RunError, BUCKET_US};
 const PAUSE_SETTLE: Duration = Duration::from_millis(500);
 /// How often the control plane is asked while a phase is awaited.
 const PHASE_POLL: Duration = Duration::from_millis(2);
+/// How long a wiped node is watched for its dead decision before the
+/// runner concludes it was taken back under its old record (serving its
+/// empty image). The decision does not wait for the memory-node lease: it
+/// comes when the new process registers with its new image id, which it
+/// does first thing, well within a second of the wipe even on a loaded
+/// machine. Ten seconds is far past that.
+const WIPE_DEAD_WAIT: Duration = Duration::from_secs(10);
+/// How long a wiped node that was taken in again may take to say it
+/// listens: it does so just before its first renewal, which made it
+/// active.
+const WIPED_LISTEN_WAIT: Duration = Duration::from_secs(10);
 
 /// When each phase of one fault came, in ms after the fault.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Phases {
-    /// The control plane declared the killed node dead.
+    /// The control plane declared the killed node dead (a wiped one: for
+    /// the new image id it registered with).
     pub detected_ms: Option<f64>,
     /// Its replica left the region's replica set (a dead primary's first
     /// live backup promoted in its place).
@@ -39,7 +52,7 @@ pub struct Phases {
     pub rereplicated_ms: Option<f64>,
     /// A restarted or resumed node registered and active again (an empty
     /// spare, or still in its replica set after a pause shorter than
-    /// detection).
+    /// detection); a wiped one, active under its new image id.
     pub active_ms: Option<f64>,
     /// A paused node continued (SIGCONT).
     pub resumed_ms: Option<f64>,
@@ -79,6 +92,11 @@ impl MemnodeFault {
         let p = &self.phases;
         match self.kind {
             FaultKind::KillMemnode => p.rereplicated_ms.is_some(),
+            // Declared dead (never served), the region refilled, the node
+            // taken in again with its new image.
+            FaultKind::WipeMemnode => {
+                p.detected_ms.is_some() && p.rereplicated_ms.is_some() && p.active_ms.is_some()
+            }
             FaultKind::RestartMemnode | FaultKind::PauseMemnode => p.active_ms.is_some(),
             FaultKind::KillControlLeader => p.elected_ms.is_some(),
             // A memory node's (it has a role): back as for a pause.
@@ -280,6 +298,27 @@ impl Injector<'_> {
                     phases,
                 }
             }
+            FaultKind::WipeMemnode => {
+                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
+                let image = Status::read(cluster).await?.image_of(node);
+                let at = self.local.wipe_memnode(process).map_err(local_error)?;
+                let phases = watch_wipe(cluster, region, node, image, at).await?;
+                if phases.active_ms.is_some() {
+                    // Taken in again, it has said where it listens (its
+                    // stdout is drained from then on). Off the async
+                    // workers' hands: this blocks, briefly.
+                    tokio::task::block_in_place(|| self.local.await_memnode(process, WIPED_LISTEN_WAIT))
+                        .map_err(local_error)?;
+                }
+                Injected {
+                    kind: f.kind,
+                    role: f.role,
+                    node,
+                    skew_ms: None,
+                    at_ms: (at - t0).as_secs_f64() * 1e3,
+                    phases,
+                }
+            }
             FaultKind::RestartMemnode => {
                 let (process, node) = self
                     .killed
@@ -377,6 +416,15 @@ impl Status {
     fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
         self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
     }
+
+    /// The image id `node`'s record names.
+    fn image_of(&self, node: MemNodeId) -> Option<fabric::ImageId> {
+        self.0
+            .memnodes
+            .iter()
+            .find(|n| n.id == node)
+            .and_then(|n| n.image)
+    }
 }
 
 /// Polls the control plane from a kill at `start` until `region` is
@@ -425,6 +473,15 @@ impl std::fmt::Display for Phases {
 }
 
 impl Phases {
+    /// The phases that came, for a failure's line: `dead 26 ms, ...`, or
+    /// `none came`.
+    pub fn came(&self) -> String {
+        match self.to_string().as_str() {
+            "done" => "none came".to_owned(),
+            came => came.to_owned(),
+        }
+    }
+
     /// Notes the phases of losing `node` that `status` shows, timed from
     /// `start`: declared dead, evicted, the region serving again, whole
     /// again. Returns whether it is whole again without the node.
@@ -454,6 +511,49 @@ impl Phases {
         }
         Ok(whole)
     }
+}
+
+/// Polls the control plane from a wipe at `start` of `node`, whose record
+/// named image `image`, through its phases: declared dead (for its new
+/// image), evicted, the region serving again and whole again, and the node
+/// active again with another image. A node neither declared dead nor
+/// evicted [`WIPE_DEAD_WAIT`] after the wipe was taken back under its old
+/// record (it serves its empty image): the watch ends there, the fault
+/// incomplete.
+async fn watch_wipe(
+    cluster: &Cluster,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    image: Option<fabric::ImageId>,
+    start: Instant,
+) -> Result<Phases, RunError> {
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = Status::read(cluster).await?;
+        let whole = p.note_loss(&status, region, node, start)?;
+        let reimaged = status.image_of(node).is_some_and(|now| Some(now) != image);
+        // Active with another image only after the dead decision: before
+        // it, the record and its state are the old node's.
+        if p.detected_ms.is_some()
+            && p.active_ms.is_none()
+            && reimaged
+            && status.node_state(node) == Some(MemNodeState::Active)
+        {
+            p.active_ms = Some(start.elapsed().as_secs_f64() * 1e3);
+        }
+        if whole && p.active_ms.is_some() {
+            return Ok(p);
+        }
+        if p.detected_ms.is_none() && start.elapsed() > WIPE_DEAD_WAIT {
+            tracing::error!(
+                memnode = node,
+                "a wiped memory node was not declared dead: it was taken back under its old record"
+            );
+            return Ok(p);
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
 }
 
 /// Polls the control plane from a restart at `start` until the node is

@@ -1,5 +1,5 @@
 //! `kintsugi chaos run` with memory-node faults (`kill-memnode`,
-//! `restart-memnode`): a local cluster (three control-plane members, the
+//! `restart-memnode`, `pause-memnode`, `wipe-memnode`, ...): a local cluster (three control-plane members, the
 //! region's replicas and the spares, each a `kintsugi memnode` process
 //! keeping its image with `--persist`) whose data path follows the control
 //! plane's map, and the recovery coordinator on the Raft leader.
@@ -9,11 +9,13 @@
 //! 2. run YCSB A (`cluster::load`) from this process, one task and owner id
 //!    per client thread, counting ops per 1 ms bucket;
 //! 3. at each fault's time: SIGKILL the node holding the index's primary or
-//!    first backup, or restart the last killed one from its image; then
+//!    first backup, or restart the last killed one from its image, or
+//!    kill one and start it again at once without its image (a wipe); then
 //!    watch the control plane for the phases: the node declared dead
-//!    (detection), its replica evicted (a primary's backup promoted), the
-//!    region serving again, and whole again (re-replicated on a spare);
-//!    a restarted node active again (as an empty spare);
+//!    (detection; for a wipe, its new image id), its replica evicted (a
+//!    primary's backup promoted), the region serving again, and whole
+//!    again (re-replicated on a spare); a restarted or wiped node active
+//!    again (as an empty spare);
 //! 4. after the duration, stop the load, wait until the region is whole,
 //!    and check: no error reached the application, every acknowledged
 //!    write present with its value, the structure sound, the replicas
@@ -141,9 +143,9 @@ impl ReplicaSummary {
         }
         for f in self.faults.iter().filter(|f| !f.completed()) {
             why.push(format!(
-                "{} did not complete its phases: {:?}",
+                "{} did not complete its phases ({})",
                 f.label(),
-                f.phases
+                f.phases.came()
             ));
         }
         why.join("; ")
@@ -173,9 +175,17 @@ fn say(options: &Options, line: &str) {
     }
 }
 
-/// The local cluster an experiment asks for, in `dir`.
-fn cluster_spec(e: &Experiment, dir: &Path) -> LocalClusterSpec {
+/// The local cluster an experiment asks for, in `dir`; with the
+/// `serve-wiped` sabotage its memory nodes serve wiped images.
+fn cluster_spec(e: &Experiment, dir: &Path, sabotage: Option<Sabotage>) -> LocalClusterSpec {
     let c = &e.cluster;
+    let env = match sabotage {
+        Some(Sabotage::ServeWiped) => vec![(
+            cluster::placement::SABOTAGE_SERVE_WIPED_ENV.to_owned(),
+            "1".to_owned(),
+        )],
+        _ => Vec::new(),
+    };
     LocalClusterSpec {
         dir: dir.to_owned(),
         memory: MemorySection {
@@ -183,6 +193,7 @@ fn cluster_spec(e: &Experiment, dir: &Path) -> LocalClusterSpec {
             capacity: CAPACITY.into(),
             transport: c.transport,
             persist: true,
+            env,
         },
         indexes: IndexSection {
             replicas: c.memory_nodes as u8,
@@ -213,7 +224,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     if cluster_dir.exists() {
         std::fs::remove_dir_all(&cluster_dir).map_err(|err| RunError::io(&cluster_dir, err))?;
     }
-    let spec = cluster_spec(e, &cluster_dir);
+    let spec = cluster_spec(e, &cluster_dir, options.sabotage);
     spec.validate().map_err(local_error)?;
     say(
         options,
@@ -319,6 +330,12 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
             &format!("sabotage: every client's writes to memory node {node} are dropped"),
         );
     }
+    if options.sabotage == Some(Sabotage::ServeWiped) {
+        say(
+            options,
+            "sabotage: the memory nodes serve a wiped image as if it held their replicas",
+        );
+    }
     say(
         options,
         &format!(
@@ -388,14 +405,32 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     say(options, &format!("{} ops; checking", report.ops));
 
     // The region whole again before anything is compared.
-    faults::await_whole(&cluster, region).await?;
+    // A check that cannot run after a fault that did not complete (a
+    // wiped primary served empty: nothing to read back) says so, or the
+    // error names only its symptom.
+    let incomplete: Vec<String> = faults
+        .iter()
+        .filter(|f| !f.completed())
+        .map(|f| format!("{} did not complete its phases ({})", f.label(), f.phases.came()))
+        .collect();
+    let after_faults = |e: RunError| {
+        if incomplete.is_empty() {
+            e
+        } else {
+            RunError::Process(format!("{e}; after: {}", incomplete.join("; ")))
+        }
+    };
+    faults::await_whole(&cluster, region)
+        .await
+        .map_err(after_faults)?;
     let checker = workers::CHECKER_PROCESS;
     let mut history = report.events;
     let before_final = history.len();
     history.extend(
         workers::read_all(&cluster, &spec, checker, t0)
             .await
-            .map_err(RunError::index("cannot read the keys back"))?,
+            .map_err(RunError::index("cannot read the keys back"))
+            .map_err(after_faults)?,
     );
     check::write_history(&history, &options.out)?;
     let threads = u64::from(c.threads_per_client);
@@ -404,7 +439,9 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .into_iter()
         .partition(|(task, _)| cut_off.contains(&((task / threads) as usize)));
     let errors = errors.into_iter().map(|(_, e)| e).collect();
-    let mut check = check::check(&cluster, &spec, &history, before_final, errors, region).await?;
+    let mut check = check::check(&cluster, &spec, &history, before_final, errors, region)
+        .await
+        .map_err(after_faults)?;
     check.lease_lost = expected.into_iter().map(|(_, e)| e).collect();
     check.in_doubt = report.in_doubt;
     let passed = check.is_ok() && faults.iter().all(MemnodeFault::completed);
