@@ -24,6 +24,7 @@
 
 pub mod coordinator;
 pub mod copy;
+mod stuck;
 mod error;
 pub mod metrics;
 
