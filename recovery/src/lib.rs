@@ -24,9 +24,9 @@
 
 pub mod coordinator;
 pub mod copy;
-mod stuck;
 mod error;
 pub mod metrics;
+mod stuck;
 
 pub use coordinator::{Coordinator, RecoveryOptions, Step, Stopped, Stuck, Work, CLIENT_NAME};
 pub use copy::{CaughtUp, Copied, COPY_CHUNK_BYTES};
