@@ -14,20 +14,7 @@ impl ControlState {
         if !self.memnodes.contains_key(&node) {
             return Err(CommandError::UnknownMemNode { id: node });
         }
-        let r = self
-            .regions
-            .get(&region)
-            .ok_or(CommandError::UnknownRegion { id: region })?;
-        if !r.on(node) {
-            return Err(CommandError::Conflict(format!(
-                "memory node {node} holds no replica of region {region}"
-            )));
-        }
-        if let Some(why) = &r.lost {
-            return Err(CommandError::Conflict(format!(
-                "region {region} is lost already: {why}"
-            )));
-        }
+        let r = self.held_replica(region, node)?;
         let want = r.generation_of(node);
         if found == want && want != 0 {
             return Err(CommandError::Conflict(format!(

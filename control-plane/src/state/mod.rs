@@ -146,23 +146,7 @@ impl ControlState {
                 &[MemNodeState::Active, MemNodeState::Suspect],
                 MemNodeState::Suspect,
             ),
-            Command::DeclareMemNodeDead { id } => {
-                let dead = self.transition(
-                    id,
-                    &[
-                        MemNodeState::Joining,
-                        MemNodeState::Active,
-                        MemNodeState::Suspect,
-                        MemNodeState::Drained,
-                    ],
-                    MemNodeState::Dead,
-                )?;
-                let epoch = self.next_epoch();
-                for r in self.regions.values_mut().filter(|r| r.on(id)) {
-                    r.epoch = epoch;
-                }
-                Ok(dead)
-            }
+            Command::DeclareMemNodeDead { id } => self.declare_dead(id),
             Command::DrainMemNode { id } => self.transition(
                 id,
                 &[MemNodeState::Joining, MemNodeState::Active, MemNodeState::Suspect],
@@ -374,6 +358,12 @@ impl ControlState {
         if n.state == MemNodeState::Dead {
             return Ok(Outcome::MemNode(n.clone()));
         }
+        self.declare_dead(id)
+    }
+
+    /// Memory node `id` is dead: its regions are stamped with the new
+    /// epoch, so that recovery evicts its replicas.
+    fn declare_dead(&mut self, id: MemNodeId) -> Response {
         let dead = self.transition(
             id,
             &[

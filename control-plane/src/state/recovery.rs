@@ -33,11 +33,9 @@ impl ControlState {
         self.drop_replica(region, node)
     }
 
-    /// What [`ControlState::evict_replica`] does once it has judged that
-    /// `node`'s replica of `region` is gone: also what a replica whose node
-    /// does not hold it at its generation comes to (`replica_unproven`).
-    pub(super) fn drop_replica(&mut self, region: RegionId, node: MemNodeId) -> Response {
-        let epoch = self.next_epoch();
+    /// Region `region`, which `node` holds a replica of and which is not
+    /// lost: what dropping that replica starts from.
+    pub(super) fn held_replica(&self, region: RegionId, node: MemNodeId) -> Result<&Region, CommandError> {
         let r = self
             .regions
             .get(&region)
@@ -53,7 +51,15 @@ impl ControlState {
                  (`kintsugi ctl region drop {region} --confirm`)"
             )));
         }
-        let mut r = r.clone();
+        Ok(r)
+    }
+
+    /// What [`ControlState::evict_replica`] does once it has judged that
+    /// `node`'s replica of `region` is gone: also what a replica whose node
+    /// does not hold it at its generation comes to (`replica_unproven`).
+    pub(super) fn drop_replica(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
+        let mut r = self.held_replica(region, node)?.clone();
         if let Some(i) = r.syncing.iter().position(|x| x.node == node) {
             r.syncing.remove(i);
         } else {
