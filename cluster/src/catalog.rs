@@ -69,14 +69,22 @@ impl Cluster {
                     asked: kind.to_string(),
                 });
             }
+            // A node whose renewal came late refuses a batch whole, before
+            // any verb (a node just placed does until its first grant):
+            // attaching or formatting is taken again from the start.
+            let lapsed = |e: &ClusterError| e.node_lease_lapsed() && Instant::now() < deadline;
             match record.state {
-                IndexState::Ready => {
-                    let opened = self.attach(&record, &owner).await?;
-                    return Ok((self.following_reclaims(opened), owner, record));
-                }
+                IndexState::Ready => match self.attach(&record, &owner).await {
+                    Ok(opened) => return Ok((self.following_reclaims(opened), owner, record)),
+                    Err(e) if lapsed(&e) => tracing::debug!(index = name, error = %e, "attaching again"),
+                    Err(e) => return Err(e),
+                },
                 IndexState::Creating { client } if client == self.me.id => {
-                    let opened = self.build(&record, &owner, deadline).await?;
-                    return Ok((self.following_reclaims(opened), owner, record));
+                    match self.build(&record, &owner, deadline).await {
+                        Ok(opened) => return Ok((self.following_reclaims(opened), owner, record)),
+                        Err(e) if lapsed(&e) => tracing::debug!(index = name, error = %e, "formatting again"),
+                        Err(e) => return Err(e),
+                    }
                 }
                 IndexState::Creating { client } => {
                     if !self.is_live(client).await? {

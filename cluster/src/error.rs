@@ -83,6 +83,22 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// Whether a memory node refused a batch whole, before any verb, because
+    /// its own lease may have lapsed (a renewal came late): nothing ran,
+    /// and the same step may simply be taken again.
+    pub fn node_lease_lapsed(&self) -> bool {
+        use fabric::FabricError::NodeLeaseLapsed;
+        matches!(
+            self,
+            ClusterError::Fabric(NodeLeaseLapsed { .. })
+                | ClusterError::Tx(txn::TxError::Fabric(NodeLeaseLapsed { .. }))
+                | ClusterError::Index(index::IndexError::Fabric(NodeLeaseLapsed { .. }))
+                | ClusterError::Index(index::IndexError::Tx(txn::TxError::Fabric(
+                    NodeLeaseLapsed { .. }
+                )))
+        )
+    }
+
     /// Whether the control plane refused the request with HTTP `status`
     /// (404: it knows no such thing; 409: the state forbids it now).
     pub fn refused_with(&self, status: u16) -> bool {

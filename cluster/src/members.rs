@@ -79,6 +79,7 @@ impl Members {
                     Ok(Err(e)) => last = format!("{}: {}", c.endpoint(), chain(&e)),
                     Err(_) => last = format!("{}: no answer within {MEMBER_TIMEOUT:?}", c.endpoint()),
                 }
+                tracing::debug!(what, round, tried = %last, "no answer; trying the next member");
             }
             if round + 1 < ROUNDS_MAX {
                 tokio::time::sleep(ROUND_PAUSE).await;

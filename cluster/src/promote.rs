@@ -163,6 +163,10 @@ impl Cluster {
     ) -> Result<Promotion, ClusterError> {
         match self.restore_promoted_here(region, start).await {
             Ok(p) => Ok(p),
+            // Still ours to restore: no other promoter will publish it, and
+            // waiting for one would only hold the caller (the recovery
+            // coordinator retries the step after its backoff).
+            Err(e) if was_restoring && self.restore_claimed_by_me(region).await => Err(e),
             Err(e) if was_restoring => {
                 // Any step may fail once another promoter claimed the
                 // restore or published (a stale epoch, the region no longer
@@ -224,6 +228,15 @@ impl Cluster {
         // primary: one that does not holds no proven copy, and publishing
         // it would serve nothing for everything (design.md §1b).
         let opened = Heap::open(&mut fabric, region).await;
+        // A read that did not complete (the new primary's own lease lapsed
+        // for a moment, a connection lost) says nothing about what the
+        // region holds: the step fails and is tried again, and is never
+        // taken for "no heap here".
+        if let Err(txn::TxError::Fabric(e)) = &opened {
+            return Err(ClusterError::Map(format!(
+                "cannot read region {region}'s heap header on its new primary (node {primary}): {e}"
+            )));
+        }
         if let Err(e) = &opened {
             if let Some(index) = self.formatted_index_in(region).await? {
                 return Err(ClusterError::Map(format!(
@@ -466,6 +479,16 @@ impl Cluster {
             _ => 0,
         };
         self.await_fenced(region, at_least).await
+    }
+
+    /// Whether `region` is being restored under this process's claim, as
+    /// a member sees it now (false if none answers).
+    async fn restore_claimed_by_me(&self, region: RegionId) -> bool {
+        self.status().await.is_ok_and(|s| {
+            s.regions
+                .iter()
+                .any(|r| r.id == region && r.being_restored() && r.restorer == Some(self.me.id))
+        })
     }
 
     async fn restoring(&self, region: RegionId) -> Result<bool, ClusterError> {

@@ -25,6 +25,8 @@ pub async fn eventually<T>(what: &str, within: Duration, mut f: impl AsyncFnMut(
 pub struct RunningLoad {
     stop: Arc<AtomicBool>,
     ops: Arc<AtomicU64>,
+    /// The load's error, once it ended with one.
+    failed: Arc<std::sync::Mutex<Option<String>>>,
     task: tokio::task::JoinHandle<Result<LoadReport, kintsugi::ClusterError>>,
 }
 
@@ -32,16 +34,35 @@ impl RunningLoad {
     /// Starts `spec` on `cluster`.
     pub fn start(cluster: &Arc<Cluster>, spec: &LoadSpec) -> RunningLoad {
         let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let failed = Arc::new(std::sync::Mutex::new(None));
         let task = {
             let (c, spec, stop, ops) = (cluster.clone(), spec.clone(), stop.clone(), ops.clone());
-            tokio::spawn(async move { kintsugi::cluster::load::run(&c, &spec, stop, ops).await })
+            let failed = failed.clone();
+            tokio::spawn(async move {
+                let run = kintsugi::cluster::load::run(&c, &spec, stop, ops).await;
+                if let Err(e) = &run {
+                    *failed.lock().unwrap() = Some(e.to_string());
+                }
+                run
+            })
         };
-        RunningLoad { stop, ops, task }
+        RunningLoad {
+            stop,
+            ops,
+            failed,
+            task,
+        }
     }
 
     /// Waits (up to a minute) until `n` operations have completed in all.
+    /// A load that ended meanwhile (an operation failed) fails the wait at
+    /// once, with the load's own error: it will never get there.
     pub async fn beyond(&self, n: u64) {
         eventually("the load to go on", Duration::from_secs(60), async || {
+            if let Some(e) = self.failed.lock().unwrap().as_ref() {
+                let done = self.ops.load(Ordering::Relaxed);
+                panic!("the load failed after {done} of {n} operations: {e}");
+            }
             (self.ops.load(Ordering::Relaxed) >= n).then_some(())
         })
         .await
