@@ -1,9 +1,10 @@
 //! Recovery is per region (issue 46): a region lost with its only copy
 //! does not hold back another region's eviction and re-replication, nor an
-//! expired client's roll and forgetting. A real control-plane member in
-//! this process (which runs no coordinator of its own), real `kintsugi
-//! memnode` processes placed by it, and a [`Coordinator`] this test steps
-//! pass by pass.
+//! expired client's roll and forgetting; and a copy is fenced against the
+//! late WRITEs of an earlier copier (a deposed leader's coordinator). A
+//! real control-plane member in this process (which runs no coordinator of
+//! its own), real `kintsugi memnode` processes placed by it, and a
+//! [`Coordinator`] this test steps pass by pass.
 
 mod support;
 
@@ -15,7 +16,9 @@ use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::state::{Command, ControlState, MemNodeState, Outcome, Region};
+use kintsugi::fabric::{Batch, GlobalAddr, Replica};
 use kintsugi::recovery::{Coordinator, RecoveryOptions, Step};
+use kintsugi::{Cluster, ClusterOptions};
 use support::MemnodeProcess;
 
 const TOKEN: &str = "per-region-test-token-0123456789";
@@ -261,6 +264,171 @@ async fn a_lost_region_holds_back_no_other_regions_recovery_nor_a_clients_roll()
         (!s.regions.contains_key(&solo.id) && s.memnodes[&lost_node].allocated_bytes == 0).then_some(())
     })
     .await;
+    coordinator.close().await.expect("the coordinator leaves");
+    member.shutdown().await;
+}
+
+/// Path 4 of issue 46, as a deposed leader would take it: an earlier
+/// copier (its coordinator paused mid-copy while another leader took
+/// over) read the primary before a write, and WRITEs that stale chunk into
+/// the new replica after the current coordinator's copy passed it. Its
+/// batch carries the map it copied with, older than the current copy's
+/// fence (`FenceCopy`), so the node refuses it; the current copy's
+/// checksums then match what the replica holds, and the joined replica
+/// ends equal to the primary. Without the fence the stale chunk lands, the
+/// catch-up skips it (the primary's checksum is the copy's), and the
+/// replica diverges silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deposed_copiers_late_write_is_refused_and_the_new_replica_equals_the_primary() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (member, api) = member(dir.path()).await;
+    let control = member.local_addr().to_string();
+    let mut processes: Vec<Option<MemnodeProcess>> = (0..NODES)
+        .map(|_| {
+            Some(MemnodeProcess::start(&[
+                "--control",
+                &control,
+                "--control-token",
+                TOKEN,
+                "--capacity",
+                "64MiB",
+            ]))
+        })
+        .collect();
+    state_of(&member, "every memory node active", |s| {
+        (s.memnodes.len() == NODES && s.memnodes.values().all(|n| n.state == MemNodeState::Active))
+            .then_some(())
+    })
+    .await;
+    let region = create_region(&api, 3).await;
+    state_of(&member, "the region allocated", |s| {
+        s.regions[&region.id].usable().then_some(())
+    })
+    .await;
+    let mut coordinator = Coordinator::connect(&[control.as_str()], TOKEN, RecoveryOptions::default())
+        .await
+        .expect("the coordinator joins");
+    let copier = Cluster::connect_with(
+        &[control.as_str()],
+        TOKEN,
+        ClusterOptions {
+            name: "deposed-copier".into(),
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("the other copier joins");
+
+    // A backup dies; the coordinator evicts it and places a new replica.
+    let dead = region.replicas[2].node;
+    let at = member.state().state().memnodes[&dead].endpoint.clone();
+    let i = processes
+        .iter()
+        .position(|p| p.as_ref().is_some_and(|p| p.addr == at))
+        .expect("the node's process");
+    processes[i].take().expect("running").crash();
+    let deadline = Instant::now() + WAIT;
+    while coordinator.pass().await.ok().flatten() != Some(Step::AddedBackup) {
+        assert!(Instant::now() < deadline, "no new replica placed within {WAIT:?}");
+        tokio::time::sleep(TICK).await;
+    }
+    // No pass until the earlier copier has read: the next one copies.
+    let new = state_of(&member, "the new replica allocated", |s| {
+        let r = &s.regions[&region.id];
+        r.syncing
+            .first()
+            .filter(|l| !r.pending.contains(&l.node))
+            .map(|l| l.node)
+    })
+    .await;
+
+    // The earlier copier reads the primary with the map of its time...
+    let bytes = region.size_bytes;
+    let mut stale = copier.full_fabric().await.expect("the earlier copier's map");
+    let backup = stale.map().region(region.id).expect("routed").replicas[1..]
+        .iter()
+        .position(|l| l.node == new)
+        .expect("the new replica in the full map") as u8;
+    let mut batch = Batch::new();
+    let h = batch
+        .on(Replica::Primary)
+        .read(GlobalAddr::new(region.id, 0), bytes as u32);
+    stale.execute(&mut batch).await.expect("the earlier copier reads");
+    let old = batch.read_result(h).expect("read").to_vec();
+    // ... a client then writes the primary ...
+    let mut writer = copier.full_fabric().await.expect("a writer's map");
+    let mut batch = Batch::new();
+    let h = batch
+        .on(Replica::Primary)
+        .write(GlobalAddr::new(region.id, 4096), &[0xA5; 512]);
+    writer.execute(&mut batch).await.expect("the write");
+    batch.done(h).expect("written");
+
+    // ... the current coordinator copies the region ...
+    let deadline = Instant::now() + WAIT;
+    while coordinator.pass().await.ok().flatten() != Some(Step::Copied) {
+        assert!(
+            Instant::now() < deadline,
+            "the copy was not made within {WAIT:?}: {:?}",
+            coordinator.stuck()
+        );
+        tokio::time::sleep(TICK).await;
+    }
+    // ... and the earlier copier's late WRITE of its stale chunk comes in.
+    let mut batch = Batch::new();
+    let h = batch
+        .on(Replica::Backup(backup))
+        .write(GlobalAddr::new(region.id, 0), &old);
+    let late = match stale.execute(&mut batch).await {
+        Ok(()) => batch.done(h).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    assert!(
+        late.as_ref().is_err_and(|e| e.contains("epoch")),
+        "a copier with a map older than the current copy's fence must be refused as stale: {late:?}"
+    );
+
+    // The replica joins and is caught up; it equals the primary.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let _ = coordinator.pass().await;
+        let s = member.state().state();
+        let r = &s.regions[&region.id];
+        if r.whole() && r.on(new) && r.usable() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new replica did not join: {}",
+            r.summary()
+        );
+        tokio::time::sleep(TICK).await;
+    }
+    let mut now = copier.full_fabric().await.expect("the map now");
+    let routed = now.map().region(region.id).expect("routed").clone();
+    let mut batch = Batch::new();
+    let primary = batch
+        .on(Replica::Primary)
+        .read(GlobalAddr::new(region.id, 0), bytes as u32);
+    let at = routed.replicas[1..]
+        .iter()
+        .position(|l| l.node == new)
+        .expect("joined") as u8;
+    let copy = batch
+        .on(Replica::Backup(at))
+        .read(GlobalAddr::new(region.id, 0), bytes as u32);
+    now.execute(&mut batch).await.expect("read both");
+    let (primary, copy) = (
+        batch.read_result(primary).expect("primary"),
+        batch.read_result(copy).expect("copy"),
+    );
+    let differ = primary.iter().zip(copy).filter(|(a, b)| a != b).count();
+    assert_eq!(
+        differ, 0,
+        "the new replica differs from the primary in {differ} bytes"
+    );
+    assert_eq!(&primary[4096..4096 + 512], &[0xA5; 512][..]);
+    copier.close().await.expect("the copier leaves");
     coordinator.close().await.expect("the coordinator leaves");
     member.shutdown().await;
 }

@@ -481,6 +481,57 @@ impl Cluster {
         self.await_fenced(region, at_least).await
     }
 
+    /// Starts a copy into `node`'s replica of `region` being made: a new
+    /// epoch (`FenceCopy`), then waits until every node holding the region
+    /// (the replica being made included) fences at it. Returns the epoch: a
+    /// copy made with a map of that epoch or later is the only one whose
+    /// WRITEs the nodes still take; any earlier copier's are refused as
+    /// stale.
+    pub async fn fence_copy(&self, region: RegionId, node: MemNodeId) -> Result<Epoch, ClusterError> {
+        let fence = Command::FenceCopy { region, node };
+        let fenced = self
+            .members
+            .command(
+                &format!("fencing region {region} for a copy into node {node}"),
+                &fence,
+            )
+            .await?;
+        let Outcome::Region(r) = fenced else {
+            return Err(ClusterError::Map(format!(
+                "unexpected answer to fencing region {region}: {fenced:?}"
+            )));
+        };
+        let deadline = Instant::now() + PROMOTE_TIMEOUT;
+        loop {
+            let status = self.status().await?;
+            let behind: Vec<MemNodeId> = r
+                .replicas
+                .iter()
+                .chain(&r.syncing)
+                .filter(|l| {
+                    status
+                        .memnodes
+                        .iter()
+                        .all(|n| n.id != l.node || n.epoch < r.epoch)
+                })
+                .map(|l| l.node)
+                .collect();
+            if behind.is_empty() {
+                return Ok(r.epoch);
+            }
+            if Instant::now() >= deadline {
+                return Err(ClusterError::Timeout {
+                    what: format!(
+                        "memory node(s) {behind:?} to fence at epoch {} for a copy",
+                        r.epoch
+                    ),
+                    after: humantime::format_duration(PROMOTE_TIMEOUT).to_string(),
+                });
+            }
+            tokio::time::sleep(PROMOTE_POLL).await;
+        }
+    }
+
     /// Whether `region` is being restored under this process's claim, as
     /// a member sees it now (false if none answers).
     async fn restore_claimed_by_me(&self, region: RegionId) -> bool {
@@ -569,7 +620,7 @@ impl Cluster {
     /// [`Cluster::full_fabric`] over a map of `epoch` or later: the member
     /// that answers may be a follower that has not applied the promotion
     /// yet, and the fenced nodes refuse an older map.
-    async fn full_fabric_since(&self, epoch: Epoch) -> Result<fabric::Client, ClusterError> {
+    pub async fn full_fabric_since(&self, epoch: Epoch) -> Result<fabric::Client, ClusterError> {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
             let map = self.full_map().await?;

@@ -531,6 +531,18 @@ impl Leadership {
             && m.current_leader == Some(self.id)
             && m.millis_since_quorum_ack.is_some()
     }
+
+    /// Proves with a quorum, now, that this member leads (openraft's read
+    /// index: a heartbeat round that a majority acknowledges after this
+    /// call began), within `within`. A leader that was paused and resumed
+    /// still reads as leading in [`Leadership::holds`] until it hears of
+    /// the newer term; this fails for it instead.
+    pub async fn confirm(&self, within: std::time::Duration) -> bool {
+        matches!(
+            tokio::time::timeout(within, self.raft.ensure_linearizable()).await,
+            Ok(Ok(_))
+        ) && self.holds()
+    }
 }
 
 /// The leader's lease judge: every `timing.lease_check`, if this member

@@ -34,12 +34,25 @@
 //! `DropRegion` ends it. Stuck regions and clients and lost regions are
 //! gauges ([`crate::metrics`]) and lines in the log.
 //!
+//! A copy and a catch-up WRITE a replica that clients do not route by,
+//! so nothing but the coordinator stops a stale one. Each copy starts by
+//! fencing the region at a new epoch (`FenceCopy`, waited for on every
+//! holder's node), then fetches its map, then proves its member still
+//! leads ([`RecoveryOptions::leader_proof`]), and writes with that map
+//! only. A deposed leader's coordinator, paused mid-copy and resumed, is
+//! refused twice over: its batches carry an epoch older than the next
+//! copy's fence (the nodes answer `StaleEpoch`), and a copy it starts
+//! again fails its proof. The catch-up does the same after
+//! `claim_restore`'s fence.
+//!
 //! What a pass decides depends on the replicated state only (and on the
 //! checksums of a copy this coordinator made, which only save work, and on
 //! its backoffs, which only delay work), so a coordinator that dies after
 //! any step leaves the next leader's one the same work to finish.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -171,6 +184,12 @@ pub const RECOVERY_CRASH_ONCE_ENV: &str = "KINTSUGI_RECOVERY_CRASH_ONCE";
 /// was about, and what it did in words.
 pub type StepHook = Arc<dyn Fn(Step, u64, &str) + Send + Sync>;
 
+/// Proves, now, with a quorum, that the coordinator's member leads (a
+/// leader lease: `true` only if a majority acknowledged this member as
+/// leader after the call began). Asked after a copy's map was fetched and
+/// before its first WRITE (see [`Coordinator`]'s copies).
+pub type LeaderProof = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
 /// How the coordinator works.
 #[derive(Clone)]
 pub struct RecoveryOptions {
@@ -180,6 +199,9 @@ pub struct RecoveryOptions {
     pub rereplicate: bool,
     /// Called after each step (logging, a timeline, or a test's crash).
     pub on_step: Option<StepHook>,
+    /// How a copy proves its member still leads; `None` for a coordinator
+    /// that runs alone outside any member (a test, `bench recover`).
+    pub leader_proof: Option<LeaderProof>,
 }
 
 impl Default for RecoveryOptions {
@@ -188,6 +210,7 @@ impl Default for RecoveryOptions {
             tick: TICK,
             rereplicate: true,
             on_step: None,
+            leader_proof: None,
         }
     }
 }
@@ -764,6 +787,7 @@ impl Coordinator {
         self.cluster.claim_and_fence(region).await?;
         tokio::time::sleep(cluster::FENCE_SETTLE).await;
         let mut fabric = self.cluster.full_fabric().await?;
+        self.still_leads(region).await?;
         let copied = self
             .copies
             .remove(&(region, node))
@@ -821,7 +845,13 @@ impl Coordinator {
                 let what = format!("node {}'s copy of region {} joined", l.node, r.id);
                 return Ok(Some(self.took(Step::Joined, u64::from(r.id), &what)));
             }
-            let mut fabric = self.cluster.full_fabric().await?;
+            // Fenced, then the map, then the proof of leadership, in that
+            // order (design.md §1b): an earlier copier's WRITEs are refused
+            // from the fence on, and this one's map predates any later
+            // leader's fence, which refuses them in turn.
+            let epoch = self.cluster.fence_copy(r.id, l.node).await?;
+            let mut fabric = self.cluster.full_fabric_since(epoch).await?;
+            self.still_leads(r.id).await?;
             let mut shown = 0;
             let copied = copy::copy_replica(&mut fabric, r.id, l.node, &mut |done, total| {
                 // Progress in tenths, for an operator tailing the log.
@@ -872,6 +902,15 @@ impl Coordinator {
             spare
         );
         Ok(Some(self.took(Step::AddedBackup, u64::from(r.id), &what)))
+    }
+
+    /// Fails unless the member this coordinator runs in proves, now, that
+    /// it leads ([`RecoveryOptions::leader_proof`]).
+    async fn still_leads(&self, region: RegionId) -> Result<(), RecoveryError> {
+        match &self.options.leader_proof {
+            Some(prove) if !prove().await => Err(RecoveryError::NotLeading { region }),
+            _ => Ok(()),
+        }
     }
 
     fn took(&self, step: Step, about: u64, what: &str) -> Step {

@@ -21,6 +21,13 @@ pub enum RecoveryError {
         /// The node's answer.
         reason: String,
     },
+    /// This coordinator could not prove that its member still leads, so
+    /// it wrote nothing: a deposed leader's coordinator must not copy.
+    #[error("not writing region {region}: this coordinator cannot prove its member still leads")]
+    NotLeading {
+        /// The region it was about to write.
+        region: RegionId,
+    },
     /// The map does not route the copy.
     #[error("region {region} has no replica being made on node {node} in the map")]
     NotSyncing {

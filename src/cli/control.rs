@@ -261,6 +261,11 @@ impl CrashPoints {
     }
 }
 
+/// Longest wait for a quorum to confirm this member leads before a copy
+/// writes: a member that cannot get one that fast may be cut off from its
+/// majority, and the copy is tried again after its backoff.
+const LEADER_PROOF_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs a recovery coordinator whenever this member leads: it joins the
 /// cluster as a client when the member takes office and leaves when the
 /// office ends. A coordinator that cannot join yet (no memory node
@@ -271,6 +276,12 @@ async fn recover_while_leading(
     options: RecoveryOptions,
     leadership: Leadership,
 ) {
+    let mut options = options;
+    let proof = leadership.clone();
+    options.leader_proof = Some(Arc::new(move || {
+        let proof = proof.clone();
+        Box::pin(async move { proof.confirm(LEADER_PROOF_WAIT).await })
+    }));
     let leading = move || leadership.holds();
     let pause = options.tick;
     let mut said = false;

@@ -109,6 +109,17 @@ pub enum Command {
         /// The node.
         node: MemNodeId,
     },
+    /// A copy into the replica being made on `node` starts: a new epoch,
+    /// which the copier waits for every node to fence at before its first
+    /// WRITE, so that the WRITEs of any earlier copy (a deposed leader's
+    /// coordinator, paused and resumed) are refused by the nodes rather
+    /// than land after this copy passed their chunk (design.md §1b).
+    FenceCopy {
+        /// The region.
+        region: RegionId,
+        /// The node the replica is being made on.
+        node: MemNodeId,
+    },
     /// A replica being made is copied: it joins the replicas clients
     /// write, and the region leaves their map until recovery has caught
     /// it up with the writes of the copy's time (`region_restored`).
@@ -287,6 +298,7 @@ impl Command {
                 | Command::PromoteBackup { .. }
                 | Command::ClaimRestore { .. }
                 | Command::AddBackup { .. }
+                | Command::FenceCopy { .. }
                 | Command::JoinBackup { .. }
                 | Command::EvictReplica { .. }
                 | Command::DeclareRegionLost { .. }

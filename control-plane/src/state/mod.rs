@@ -163,6 +163,7 @@ impl ControlState {
             } => self.promote(region, node, restorer),
             Command::ClaimRestore { region, client } => self.claim_restore(region, client),
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
+            Command::FenceCopy { region, node } => self.fence_copy(region, node),
             Command::JoinBackup { region, node } => self.join_backup(region, node),
             Command::EvictReplica { region, node } => self.evict_replica(region, node),
             Command::DeclareRegionLost { region } => self.declare_region_lost(region),

@@ -196,6 +196,26 @@ impl ControlState {
     /// Moves `node`'s copied replica of `region` into the replicas
     /// clients write; the region leaves their map until recovery has
     /// caught the replica up (`region_restored`).
+    /// A copy into `node`'s replica of `region` starts (`FenceCopy`): the
+    /// region is stamped with a new epoch, which the copier waits for the
+    /// nodes to fence at before it writes.
+    pub(super) fn fence_copy(&mut self, region: RegionId, node: MemNodeId) -> Response {
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        if !r.syncing.iter().any(|x| x.node == node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} is not making a replica of region {region}"
+            )));
+        }
+        if r.pending.contains(&node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} has not allocated region {region} yet"
+            )));
+        }
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
     pub(super) fn join_backup(&mut self, region: RegionId, node: MemNodeId) -> Response {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;

@@ -101,6 +101,9 @@ pub fn command(c: &Command) -> String {
         Command::AddBackup { region, node } => {
             format!("start a new replica of region {region} on node {node}")
         }
+        Command::FenceCopy { region, node } => {
+            format!("fence region {region} for a copy into node {node}")
+        }
         Command::JoinBackup { region, node } => {
             format!("join node {node}'s copied replica of region {region}")
         }

@@ -142,6 +142,53 @@ fn a_node_declared_dead_while_it_was_the_only_copy_comes_back_with_its_replicas(
 }
 
 #[test]
+fn a_copy_is_fenced_at_a_new_epoch_only_into_an_allocated_replica_being_made() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 2);
+    let spare = (0..4).find(|n| !r.on(*n)).unwrap();
+    let fence = |node| Command::FenceCopy { region: r.id, node };
+    // No replica is being made there, then one is but is not allocated.
+    assert!(matches!(
+        s.apply(&req(13, fence(spare))),
+        Err(CommandError::Conflict(_))
+    ));
+    s.apply(&req(
+        13,
+        Command::AddBackup {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    assert!(matches!(
+        s.apply(&req(13, fence(spare))),
+        Err(CommandError::Conflict(_))
+    ));
+    assert!(matches!(
+        s.apply(&req(13, fence(r.primary()))),
+        Err(CommandError::Conflict(_))
+    ));
+    s.apply(&req(
+        13,
+        Command::ReplicaReady {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    let before = s.epoch;
+    let Ok(Outcome::Region(x)) = s.apply(&req(13, fence(spare))) else {
+        panic!("the fence")
+    };
+    // A new epoch, stamped on the region; nothing else moves.
+    assert_eq!((s.epoch, x.epoch), (before + 1, before + 1));
+    assert_eq!(x.replicas, s.regions[&r.id].replicas);
+    assert_eq!(x.syncing.iter().map(|l| l.node).collect::<Vec<_>>(), vec![spare]);
+    assert!(x.usable());
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
 fn a_join_cut_by_the_primary_s_death_goes_back_to_being_made() {
     let mut s = cluster(4, 1 << 20);
     let r = ready_region(&mut s, 2);
