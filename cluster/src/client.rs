@@ -303,7 +303,7 @@ impl Cluster {
         let ClientState::Expired { at_ms, seq } = c.state else {
             return Ok(None);
         };
-        let now_ms = unix_ms();
+        let now_ms = self.cluster_clock_ms().await?;
         if now_ms < at_ms.saturating_add(c.lease_ms) {
             return Ok(None); // quarantined: something it sent may still land
         }
@@ -398,7 +398,7 @@ impl Cluster {
 
     /// Finishes the last log of each owner id in `ids` on every ready rtx
     /// index, and the DTX logs of every ready dtx index once `dtx_from_ms`
-    /// (unix ms) has passed: DTX writes in place, so a client's logs are
+    /// has passed on the cluster clock ([`Cluster::cluster_clock_ms`]): DTX writes in place, so a client's logs are
     /// rolled only after its quarantine (its lease, once expired, and one
     /// more), when nothing it sent can still land. `false` if an index is
     /// still committing under a live lease or a dtx index waits for its
@@ -431,12 +431,17 @@ impl Cluster {
             .collect();
         let owner = self.take_owner()?;
         let mut all = true;
+        let clock_ms = if indexes.iter().any(|x| x.variant == IndexVariant::Dtx) {
+            self.cluster_clock_ms().await?
+        } else {
+            0
+        };
         for x in indexes.iter().filter(|x| {
             x.variant != IndexVariant::Optimal
                 && x.state == cp::IndexState::Ready
                 && !lost.contains(&x.region)
         }) {
-            if x.variant == IndexVariant::Dtx && unix_ms() < dtx_from_ms {
+            if x.variant == IndexVariant::Dtx && clock_ms < dtx_from_ms {
                 all = false; // quarantined: a later pass
                 continue;
             }
@@ -612,9 +617,13 @@ async fn reach(map: &ClusterMap) -> Result<AnyTransport, ClusterError> {
     }
 }
 
-/// Now, in unix milliseconds (0 before 1970).
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+impl Cluster {
+    /// The cluster clock (ms), as the first member that answers reads it:
+    /// the clock an expired client's quarantine ends by (issue 46: one clock
+    /// for the quarantine). A follower's reading trails the leader's, so a
+    /// judgement by it only waits longer; this process's own clock is never
+    /// used.
+    pub async fn cluster_clock_ms(&self) -> Result<u64, ClusterError> {
+        Ok(self.status().await?.clock_ms)
+    }
 }

@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+mod clock;
 pub mod config;
 pub mod liveness;
 pub mod member;

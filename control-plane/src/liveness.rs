@@ -316,6 +316,7 @@ mod tests {
     fn apply(state: &mut ControlState, command: Command) -> Outcome {
         let req = Request {
             at_ms: 0,
+            clock_ms: 0,
             actor: "test".into(),
             nonce: 1,
             command,

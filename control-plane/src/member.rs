@@ -136,6 +136,7 @@ impl Member {
             liveness: Mutex::new(Liveness::new(settings.timing.memnode_lease)),
             scheme: crate::tls::scheme(settings.tls.is_some()),
             transferring: std::sync::atomic::AtomicBool::new(false),
+            clock: crate::clock::LeaderClock::default(),
             settings,
             http,
             stopped: stopped.clone(),
@@ -226,6 +227,8 @@ pub(crate) struct Node {
     /// A leadership transfer is under way (one at a time: each turns the
     /// heartbeats off and back on).
     pub(crate) transferring: std::sync::atomic::AtomicBool,
+    /// This member's readings of the cluster clock while it leads.
+    pub(crate) clock: crate::clock::LeaderClock,
 }
 
 /// Who leads, as this member sees it.
@@ -355,6 +358,22 @@ impl Node {
         }
     }
 
+    /// The cluster clock as this member reads it now (`crate::clock`): the
+    /// leader's reading while it leads, else the clock its applied state
+    /// has reached (behind the leader's: a judgement by it waits longer).
+    pub(crate) fn cluster_clock_ms(&self) -> u64 {
+        let applied = self.reader.with_state(|s| s.clock_ms);
+        let term = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.state == ServerState::Leader && m.current_leader == Some(self.id)).then_some(m.current_term)
+        };
+        match term {
+            Some(term) => self.clock.now(term, applied, now_ms(), Instant::now()),
+            None => applied,
+        }
+    }
+
     /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
     /// for its outcome.
     ///
@@ -377,6 +396,7 @@ impl Node {
         }
         let request = Request {
             at_ms: now_ms(),
+            clock_ms: self.cluster_clock_ms(),
             actor: actor.to_owned(),
             nonce: rand::random(),
             command,

@@ -215,9 +215,17 @@ cluster_test!(
         let killed_at_ms = now_ms();
         c.kill(leader).await;
         let survivor = c.ids()[0];
+        // When the expiry was proposed, by the proposer's wall clock (the
+        // audit's): the record's own stamp is on the cluster clock, which
+        // does not count the time no member led.
         let at_ms = c
             .wait_state(survivor, |s| match s.clients.get(&lapsing.id)?.state {
-                ClientState::Expired { at_ms, .. } => Some(at_ms),
+                ClientState::Expired { .. } => s
+                    .audit
+                    .iter()
+                    .rev()
+                    .find(|e| matches!(e.command, Command::ExpireClient { id } if id == lapsing.id))
+                    .map(|e| e.at_ms),
                 ClientState::Live => None,
             })
             .await;

@@ -96,8 +96,9 @@ async fn watch(
     let since = |ms: u64| ms.saturating_sub(t0_unix_ms) as f64;
     let mut rolled: Vec<Rolled> = Vec::new();
     while !stop.load(Ordering::Acquire) {
-        let clients = match api.clients().await {
-            Ok(c) => c,
+        // The clients and the cluster clock their quarantines end by.
+        let (clients, clock_ms) = match api.status().await {
+            Ok(s) => (s.clients, s.clock_ms),
             // A member busy or restarting: look again.
             Err(_) => {
                 tokio::time::sleep(POLL).await;
@@ -109,7 +110,7 @@ async fn watch(
             else {
                 continue;
             };
-            if rolled.iter().any(|r| r.client == n) || unix_ms() < at_ms.saturating_add(c.lease_ms) {
+            if rolled.iter().any(|r| r.client == n) || clock_ms < at_ms.saturating_add(c.lease_ms) {
                 continue;
             }
             let mut sum = txn::dtx::Finished::default();
@@ -127,6 +128,8 @@ async fn watch(
             tracing::info!(client = n, ?sum, "DTX logs rolled");
             rolled.push(Rolled {
                 client: n,
+                // On the cluster clock, which trails the wall clock by the
+                // time no member led: a timeline position, not a judgement.
                 expired_at_ms: since(at_ms),
                 rolled_at_ms: since(unix_ms()),
                 rolled_back: sum.rolled_back,

@@ -122,6 +122,11 @@ pub struct Status {
     pub members: Vec<MemberInfo>,
     /// The applied map epoch.
     pub epoch: Epoch,
+    /// The cluster clock (ms) as this member reads it: the leader's
+    /// reading, or a follower's applied one, never ahead of it. What a
+    /// client judges another's quarantine by (`state::Request::clock_ms`).
+    #[serde(default)]
+    pub clock_ms: u64,
     /// Memory nodes by id.
     pub memnodes: Vec<MemNode>,
     /// Regions by id.

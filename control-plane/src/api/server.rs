@@ -532,7 +532,9 @@ fn status_of(node: &Node) -> Status {
     };
     let members = node.members();
     let last_applied = node.reader.last_applied().map(|id| id.index);
+    let clock_ms = node.cluster_clock_ms();
     node.reader.with_state(|s| Status {
+        clock_ms,
         member: node.id,
         role: role.to_owned(),
         leader,

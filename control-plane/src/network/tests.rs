@@ -111,6 +111,7 @@ impl Member {
 fn register(endpoint: &str) -> Request {
     Request {
         at_ms: 1,
+        clock_ms: 1,
         actor: "test".to_owned(),
         nonce: 7,
         command: Command::RegisterMemNode {

@@ -331,14 +331,35 @@ impl Command {
 /// A log entry's payload: a command with the context `apply` may use.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
-    /// When the proposing member accepted it (ms since the Unix epoch).
+    /// When the proposing member accepted it (ms since the Unix epoch), by
+    /// its wall clock: what the audit shows. Nothing is judged by it.
     pub at_ms: u64,
+    /// The cluster clock when the leader proposed it (ms): the leader's
+    /// monotonic time since it took office, added to the clock the log had
+    /// reached by then (`member::LeaderClock`). Client expiries and
+    /// quarantines are judged by it alone, so a member whose wall clock is
+    /// ahead cannot shorten a quarantine by leading. 0 in entries written
+    /// before it existed: `at_ms` stands in ([`Request::clock`]).
+    #[serde(default)]
+    pub clock_ms: u64,
     /// Who asked.
     pub actor: String,
     /// Randomness chosen by the proposer (access keys are derived from it).
     pub nonce: u64,
     /// The change.
     pub command: Command,
+}
+
+impl Request {
+    /// The cluster clock this request was proposed at ([`Request::clock_ms`],
+    /// or `at_ms` in an entry from before it existed).
+    pub fn clock(&self) -> u64 {
+        if self.clock_ms == 0 {
+            self.at_ms
+        } else {
+            self.clock_ms
+        }
+    }
 }
 
 /// What a successful command produced.

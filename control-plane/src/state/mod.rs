@@ -84,6 +84,10 @@ pub struct ControlState {
     /// (`ClaimReclaim`), until it is forgotten.
     #[serde(default)]
     pub reclaimers: BTreeMap<ClientId, ClientId>,
+    /// The cluster clock (ms): the newest [`Request::clock`] applied. It
+    /// never goes back; expiries and quarantines are judged by it.
+    #[serde(default)]
+    pub clock_ms: u64,
     /// The most recent applied commands, oldest first.
     pub audit: VecDeque<AuditEntry>,
     next_memnode: u32,
@@ -96,6 +100,7 @@ impl ControlState {
     /// the same result on every member.
     pub fn apply(&mut self, req: &Request) -> Response {
         let before = self.epoch;
+        self.clock_ms = self.clock_ms.max(req.clock());
         let result = self.execute(req);
         if result.is_ok() && req.command.alters_routing() {
             // The handler stamped what it changed with this epoch.
@@ -198,14 +203,15 @@ impl ControlState {
                     )));
                 }
                 self.reclaim_seq += 1;
+                // On the cluster clock, as its forgetting will be judged.
                 c.state = ClientState::Expired {
-                    at_ms: req.at_ms,
+                    at_ms: self.clock_ms,
                     seq: self.reclaim_seq,
                 };
                 Ok(Outcome::Client(c.clone()))
             }
-            Command::ForgetClient { id, by } => self.forget_client(id, by, req.at_ms),
-            Command::ClaimReclaim { id, by } => self.claim_reclaim(id, by, req.at_ms),
+            Command::ForgetClient { id, by } => self.forget_client(id, by, self.clock_ms),
+            Command::ClaimReclaim { id, by } => self.claim_reclaim(id, by, self.clock_ms),
             Command::SetMaintenance { id, on } => self.set_maintenance(id, on),
             Command::Restore { ref state } => self.restore(&state.0),
             Command::DeregisterClient { id } => {

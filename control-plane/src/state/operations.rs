@@ -94,6 +94,7 @@ impl ControlState {
             indexes: self.indexes.clone(),
             reclaim_seq: self.reclaim_seq,
             reclaimers: self.reclaimers.clone(),
+            clock_ms: self.clock_ms.max(req.clock()),
             audit: VecDeque::new(),
             next_memnode: self.next_memnode,
             next_region: self.next_region,
@@ -137,7 +138,10 @@ impl ControlState {
             .map_err(|why| CommandError::Invalid(format!("the snapshot's state is inconsistent: {why}")))?;
         // The snapshot's history goes on; what this cluster did before (its
         // formation) is dropped with the rest of its empty state.
+        let clock_ms = self.clock_ms;
         *self = saved.clone();
+        // The clock never goes back, whatever the snapshot's reached.
+        self.clock_ms = self.clock_ms.max(clock_ms);
         // Memory nodes may have followed the old cluster past the saved
         // epoch, and they refuse maps older than what they fence at: the
         // restored map starts far beyond anything the old one reached.

@@ -282,7 +282,9 @@ pub enum ClientState {
     /// Declared expired: recovery rolls its logs, reclaims what it held,
     /// then forgets it.
     Expired {
-        /// When the decision was committed (ms since the Unix epoch).
+        /// When the decision was committed, on the cluster clock
+        /// ([`ControlState::clock_ms`](crate::state::ControlState): ms, close
+        /// to the Unix epoch's, never ahead of the leaders' time).
         at_ms: u64,
         /// The reclaim sequence number of the decision
         /// ([`ControlState::reclaim_seq`](crate::state::ControlState)): its

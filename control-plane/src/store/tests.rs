@@ -31,6 +31,7 @@ fn openraft_conformance_suite() {
 fn request(command: Command) -> Request {
     Request {
         at_ms: 1_700_000_000_000,
+        clock_ms: 1_700_000_000_000,
         actor: "test".to_owned(),
         nonce: 7,
         command,

@@ -10,6 +10,8 @@ mod recovery;
 fn req(at_ms: u64, command: Command) -> Request {
     Request {
         at_ms,
+        // As an entry from before the cluster clock: judged by `at_ms`.
+        clock_ms: 0,
         actor: "test".into(),
         nonce: at_ms.wrapping_mul(0x2545_F491_4F6C_DD1D),
         command,
@@ -347,6 +349,70 @@ fn a_node_holding_replicas_cannot_be_removed() {
     assert!(
         s.apply(&req(8, Command::ActivateMemNode { id: holder })).is_err(),
         "the dead stay dead"
+    );
+}
+
+/// A request as a leader stamps it: its wall clock and its reading of the
+/// cluster clock.
+fn stamped(wall_ms: u64, clock_ms: u64, command: Command) -> Request {
+    Request {
+        clock_ms,
+        ..req(wall_ms, command)
+    }
+}
+
+#[test]
+fn a_quarantine_is_judged_by_the_cluster_clock_never_by_a_wall_clock() {
+    let mut s = ControlState::default();
+    let Ok(Outcome::Client(c)) = s.apply(&stamped(
+        1_000,
+        1_000,
+        Command::RegisterClient {
+            name: "a".into(),
+            owner_ids: 1,
+            lease_ms: 10_000,
+        },
+    )) else {
+        panic!("registered")
+    };
+    s.apply(&stamped(2_000, 2_000, Command::ExpireClient { id: c.id }))
+        .unwrap();
+    assert!(matches!(
+        s.clients[&c.id].state,
+        ClientState::Expired { at_ms: 2_000, .. }
+    ));
+    // A new leader whose wall clock runs an hour ahead: its requests carry
+    // its wall time for the audit, the cluster clock for judgement.
+    let ahead = 2_000 + 3_600_000;
+    let forget = || Command::ForgetClient { id: c.id, by: None };
+    let early = s.apply(&stamped(ahead, 5_000, forget()));
+    assert!(
+        matches!(&early, Err(CommandError::Conflict(m)) if m.contains("quarantined until 12000 ms")),
+        "{early:?}"
+    );
+    assert!(s
+        .apply(&stamped(
+            ahead,
+            5_000,
+            Command::ClaimReclaim { id: c.id, by: c.id }
+        ))
+        .is_err());
+    // The clock never goes back: a request stamped behind it is judged at it.
+    assert_eq!(s.clock_ms, 5_000);
+    s.apply(&stamped(
+        ahead,
+        4_000,
+        Command::SetMaintenance { id: 0, on: true },
+    ))
+    .ok();
+    assert_eq!(s.clock_ms, 5_000);
+    assert!(s.dry_run(&stamped(ahead, 11_999, forget())).is_err());
+    assert!(s.dry_run(&stamped(0, 12_000, forget())).is_ok());
+    assert!(s.apply(&stamped(0, 12_000, forget())).is_ok());
+    assert_eq!(
+        s.audit.back().map(|e| e.at_ms),
+        Some(0),
+        "the audit keeps the proposer's wall time"
     );
 }
 
