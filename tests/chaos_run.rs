@@ -392,6 +392,33 @@ fn restart_primary_on_a_hash_table_brings_the_node_back_as_a_spare() {
     assert!(restart["phases"]["active_ms"].as_f64().is_some(), "{restart}");
 }
 
+/// Degraded is a state (issue 46): two backups killed in turn with one
+/// spare. The first is refilled; the second leaves nothing to refill on,
+/// and the run is judged by the degraded state (as `ctl status` shows it),
+/// not failed for a re-replication that cannot happen (it used to wait a
+/// minute and fail, though nothing was lost).
+#[test]
+fn two_backups_killed_with_one_spare_settle_degraded_losing_nothing() {
+    let s = run_memnode_experiment("deploy/experiments/kill-two-backups.toml");
+    assert_eq!(s["passed"], true, "{s}");
+    let check = &s["check"];
+    assert_eq!(
+        (check["lost"].as_u64(), check["structure_violations"].as_u64()),
+        (Some(0), Some(0)),
+        "{check}"
+    );
+    // The two replicas left agree.
+    assert_eq!(check["replicas"]["replicas"], 2, "{check}");
+    assert_eq!(check["replicas"]["differences"], 0, "{check}");
+    let (first, second) = (&s["faults"][0]["phases"], &s["faults"][1]["phases"]);
+    assert!(
+        first["rereplicated_ms"].as_f64().is_some() && first.get("degraded").is_none(),
+        "{first}"
+    );
+    assert!(second["rereplicated_ms"].as_f64().is_some(), "{second}");
+    assert_eq!(second["degraded"], true, "{second}");
+}
+
 #[test]
 fn memnode_faults_refuse_what_cannot_survive_them() {
     let dir = tempfile::tempdir().unwrap();

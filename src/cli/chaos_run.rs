@@ -191,12 +191,17 @@ fn replica_report(s: &ReplicaSummary) -> String {
             _ => writeln!(
                 out,
                 "  {who} at {:.1} s: dead after {}, evicted after {}, serving after {} ({} from the dead decision), \
-                 re-replicated after {}{}; {} ops/s before, {} ops/s after",
+                 {} after {}{}; {} ops/s before, {} ops/s after",
                 f.at_ms / 1e3,
                 ms(p.detected_ms),
                 ms(p.evicted_ms),
                 ms(p.serving_ms),
                 ms(f.dead_to_serving_ms),
+                if p.degraded {
+                    "settled degraded (no spare left)"
+                } else {
+                    "re-replicated"
+                },
                 ms(p.rereplicated_ms),
                 match (p.resumed_ms, p.active_ms) {
                     (Some(r), a) => format!(", resumed (healed) after {r:.0} ms, active again after {}", ms(a)),

@@ -850,6 +850,22 @@ pub fn candidates<'a>(
     nodes.into_iter().map(|n| n.id).collect()
 }
 
+/// Whether region `r` is as whole as the cluster can make it now: whole,
+/// or degraded (serving with fewer replicas than it asks for, none being
+/// made or caught up) with no node of `memnodes` able to take another
+/// (`candidates`). Recovery has nothing more to do for it until a node
+/// returns or joins; it then heals on its own.
+pub fn settled<'a>(r: &Region, memnodes: impl Iterator<Item = &'a MemNode>) -> bool {
+    if r.whole() {
+        return true;
+    }
+    let holders: Vec<MemNodeId> = r.replicas.iter().chain(&r.syncing).map(|l| l.node).collect();
+    r.usable()
+        && r.syncing.is_empty()
+        && r.catching_up.is_none()
+        && candidates(memnodes, r.size_bytes, &holders).is_empty()
+}
+
 /// Where `node` sits among `r`'s backups; the primary is refused with
 /// `if_primary`, which says why.
 fn backup_position(r: &Region, node: MemNodeId, if_primary: &str) -> Result<usize, CommandError> {

@@ -48,8 +48,14 @@ pub struct Phases {
     /// The region back in the clients' map: serving verbs.
     pub serving_ms: Option<f64>,
     /// The region whole again: as many replicas as it was made with, none
-    /// being made, and in the map.
+    /// being made, and in the map; or settled degraded
+    /// (`control_plane::state::settled`: serving, short of replicas, with
+    /// no node left to take another), which `degraded` says.
     pub rereplicated_ms: Option<f64>,
+    /// The region settled short of replicas for want of a spare: degraded,
+    /// as `ctl status` says, not a missing re-replication (issue 46).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub degraded: bool,
     /// A restarted or resumed node registered and active again (an empty
     /// spare, or still in its replica set after a pause shorter than
     /// detection); a wiped one, active under its new image id.
@@ -413,6 +419,11 @@ impl Status {
             .ok_or_else(|| RunError::Control(format!("no region {id}")))
     }
 
+    /// Whether `r` is whole, or degraded with no node left to heal it.
+    fn settled(&self, r: &Region) -> bool {
+        control_plane::state::settled(r, self.0.memnodes.iter())
+    }
+
     fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
         self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
     }
@@ -467,7 +478,11 @@ impl std::fmt::Display for Phases {
         if came.is_empty() {
             write!(out, "done")
         } else {
-            write!(out, "{}", came.join(", "))
+            write!(out, "{}", came.join(", "))?;
+            if self.degraded {
+                write!(out, " (degraded: no spare left)")?;
+            }
+            Ok(())
         }
     }
 }
@@ -505,9 +520,10 @@ impl Phases {
         if self.evicted_ms.is_some() && self.serving_ms.is_none() && r.usable() {
             self.serving_ms = Some(ms);
         }
-        let whole = self.evicted_ms.is_some() && r.whole();
+        let whole = self.evicted_ms.is_some() && status.settled(r);
         if whole && self.rereplicated_ms.is_none() {
             self.rereplicated_ms = Some(ms);
+            self.degraded = !r.whole();
         }
         Ok(whole)
     }
@@ -673,13 +689,14 @@ async fn kill_leader(
 }
 
 /// Waits until `region` is whole (as many replicas as it was made with,
-/// none being made, in the map), at most [`PHASE_TIMEOUT`].
+/// none being made, in the map), or settled degraded with no node left to
+/// heal it, at most [`PHASE_TIMEOUT`].
 pub(super) async fn await_whole(cluster: &Cluster, region: fabric::RegionId) -> Result<(), RunError> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     loop {
         let status = Status::read(cluster).await?;
         let r = status.region(region)?;
-        if r.whole() {
+        if status.settled(r) {
             return Ok(());
         }
         if Instant::now() >= deadline {

@@ -142,6 +142,49 @@ fn a_node_declared_dead_while_it_was_the_only_copy_comes_back_with_its_replicas(
 }
 
 #[test]
+fn a_degraded_region_with_no_room_left_is_settled_and_one_with_a_spare_is_not() {
+    let mut s = cluster(4, 1 << 20);
+    let r = ready_region(&mut s, 3);
+    let spare = (0..4).find(|n| !r.on(*n)).unwrap();
+    assert!(crate::state::settled(&s.regions[&r.id], s.memnodes.values()));
+    // A backup dies and is dropped: a spare has room, so recovery has work.
+    let backup = r.replicas[2].node;
+    dead(&mut s, backup);
+    s.apply(&req(
+        13,
+        Command::EvictReplica {
+            region: r.id,
+            node: backup,
+        },
+    ))
+    .unwrap();
+    assert!(!crate::state::settled(&s.regions[&r.id], s.memnodes.values()));
+    // The spare takes a replica, which is being made: not settled yet.
+    s.apply(&req(
+        13,
+        Command::AddBackup {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    assert!(!crate::state::settled(&s.regions[&r.id], s.memnodes.values()));
+    // The spare dies too, and nothing is left: degraded, and settled.
+    dead(&mut s, spare);
+    s.apply(&req(
+        13,
+        Command::EvictReplica {
+            region: r.id,
+            node: spare,
+        },
+    ))
+    .unwrap();
+    let x = &s.regions[&r.id];
+    assert!(x.usable() && !x.whole() && x.replicas.len() == 2, "{x:?}");
+    assert!(crate::state::settled(x, s.memnodes.values()));
+}
+
+#[test]
 fn a_copy_is_fenced_at_a_new_epoch_only_into_an_allocated_replica_being_made() {
     let mut s = cluster(4, 1 << 20);
     let r = ready_region(&mut s, 2);
