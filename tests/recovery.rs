@@ -226,6 +226,87 @@ async fn a_hash_tables_killed_backup_is_replaced_under_load() {
     replica_killed_under_load(IndexKind::Hash, 2, 14).await;
 }
 
+/// A planned restart does not stop writes (issue 46), as an operator runs
+/// it by docs/operations.md §5: `ctl memnode maintenance ID on` on the
+/// node holding the primary moves the primary to a backup (a planned
+/// promotion) and takes the node's replicas out of the write set; the node
+/// is then stopped (`kill -9`: its image kept, as a stop would) and kept
+/// down while the load must go on; it is started again, taken out of
+/// maintenance, and the region is whole again. Nothing acknowledged is
+/// lost and the replicas agree. Before, writes failed for the whole
+/// restart ("connection refused", "outcome unknown"): the node stayed in
+/// the write set.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_planned_restart_of_the_primarys_node_in_maintenance_stops_no_write() {
+    let Setup {
+        dir: _dir,
+        mut local,
+        c,
+        api,
+        load,
+        running,
+    } = Setup::under_load(IndexKind::Btree, 21).await;
+    let before = region_of(&api, "orders").await;
+    let node = before.primary();
+    let file = local.file.clone();
+    let id = node.to_string();
+    let endpoints = file.control.join(",");
+    let ctl = {
+        let (endpoints, token, id) = (endpoints.clone(), file.token.clone(), id.clone());
+        tokio::task::spawn_blocking(move || {
+            support::kintsugi(&[
+                "ctl",
+                "--endpoints",
+                &endpoints,
+                "--token",
+                &token,
+                "memnode",
+                "maintenance",
+                &id,
+                "on",
+            ])
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(ctl.0, 0, "maintenance on: {ctl:?}");
+    assert!(
+        ctl.2.contains("moving region"),
+        "the primary is moved first: {ctl:?}"
+    );
+    let moved = region_of(&api, "orders").await;
+    assert!(!moved.on(node) && moved.usable(), "{}", moved.summary());
+    // Stopped and kept down while the load goes on.
+    let process = local.process_of(node, &api.memnodes().await.unwrap()).unwrap();
+    local.memnode(process).unwrap().kill().unwrap();
+    running.more(2_000).await;
+    let n = api
+        .memnodes()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|n| n.id == node)
+        .unwrap();
+    assert!(
+        n.maintenance && n.state != MemNodeState::Dead,
+        "not judged while in maintenance: {n:?}"
+    );
+    // Back, and out of maintenance.
+    local.restart_memnode(process).unwrap();
+    let off = api
+        .command(&control_plane::state::Command::SetMaintenance { id: node, on: false })
+        .await;
+    assert!(off.is_ok(), "{off:?}");
+    let after = eventually("the region whole again", Duration::from_secs(60), async || {
+        let r = region_of(&api, "orders").await;
+        r.whole().then_some(r)
+    })
+    .await;
+    running.more(500).await;
+    stop_with_nothing_lost(running, &c, &load).await;
+    replicas_agree(&c, &load, after.id, 3).await;
+}
+
 /// Crash points of recovery itself: the coordinator (the Raft leader's)
 /// dies right after each of its steps in turn, once each, while a
 /// B+tree's primary is replaced under load. Dead members are started

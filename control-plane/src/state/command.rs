@@ -266,7 +266,14 @@ pub enum Command {
     },
     /// Puts a memory node in or out of maintenance: while in, its silence
     /// is not judged (a planned restart is not declared dead) and no new
-    /// replica is placed on it; its replicas stay and are served as ever.
+    /// replica is placed on it. Going in takes its backups (and replicas
+    /// being made) out of their regions' write sets at a new epoch, so that
+    /// writes go on while it restarts: those regions serve degraded until
+    /// recovery fills a replica again (on it, once it is out, or on a
+    /// spare). Refused while it holds the primary of a region with another
+    /// replica (`ctl memnode maintenance` promotes one first) or a replica
+    /// of a region being restored; a sole copy stays, unavailable while the
+    /// node is down.
     SetMaintenance {
         /// The node.
         id: MemNodeId,
@@ -308,6 +315,7 @@ impl Command {
                 | Command::ReplicaReady { .. }
                 | Command::RegionRestored { .. }
                 | Command::Restore { .. }
+                | Command::SetMaintenance { .. }
         )
     }
 

@@ -119,7 +119,48 @@ impl ControlState {
                 "memory node {id} was declared dead; maintenance is for nodes that will come back"
             )));
         }
-        n.maintenance = on;
+        if !on {
+            n.maintenance = false;
+            return Ok(Outcome::MemNode(n.clone()));
+        }
+        // Checked whole before anything moves.
+        for r in self.regions.values().filter(|r| r.on(id)) {
+            if r.primary() == id && r.replicas.len() > 1 {
+                return Err(CommandError::Conflict(format!(
+                    "memory node {id} holds the primary of region {}: move it first (`kintsugi ctl region \
+                     promote {} NODE`; `ctl memnode maintenance {id} on` does so itself)",
+                    r.id, r.id
+                )));
+            }
+            if r.being_restored() {
+                return Err(CommandError::Conflict(format!(
+                    "region {} is being restored; put node {id} in maintenance once it is published",
+                    r.id
+                )));
+            }
+        }
+        let epoch = self.next_epoch();
+        let mut freed = 0u64;
+        for r in self.regions.values_mut().filter(|r| r.on(id)) {
+            let held = r.replicas.len() + r.syncing.len();
+            // A sole copy (its primary) stays: there is nothing to serve
+            // in its place.
+            let primary = r.primary();
+            r.replicas.retain(|l| l.node != id || l.node == primary);
+            r.syncing.retain(|l| l.node != id);
+            if r.replicas.len() + r.syncing.len() < held {
+                r.pending.retain(|&n| n != id);
+                r.forget_generations();
+                r.epoch = epoch;
+                freed += r.size_bytes;
+            }
+        }
+        self.charge(id, -i128::from(freed));
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        n.maintenance = true;
         Ok(Outcome::MemNode(n.clone()))
     }
 

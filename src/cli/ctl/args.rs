@@ -123,9 +123,12 @@ pub enum MemnodeCommand {
         /// The node.
         id: MemNodeId,
     },
-    /// Put a node in or out of maintenance: while in, a planned restart is not declared dead
-    /// and no new replica is placed on it; its replicas stay. Only a node started with
-    /// --persist keeps its data across a restart.
+    /// Put a node in or out of maintenance, for a planned restart: while in, it is not
+    /// declared dead and no new replica is placed on it. Going in first moves each primary it
+    /// holds to a backup (a planned promotion), then takes its backups out of the write set:
+    /// their regions serve degraded while it restarts, and writes go on. Once out, recovery
+    /// fills it again from the primaries. A region whose only copy it holds is unavailable
+    /// while it is down.
     Maintenance {
         /// The node.
         id: MemNodeId,

@@ -320,13 +320,54 @@ async fn memnode(api: &Api, command: MemnodeCommand, json: bool) -> anyhow::Resu
             image: None,
         },
         MemnodeCommand::Drain { id } => Command::DrainMemNode { id },
-        MemnodeCommand::Maintenance { id, mode } => Command::SetMaintenance {
-            id,
-            on: mode == Switch::On,
-        },
+        MemnodeCommand::Maintenance { id, mode } => {
+            if mode == Switch::On {
+                move_primaries_off(api, id, json).await?;
+            }
+            Command::SetMaintenance {
+                id,
+                on: mode == Switch::On,
+            }
+        }
         MemnodeCommand::Remove { id } => Command::RemoveMemNode { id },
     };
     api.write(command, json).await
+}
+
+/// Before node `id` goes into maintenance: each region whose primary it
+/// holds, with a backup on an active node, is moved there by a planned
+/// promotion (`ctl region promote`), so that the node then holds backups
+/// only, which maintenance takes out of the write set. A sole copy stays.
+async fn move_primaries_off(api: &Api, id: MemNodeId, json: bool) -> anyhow::Result<()> {
+    let status = api.call(|c| async move { c.status().await }).await?;
+    let active: Vec<MemNodeId> = status
+        .memnodes
+        .iter()
+        .filter(|n| n.state == control_plane::state::MemNodeState::Active && !n.maintenance && n.id != id)
+        .map(|n| n.id)
+        .collect();
+    for r in status
+        .regions
+        .iter()
+        .filter(|r| r.primary() == id && r.replicas.len() > 1)
+    {
+        let Some(heir) = r.replicas[1..]
+            .iter()
+            .map(|l| l.node)
+            .find(|n| active.contains(n))
+        else {
+            anyhow::bail!(
+                "region {} has its primary on node {id} and no backup on an active node to move it to",
+                r.id
+            );
+        };
+        eprintln!(
+            "moving region {}'s primary from node {id} to node {heir} before maintenance",
+            r.id
+        );
+        promote(api, r.id, heir, false, json).await?;
+    }
+    Ok(())
 }
 
 async fn region(api: &Api, command: RegionCommand, json: bool) -> anyhow::Result<()> {

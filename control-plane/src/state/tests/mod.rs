@@ -676,6 +676,57 @@ fn a_node_in_maintenance_takes_no_new_replica_and_a_dead_one_cannot_enter_it() {
 }
 
 #[test]
+fn maintenance_takes_a_nodes_backups_out_of_the_write_set_and_refuses_its_primaries() {
+    let mut s = cluster(3, 1 << 30);
+    let r = ready_region(&mut s, 3);
+    let (primary, backup) = (r.primary(), r.replicas[1].node);
+    let solo = region(&mut s, 4096, 1);
+    let on = |id| Command::SetMaintenance { id, on: true };
+    // A primary with backups is moved first, by a planned promotion.
+    let refused = s.apply(&req(5, on(primary)));
+    assert!(
+        matches!(&refused, Err(CommandError::Conflict(m)) if m.contains("promote")),
+        "{refused:?}"
+    );
+    assert!(!s.memnodes[&primary].maintenance);
+    // A backup's node: its replica leaves the write set at a new epoch,
+    // its bytes are free, and the region serves degraded; with no other
+    // node to take a replica, that is as whole as it gets.
+    let (epoch, allocated) = (s.epoch, s.memnodes[&backup].allocated_bytes);
+    s.apply(&req(6, on(backup))).unwrap();
+    let x = &s.regions[&r.id];
+    assert!(!x.on(backup) && x.usable() && x.replicas.len() == 2, "{x:?}");
+    assert_eq!(x.generation_of(backup), 0);
+    assert_eq!((s.epoch, x.epoch), (epoch + 1, epoch + 1));
+    let held_solo = if solo.on(backup) { 4096 } else { 0 };
+    assert_eq!(s.memnodes[&backup].allocated_bytes, allocated - r.size_bytes);
+    assert_eq!(s.memnodes[&backup].allocated_bytes, held_solo);
+    assert!(crate::state::settled(x, s.memnodes.values()));
+    // A sole copy stays where it is.
+    assert!(s.regions[&solo.id].on(solo.primary()));
+    // Out again: it has room, so the region is no longer settled, and
+    // recovery places a replica on it.
+    s.apply(&req(
+        7,
+        Command::SetMaintenance {
+            id: backup,
+            on: false,
+        },
+    ))
+    .unwrap();
+    assert!(!crate::state::settled(&s.regions[&r.id], s.memnodes.values()));
+    s.apply(&req(
+        8,
+        Command::AddBackup {
+            region: r.id,
+            node: backup,
+        },
+    ))
+    .unwrap();
+    assert_eq!(s.check(), Ok(()));
+}
+
+#[test]
 fn a_snapshot_is_restored_only_into_an_empty_cluster_and_only_when_consistent() {
     let mut saved = cluster(3, 1 << 30);
     ready_region(&mut saved, 2);
