@@ -39,8 +39,14 @@ async fn region_of(api: &ControlClient, name: &str) -> Region {
 }
 
 /// A local cluster of real processes (tcp, `--persist`, 4 memory nodes, 3
-/// replicas, memory-node lease 100 ms) with a YCSB-A load running on an
+/// replicas, memory-node lease 250 ms) with a YCSB-A load running on an
 /// index `orders` that has done 1,000 operations.
+///
+/// The lease was 100 ms: on a 2-core machine running two such clusters at
+/// once (the CI's), a healthy node's renewal came more than two leases late
+/// now and then, it was declared dead, and a backup's death turned into a
+/// promotion the test did not ask for. What is tested does not depend on
+/// the lease's length.
 struct Setup {
     dir: tempfile::TempDir,
     local: LocalCluster,
@@ -61,7 +67,7 @@ impl Setup {
         let dir = tempfile::tempdir().unwrap();
         let text = format!(
             "dir = {:?}\n[memory]\nnodes = 4\ncapacity = \"128MiB\"\ntransport = \"tcp\"\npersist = true\n\
-             [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"100ms\"\nclient_lease = \"1s\"\n",
+             [indexes]\nreplicas = 3\n[timing]\nmemnode_lease = \"250ms\"\nclient_lease = \"1s\"\n",
             dir.path()
         );
         let mut spec = LocalClusterSpec::parse(&text, "test").unwrap();
@@ -559,7 +565,7 @@ async fn structure_sound(c: &Cluster, load: &LoadSpec) {
 /// every object's data included.
 async fn replicas_agree(c: &Cluster, load: &LoadSpec, region: u16, n: usize) {
     // These reads bypass the handles' retries: a node whose renewal came
-    // late (a 100 ms memory-node lease on a busy machine) refuses them for
+    // late (a short memory-node lease on a busy machine) refuses them for
     // a moment (`FabricError::NodeLeaseLapsed`), before any verb.
     for attempt in 0u128.. {
         match replicas_compared(c, load, region).await {
