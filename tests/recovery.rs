@@ -283,8 +283,7 @@ async fn a_planned_restart_of_the_primarys_node_in_maintenance_stops_no_write() 
     let moved = region_of(&api, "orders").await;
     assert!(!moved.on(node) && moved.usable(), "{}", moved.summary());
     // Stopped and kept down while the load goes on.
-    let process = local.process_of(node, &api.memnodes().await.unwrap()).unwrap();
-    local.memnode(process).unwrap().kill().unwrap();
+    let process = kill_node(&mut local, &api, node).await;
     running.more(2_000).await;
     let n = api
         .memnodes()

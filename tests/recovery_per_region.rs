@@ -15,7 +15,7 @@ use control_plane::api::{ControlClient, MemberInfo};
 use control_plane::config::{Role, Settings, Token};
 use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
-use control_plane::state::{Command, ControlState, MemNodeState, Outcome, Region};
+use control_plane::state::{Command, ControlState, MemNodeId, MemNodeState, Outcome, Region};
 use kintsugi::fabric::{Batch, GlobalAddr, Replica};
 use kintsugi::recovery::{Coordinator, RecoveryOptions, Step};
 use kintsugi::{Cluster, ClusterOptions};
@@ -75,6 +75,39 @@ async fn state_of<R>(member: &Member, what: &str, f: impl FnMut(&ControlState) -
         .unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
 }
 
+/// `NODES` `kintsugi memnode` processes placed by the member at `control`,
+/// once every one is active.
+async fn memnodes_active(member: &Member, control: &str) -> Vec<Option<MemnodeProcess>> {
+    let processes = (0..NODES)
+        .map(|_| {
+            Some(MemnodeProcess::start(&[
+                "--control",
+                control,
+                "--control-token",
+                TOKEN,
+                "--capacity",
+                "64MiB",
+            ]))
+        })
+        .collect();
+    state_of(member, "every memory node active", |s| {
+        (s.memnodes.len() == NODES && s.memnodes.values().all(|n| n.state == MemNodeState::Active))
+            .then_some(())
+    })
+    .await;
+    processes
+}
+
+/// SIGKILLs the process of memory node `node`.
+fn crash(member: &Member, processes: &mut [Option<MemnodeProcess>], node: MemNodeId) {
+    let at = member.state().state().memnodes[&node].endpoint.clone();
+    let i = processes
+        .iter()
+        .position(|p| p.as_ref().is_some_and(|p| p.addr == at))
+        .expect("the node's process");
+    processes[i].take().expect("running").crash();
+}
+
 async fn create_region(api: &ControlClient, replicas: u8) -> Region {
     match api
         .command(&Command::CreateRegion {
@@ -93,23 +126,7 @@ async fn a_lost_region_holds_back_no_other_regions_recovery_nor_a_clients_roll()
     let dir = tempfile::tempdir().expect("tempdir");
     let (member, api) = member(dir.path()).await;
     let control = member.local_addr().to_string();
-    let mut processes: Vec<Option<MemnodeProcess>> = (0..NODES)
-        .map(|_| {
-            Some(MemnodeProcess::start(&[
-                "--control",
-                &control,
-                "--control-token",
-                TOKEN,
-                "--capacity",
-                "64MiB",
-            ]))
-        })
-        .collect();
-    state_of(&member, "every memory node active", |s| {
-        (s.memnodes.len() == NODES && s.memnodes.values().all(|n| n.state == MemNodeState::Active))
-            .then_some(())
-    })
-    .await;
+    let mut processes = memnodes_active(&member, &control).await;
     // Placement takes the roomiest nodes: the single copy goes to one
     // node, the two replicas to two others, and one node stays spare.
     let solo = create_region(&api, 1).await;
@@ -152,14 +169,8 @@ async fn a_lost_region_holds_back_no_other_regions_recovery_nor_a_clients_roll()
     .expect("the coordinator joins");
 
     // The only copy of `solo` and the backup of `pair` die together.
-    let endpoint = |id| member.state().state().memnodes[&id].endpoint.clone();
     for node in [lost_node, dead_backup] {
-        let at = endpoint(node);
-        let i = processes
-            .iter()
-            .position(|p| p.as_ref().is_some_and(|p| p.addr == at))
-            .expect("the node's process");
-        processes[i].take().expect("running").crash();
+        crash(&member, &mut processes, node);
     }
     state_of(&member, "both nodes declared dead", |s| {
         [lost_node, dead_backup]
@@ -283,23 +294,7 @@ async fn a_deposed_copiers_late_write_is_refused_and_the_new_replica_equals_the_
     let dir = tempfile::tempdir().expect("tempdir");
     let (member, api) = member(dir.path()).await;
     let control = member.local_addr().to_string();
-    let mut processes: Vec<Option<MemnodeProcess>> = (0..NODES)
-        .map(|_| {
-            Some(MemnodeProcess::start(&[
-                "--control",
-                &control,
-                "--control-token",
-                TOKEN,
-                "--capacity",
-                "64MiB",
-            ]))
-        })
-        .collect();
-    state_of(&member, "every memory node active", |s| {
-        (s.memnodes.len() == NODES && s.memnodes.values().all(|n| n.state == MemNodeState::Active))
-            .then_some(())
-    })
-    .await;
+    let mut processes = memnodes_active(&member, &control).await;
     let region = create_region(&api, 3).await;
     state_of(&member, "the region allocated", |s| {
         s.regions[&region.id].usable().then_some(())
@@ -321,12 +316,7 @@ async fn a_deposed_copiers_late_write_is_refused_and_the_new_replica_equals_the_
 
     // A backup dies; the coordinator evicts it and places a new replica.
     let dead = region.replicas[2].node;
-    let at = member.state().state().memnodes[&dead].endpoint.clone();
-    let i = processes
-        .iter()
-        .position(|p| p.as_ref().is_some_and(|p| p.addr == at))
-        .expect("the node's process");
-    processes[i].take().expect("running").crash();
+    crash(&member, &mut processes, dead);
     let deadline = Instant::now() + WAIT;
     while coordinator.pass().await.ok().flatten() != Some(Step::AddedBackup) {
         assert!(Instant::now() < deadline, "no new replica placed within {WAIT:?}");

@@ -504,18 +504,7 @@ impl Cluster {
         let deadline = Instant::now() + PROMOTE_TIMEOUT;
         loop {
             let status = self.status().await?;
-            let behind: Vec<MemNodeId> = r
-                .replicas
-                .iter()
-                .chain(&r.syncing)
-                .filter(|l| {
-                    status
-                        .memnodes
-                        .iter()
-                        .all(|n| n.id != l.node || n.epoch < r.epoch)
-                })
-                .map(|l| l.node)
-                .collect();
+            let behind = behind(&status, r.replicas.iter().chain(&r.syncing), r.epoch);
             if behind.is_empty() {
                 return Ok(r.epoch);
             }
@@ -583,17 +572,7 @@ impl Cluster {
             if !r.being_restored() {
                 return Err(ClusterError::NotRestoring(region));
             }
-            let behind: Vec<MemNodeId> = r
-                .replicas
-                .iter()
-                .filter(|l| {
-                    status
-                        .memnodes
-                        .iter()
-                        .all(|n| n.id != l.node || n.epoch < r.epoch)
-                })
-                .map(|l| l.node)
-                .collect();
+            let behind = behind(&status, r.replicas.iter(), r.epoch);
             if behind.is_empty() {
                 return Ok((r.epoch, r.primary()));
             }
@@ -644,4 +623,17 @@ impl Cluster {
         control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
     }
+}
+
+/// The nodes of `holders` that `status` does not show fencing at `epoch`
+/// yet (a node it does not list is behind).
+fn behind<'a>(
+    status: &control_plane::api::Status,
+    holders: impl Iterator<Item = &'a fabric::ReplicaLoc>,
+    epoch: Epoch,
+) -> Vec<MemNodeId> {
+    holders
+        .filter(|l| status.memnodes.iter().all(|n| n.id != l.node || n.epoch < epoch))
+        .map(|l| l.node)
+        .collect()
 }
