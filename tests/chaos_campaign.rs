@@ -11,7 +11,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use support::{kintsugi, path_str};
 
-const KINDS: [&str; 7] = [
+const KINDS: [&str; 9] = [
     "kill-memnode",
     "restart-memnode",
     "pause-memnode",
@@ -19,6 +19,8 @@ const KINDS: [&str; 7] = [
     "clock-skew",
     "partition",
     "wipe-memnode",
+    "pause-control-leader",
+    "transfer-leader",
 ];
 
 /// The shipped campaign file of `index`, shortened, written in `dir`.

@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::experiment::{Experiment, ExperimentError, Fault, FaultKind, PartitionTarget, ReplicaRole};
+use crate::experiment::{
+    Experiment, ExperimentError, Fault, FaultKind, PartitionTarget, ReplicaRole, LEADER_PAUSE_MIN,
+};
 use crate::run::{replica, Options, RunError, Sabotage};
 
 /// Most faults one schedule holds unless the file says otherwise.
@@ -274,6 +276,22 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
                     .then(|| Duration::from_millis(draw.range(200, 1000).min(until_end))),
                 ..fault(kind)
             },
+            // Mostly while recovery is at work on a node of `role` killed
+            // first (the fault's point: a deposed coordinator mid-step), a
+            // quarter of the time on a quiet cluster.
+            FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
+                let role = (draw.coin() || draw.coin()).then_some(role);
+                if role.is_some() {
+                    down += 1;
+                }
+                let least = LEADER_PAUSE_MIN.as_millis() as u64;
+                Fault {
+                    role,
+                    pause: (kind == FaultKind::PauseControlLeader)
+                        .then(|| Duration::from_millis(draw.range(least, least * 3 / 2).min(until_end))),
+                    ..fault(kind)
+                }
+            }
             FaultKind::ClockSkew => {
                 let most = if spec.skew_beyond_drift {
                     20 * drift
@@ -503,6 +521,40 @@ mod tests {
         base.cluster.transport = crate::experiment::TransportKind::Shm;
         let e = schedule(&base, 1).unwrap_err().to_string();
         assert!(e.contains("cluster.transport") && e.contains("tcp only"), "{e}");
+    }
+
+    #[test]
+    fn leader_faults_mostly_follow_a_kill_and_pause_past_an_election() {
+        let mut base = base();
+        for kind in [FaultKind::PauseControlLeader, FaultKind::TransferLeader] {
+            base.campaign.as_mut().unwrap().kinds = vec![kind];
+            let (mut roles, mut quiet) = (std::collections::BTreeSet::new(), 0);
+            for seed in 1..=100 {
+                let e = schedule(&base, seed).unwrap();
+                assert_eq!(e, schedule(&base, seed).unwrap(), "seed {seed}");
+                for f in &e.faults {
+                    assert_eq!(f.kind, kind, "seed {seed}: {}", describe(f));
+                    match f.role {
+                        Some(r) => {
+                            roles.insert(r.to_string());
+                        }
+                        None => quiet += 1,
+                    }
+                    match kind {
+                        FaultKind::PauseControlLeader => {
+                            assert!(
+                                f.pause.is_some_and(|p| p >= LEADER_PAUSE_MIN),
+                                "seed {seed}: {}",
+                                describe(f)
+                            );
+                        }
+                        _ => assert_eq!(f.pause, None, "seed {seed}"),
+                    }
+                }
+            }
+            assert_eq!(roles.len(), 2, "{kind}: both roles drawn: {roles:?}");
+            assert!(quiet > 0, "{kind}: never on a quiet cluster");
+        }
     }
 
     #[test]

@@ -335,6 +335,16 @@ impl ControlPlane {
         Ok(p.kill()?)
     }
 
+    /// Sends `signal` to member `i` (SIGSTOP: a member paused in place, its
+    /// sockets open and silent; SIGCONT: it goes on where it stopped).
+    pub fn signal(&self, i: usize, signal: nix::sys::signal::Signal) -> Result<(), ControlError> {
+        let m = &self.members[i];
+        let p = m.process.as_ref().ok_or_else(|| LaunchError::NotRunning {
+            name: format!("control-plane member {}", m.id),
+        })?;
+        Ok(p.signal(signal)?)
+    }
+
     /// Restarts member `i`, killed before, on its old address and data
     /// directory, so the membership the others hold stays valid.
     pub async fn restart(&mut self, i: usize) -> Result<(), ControlError> {

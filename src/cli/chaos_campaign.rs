@@ -25,14 +25,17 @@ processes' logs; a failed seed also keeps history.jsonl and the memory nodes' im
 --out/campaign.json holds every row.
 
 Kinds: kill-memnode, restart-memnode, pause-memnode, kill-control-leader, clock-skew, partition,
-wipe-memnode (tcp only: a node killed and started again at once without its image).
+wipe-memnode (tcp only: a node killed and started again at once without its image),
+pause-control-leader (the Raft leader SIGSTOPped past an election while recovery refills a killed node's
+replica, then SIGCONTed), transfer-leader (its lead moved at that moment).
 
 Examples:
   kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 100
   kintsugi chaos campaign --experiment deploy/experiments/campaign-hash.toml --seeds 1 --first-seed 17
   kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 5 --sabotage drop-backup-writes
   kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-btree.toml --seeds 100
-  kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-hash.toml --seeds 3 --sabotage serve-wiped")]
+  kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-hash.toml --seeds 3 --sabotage serve-wiped
+  kintsugi chaos campaign --experiment deploy/experiments/leader-during-recovery-btree.toml --seeds 100")]
 pub struct CampaignArgs {
     /// The experiment file (TOML); its faults are replaced by drawn ones.
     #[arg(long, value_name = "FILE")]

@@ -41,7 +41,8 @@ Examples:
   kintsugi chaos run deploy/experiments/kill-client.toml
   kintsugi chaos run deploy/experiments/pause-client.toml --out /tmp/pause --seed 7
   kintsugi chaos run deploy/experiments/kill-client-replicated.toml   # 3 memory nodes over tcp
-  kintsugi chaos run deploy/experiments/wipe-memnode-btree.toml       # a node back without its image")]
+  kintsugi chaos run deploy/experiments/wipe-memnode-btree.toml       # a node back without its image
+  kintsugi chaos run deploy/experiments/leader-during-recovery-btree.toml  # the leader paused mid-refill")]
 pub struct RunArgs {
     /// The experiment file (TOML).
     file: PathBuf,
@@ -171,6 +172,43 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 rate(f.ops_per_sec_before),
                 rate(f.ops_per_sec_after)
             ),
+            FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
+                let loss = if f.role.is_some() {
+                    format!(
+                        "the node killed first declared dead after {}, serving after {}, {} after {}; ",
+                        ms(p.detected_ms),
+                        ms(p.serving_ms),
+                        if p.degraded {
+                            "settled degraded (no spare left)"
+                        } else {
+                            "re-replicated"
+                        },
+                        ms(p.rereplicated_ms),
+                    )
+                } else {
+                    String::new()
+                };
+                let paused = match p.resumed_ms {
+                    Some(r) => format!(", resumed after {r:.0} ms"),
+                    None => String::new(),
+                };
+                writeln!(
+                    out,
+                    "  {who} at {:.1} s: {loss}the leader {} after {}, another member leads after {}{paused}, \
+                     the old leader follows after {}; {} ops/s before, {} ops/s after",
+                    f.at_ms / 1e3,
+                    if f.kind == FaultKind::PauseControlLeader {
+                        "stopped"
+                    } else {
+                        "asked to hand over"
+                    },
+                    ms(p.leader_faulted_ms),
+                    ms(p.elected_ms),
+                    ms(p.member_back_ms),
+                    rate(f.ops_per_sec_before),
+                    rate(f.ops_per_sec_after)
+                )
+            }
             FaultKind::ClockSkew => writeln!(out, "  {who} at {:.1} s", f.at_ms / 1e3),
             FaultKind::Partition if f.role.is_none() => writeln!(
                 out,

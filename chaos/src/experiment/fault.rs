@@ -8,8 +8,8 @@ use index::Variant;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    invalid, Experiment, ExperimentError, TransportKind, CONTROL_MEMBERS, FAULTS_MAX, LEASE_MS_MAX,
-    MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SKEW_MS_MAX,
+    invalid, Experiment, ExperimentError, TransportKind, CONTROL_MEMBERS, FAULTS_MAX, LEADER_PAUSE_MIN,
+    LEASE_MS_MAX, MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SKEW_MS_MAX,
 };
 
 /// One fault of the schedule.
@@ -22,14 +22,17 @@ pub struct Fault {
     #[serde(default)]
     pub client: u32,
     /// Which replica's node (`kill-memnode`, `pause-memnode`,
-    /// `wipe-memnode`, a memory node's `partition`).
+    /// `wipe-memnode`, a memory node's `partition`). For
+    /// `pause-control-leader` and `transfer-leader`, optional: that node is
+    /// killed first, and the leader is faulted once recovery is at work on
+    /// the region (see [`FaultKind::PauseControlLeader`]).
     #[serde(default)]
     pub role: Option<ReplicaRole>,
     /// When, from the clients' common start.
     #[serde(with = "humantime_serde")]
     pub at: Duration,
-    /// How long the fault lasts: a pause (`pause-client`, `pause-memnode`),
-    /// a skew (`clock-skew`; to the end without it), or a leader's absence
+    /// How long the fault lasts: a pause (`pause-client`, `pause-memnode`,
+    /// `pause-control-leader`), a skew (`clock-skew`; to the end without it), or a leader's absence
     /// (`kill-control-leader`: restarted after it; never without it).
     #[serde(default, rename = "for", with = "humantime_serde")]
     pub pause: Option<Duration>,
@@ -103,11 +106,26 @@ pub enum FaultKind {
     /// node taken in again as an empty one (design.md §1b). tcp only: on
     /// shm clients keep their mapping of the old image file.
     WipeMemnode,
+    /// SIGSTOP the control plane's Raft leader for `for` (past an
+    /// election), then SIGCONT it: it resumes believing it leads, with its
+    /// recovery coordinator mid-step. With a `role`, the node of that
+    /// replica is SIGKILLed first and the leader is stopped once recovery
+    /// is at work on the region: a promotion under way (a primary's) or a
+    /// replica being made (a backup's, or a primary's after its
+    /// promotion). The deposed coordinator's late verbs must be fenced
+    /// (design.md §1b: copies are fenced), the new leader's recovery must
+    /// finish the region, and the old leader must rejoin as a follower.
+    PauseControlLeader,
+    /// Move the Raft lead to another member (`ctl members transfer-leader`),
+    /// with a `role` once recovery is at work on the region, as for
+    /// `pause-control-leader`: the old leader's coordinator stops, the new
+    /// one's finishes what it began.
+    TransferLeader,
 }
 
 impl FaultKind {
     /// Every kind, for campaigns and `--help`.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::KillClient,
         FaultKind::PauseClient,
         FaultKind::KillMemnode,
@@ -117,6 +135,8 @@ impl FaultKind {
         FaultKind::ClockSkew,
         FaultKind::Partition,
         FaultKind::WipeMemnode,
+        FaultKind::PauseControlLeader,
+        FaultKind::TransferLeader,
     ];
 
     /// Whether the fault is run by the local-cluster runner (`run::replica`):
@@ -132,6 +152,8 @@ impl FaultKind {
                 | FaultKind::ClockSkew
                 | FaultKind::Partition
                 | FaultKind::WipeMemnode
+                | FaultKind::PauseControlLeader
+                | FaultKind::TransferLeader
         )
     }
 }
@@ -148,6 +170,8 @@ impl std::fmt::Display for FaultKind {
             FaultKind::ClockSkew => "clock-skew",
             FaultKind::Partition => "partition",
             FaultKind::WipeMemnode => "wipe-memnode",
+            FaultKind::PauseControlLeader => "pause-control-leader",
+            FaultKind::TransferLeader => "transfer-leader",
         })
     }
 }
@@ -320,6 +344,7 @@ impl Experiment {
                 f.kind,
                 FaultKind::KillMemnode | FaultKind::PauseMemnode | FaultKind::WipeMemnode
             ) || f.target == Some(PartitionTarget::Memnode);
+            let may_have_role = matches!(f.kind, FaultKind::PauseControlLeader | FaultKind::TransferLeader);
             if f.target.is_some() != (f.kind == FaultKind::Partition) {
                 return Err(invalid(
                     field("target"),
@@ -337,11 +362,12 @@ impl Experiment {
             }
             match (has_role, f.role) {
                 (true, None) => return Err(invalid(field("role"), "\"primary\" or \"backup\"")),
-                (false, Some(_)) => {
+                (false, Some(_)) if !may_have_role => {
                     return Err(invalid(
                         field("role"),
-                        "only kill-memnode, pause-memnode, wipe-memnode and a memory node's partition \
-                         take a role (a restart takes the last killed node)",
+                        "only kill-memnode, pause-memnode, wipe-memnode, a memory node's partition, \
+                         pause-control-leader and transfer-leader take a role (a restart takes the last \
+                         killed node)",
                     ));
                 }
                 _ => {}
@@ -437,11 +463,49 @@ impl Experiment {
                     if leader_back.is_some_and(|back| f.at < back) {
                         return Err(invalid(
                             field("at"),
-                            "a leader killed earlier is not back yet (its `for` has not passed, or it \
+                            "a leader killed or paused earlier is not back yet (its `for` has not passed, or it \
                              has none): a second member down would leave the three without a quorum",
                         ));
                     }
                     leader_back = Some(f.pause.map_or(Duration::MAX, |p| f.at + p));
+                }
+                FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
+                    if leader_back.is_some_and(|back| f.at < back) {
+                        return Err(invalid(
+                            field("at"),
+                            "a leader killed or paused earlier is not back yet (its `for` has not passed, \
+                             or it has none): the leader must be faulted one at a time",
+                        ));
+                    }
+                    match (f.kind, f.pause) {
+                        (FaultKind::TransferLeader, Some(_)) => {
+                            return Err(invalid(field("for"), "a transfer does not last"));
+                        }
+                        (FaultKind::PauseControlLeader, None) => {
+                            return Err(invalid(
+                                field("for"),
+                                format!(
+                                    "a pause-control-leader fault needs `for`, at least {} (past an election)",
+                                    humantime::format_duration(LEADER_PAUSE_MIN)
+                                ),
+                            ));
+                        }
+                        (FaultKind::PauseControlLeader, Some(p)) if p < LEADER_PAUSE_MIN => {
+                            return Err(invalid(
+                                field("for"),
+                                format!(
+                                    "at least {}: a shorter pause may end before another member leads",
+                                    humantime::format_duration(LEADER_PAUSE_MIN)
+                                ),
+                            ));
+                        }
+                        (_, p) => leader_back = p.map(|p| f.at + p),
+                    }
+                    // The node of `role` is killed first and stays down.
+                    if f.role.is_some() {
+                        kills += 1;
+                        down += 1;
+                    }
                 }
                 FaultKind::Partition => {
                     if f.pause.is_none() {

@@ -131,6 +131,12 @@ pub const MEMNODE_LEASE_MS_MIN: u64 = 60;
 /// share plus an 8 ms drift (`txn::TxConfig`), so anything shorter may
 /// never be suspected.
 pub const PAUSE_MIN: Duration = Duration::from_millis(20);
+/// Shortest pause of the Raft leader (`pause-control-leader`): past an
+/// election, so that another member leads while it is stopped. Followers
+/// wait at most `election_timeout_max` (300 ms by default,
+/// `control_plane::config::Timing`) and then need a vote round; a second
+/// more leaves room for a loaded machine.
+pub const LEADER_PAUSE_MIN: Duration = Duration::from_millis(1000);
 /// Largest clock skew a fault injects, either way: ten seconds is far past
 /// any rTX lease (milliseconds) and a client lease (a second by default),
 /// enough to show what breaks beyond the drift.

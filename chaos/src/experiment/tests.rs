@@ -212,6 +212,48 @@ fn a_wipe_takes_a_role_no_duration_and_tcp() {
 }
 
 #[test]
+fn a_leader_fault_takes_an_optional_role_and_a_pause_past_an_election() {
+    let pause = CLUSTER.replacen(
+        "kind = \"pause-memnode\"\nrole = \"backup\"\nat = \"1s\"\nfor = \"300ms\"",
+        "kind = \"pause-control-leader\"\nrole = \"backup\"\nat = \"500ms\"\nfor = \"1s\"",
+        1,
+    );
+    let e = Experiment::from_toml(&pause).unwrap();
+    assert_eq!(e.faults[0].kind, FaultKind::PauseControlLeader);
+    assert!(e.on_memnodes());
+    for (from, to, field) in [
+        // Without a role: the leader paused on a quiet cluster.
+        ("role = \"backup\"\n", "", ""),
+        ("for = \"1s\"", "", "faults[0].for"),
+        // Shorter than an election: no other member may lead meanwhile.
+        ("for = \"1s\"", "for = \"400ms\"", "faults[0].for"),
+        ("for = \"1s\"", "for = \"4s\"", "faults[0].for"),
+        // The leader killed at 1.5 s while it is still paused.
+        ("at = \"500ms\"", "at = \"1s\"", "faults[1].at"),
+        (
+            "kind = \"pause-control-leader\"",
+            "kind = \"transfer-leader\"",
+            "faults[0].for",
+        ),
+        (
+            "kind = \"pause-control-leader\"\nrole = \"backup\"\nat = \"500ms\"\nfor = \"1s\"",
+            "kind = \"transfer-leader\"\nrole = \"primary\"\nat = \"500ms\"",
+            "",
+        ),
+        ("role = \"backup\"", "role = \"spare\"", "unknown variant"),
+    ] {
+        assert_rule(&pause, from, to, field);
+    }
+    // A role kills that node first: it counts against what the cluster can lose.
+    let small =
+        pause
+            .replacen("spares = 2", "spares = 0", 1)
+            .replacen("memory_nodes = 3", "memory_nodes = 2", 1);
+    let e = Experiment::from_toml(&small).unwrap_err().to_string();
+    assert!(e.contains("faults") && e.contains("more memory nodes"), "{e}");
+}
+
+#[test]
 fn the_shipped_experiments_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments");
     let mut n = 0;

@@ -722,7 +722,9 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 | FaultKind::KillControlLeader
                 | FaultKind::ClockSkew
                 | FaultKind::Partition
-                | FaultKind::WipeMemnode,
+                | FaultKind::WipeMemnode
+                | FaultKind::PauseControlLeader
+                | FaultKind::TransferLeader,
                 _,
             ) => {}
         }

@@ -1,15 +1,19 @@
 //! The faults of a local-cluster run, as injected, and the phases each is
 //! watched through on the control plane: a memory node killed, restarted,
 //! paused, cut off or wiped (killed and started again without its image);
-//! the Raft leader killed; a client's clock skewed or its links to the
+//! the Raft leader killed, paused past an election or moved (the last two
+//! while recovery is at work); a client's clock skewed or its links to the
 //! members cut.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::Cluster;
+use control_plane::api::ControlClient;
 use control_plane::state::{MemNodeId, MemNodeState, Region};
+use harness::control::ControlPlane;
 use harness::local::LocalCluster;
 use nix::sys::signal::Signal;
 use serde::Serialize;
@@ -35,6 +39,16 @@ const WIPE_DEAD_WAIT: Duration = Duration::from_secs(10);
 /// listens: it does so just before its first renewal, which made it
 /// active.
 const WIPED_LISTEN_WAIT: Duration = Duration::from_secs(10);
+/// Longest wait for one member's status while phases are watched: a
+/// member answers from its own state at once, so a silent one is stopped,
+/// dead or cut off, and the next is asked.
+const MEMBER_READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// Longest a status read goes on asking the members in turn (an election
+/// is a fraction of it).
+const READ_WAIT: Duration = Duration::from_secs(10);
+/// Pause between attempts of a leadership transfer the leader refused for
+/// now (its target not caught up yet, another transfer under way).
+const TRANSFER_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// When each phase of one fault came, in ms after the fault.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -62,9 +76,15 @@ pub struct Phases {
     pub active_ms: Option<f64>,
     /// A paused node continued (SIGCONT).
     pub resumed_ms: Option<f64>,
-    /// Another member claimed the lead (`kill-control-leader`).
+    /// The Raft leader was stopped (`pause-control-leader`) or asked to
+    /// hand over (`transfer-leader`): after the kill of `role`'s node, once
+    /// recovery was at work on the region.
+    pub leader_faulted_ms: Option<f64>,
+    /// Another member claimed the lead (`kill-control-leader`,
+    /// `pause-control-leader`, `transfer-leader`).
     pub elected_ms: Option<f64>,
-    /// The killed leader restarted and a member again (`for` given).
+    /// The killed leader restarted and a member again (`for` given); the
+    /// paused or moved one following the new leader.
     pub member_back_ms: Option<f64>,
 }
 
@@ -80,6 +100,11 @@ pub struct MemnodeFault {
     pub node: MemNodeId,
     /// The clock skew put in (`clock-skew`).
     pub skew_ms: Option<i64>,
+    /// The Raft leader it paused or moved (`pause-control-leader`,
+    /// `transfer-leader` with a `role`: `node` is then the memory node
+    /// killed first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<MemNodeId>,
     /// When, in ms after the load started.
     pub at_ms: f64,
     /// Its phases.
@@ -105,6 +130,15 @@ impl MemnodeFault {
             }
             FaultKind::RestartMemnode | FaultKind::PauseMemnode => p.active_ms.is_some(),
             FaultKind::KillControlLeader => p.elected_ms.is_some(),
+            // Another member led, the old one follows it, and a node
+            // killed first is made up for.
+            FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
+                let paused = self.kind != FaultKind::PauseControlLeader || p.resumed_ms.is_some();
+                paused
+                    && p.elected_ms.is_some()
+                    && p.member_back_ms.is_some()
+                    && (self.role.is_none() || p.rereplicated_ms.is_some())
+            }
             // A memory node's (it has a role): back as for a pause.
             FaultKind::Partition if self.role.is_some() => p.active_ms.is_some(),
             FaultKind::Partition => p.resumed_ms.is_some(),
@@ -124,6 +158,12 @@ impl MemnodeFault {
 
     /// What and whom: `kill-memnode 2 (primary)`.
     pub fn label(&self) -> String {
+        if let Some(leader) = self.leader {
+            return match self.role {
+                Some(r) => format!("{} member {leader}, memory node {} ({r})", self.kind, self.node),
+                None => format!("{} member {leader}", self.kind),
+            };
+        }
         match (self.role, self.skew_ms) {
             (None, None) if self.kind == FaultKind::Partition => {
                 format!("{} client {}", self.kind, self.node)
@@ -141,11 +181,26 @@ pub(super) struct Injected {
     pub(super) role: Option<ReplicaRole>,
     pub(super) node: MemNodeId,
     pub(super) skew_ms: Option<i64>,
+    pub(super) leader: Option<MemNodeId>,
     pub(super) at_ms: f64,
     pub(super) phases: Phases,
 }
 
 impl Injected {
+    /// Fault `f`, which hit `node` (a memory node, member or client) at
+    /// `at` (`t0`: the run's start), and its phases.
+    fn new(f: &Fault, node: MemNodeId, (at, t0): (Instant, Instant), phases: Phases) -> Injected {
+        Injected {
+            kind: f.kind,
+            role: f.role,
+            node,
+            skew_ms: f.skew_ms,
+            leader: None,
+            at_ms: (at - t0).as_secs_f64() * 1e3,
+            phases,
+        }
+    }
+
     /// The fault with its rates read off `timeline` (1 ms buckets): the
     /// second before it, and the second from the region serving again (a
     /// restart: from the node active again).
@@ -161,6 +216,7 @@ impl Injected {
             role: self.role,
             node: self.node,
             skew_ms: self.skew_ms,
+            leader: self.leader,
             at_ms: self.at_ms,
             dead_to_serving_ms: self
                 .phases
@@ -176,8 +232,8 @@ impl Injected {
 
 /// What the faults act on, and what they leave for the end of the run.
 pub(super) struct Injector<'a> {
-    /// The runner's own session: the control plane's state.
-    pub cluster: &'a Cluster,
+    /// The control plane's state, as the phases are watched.
+    pub watch: &'a Watch,
     /// The processes.
     pub local: &'a mut LocalCluster,
     /// The index's region.
@@ -205,7 +261,7 @@ impl Injector<'_> {
     /// Injects `f` now and watches it through its phases (or
     /// [`PHASE_TIMEOUT`]).
     pub async fn inject(&mut self, f: &Fault) -> Result<Injected, RunError> {
-        let (cluster, region, t0) = (self.cluster, self.region, self.t0);
+        let (watch, region, t0) = (self.watch, self.region, self.t0);
         Ok(match f.kind {
             FaultKind::Partition if f.target == Some(PartitionTarget::Client) => {
                 let links = self
@@ -225,20 +281,14 @@ impl Injector<'_> {
                     // an error.
                     self.cut_off.push(f.client as usize);
                 }
-                Injected {
-                    kind: f.kind,
-                    role: None,
-                    node: f.client as MemNodeId,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases: Phases {
-                        resumed_ms: Some(at.elapsed().as_secs_f64() * 1e3),
-                        ..Phases::default()
-                    },
-                }
+                let phases = Phases {
+                    resumed_ms: Some(at.elapsed().as_secs_f64() * 1e3),
+                    ..Phases::default()
+                };
+                Injected::new(f, f.client as MemNodeId, (at, t0), phases)
             }
             FaultKind::Partition => {
-                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
+                let (node, process) = node_by_role(watch, self.local, region, f.role).await?;
                 let links = self.node_links.get(&(process + 1)).ok_or_else(|| {
                     RunError::Process(format!("memory node process {process} has no proxies"))
                 })?;
@@ -251,64 +301,47 @@ impl Injector<'_> {
                     links.set_cut(&members, false);
                     Instant::now()
                 };
-                let (phases, healed) = tokio::join!(watch_pause(cluster, region, node, at, pause), heal);
+                let (phases, healed) = tokio::join!(watch_pause(watch, region, node, at, pause), heal);
                 let mut phases = phases?;
                 phases.resumed_ms = Some((healed - at).as_secs_f64() * 1e3);
-                Injected {
-                    kind: f.kind,
-                    role: f.role,
-                    node,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases,
-                }
+                Injected::new(f, node, (at, t0), phases)
             }
-            FaultKind::KillMemnode | FaultKind::PauseMemnode => {
-                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
+            FaultKind::KillMemnode => {
+                let (node, at) = self.kill_by_role(f.role).await?;
+                let phases = watch_loss(watch, region, node, at, Phases::default()).await?;
+                Injected::new(f, node, (at, t0), phases)
+            }
+            FaultKind::PauseMemnode => {
+                let (node, process) = node_by_role(watch, self.local, region, f.role).await?;
                 let p = self
                     .local
                     .memnode(process)
                     .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?;
-                let (at, phases) = if f.kind == FaultKind::KillMemnode {
-                    p.kill()?;
-                    let at = Instant::now();
-                    self.killed.push((process, node));
-                    (at, watch_kill(cluster, region, node, at).await?)
-                } else {
-                    let pause = f.pause.unwrap_or_default();
-                    p.signal(Signal::SIGSTOP)?;
-                    let at = Instant::now();
-                    let pid = p.pid();
-                    let resume = async move {
-                        tokio::time::sleep_until((at + pause).into()).await;
-                        let sent = pid.map(|pid| nix::sys::signal::kill(pid, Signal::SIGCONT));
-                        (Instant::now(), sent)
-                    };
-                    let (phases, (resumed, sent)) =
-                        tokio::join!(watch_pause(cluster, region, node, at, pause), resume);
-                    if let Some(Err(e)) = sent {
-                        return Err(RunError::Process(format!(
-                            "cannot SIGCONT memory node {node}: {e}"
-                        )));
-                    }
-                    let mut phases = phases?;
-                    phases.resumed_ms = Some((resumed - at).as_secs_f64() * 1e3);
-                    (at, phases)
+                let pause = f.pause.unwrap_or_default();
+                p.signal(Signal::SIGSTOP)?;
+                let at = Instant::now();
+                let pid = p.pid();
+                let resume = async move {
+                    tokio::time::sleep_until((at + pause).into()).await;
+                    let sent = pid.map(|pid| nix::sys::signal::kill(pid, Signal::SIGCONT));
+                    (Instant::now(), sent)
                 };
-                Injected {
-                    kind: f.kind,
-                    role: f.role,
-                    node,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases,
+                let (phases, (resumed, sent)) =
+                    tokio::join!(watch_pause(watch, region, node, at, pause), resume);
+                if let Some(Err(e)) = sent {
+                    return Err(RunError::Process(format!(
+                        "cannot SIGCONT memory node {node}: {e}"
+                    )));
                 }
+                let mut phases = phases?;
+                phases.resumed_ms = Some((resumed - at).as_secs_f64() * 1e3);
+                Injected::new(f, node, (at, t0), phases)
             }
             FaultKind::WipeMemnode => {
-                let (node, process) = node_by_role(cluster, self.local, region, f.role).await?;
-                let image = Status::read(cluster).await?.image_of(node);
+                let (node, process) = node_by_role(watch, self.local, region, f.role).await?;
+                let image = watch.status().await?.image_of(node);
                 let at = self.local.wipe_memnode(process).map_err(local_error)?;
-                let phases = watch_wipe(cluster, region, node, image, at).await?;
+                let phases = watch_wipe(watch, region, node, image, at).await?;
                 if phases.active_ms.is_some() {
                     // Taken in again, it has said where it listens (its
                     // stdout is drained from then on). Off the async
@@ -316,14 +349,7 @@ impl Injector<'_> {
                     tokio::task::block_in_place(|| self.local.await_memnode(process, WIPED_LISTEN_WAIT))
                         .map_err(local_error)?;
                 }
-                Injected {
-                    kind: f.kind,
-                    role: f.role,
-                    node,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases,
-                }
+                Injected::new(f, node, (at, t0), phases)
             }
             FaultKind::RestartMemnode => {
                 let (process, node) = self
@@ -332,25 +358,48 @@ impl Injector<'_> {
                     .ok_or_else(|| RunError::Process("a restart with no node killed".into()))?;
                 self.local.restart_memnode(process).map_err(local_error)?;
                 let at = Instant::now();
-                let phases = watch_restart(cluster, node, at).await?;
-                Injected {
-                    kind: f.kind,
-                    role: None,
-                    node,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases,
-                }
+                let phases = watch_restart(watch, node, at).await?;
+                Injected::new(f, node, (at, t0), phases)
             }
             FaultKind::KillControlLeader => {
                 let (member, at, phases) = kill_leader(self.local, f.pause).await?;
+                Injected::new(f, member, (at, t0), phases)
+            }
+            FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
+                // With a role: that node killed first, and the leader
+                // faulted once recovery is at work on the region.
+                let (lost, at) = match f.role {
+                    Some(role) => {
+                        let (node, at) = self.kill_by_role(Some(role)).await?;
+                        let mut phases = Phases::default();
+                        await_recovery_at_work(watch, region, node, at, &mut phases).await?;
+                        (Some((node, phases)), at)
+                    }
+                    None => (None, Instant::now()),
+                };
+                let lost_node = lost.as_ref().map(|(node, _)| *node);
+                let control: &ControlPlane = self.local.control();
+                let leader_fault = async {
+                    match f.pause {
+                        Some(pause) if f.kind == FaultKind::PauseControlLeader => {
+                            pause_leader(control, watch, pause, at).await
+                        }
+                        _ => transfer_leader(control, at).await,
+                    }
+                };
+                let loss = async {
+                    match lost {
+                        Some((node, phases)) => watch_loss(watch, region, node, at, phases).await.map(Some),
+                        None => Ok(None),
+                    }
+                };
+                let (leader, phases) = tokio::join!(leader_fault, loss);
+                let (member, leader_phases) = leader?;
+                let phases = phases?.unwrap_or_default().with_leader(leader_phases);
+                let node = lost_node.unwrap_or(member);
                 Injected {
-                    kind: f.kind,
-                    role: None,
-                    node: member,
-                    skew_ms: None,
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases,
+                    leader: Some(member),
+                    ..Injected::new(f, node, (at, t0), phases)
                 }
             }
             FaultKind::ClockSkew => {
@@ -369,14 +418,7 @@ impl Injector<'_> {
                         faults.set_clock_skew_ms(0);
                     }));
                 }
-                Injected {
-                    kind: f.kind,
-                    role: None,
-                    node: f.client as MemNodeId,
-                    skew_ms: Some(skew),
-                    at_ms: (at - t0).as_secs_f64() * 1e3,
-                    phases: Phases::default(),
-                }
+                Injected::new(f, f.client as MemNodeId, (at, t0), Phases::default())
             }
             FaultKind::KillClient | FaultKind::PauseClient => {
                 return Err(RunError::Process(format!(
@@ -385,6 +427,73 @@ impl Injector<'_> {
                 )));
             }
         })
+    }
+
+    /// SIGKILLs the node holding the region's `role` replica; it stays
+    /// down (a `restart-memnode` may bring it back). Returns it and when
+    /// it was killed.
+    async fn kill_by_role(&mut self, role: Option<ReplicaRole>) -> Result<(MemNodeId, Instant), RunError> {
+        let (node, process) = node_by_role(self.watch, self.local, self.region, role).await?;
+        let p = self
+            .local
+            .memnode(process)
+            .ok_or_else(|| RunError::Process(format!("no memory node process {process}")))?;
+        p.kill()?;
+        let at = Instant::now();
+        self.killed.push((process, node));
+        Ok((node, at))
+    }
+}
+
+/// The control plane's state as the runner watches it: each member asked
+/// in turn, skipping one the runner has stopped (SIGSTOP leaves its socket
+/// accepting and silent: every read would wait out a timeout there).
+pub(super) struct Watch {
+    members: Vec<ControlClient>,
+    /// The member (index) stopped now; `usize::MAX`: none.
+    stopped: AtomicUsize,
+}
+
+impl Watch {
+    /// Readers of the members at `endpoints`, in member order.
+    pub(super) fn new(endpoints: &[String], token: &str) -> Result<Watch, RunError> {
+        let members = endpoints
+            .iter()
+            .map(|e| ControlClient::new(e, Some(token.to_owned())))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RunError::Control(format!("cannot make a control-plane client: {e}")))?;
+        Ok(Watch {
+            members,
+            stopped: AtomicUsize::new(usize::MAX),
+        })
+    }
+
+    /// One read of the state, from the first member that answers within
+    /// [`MEMBER_READ_TIMEOUT`], for at most [`READ_WAIT`].
+    pub(super) async fn status(&self) -> Result<Status, RunError> {
+        let deadline = Instant::now() + READ_WAIT;
+        loop {
+            let mut last = String::new();
+            let stopped = self.stopped.load(Ordering::Acquire);
+            for (i, c) in self.members.iter().enumerate().filter(|(i, _)| *i != stopped) {
+                match tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
+                    Ok(Ok(s)) => return Ok(Status(s)),
+                    Ok(Err(e)) => last = format!("member {}: {e}", i + 1),
+                    Err(_) => last = format!("member {}: no answer within {MEMBER_READ_TIMEOUT:?}", i + 1),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(RunError::Control(format!(
+                    "no control-plane member answered a status read within {READ_WAIT:?}; last: {last}"
+                )));
+            }
+            tokio::time::sleep(PHASE_POLL).await;
+        }
+    }
+
+    fn set_stopped(&self, member: Option<usize>) {
+        self.stopped
+            .store(member.unwrap_or(usize::MAX), Ordering::Release);
     }
 }
 
@@ -439,16 +548,16 @@ impl Status {
 }
 
 /// Polls the control plane from a kill at `start` until `region` is
-/// whole without `node`.
-async fn watch_kill(
-    cluster: &Cluster,
+/// whole without `node`, going on from the phases `p` already noted.
+async fn watch_loss(
+    watch: &Watch,
     region: fabric::RegionId,
     node: MemNodeId,
     start: Instant,
+    mut p: Phases,
 ) -> Result<Phases, RunError> {
-    let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        let status = Status::read(cluster).await?;
+        let status = watch.status().await?;
         if p.note_loss(&status, region, node, start)? {
             return Ok(p);
         }
@@ -468,6 +577,7 @@ impl std::fmt::Display for Phases {
             ("re-replicated", self.rereplicated_ms),
             ("resumed", self.resumed_ms),
             ("active", self.active_ms),
+            ("leader faulted", self.leader_faulted_ms),
             ("elected", self.elected_ms),
             ("member back", self.member_back_ms),
         ];
@@ -488,6 +598,17 @@ impl std::fmt::Display for Phases {
 }
 
 impl Phases {
+    /// These phases (a node's loss) with the leader's from `leader`.
+    fn with_leader(self, leader: Phases) -> Phases {
+        Phases {
+            leader_faulted_ms: leader.leader_faulted_ms,
+            elected_ms: leader.elected_ms,
+            resumed_ms: leader.resumed_ms,
+            member_back_ms: leader.member_back_ms,
+            ..self
+        }
+    }
+
     /// The phases that came, for a failure's line: `dead 26 ms, ...`, or
     /// `none came`.
     pub fn came(&self) -> String {
@@ -537,7 +658,7 @@ impl Phases {
 /// record (it serves its empty image): the watch ends there, the fault
 /// incomplete.
 async fn watch_wipe(
-    cluster: &Cluster,
+    watch: &Watch,
     region: fabric::RegionId,
     node: MemNodeId,
     image: Option<fabric::ImageId>,
@@ -545,7 +666,7 @@ async fn watch_wipe(
 ) -> Result<Phases, RunError> {
     let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        let status = Status::read(cluster).await?;
+        let status = watch.status().await?;
         let whole = p.note_loss(&status, region, node, start)?;
         let reimaged = status.image_of(node).is_some_and(|now| Some(now) != image);
         // Active with another image only after the dead decision: before
@@ -574,10 +695,10 @@ async fn watch_wipe(
 
 /// Polls the control plane from a restart at `start` until the node is
 /// active.
-async fn watch_restart(cluster: &Cluster, node: MemNodeId, start: Instant) -> Result<Phases, RunError> {
+async fn watch_restart(watch: &Watch, node: MemNodeId, start: Instant) -> Result<Phases, RunError> {
     let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        if Status::read(cluster).await?.node_state(node) == Some(MemNodeState::Active) {
+        if watch.status().await?.node_state(node) == Some(MemNodeState::Active) {
             p.active_ms = Some(start.elapsed().as_secs_f64() * 1e3);
             return Ok(p);
         }
@@ -592,7 +713,7 @@ async fn watch_restart(cluster: &Cluster, node: MemNodeId, start: Instant) -> Re
 /// empty spare; a shorter one ends with the node still active a few leases
 /// after it resumed.
 async fn watch_pause(
-    cluster: &Cluster,
+    watch: &Watch,
     region: fabric::RegionId,
     node: MemNodeId,
     start: Instant,
@@ -600,7 +721,7 @@ async fn watch_pause(
 ) -> Result<Phases, RunError> {
     let mut p = Phases::default();
     while start.elapsed() < PHASE_TIMEOUT {
-        let status = Status::read(cluster).await?;
+        let status = watch.status().await?;
         let whole = p.note_loss(&status, region, node, start)?;
         let resumed = start.elapsed() > pause;
         if resumed && status.node_state(node) == Some(MemNodeState::Active) {
@@ -626,12 +747,12 @@ fn member_indexes(members: &[u32]) -> Vec<usize> {
 /// The memory node holding the region's primary or first backup, and its
 /// process (from 0).
 async fn node_by_role(
-    cluster: &Cluster,
+    watch: &Watch,
     local: &LocalCluster,
     region: fabric::RegionId,
     role: Option<ReplicaRole>,
 ) -> Result<(MemNodeId, usize), RunError> {
-    let status = Status::read(cluster).await?;
+    let status = watch.status().await?;
     let r = status.region(region)?;
     let replica = usize::from(role == Some(ReplicaRole::Backup));
     let node = r
@@ -641,6 +762,154 @@ async fn node_by_role(
         .node;
     let process = local.process_of(node, &status.0.memnodes).map_err(local_error)?;
     Ok((node, process))
+}
+
+/// Polls from a kill of `node` at `start` until recovery is at work on
+/// `region` (`at_work`), noting the loss's phases in `p`. A region settled
+/// again first (a copy quicker than the poll) ends the wait too: the
+/// leader is faulted all the same, and the phases show it came after.
+async fn await_recovery_at_work(
+    watch: &Watch,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+    p: &mut Phases,
+) -> Result<(), RunError> {
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = watch.status().await?;
+        let whole = p.note_loss(&status, region, node, start)?;
+        if p.detected_ms.is_some() && (at_work(status.region(region)?) || whole) {
+            return Ok(());
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Err(RunError::Process(format!(
+        "recovery did not start on region {region} within {PHASE_TIMEOUT:?} of memory node {node}'s kill"
+    )))
+}
+
+/// Whether recovery is at work on `r`: a promoted replica being restored,
+/// a replica placed, being copied or caught up.
+fn at_work(r: &Region) -> bool {
+    r.restoring || !r.pending.is_empty() || !r.syncing.is_empty() || r.catching_up.is_some()
+}
+
+/// SIGSTOPs the Raft leader (its recovery coordinator with it), waits for
+/// another member to lead, SIGCONTs it `pause` after the stop, and waits
+/// until it follows the new leader. Times from `start`. Returns the
+/// paused member's id and the phases.
+async fn pause_leader(
+    control: &ControlPlane,
+    watch: &Watch,
+    pause: Duration,
+    start: Instant,
+) -> Result<(MemNodeId, Phases), RunError> {
+    let clients = control.clients().map_err(control_error)?;
+    let (i, old) = control
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control_error)?;
+    watch.set_stopped(Some(i));
+    control.signal(i, Signal::SIGSTOP).map_err(control_error)?;
+    let stopped = Instant::now();
+    let mut p = Phases {
+        leader_faulted_ms: Some(ms_since(start)),
+        ..Phases::default()
+    };
+    let resume = async {
+        tokio::time::sleep_until((stopped + pause).into()).await;
+        let sent = control.signal(i, Signal::SIGCONT);
+        watch.set_stopped(None);
+        (ms_since(start), sent)
+    };
+    let (elected, (resumed, sent)) = tokio::join!(await_new_leader(&clients, i, old.term, start), resume);
+    sent.map_err(control_error)?;
+    p.resumed_ms = Some(resumed);
+    p.elected_ms = elected;
+    p.member_back_ms = await_follower(&clients[i], old.member, start).await;
+    tracing::info!(member = old.member, phases = %p, "control-plane leader paused and resumed");
+    Ok((old.member as MemNodeId, p))
+}
+
+/// Moves the Raft lead from the leader to the next live member, as `ctl
+/// members transfer-leader` does, and waits until the old leader follows
+/// the new one. Times from `start`. Returns the old leader's id and the
+/// phases.
+async fn transfer_leader(control: &ControlPlane, start: Instant) -> Result<(MemNodeId, Phases), RunError> {
+    let clients = control.clients().map_err(control_error)?;
+    let (i, old) = control
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control_error)?;
+    let n = control.members.len();
+    let to = (1..n)
+        .map(|k| (i + k) % n)
+        .find(|&j| control.members[j].alive())
+        .ok_or_else(|| RunError::Control("no other live member to hand the lead to".into()))?;
+    let to_id = control.members[to].id;
+    let mut p = Phases::default();
+    loop {
+        match clients[i].transfer_leader(to_id).await {
+            Ok(moved) => {
+                p.leader_faulted_ms = Some(ms_since(start) - moved.took_ms as f64);
+                break;
+            }
+            // Refused for now (its target not caught up, a transfer under
+            // way): asked again, within the phase timeout.
+            Err(e) if start.elapsed() < PHASE_TIMEOUT => {
+                tracing::debug!(error = %e, to = to_id, "leader transfer refused; asking again");
+                tokio::time::sleep(TRANSFER_RETRY_PAUSE).await;
+            }
+            Err(e) => {
+                return Err(RunError::Control(format!(
+                    "member {} did not hand the lead to {to_id}: {e}",
+                    old.member
+                )))
+            }
+        }
+    }
+    p.elected_ms = await_new_leader(&clients, i, old.term, start).await;
+    p.member_back_ms = await_follower(&clients[i], old.member, start).await;
+    tracing::info!(from = old.member, to = to_id, phases = %p, "control-plane lead moved");
+    Ok((old.member as MemNodeId, p))
+}
+
+/// Polls every member but `old` until one leads at a term above `term`
+/// (at most [`PHASE_TIMEOUT`]); when, in ms from `start`.
+async fn await_new_leader(clients: &[ControlClient], old: usize, term: u64, start: Instant) -> Option<f64> {
+    while start.elapsed() < PHASE_TIMEOUT {
+        for (_, c) in clients.iter().enumerate().filter(|(j, _)| *j != old) {
+            if let Ok(Ok(s)) = tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
+                if s.role == "leader" && s.term > term {
+                    return Some(ms_since(start));
+                }
+            }
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    None
+}
+
+/// Polls member `c` (id `me`, the old leader) until it follows another
+/// leader (at most [`PHASE_TIMEOUT`]); when, in ms from `start`.
+async fn await_follower(c: &ControlClient, me: control_plane::raft::MemberId, start: Instant) -> Option<f64> {
+    while start.elapsed() < PHASE_TIMEOUT {
+        if let Ok(Ok(s)) = tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
+            if s.role != "leader" && s.leader.is_some_and(|l| l != me) {
+                return Some(ms_since(start));
+            }
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    None
+}
+
+fn ms_since(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e3
+}
+
+fn control_error(e: harness::control::ControlError) -> RunError {
+    RunError::Control(e.to_string())
 }
 
 /// SIGKILLs the Raft leader, waits for another member to claim the lead,

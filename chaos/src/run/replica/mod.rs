@@ -29,7 +29,7 @@ mod check;
 mod faults;
 
 pub use check::ReplicaRunCheck;
-use faults::{Injector, Status};
+use faults::{Injector, Status, Watch};
 pub use faults::{MemnodeFault, Phases};
 
 use std::collections::BTreeMap;
@@ -365,8 +365,9 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     // PHASE_TIMEOUT): a fault due meanwhile goes late, and its `at_ms`
     // says when it went.
     let mut injected = Vec::new();
+    let watch = Watch::new(&file.control, &file.client_token)?;
     let mut injector = Injector {
-        cluster: &cluster,
+        watch: &watch,
         local: &mut local,
         region,
         t0,
