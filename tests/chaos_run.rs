@@ -419,6 +419,46 @@ fn two_backups_killed_with_one_spare_settle_degraded_losing_nothing() {
     assert_eq!(second["degraded"], true, "{second}");
 }
 
+/// A mixed-rf cluster (issue 46, path 3): rf 1 and rf 2 indexes beside
+/// the checked rf-3 one, and the node of the single copy killed. The
+/// single copy is reported lost and removed by its operator action; the
+/// rf-2 index reads back every key; the checked one loses nothing.
+#[test]
+fn a_single_copy_lost_with_its_node_is_reported_and_dropped_while_every_other_index_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/experiments/mixed-rf-hash.toml");
+    let out = dir.path().join("out");
+    let (code, stdout, stderr) = kintsugi(&["chaos", "run", path_str(&path), "--out", path_str(&out)]);
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["passed"], true, "{s}");
+    assert_eq!(s["check"]["lost"], 0, "{s}");
+    assert_eq!(s["check"]["replicas"]["differences"], 0, "{s}");
+    let kill = &s["faults"][0];
+    assert_eq!(kill["role"], "sole-copy", "{kill}");
+    assert!(kill["phases"]["lost_ms"].as_f64().is_some(), "{kill}");
+    let (solo, pair) = (&s["sides"][0], &s["sides"][1]);
+    assert_eq!(solo["replicas"], 1, "{solo}");
+    assert!(
+        solo["lost"]
+            .as_str()
+            .is_some_and(|why| why.contains("no live, allocated backup")),
+        "{solo}"
+    );
+    assert_eq!(solo["dropped"], true, "{solo}");
+    assert_eq!(
+        (pair["replicas"].as_u64(), pair["lost"].as_str()),
+        (Some(2), None),
+        "{pair}"
+    );
+    assert_eq!(pair["read_back"], 500, "{pair}");
+    assert!(
+        stdout.contains("reported lost after") && stdout.contains("--confirm` removed it"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn memnode_faults_refuse_what_cannot_survive_them() {
     let dir = tempfile::tempdir().unwrap();

@@ -225,6 +225,9 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
     at.sort_unstable();
     let mut faults = Vec::new();
     let mut down = 0;
+    // A mixed-rf cluster's first kill takes its single copy: every seed
+    // loses that region (the experiment's point); later kills are drawn.
+    let mut sole_left = base.cluster.side_replicas.contains(&1);
     for t in at {
         let kind = draw.pick(kinds);
         let fault = |kind| Fault {
@@ -247,13 +250,21 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
             FaultKind::KillMemnode | FaultKind::RestartMemnode if down == 0 => {
                 down += 1;
                 let mut f = fault(FaultKind::KillMemnode);
-                f.role = Some(role);
+                f.role = Some(if std::mem::take(&mut sole_left) {
+                    ReplicaRole::SoleCopy
+                } else {
+                    role
+                });
                 f
             }
             FaultKind::KillMemnode => {
                 down += 1;
                 Fault {
-                    role: Some(role),
+                    role: Some(if std::mem::take(&mut sole_left) {
+                        ReplicaRole::SoleCopy
+                    } else {
+                        role
+                    }),
                     ..fault(kind)
                 }
             }
@@ -555,6 +566,27 @@ mod tests {
             assert_eq!(roles.len(), 2, "{kind}: both roles drawn: {roles:?}");
             assert!(quiet > 0, "{kind}: never on a quiet cluster");
         }
+    }
+
+    #[test]
+    fn a_mixed_rf_seed_kills_the_single_copy_first() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/experiments/mixed-rf-btree.toml");
+        let base = Experiment::from_file(&path).unwrap();
+        let mut second = std::collections::BTreeSet::new();
+        for seed in 1..=100 {
+            let e = schedule(&base, seed).unwrap();
+            assert_eq!(e.faults[0].role, Some(ReplicaRole::SoleCopy), "seed {seed}");
+            for f in &e.faults[1..] {
+                assert_eq!(f.kind, FaultKind::KillMemnode, "seed {seed}");
+                second.insert(f.role.unwrap().to_string());
+            }
+        }
+        assert_eq!(
+            second.len(),
+            2,
+            "later kills hit the primary and a backup: {second:?}"
+        );
     }
 
     #[test]

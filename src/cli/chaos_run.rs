@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chaos::experiment::Experiment;
-use chaos::experiment::FaultKind;
+use chaos::experiment::{FaultKind, ReplicaRole};
 use chaos::run::control::{ControlOutcome, LeaseSeen};
 use chaos::run::replica::ReplicaSummary;
 use chaos::run::{Fate, Options, Summary, VariantOutcome};
@@ -216,6 +216,25 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 f.at_ms / 1e3,
                 ms(p.resumed_ms)
             ),
+            FaultKind::KillMemnode if f.role == Some(ReplicaRole::SoleCopy) => writeln!(
+                out,
+                "  {who} at {:.1} s: dead after {}, the single-copy index reported lost after {}{}; \
+                 {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.detected_ms),
+                ms(p.lost_ms),
+                match p.evicted_ms {
+                    Some(_) => format!(
+                        ", the checked index's replica there evicted after {}, serving after {}, whole after {}",
+                        ms(p.evicted_ms),
+                        ms(p.serving_ms),
+                        ms(p.rereplicated_ms)
+                    ),
+                    None => ", the checked index untouched (no replica there)".to_owned(),
+                },
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
+            ),
             FaultKind::PauseMemnode if p.detected_ms.is_none() => writeln!(
                 out,
                 "  {who} at {:.1} s: resumed after {}, never declared dead, active after {}; \
@@ -290,6 +309,14 @@ fn replica_report(s: &ReplicaSummary) -> String {
         .take(5)
     {
         let _ = writeln!(out, "    {v}");
+    }
+    for side in &s.sides {
+        let _ = writeln!(
+            out,
+            "  side index {}{}",
+            side.describe(),
+            if side.is_ok() { "" } else { ": FAILED" }
+        );
     }
     out
 }

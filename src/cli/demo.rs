@@ -56,6 +56,7 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
             client_lease: Duration::from_secs(1),
             spares: 0,
             memnode_lease: Duration::from_millis(100),
+            side_replicas: Vec::new(),
         },
         index: IndexSpec {
             kind,

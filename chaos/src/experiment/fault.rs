@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     invalid, Experiment, ExperimentError, TransportKind, CONTROL_MEMBERS, FAULTS_MAX, LEADER_PAUSE_MIN,
-    LEASE_MS_MAX, MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SKEW_MS_MAX,
+    LEASE_MS_MAX, MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SIDE_INDEXES_MAX, SKEW_MS_MAX,
 };
 
 /// One fault of the schedule.
@@ -184,6 +184,10 @@ pub enum ReplicaRole {
     Primary,
     /// The first backup.
     Backup,
+    /// The only replica of the first single-copy side index
+    /// (`cluster.side_replicas` holds a 1; `kill-memnode` only): its
+    /// region is lost with the node.
+    SoleCopy,
 }
 
 impl std::fmt::Display for ReplicaRole {
@@ -191,6 +195,7 @@ impl std::fmt::Display for ReplicaRole {
         f.write_str(match self {
             ReplicaRole::Primary => "primary",
             ReplicaRole::Backup => "backup",
+            ReplicaRole::SoleCopy => "sole copy",
         })
     }
 }
@@ -223,6 +228,12 @@ impl Experiment {
             return Err(invalid(
                 "cluster.spares",
                 "only a run with memory-node faults has spares",
+            ));
+        }
+        if !c.side_replicas.is_empty() {
+            return Err(invalid(
+                "cluster.side_replicas",
+                "only a run with memory-node faults has side indexes",
             ));
         }
         let mut faulted = Vec::new();
@@ -321,6 +332,25 @@ impl Experiment {
         if c.spares > 2 {
             return Err(invalid("cluster.spares", "0 to 2"));
         }
+        if c.side_replicas.len() > SIDE_INDEXES_MAX {
+            return Err(invalid(
+                "cluster.side_replicas",
+                format!("at most {SIDE_INDEXES_MAX} side indexes"),
+            ));
+        }
+        if let Some(rf) = c
+            .side_replicas
+            .iter()
+            .find(|&&rf| rf == 0 || u32::from(rf) > c.memory_nodes + c.spares)
+        {
+            return Err(invalid(
+                "cluster.side_replicas",
+                format!(
+                    "{rf} replicas: each side index has 1 to {} (the memory nodes and spares)",
+                    c.memory_nodes + c.spares
+                ),
+            ));
+        }
         let lease_ms = c.memnode_lease.as_millis();
         if !(u128::from(MEMNODE_LEASE_MS_MIN)..=u128::from(LEASE_MS_MAX)).contains(&lease_ms) {
             return Err(invalid(
@@ -336,7 +366,7 @@ impl Experiment {
         }
         // Nodes lost in all (killed or paused), nodes down (killed, not
         // restarted) so far, and when the last killed leader is back.
-        let (mut kills, mut down) = (0, 0);
+        let (mut kills, mut down, mut sole_kills) = (0, 0, 0);
         let mut leader_back: Option<Duration> = None;
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
@@ -371,6 +401,27 @@ impl Experiment {
                     ));
                 }
                 _ => {}
+            }
+            if f.role == Some(ReplicaRole::SoleCopy) {
+                if sole_kills > 0 {
+                    return Err(invalid(
+                        field("role"),
+                        "one sole-copy kill: the single copy is lost with the first",
+                    ));
+                }
+                sole_kills += 1;
+                if f.kind != FaultKind::KillMemnode {
+                    return Err(invalid(
+                        field("role"),
+                        "only a kill-memnode takes the sole-copy role",
+                    ));
+                }
+                if !c.side_replicas.contains(&1) {
+                    return Err(invalid(
+                        field("role"),
+                        "sole-copy kills the node of a single-copy side index: add 1 to cluster.side_replicas",
+                    ));
+                }
             }
             if f.skew_ms.is_some() != (f.kind == FaultKind::ClockSkew) {
                 return Err(invalid(

@@ -144,6 +144,14 @@ pub const SKEW_MS_MAX: u64 = 10_000;
 /// Control-plane members of a local-cluster run (`run::replica`): three,
 /// so that one can be killed and the others still form a quorum.
 pub const CONTROL_MEMBERS: u32 = 3;
+/// Indexes beside the checked one (`cluster.side_replicas`): each is a
+/// region on the nodes and a load before the run; a few show a mixed-rf
+/// cluster.
+pub const SIDE_INDEXES_MAX: usize = 3;
+/// Keys each side index is loaded with and read back: enough to span
+/// many B+tree leaves and hash buckets, few enough to load in well under
+/// a second.
+pub const SIDE_KEYS: u64 = 500;
 
 /// An experiment, as read from its file.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -215,6 +223,14 @@ pub struct ClusterSpec {
     /// (memory-node faults only).
     #[serde(default = "default_memnode_lease", with = "humantime_serde")]
     pub memnode_lease: Duration,
+    /// Replication factors of indexes made beside the checked one: a
+    /// mixed-rf cluster (memory-node faults only). Each is loaded with
+    /// [`SIDE_KEYS`] keys before the faults and read back in full after
+    /// them. A single-copy one whose node dies is lost instead: it must be
+    /// reported lost, and its operator action (`ctl region drop ID
+    /// --confirm`) must remove it; it must hold back no other index.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub side_replicas: Vec<u8>,
 }
 
 fn default_memnode_lease() -> Duration {

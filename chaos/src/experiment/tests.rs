@@ -254,6 +254,45 @@ fn a_leader_fault_takes_an_optional_role_and_a_pause_past_an_election() {
 }
 
 #[test]
+fn side_indexes_and_the_sole_copy_role_name_their_field() {
+    let mixed = CLUSTER
+        .replacen("clients = 2\n", "clients = 2\nside_replicas = [1, 2]\n", 1)
+        .replacen(
+            "kind = \"pause-memnode\"\nrole = \"backup\"\nat = \"1s\"\nfor = \"300ms\"",
+            "kind = \"kill-memnode\"\nrole = \"sole-copy\"\nat = \"1s\"",
+            1,
+        );
+    let e = Experiment::from_toml(&mixed).unwrap();
+    assert_eq!(e.cluster.side_replicas, [1, 2]);
+    assert_eq!(e.faults[0].role, Some(ReplicaRole::SoleCopy));
+    for (from, to, field) in [
+        ("side_replicas = [1, 2]", "side_replicas = [2]", "faults[0].role"),
+        ("side_replicas = [1, 2]", "side_replicas = [0]", "cluster.side_replicas"),
+        ("side_replicas = [1, 2]", "side_replicas = [6]", "cluster.side_replicas"),
+        ("side_replicas = [1, 2]", "side_replicas = [1, 1, 2, 2]", "cluster.side_replicas"),
+        (
+            "kind = \"kill-memnode\"\nrole = \"sole-copy\"",
+            "kind = \"wipe-memnode\"\nrole = \"sole-copy\"",
+            "faults[0].role",
+        ),
+        (
+            "role = \"sole-copy\"\nat = \"1s\"",
+            "role = \"sole-copy\"\nat = \"1s\"\n[[faults]]\nkind = \"kill-memnode\"\nrole = \"sole-copy\"\nat = \"1200ms\"",
+            "faults[1].role",
+        ),
+    ] {
+        assert_rule(&mixed, from, to, field);
+    }
+    // Side indexes belong to runs with memory-node faults.
+    assert_rule(
+        GOOD,
+        "clients = 3",
+        "clients = 3\nside_replicas = [1]",
+        "cluster.side_replicas",
+    );
+}
+
+#[test]
 fn the_shipped_experiments_are_valid() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/experiments");
     let mut n = 0;

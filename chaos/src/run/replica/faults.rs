@@ -76,6 +76,9 @@ pub struct Phases {
     pub active_ms: Option<f64>,
     /// A paused node continued (SIGCONT).
     pub resumed_ms: Option<f64>,
+    /// The single-copy side region on the killed node reported lost
+    /// (`sole-copy`), with its operator action.
+    pub lost_ms: Option<f64>,
     /// The Raft leader was stopped (`pause-control-leader`) or asked to
     /// hand over (`transfer-leader`): after the kill of `role`'s node, once
     /// recovery was at work on the region.
@@ -122,6 +125,11 @@ impl MemnodeFault {
     pub fn completed(&self) -> bool {
         let p = &self.phases;
         match self.kind {
+            // The single copy lost, and the checked index whole again if
+            // it lost a replica too.
+            FaultKind::KillMemnode if self.role == Some(ReplicaRole::SoleCopy) => {
+                p.lost_ms.is_some() && (p.evicted_ms.is_none() || p.rereplicated_ms.is_some())
+            }
             FaultKind::KillMemnode => p.rereplicated_ms.is_some(),
             // Declared dead (never served), the region refilled, the node
             // taken in again with its new image.
@@ -238,6 +246,8 @@ pub(super) struct Injector<'a> {
     pub local: &'a mut LocalCluster,
     /// The index's region.
     pub region: fabric::RegionId,
+    /// The region of the first single-copy side index (`sole-copy`).
+    pub sole: Option<fabric::RegionId>,
     /// The run's clock.
     pub t0: Instant,
     /// The clients' sessions, by client number.
@@ -304,6 +314,17 @@ impl Injector<'_> {
                 let (phases, healed) = tokio::join!(watch_pause(watch, region, node, at, pause), heal);
                 let mut phases = phases?;
                 phases.resumed_ms = Some((healed - at).as_secs_f64() * 1e3);
+                Injected::new(f, node, (at, t0), phases)
+            }
+            FaultKind::KillMemnode if f.role == Some(ReplicaRole::SoleCopy) => {
+                let sole = self.sole.ok_or_else(|| {
+                    RunError::Process("a sole-copy kill with no single-copy side index".into())
+                })?;
+                let (node, _) = node_by_role(watch, self.local, sole, Some(ReplicaRole::Primary)).await?;
+                // Whether the checked index loses a replica with it too.
+                let shared = watch.status().await?.region(region)?.on(node);
+                let (node, at) = self.kill_by_role(f.role).await?;
+                let phases = watch_sole_loss(watch, (region, shared), sole, node, at).await?;
                 Injected::new(f, node, (at, t0), phases)
             }
             FaultKind::KillMemnode => {
@@ -433,7 +454,11 @@ impl Injector<'_> {
     /// down (a `restart-memnode` may bring it back). Returns it and when
     /// it was killed.
     async fn kill_by_role(&mut self, role: Option<ReplicaRole>) -> Result<(MemNodeId, Instant), RunError> {
-        let (node, process) = node_by_role(self.watch, self.local, self.region, role).await?;
+        let (region, role) = match (role, self.sole) {
+            (Some(ReplicaRole::SoleCopy), Some(sole)) => (sole, Some(ReplicaRole::Primary)),
+            _ => (self.region, role),
+        };
+        let (node, process) = node_by_role(self.watch, self.local, region, role).await?;
         let p = self
             .local
             .memnode(process)
@@ -576,6 +601,7 @@ impl std::fmt::Display for Phases {
             ("serving", self.serving_ms),
             ("re-replicated", self.rereplicated_ms),
             ("resumed", self.resumed_ms),
+            ("single copy lost", self.lost_ms),
             ("active", self.active_ms),
             ("leader faulted", self.leader_faulted_ms),
             ("elected", self.elected_ms),
@@ -648,6 +674,35 @@ impl Phases {
         }
         Ok(whole)
     }
+}
+
+/// Polls the control plane from the kill at `start` of `node`, which held
+/// the only replica of side region `sole`, until that region is reported
+/// lost and, if the checked `region` had a replica there (`shared`), that
+/// region is whole again without it.
+async fn watch_sole_loss(
+    watch: &Watch,
+    (region, shared): (fabric::RegionId, bool),
+    sole: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+) -> Result<Phases, RunError> {
+    let mut p = Phases::default();
+    while start.elapsed() < PHASE_TIMEOUT {
+        let status = watch.status().await?;
+        if p.detected_ms.is_none() && status.node_state(node) == Some(MemNodeState::Dead) {
+            p.detected_ms = Some(ms_since(start));
+        }
+        if p.lost_ms.is_none() && status.region(sole)?.lost.is_some() {
+            p.lost_ms = Some(ms_since(start));
+        }
+        let whole = !shared || p.note_loss(&status, region, node, start)?;
+        if p.lost_ms.is_some() && whole {
+            return Ok(p);
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(p)
 }
 
 /// Polls the control plane from a wipe at `start` of `node`, whose record
@@ -754,7 +809,10 @@ async fn node_by_role(
 ) -> Result<(MemNodeId, usize), RunError> {
     let status = watch.status().await?;
     let r = status.region(region)?;
-    let replica = usize::from(role == Some(ReplicaRole::Backup));
+    let replica = match role {
+        Some(ReplicaRole::Backup) => 1,
+        Some(ReplicaRole::Primary | ReplicaRole::SoleCopy) | None => 0,
+    };
     let node = r
         .replicas
         .get(replica)

@@ -27,10 +27,12 @@
 
 mod check;
 mod faults;
+mod side;
 
 pub use check::ReplicaRunCheck;
 use faults::{Injector, Status, Watch};
 pub use faults::{MemnodeFault, Phases};
+pub use side::SideCheck;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -94,6 +96,9 @@ pub struct ReplicaSummary {
     pub faults: Vec<MemnodeFault>,
     /// The check.
     pub check: ReplicaRunCheck,
+    /// The side indexes of a mixed-rf cluster (`cluster.side_replicas`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sides: Vec<SideCheck>,
     /// Whether every check held and every phase came.
     pub passed: bool,
 }
@@ -140,6 +145,9 @@ impl ReplicaSummary {
         }
         if c.replicas.differences > 0 {
             why.push(format!("{} replica difference(s)", c.replicas.differences));
+        }
+        for s in self.sides.iter().filter(|s| !s.is_ok()) {
+            why.push(format!("side index {}", s.describe()));
         }
         for f in self.faults.iter().filter(|f| !f.completed()) {
             why.push(format!(
@@ -316,6 +324,30 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         sessions.push(Arc::new(session));
         session_links.push(links);
     }
+    let sides = side::make(
+        &file.control,
+        &file.client_token,
+        &c.side_replicas,
+        e.index.kind,
+        index_variant,
+    )
+    .await?;
+    if !sides.is_empty() {
+        say(
+            options,
+            &format!(
+                "side indexes of {:?} replicas made and loaded with {} keys each",
+                c.side_replicas,
+                crate::experiment::SIDE_KEYS
+            ),
+        );
+    }
+    let sole = c
+        .side_replicas
+        .iter()
+        .position(|&rf| rf == 1)
+        .and_then(|i| sides.get(i))
+        .map(|s| s.region);
     if options.sabotage == Some(Sabotage::DropBackupWrites) {
         let status = Status::read(&cluster).await?;
         let backup = status.region(region)?.replicas.get(1).map(|l| l.node);
@@ -370,6 +402,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         watch: &watch,
         local: &mut local,
         region,
+        sole,
         t0,
         sessions: &sessions,
         session_links: &session_links,
@@ -445,7 +478,11 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .map_err(after_faults)?;
     check.lease_lost = expected.into_iter().map(|(_, e)| e).collect();
     check.in_doubt = report.in_doubt;
-    let passed = check.is_ok() && faults.iter().all(MemnodeFault::completed);
+    let operator = cluster::Members::new(&file.control, &file.token)
+        .map_err(|e| RunError::Control(format!("cannot reach the members as an operator: {e}")))?;
+    let sides = side::check(&sides, &operator).await.map_err(after_faults)?;
+    let passed =
+        check.is_ok() && faults.iter().all(MemnodeFault::completed) && sides.iter().all(SideCheck::is_ok);
     // The sessions' map watches go before the members they watch.
     drop(sessions);
     drop(cluster);
@@ -458,6 +495,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         timeline,
         faults,
         check,
+        sides,
         passed,
         experiment,
     })
@@ -494,6 +532,9 @@ fn write_outputs(s: &ReplicaSummary, out: &Path) -> Result<(), RunError> {
             ("serving", p.serving_ms),
             ("re-replicated", p.rereplicated_ms),
             ("active", p.active_ms),
+            ("single copy lost", p.lost_ms),
+            ("leader faulted", p.leader_faulted_ms),
+            ("elected", p.elected_ms),
         ] {
             if let Some(t) = t {
                 marks.push((f.at_ms + t, name.to_owned()));
