@@ -173,13 +173,25 @@ impl Cluster {
                 // being restored, a refused `region_restored`); the region
                 // in the map says it was published, once the member asked
                 // has applied it and the other promoter is done.
+                // A claim given back (its holder stepped down: a deposed
+                // coordinator) or lapsed with its holder leaves nobody to
+                // publish: the step fails at once and is tried again, when
+                // the claim is this process's to take.
                 let deadline = Instant::now() + PROMOTE_TIMEOUT;
                 let published = loop {
                     let Ok(status) = self.status().await else {
                         return Err(e);
                     };
                     let r = status.regions.iter().find(|r| r.id == region).cloned();
-                    if r.as_ref().is_some_and(|r| r.usable()) || Instant::now() >= deadline {
+                    let unclaimed = r.as_ref().is_some_and(|r| {
+                        r.restorer.is_none_or(|holder| {
+                            !status
+                                .clients
+                                .iter()
+                                .any(|c| c.id == holder && c.state == control_plane::state::ClientState::Live)
+                        })
+                    });
+                    if r.as_ref().is_some_and(|r| r.usable()) || unclaimed || Instant::now() >= deadline {
                         break r;
                     }
                     tokio::time::sleep(PROMOTE_POLL).await;
@@ -479,6 +491,35 @@ impl Cluster {
             _ => 0,
         };
         self.await_fenced(region, at_least).await
+    }
+
+    /// Gives back every restore claim this process holds
+    /// (`Command::ReleaseRestore`): what a recovery coordinator does when
+    /// its member loses the lead, before it leaves. Leaving waits for
+    /// regions out of the map to come back, which a claim it keeps would
+    /// stop the new leader's coordinator from doing until this process
+    /// expires. Returns the regions given back; a claim that moved on
+    /// meanwhile (expired, published) is not an error.
+    pub async fn release_restore_claims(&self) -> Result<Vec<RegionId>, ClusterError> {
+        let status = self.status().await?;
+        let mut given = Vec::new();
+        for r in status.regions.iter().filter(|r| r.restorer == Some(self.me.id)) {
+            let release = Command::ReleaseRestore {
+                region: r.id,
+                client: self.me.id,
+            };
+            match self
+                .members
+                .command(&format!("giving back the restore of region {}", r.id), &release)
+                .await
+            {
+                Ok(_) => given.push(r.id),
+                Err(ClusterError::Refused { source, .. })
+                    if source.status().is_some_and(|s| s.as_u16() == 409) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(given)
     }
 
     /// Starts a copy into `node`'s replica of `region` being made: a new

@@ -296,7 +296,7 @@ async fn recover_while_leading(
                 match c.run(&leading).await {
                     Stopped::NotLeading => {
                         tracing::info!("no longer leading: recovery coordinator stopped");
-                        if let Err(e) = c.close().await {
+                        if let Err(e) = c.step_down().await {
                             tracing::warn!(error = %e, "recovery coordinator did not leave cleanly");
                         }
                     }

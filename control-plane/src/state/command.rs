@@ -100,6 +100,19 @@ pub enum Command {
         /// The claimant.
         client: ClientId,
     },
+    /// `client` gives back its claim on the restore of a region
+    /// (`ClaimRestore`) without having published it: a recovery
+    /// coordinator whose member lost the lead steps down this way, so the
+    /// new leader's coordinator may claim at once rather than wait until
+    /// the deposed one leaves or expires. Refused unless `client` holds the
+    /// claim. The next claimant's new epoch fences any late verb of the
+    /// old one.
+    ReleaseRestore {
+        /// The region.
+        region: RegionId,
+        /// The holder.
+        client: ClientId,
+    },
     /// Starts a new replica on an active node: allocated there, then
     /// copied by recovery while clients keep writing the others, then
     /// joined (`join_backup`).

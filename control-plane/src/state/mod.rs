@@ -168,6 +168,7 @@ impl ControlState {
                 restorer,
             } => self.promote(region, node, restorer),
             Command::ClaimRestore { region, client } => self.claim_restore(region, client),
+            Command::ReleaseRestore { region, client } => self.release_restore(region, client),
             Command::AddBackup { region, node } => self.add_backup(region, node, req.nonce),
             Command::FenceCopy { region, node } => self.fence_copy(region, node),
             Command::JoinBackup { region, node } => self.join_backup(region, node),

@@ -276,6 +276,20 @@ impl ControlState {
         Ok(Outcome::Region(r.clone()))
     }
 
+    /// `client` gives back its claim on `region`'s restore
+    /// (`Command::ReleaseRestore`).
+    pub(super) fn release_restore(&mut self, region: RegionId, client: ClientId) -> Response {
+        let r = self.region_mut(region)?;
+        if r.restorer != Some(client) {
+            return Err(CommandError::Conflict(format!(
+                "client {client} holds no claim on the restore of region {region} (held by {:?})",
+                r.restorer
+            )));
+        }
+        r.restorer = None;
+        Ok(Outcome::Region(r.clone()))
+    }
+
     /// A dead node registers again (it restarted): taken in as joining,
     /// holding nothing, once recovery has evicted all its replicas.
     /// Whatever its memory kept is never served again: a new replica on

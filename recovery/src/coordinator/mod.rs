@@ -355,6 +355,20 @@ impl Coordinator {
         Ok(self.cluster.close().await?)
     }
 
+    /// Leaves after this coordinator's member lost the lead: first gives
+    /// back the restore claims it holds (a promotion it was restoring when
+    /// it was paused or deposed), so that the new leader's coordinator
+    /// claims them at once, then leaves as [`Coordinator::close`] does.
+    /// Kept, a claim would hold the region out of the map until this
+    /// client left or expired, and leaving itself waits for that region.
+    pub async fn step_down(self) -> Result<(), RecoveryError> {
+        let given = self.cluster.release_restore_claims().await?;
+        if !given.is_empty() {
+            tracing::info!(regions = ?given, "no longer leading: restore claims given back");
+        }
+        self.close().await
+    }
+
     /// Runs passes while `leading()` holds and this coordinator's lease
     /// lasts; says which ended. A pass that fails (its status read: a
     /// step's failure fails only that step) is logged and tried again

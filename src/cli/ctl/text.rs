@@ -98,6 +98,9 @@ pub fn command(c: &Command) -> String {
         Command::ClaimRestore { region, client } => {
             format!("claim the restore of region {region} for client {client}")
         }
+        Command::ReleaseRestore { region, client } => {
+            format!("give back client {client}'s claim on the restore of region {region}")
+        }
         Command::AddBackup { region, node } => {
             format!("start a new replica of region {region} on node {node}")
         }

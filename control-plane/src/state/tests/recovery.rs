@@ -319,6 +319,24 @@ fn one_live_restorer_claims_a_region_at_a_time_at_a_new_epoch() {
     };
     assert!(c2.epoch > c.epoch && c2.restorer == Some(coordinator));
     assert_eq!(s.check(), Ok(()));
+    // A holder that steps down (a coordinator whose member lost the lead)
+    // gives the claim back; nobody else may give it back for it.
+    let release =
+        |s: &mut ControlState, client| s.apply(&req(7, Command::ReleaseRestore { region: r.id, client }));
+    let other = register(&mut s, "new leader's recovery");
+    assert!(matches!(release(&mut s, other), Err(CommandError::Conflict(_))));
+    assert_eq!(s.regions[&r.id].restorer, Some(coordinator));
+    assert!(matches!(claim(&mut s, other), Err(CommandError::Conflict(_))));
+    let Ok(Outcome::Region(given)) = release(&mut s, coordinator) else {
+        panic!("the holder gives its claim back")
+    };
+    assert_eq!(given.restorer, None);
+    assert!(given.restoring, "still to be restored: {given:?}");
+    let Ok(Outcome::Region(c3)) = claim(&mut s, other) else {
+        panic!("a released claim is taken at once, the holder alive")
+    };
+    assert!(c3.epoch > c2.epoch && c3.restorer == Some(other));
+    assert_eq!(s.check(), Ok(()));
     // Publishing ends the claim.
     let Ok(Outcome::Region(done)) = s.apply(&req(8, Command::RegionRestored { region: r.id })) else {
         panic!("published")
