@@ -11,7 +11,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use support::{kintsugi, path_str};
 
-const KINDS: [&str; 9] = [
+const KINDS: [&str; 10] = [
     "kill-memnode",
     "restart-memnode",
     "pause-memnode",
@@ -21,6 +21,7 @@ const KINDS: [&str; 9] = [
     "wipe-memnode",
     "pause-control-leader",
     "transfer-leader",
+    "snapshot-restore",
 ];
 
 /// The shipped campaign file of `index`, shortened, written in `dir`.

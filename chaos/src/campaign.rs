@@ -276,6 +276,13 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
                 role: Some(role),
                 ..fault(kind)
             },
+            FaultKind::SnapshotRestore => {
+                down += 1;
+                Fault {
+                    role: Some(role),
+                    ..fault(kind)
+                }
+            }
             FaultKind::PauseMemnode => Fault {
                 role: Some(role),
                 pause: Some(Duration::from_millis(draw.range(lease, 5 * lease).min(until_end))),

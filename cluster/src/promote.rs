@@ -549,6 +549,7 @@ impl Cluster {
             if behind.is_empty() {
                 return Ok(r.epoch);
             }
+            dead_among(&status, region, &behind)?;
             if Instant::now() >= deadline {
                 return Err(ClusterError::Timeout {
                     what: format!(
@@ -617,6 +618,7 @@ impl Cluster {
             if behind.is_empty() {
                 return Ok((r.epoch, r.primary()));
             }
+            dead_among(&status, region, &behind)?;
             if Instant::now() >= deadline {
                 return Err(ClusterError::Timeout {
                     what: format!("memory node(s) {behind:?} to fence at epoch {}", r.epoch),
@@ -664,6 +666,36 @@ impl Cluster {
         control_plane::state::map_of(status.epoch, status.memnodes.iter(), status.regions.iter(), true)
             .map_err(|e| ClusterError::Map(e.to_string()))
     }
+}
+
+/// Fails a fence wait at once when one of the nodes it waits for, `behind`,
+/// is declared dead: a dead node never reports an epoch again, so the wait
+/// would last its whole timeout for nothing (a node the restored map of a
+/// snapshot names and that never came back, a death during a copy). The
+/// step fails and is tried again after recovery's backoff, once the node
+/// is evicted.
+fn dead_among(
+    status: &control_plane::api::Status,
+    region: RegionId,
+    behind: &[MemNodeId],
+) -> Result<(), ClusterError> {
+    let dead: Vec<MemNodeId> = behind
+        .iter()
+        .copied()
+        .filter(|&id| {
+            status
+                .memnodes
+                .iter()
+                .any(|n| n.id == id && n.state == control_plane::state::MemNodeState::Dead)
+        })
+        .collect();
+    if dead.is_empty() {
+        return Ok(());
+    }
+    Err(ClusterError::Map(format!(
+        "memory node(s) {dead:?} holding region {region} are dead and will never fence: the region's \
+         dead replicas are evicted first"
+    )))
 }
 
 /// The nodes of `holders` that `status` does not show fencing at `epoch`

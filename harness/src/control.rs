@@ -219,6 +219,51 @@ impl ControlPlane {
         Ok(plane)
     }
 
+    /// Starts as many new members as this plane has, in `dir`, with its
+    /// secret, tokens, settings and environment: the control plane an
+    /// operator builds to restore this one's snapshot into, whose
+    /// processes (still configured with the old tokens) it must accept.
+    /// Not a cluster yet: [`ControlPlane::form`].
+    pub fn start_successor(&self, dir: &Path) -> Result<ControlPlane, ControlError> {
+        let io = |what, path: &Path, source| ControlError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| io("cannot create", dir, e))?;
+        let config = match &self.config {
+            Some(old) => {
+                let text = std::fs::read_to_string(old).map_err(|e| io("cannot read", old, e))?;
+                let path = dir.join("control.toml");
+                write_private(&path, &text).map_err(|e| io("cannot write", &path, e))?;
+                Some(path)
+            }
+            None => None,
+        };
+        let logs = match &self.logs {
+            MemberLogs::Files(_) => MemberLogs::Files(dir.to_owned()),
+            MemberLogs::Forward => MemberLogs::Forward,
+        };
+        let mut plane = ControlPlane {
+            members: Vec::with_capacity(self.members.len()),
+            token: self.token.clone(),
+            client_token: self.client_token.clone(),
+            secret: self.secret.clone(),
+            config,
+            exe: self.exe.clone(),
+            env: self.env.clone(),
+            logs,
+            dir: dir.to_owned(),
+            _temp: None,
+        };
+        for i in 0..self.members.len() {
+            let id = i as MemberId + 1;
+            let member = plane.spawn(id, "127.0.0.1:0", dir.join(format!("control-plane-{id}")), 0)?;
+            plane.members.push(member);
+        }
+        Ok(plane)
+    }
+
     /// Writes the members' settings: secret, the admin and client
     /// tokens, `timing`. Readable by the owner only: it holds the secret.
     fn write_config(&self, timing: &Timing) -> Result<PathBuf, ControlError> {

@@ -515,6 +515,14 @@ impl LocalCluster {
         &self.dir
     }
 
+    /// Puts `successor` (a control plane restored from this one's
+    /// snapshot) in place of the control plane and returns the old one:
+    /// its members die when it drops. The memory nodes still reach
+    /// whatever addresses they were started with.
+    pub fn replace_control(&mut self, successor: ControlPlane) -> ControlPlane {
+        std::mem::replace(&mut self.control, successor)
+    }
+
     /// The control plane's members (to kill or restart one in a test).
     pub fn control(&mut self) -> &mut ControlPlane {
         &mut self.control

@@ -162,6 +162,20 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 rate(f.ops_per_sec_before),
                 rate(f.ops_per_sec_after)
             ),
+            FaultKind::SnapshotRestore => writeln!(
+                out,
+                "  {who} at {:.1} s: snapshot saved, the node killed: dead after {}, serving after {}, whole after {}; \
+                 restored into a fresh control plane after {}, whole there (every replica proven or replaced) after {}; \
+                 {} ops/s before, {} ops/s after",
+                f.at_ms / 1e3,
+                ms(p.detected_ms),
+                ms(p.serving_ms),
+                ms(p.rereplicated_ms),
+                ms(p.restored_ms),
+                ms(p.restored_whole_ms),
+                rate(f.ops_per_sec_before),
+                rate(f.ops_per_sec_after)
+            ),
             FaultKind::KillControlLeader => writeln!(
                 out,
                 "  {who} at {:.1} s: another member leads after {}, the killed one back after {}; \

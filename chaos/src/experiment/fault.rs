@@ -121,11 +121,20 @@ pub enum FaultKind {
     /// `pause-control-leader`: the old leader's coordinator stops, the new
     /// one's finishes what it began.
     TransferLeader,
+    /// Save a snapshot of the control plane, SIGKILL the node of `role`
+    /// and let recovery make the region whole, let the clients write on,
+    /// then restore the snapshot into a fresh control plane (three new
+    /// members, the same tokens) that every process is pointed at in place
+    /// of the old one, which is killed. The restored map names the roles of
+    /// the snapshot: every replica must prove itself (design.md §1b), the
+    /// region made whole again from the ones that do, and every write
+    /// acknowledged before and after the snapshot read back. Once a run.
+    SnapshotRestore,
 }
 
 impl FaultKind {
     /// Every kind, for campaigns and `--help`.
-    pub const ALL: [FaultKind; 11] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::KillClient,
         FaultKind::PauseClient,
         FaultKind::KillMemnode,
@@ -137,6 +146,7 @@ impl FaultKind {
         FaultKind::WipeMemnode,
         FaultKind::PauseControlLeader,
         FaultKind::TransferLeader,
+        FaultKind::SnapshotRestore,
     ];
 
     /// Whether the fault is run by the local-cluster runner (`run::replica`):
@@ -154,6 +164,7 @@ impl FaultKind {
                 | FaultKind::WipeMemnode
                 | FaultKind::PauseControlLeader
                 | FaultKind::TransferLeader
+                | FaultKind::SnapshotRestore
         )
     }
 }
@@ -172,6 +183,7 @@ impl std::fmt::Display for FaultKind {
             FaultKind::WipeMemnode => "wipe-memnode",
             FaultKind::PauseControlLeader => "pause-control-leader",
             FaultKind::TransferLeader => "transfer-leader",
+            FaultKind::SnapshotRestore => "snapshot-restore",
         })
     }
 }
@@ -366,13 +378,16 @@ impl Experiment {
         }
         // Nodes lost in all (killed or paused), nodes down (killed, not
         // restarted) so far, and when the last killed leader is back.
-        let (mut kills, mut down, mut sole_kills) = (0, 0, 0);
+        let (mut kills, mut down, mut sole_kills, mut restores) = (0, 0, 0, 0);
         let mut leader_back: Option<Duration> = None;
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
             let has_role = matches!(
                 f.kind,
-                FaultKind::KillMemnode | FaultKind::PauseMemnode | FaultKind::WipeMemnode
+                FaultKind::KillMemnode
+                    | FaultKind::PauseMemnode
+                    | FaultKind::WipeMemnode
+                    | FaultKind::SnapshotRestore
             ) || f.target == Some(PartitionTarget::Memnode);
             let may_have_role = matches!(f.kind, FaultKind::PauseControlLeader | FaultKind::TransferLeader);
             if f.target.is_some() != (f.kind == FaultKind::Partition) {
@@ -395,9 +410,9 @@ impl Experiment {
                 (false, Some(_)) if !may_have_role => {
                     return Err(invalid(
                         field("role"),
-                        "only kill-memnode, pause-memnode, wipe-memnode, a memory node's partition, \
-                         pause-control-leader and transfer-leader take a role (a restart takes the last \
-                         killed node)",
+                        "only kill-memnode, pause-memnode, wipe-memnode, snapshot-restore, a memory node's \
+                         partition, pause-control-leader and transfer-leader take a role (a restart takes \
+                         the last killed node)",
                     ));
                 }
                 _ => {}
@@ -557,6 +572,27 @@ impl Experiment {
                         kills += 1;
                         down += 1;
                     }
+                }
+                FaultKind::SnapshotRestore => {
+                    if f.pause.is_some() {
+                        return Err(invalid(field("for"), "a snapshot restore does not last"));
+                    }
+                    if restores > 0 {
+                        return Err(invalid(
+                            field("kind"),
+                            "one snapshot-restore a run: a second would restore over a restored cluster",
+                        ));
+                    }
+                    if leader_back.is_some_and(|back| f.at < back) {
+                        return Err(invalid(
+                            field("at"),
+                            "a leader killed or paused earlier is not back yet: the snapshot is saved from a \
+                             whole control plane",
+                        ));
+                    }
+                    restores += 1;
+                    kills += 1;
+                    down += 1;
                 }
                 FaultKind::Partition => {
                     if f.pause.is_none() {

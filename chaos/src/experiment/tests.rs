@@ -254,6 +254,28 @@ fn a_leader_fault_takes_an_optional_role_and_a_pause_past_an_election() {
 }
 
 #[test]
+fn a_snapshot_restore_takes_a_role_no_duration_and_comes_once() {
+    let restore = CLUSTER.replacen(
+        "kind = \"pause-memnode\"\nrole = \"backup\"\nat = \"1s\"\nfor = \"300ms\"",
+        "kind = \"snapshot-restore\"\nrole = \"primary\"\nat = \"1s\"",
+        1,
+    );
+    let e = Experiment::from_toml(&restore).unwrap();
+    assert_eq!(e.faults[0].kind, FaultKind::SnapshotRestore);
+    for (from, to, field) in [
+        ("role = \"primary\"\nat = \"1s\"", "at = \"1s\"", "faults[0].role"),
+        ("at = \"1s\"", "at = \"1s\"\nfor = \"300ms\"", "faults[0].for"),
+        (
+            "at = \"1s\"",
+            "at = \"1s\"\n[[faults]]\nkind = \"snapshot-restore\"\nrole = \"backup\"\nat = \"1200ms\"",
+            "faults[1].kind",
+        ),
+    ] {
+        assert_rule(&restore, from, to, field);
+    }
+}
+
+#[test]
 fn side_indexes_and_the_sole_copy_role_name_their_field() {
     let mixed = CLUSTER
         .replacen("clients = 2\n", "clients = 2\nside_replicas = [1, 2]\n", 1)

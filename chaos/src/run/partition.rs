@@ -17,8 +17,6 @@
 //! is traffic that does not pass through it: the data path (clients and
 //! memory nodes talk directly), and Raft between members.
 
-use std::sync::Arc;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -33,6 +31,8 @@ pub struct Link {
     /// told the member's address is.
     pub addr: String,
     cut: watch::Sender<bool>,
+    /// The member's own address; moved by [`Link::retarget`].
+    upstream: watch::Sender<String>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -45,19 +45,32 @@ impl Link {
         let listener = TcpListener::from_std(listener)?;
         let addr = listener.local_addr()?.to_string();
         let (cut, watch) = watch::channel(false);
-        let upstream = Arc::new(upstream);
+        let (upstream, target) = watch::channel(upstream);
         let task = tokio::spawn(async move {
             loop {
                 let Ok((down, _)) = listener.accept().await else {
                     continue;
                 };
-                let (upstream, watch) = (upstream.clone(), watch.clone());
+                let (mut target, watch) = (target.clone(), watch.clone());
                 tokio::spawn(async move {
-                    let _ = forward(down, &upstream, watch).await;
+                    let _ = forward(down, &mut target, watch).await;
                 });
             }
         });
-        Ok(Link { addr, cut, task })
+        Ok(Link {
+            addr,
+            cut,
+            upstream,
+            task,
+        })
+    }
+
+    /// Points the link at another member address (a control plane
+    /// restored from a snapshot in place of the old one): connections open
+    /// now are closed, new ones go there. What a process configured with
+    /// a DNS name or a virtual address sees when the name moves.
+    pub fn retarget(&self, upstream: String) {
+        self.upstream.send_replace(upstream);
     }
 
     /// Cuts the link (`true`) or heals it (`false`).
@@ -81,20 +94,27 @@ async fn healed(watch: &mut watch::Receiver<bool>) -> std::io::Result<()> {
         .map_err(|_| std::io::Error::other("the link is gone"))
 }
 
-async fn forward(down: TcpStream, upstream: &str, mut watch: watch::Receiver<bool>) -> std::io::Result<()> {
+async fn forward(
+    down: TcpStream,
+    target: &mut watch::Receiver<String>,
+    mut watch: watch::Receiver<bool>,
+) -> std::io::Result<()> {
     // A connection made while cut is held until the link heals.
     healed(&mut watch).await?;
-    let up = TcpStream::connect(upstream).await?;
+    let upstream = target.borrow_and_update().clone();
+    let up = TcpStream::connect(&upstream).await?;
     let _ = down.set_nodelay(true);
     let _ = up.set_nodelay(true);
     let (down_r, down_w) = down.into_split();
     let (up_r, up_w) = up.into_split();
     let there = pump(down_r, up_w, watch.clone());
     let back = pump(up_r, down_w, watch);
-    // Either side closing ends both: the other's half is dropped.
+    // Either side closing ends both: the other's half is dropped; so does
+    // a retarget.
     tokio::select! {
         r = there => r,
         r = back => r,
+        _ = target.changed() => Ok(()),
     }
 }
 
@@ -132,6 +152,13 @@ impl Links {
     /// The proxies' addresses: the member list the process is given.
     pub fn addrs(&self) -> Vec<String> {
         self.0.iter().map(|l| l.addr.clone()).collect()
+    }
+
+    /// Points link `i` at `members[i]` ([`Link::retarget`]).
+    pub fn retarget(&self, members: &[String]) {
+        for (l, m) in self.0.iter().zip(members) {
+            l.retarget(m.clone());
+        }
     }
 
     /// Cuts (or heals) the links to the members `which` (0-based; empty:

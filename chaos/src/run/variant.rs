@@ -724,7 +724,8 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 | FaultKind::Partition
                 | FaultKind::WipeMemnode
                 | FaultKind::PauseControlLeader
-                | FaultKind::TransferLeader,
+                | FaultKind::TransferLeader
+                | FaultKind::SnapshotRestore,
                 _,
             ) => {}
         }

@@ -49,6 +49,10 @@ const READ_WAIT: Duration = Duration::from_secs(10);
 /// Pause between attempts of a leadership transfer the leader refused for
 /// now (its target not caught up yet, another transfer under way).
 const TRANSFER_RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How long the clients write on between the region made whole after the
+/// kill and the restore (`snapshot-restore`): writes the snapshot knows
+/// nothing of, on replicas it names in other roles.
+const WRITE_ON_BEFORE_RESTORE: Duration = Duration::from_millis(300);
 
 /// When each phase of one fault came, in ms after the fault.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -89,6 +93,12 @@ pub struct Phases {
     /// The killed leader restarted and a member again (`for` given); the
     /// paused or moved one following the new leader.
     pub member_back_ms: Option<f64>,
+    /// The snapshot restored into a fresh control plane and every process
+    /// pointed at it (`snapshot-restore`).
+    pub restored_ms: Option<f64>,
+    /// The region whole again in the restored cluster, its replicas proven
+    /// or replaced, the killed node on none of them (`snapshot-restore`).
+    pub restored_whole_ms: Option<f64>,
 }
 
 /// What one fault did.
@@ -137,6 +147,9 @@ impl MemnodeFault {
                 p.detected_ms.is_some() && p.rereplicated_ms.is_some() && p.active_ms.is_some()
             }
             FaultKind::RestartMemnode | FaultKind::PauseMemnode => p.active_ms.is_some(),
+            FaultKind::SnapshotRestore => {
+                p.rereplicated_ms.is_some() && p.restored_ms.is_some() && p.restored_whole_ms.is_some()
+            }
             FaultKind::KillControlLeader => p.elected_ms.is_some(),
             // Another member led, the old one follows it, and a node
             // killed first is made up for.
@@ -158,10 +171,16 @@ impl MemnodeFault {
     /// came (none: 0).
     pub fn recovered_ms(&self) -> f64 {
         let p = &self.phases;
-        [p.rereplicated_ms, p.active_ms, p.elected_ms, p.member_back_ms]
-            .into_iter()
-            .flatten()
-            .fold(0.0, f64::max)
+        [
+            p.rereplicated_ms,
+            p.active_ms,
+            p.elected_ms,
+            p.member_back_ms,
+            p.restored_whole_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max)
     }
 
     /// What and whom: `kill-memnode 2 (primary)`.
@@ -256,6 +275,10 @@ pub(super) struct Injector<'a> {
     pub session_links: &'a [Links],
     /// Each memory node's proxies to the members, by node number (from 1).
     pub node_links: &'a BTreeMap<usize, Links>,
+    /// The runner's own session's proxies to the members.
+    pub runner_links: &'a Links,
+    /// The members' addresses now (moved by a `snapshot-restore`).
+    pub control: Vec<String>,
     /// The control plane's lease of a client.
     pub client_lease: Duration,
     /// Memory nodes killed and not restarted: (process, node).
@@ -423,6 +446,27 @@ impl Injector<'_> {
                     ..Injected::new(f, node, (at, t0), phases)
                 }
             }
+            FaultKind::SnapshotRestore => {
+                let snapshot = {
+                    let control = self.local.control();
+                    let clients = control.clients().map_err(control_error)?;
+                    let (leader, _) = control
+                        .leader(&clients, PHASE_TIMEOUT)
+                        .await
+                        .map_err(control_error)?;
+                    clients[leader]
+                        .snapshot()
+                        .await
+                        .map_err(|e| RunError::Control(format!("cannot save a snapshot: {e}")))?
+                };
+                let (node, at) = self.kill_by_role(f.role).await?;
+                let mut phases = watch_loss(watch, region, node, at, Phases::default()).await?;
+                tokio::time::sleep(WRITE_ON_BEFORE_RESTORE).await;
+                self.restore(&snapshot).await?;
+                phases.restored_ms = Some(ms_since(at));
+                phases.restored_whole_ms = watch_restored(watch, region, node, at).await?;
+                Injected::new(f, node, (at, t0), phases)
+            }
             FaultKind::ClockSkew => {
                 let skew = f.skew_ms.unwrap_or_default();
                 let faults = self
@@ -450,6 +494,43 @@ impl Injector<'_> {
         })
     }
 
+    /// Restores `snapshot` into a fresh control plane (as many new members,
+    /// the same tokens, in `restored/` of the cluster's directory), kills
+    /// the old one and points every process's links, and the runner's
+    /// watch, at the new members: what an operator does when the old
+    /// cluster's state is gone (docs/operations.md §7), with the memory
+    /// nodes keeping their images and addresses.
+    async fn restore(&mut self, snapshot: &control_plane::api::Snapshot) -> Result<(), RunError> {
+        let dir = self.local.dir().join("restored");
+        let successor = self
+            .local
+            .control()
+            .start_successor(&dir)
+            .map_err(control_error)?;
+        successor.form().await.map_err(control_error)?;
+        successor
+            .client(0)
+            .map_err(control_error)?
+            .restore(snapshot)
+            .await
+            .map_err(|e| RunError::Control(format!("cannot restore the snapshot: {e}")))?;
+        let endpoints: Vec<String> = successor.members.iter().map(|m| m.addr.clone()).collect();
+        // Dropped, the old members are killed.
+        drop(self.local.replace_control(successor));
+        for links in self
+            .session_links
+            .iter()
+            .chain(self.node_links.values())
+            .chain([self.runner_links])
+        {
+            links.retarget(&endpoints);
+        }
+        self.watch.retarget(&endpoints)?;
+        tracing::info!(members = ?endpoints, "snapshot restored into a fresh control plane");
+        self.control = endpoints;
+        Ok(())
+    }
+
     /// SIGKILLs the node holding the region's `role` replica; it stays
     /// down (a `restart-memnode` may bring it back). Returns it and when
     /// it was killed.
@@ -474,7 +555,8 @@ impl Injector<'_> {
 /// in turn, skipping one the runner has stopped (SIGSTOP leaves its socket
 /// accepting and silent: every read would wait out a timeout there).
 pub(super) struct Watch {
-    members: Vec<ControlClient>,
+    members: std::sync::RwLock<Vec<ControlClient>>,
+    token: String,
     /// The member (index) stopped now; `usize::MAX`: none.
     stopped: AtomicUsize,
 }
@@ -482,15 +564,18 @@ pub(super) struct Watch {
 impl Watch {
     /// Readers of the members at `endpoints`, in member order.
     pub(super) fn new(endpoints: &[String], token: &str) -> Result<Watch, RunError> {
-        let members = endpoints
-            .iter()
-            .map(|e| ControlClient::new(e, Some(token.to_owned())))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| RunError::Control(format!("cannot make a control-plane client: {e}")))?;
         Ok(Watch {
-            members,
+            members: std::sync::RwLock::new(clients_of(endpoints, token)?),
+            token: token.to_owned(),
             stopped: AtomicUsize::new(usize::MAX),
         })
+    }
+
+    /// Reads the members at `endpoints` from now on.
+    fn retarget(&self, endpoints: &[String]) -> Result<(), RunError> {
+        let clients = clients_of(endpoints, &self.token)?;
+        *self.members.write().unwrap_or_else(|p| p.into_inner()) = clients;
+        Ok(())
     }
 
     /// One read of the state, from the first member that answers within
@@ -500,7 +585,8 @@ impl Watch {
         loop {
             let mut last = String::new();
             let stopped = self.stopped.load(Ordering::Acquire);
-            for (i, c) in self.members.iter().enumerate().filter(|(i, _)| *i != stopped) {
+            let members = self.members.read().unwrap_or_else(|p| p.into_inner()).clone();
+            for (i, c) in members.iter().enumerate().filter(|(i, _)| *i != stopped) {
                 match tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
                     Ok(Ok(s)) => return Ok(Status(s)),
                     Ok(Err(e)) => last = format!("member {}: {e}", i + 1),
@@ -520,6 +606,35 @@ impl Watch {
         self.stopped
             .store(member.unwrap_or(usize::MAX), Ordering::Release);
     }
+}
+
+fn clients_of(endpoints: &[String], token: &str) -> Result<Vec<ControlClient>, RunError> {
+    endpoints
+        .iter()
+        .map(|e| ControlClient::new(e, Some(token.to_owned())))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RunError::Control(format!("cannot make a control-plane client: {e}")))
+}
+
+/// Polls the restored cluster from the kill at `start` of `node` until
+/// `region` is whole again with every replica proven or replaced and
+/// `node` on none of them; when, in ms from `start`.
+async fn watch_restored(
+    watch: &Watch,
+    region: fabric::RegionId,
+    node: MemNodeId,
+    start: Instant,
+) -> Result<Option<f64>, RunError> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    while Instant::now() < deadline {
+        let status = watch.status().await?;
+        let r = status.region(region)?;
+        if !r.on(node) && r.usable() && status.settled(r) {
+            return Ok(Some(ms_since(start)));
+        }
+        tokio::time::sleep(PHASE_POLL).await;
+    }
+    Ok(None)
 }
 
 /// One read of the control plane's state (bounded, from any member that
@@ -603,6 +718,8 @@ impl std::fmt::Display for Phases {
             ("resumed", self.resumed_ms),
             ("single copy lost", self.lost_ms),
             ("active", self.active_ms),
+            ("restored", self.restored_ms),
+            ("whole in the restored cluster", self.restored_whole_ms),
             ("leader faulted", self.leader_faulted_ms),
             ("elected", self.elected_ms),
             ("member back", self.member_back_ms),

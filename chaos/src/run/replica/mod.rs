@@ -259,10 +259,13 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     .await
     .map_err(local_error)?;
     let file = local.file.clone();
+    // The runner's own session reaches the members through proxies too,
+    // which a snapshot restore points at the new members.
+    let runner_links = Links::start(&file.control).map_err(|e| RunError::io(&dir, e))?;
     let tasks = (c.clients * c.threads_per_client) as usize;
     let cluster = Arc::new(
         Cluster::connect_with(
-            &file.control,
+            &runner_links.addrs(),
             &file.client_token,
             ClusterOptions {
                 name: "chaos".into(),
@@ -325,7 +328,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         session_links.push(links);
     }
     let sides = side::make(
-        &file.control,
+        &runner_links.addrs(),
         &file.client_token,
         &c.side_replicas,
         e.index.kind,
@@ -407,6 +410,8 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         sessions: &sessions,
         session_links: &session_links,
         node_links: &node_links,
+        runner_links: &runner_links,
+        control: file.control.clone(),
         client_lease: c.client_lease,
         killed: Vec::new(),
         skews: Vec::new(),
@@ -430,7 +435,12 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .map_err(|e| RunError::Process(format!("the client tasks failed: {e}")))?
         .map_err(RunError::index("the clients failed"))?;
     stop.store(true, Ordering::Relaxed);
-    let Injector { skews, cut_off, .. } = injector;
+    let Injector {
+        skews,
+        cut_off,
+        control: members,
+        ..
+    } = injector;
     for s in skews {
         let _ = s.await;
     }
@@ -478,7 +488,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         .map_err(after_faults)?;
     check.lease_lost = expected.into_iter().map(|(_, e)| e).collect();
     check.in_doubt = report.in_doubt;
-    let operator = cluster::Members::new(&file.control, &file.token)
+    let operator = cluster::Members::new(&members, &file.token)
         .map_err(|e| RunError::Control(format!("cannot reach the members as an operator: {e}")))?;
     let sides = side::check(&sides, &operator).await.map_err(after_faults)?;
     let passed =
