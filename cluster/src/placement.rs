@@ -533,7 +533,7 @@ async fn apply_placements(
     // finds it unproven rather than stale.
     for held in node.descriptor().regions {
         let named = regions.iter().any(|r| r.id == held.id && r.on(id));
-        if !named && node.replica_generation(held.id).is_some_and(|g| g != 0) && !serving_wiped() {
+        if !named && !node.is_retired(held.id) && !serving_wiped() {
             node.retire_region(held.id)
                 .map_err(|e| ClusterError::Map(format!("cannot retire region {}: {e}", held.id)))?;
             proven.0.remove(&held.id);

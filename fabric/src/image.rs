@@ -23,9 +23,17 @@
 //! on a replaced disk) is a new, empty node whatever its endpoint, and its
 //! old replicas are never served. The replica generation of an entry is the
 //! generation the control plane named when this image last held the region
-//! proven (`0`: allocated, not yet proven); it and the access key are the
+//! proven (`0`: allocated, not yet proven; [`GENERATION_RETIRED`]: retired,
+//! its bytes free for another region); it and the access key are the
 //! words of an entry that change, so each is written and read as one
 //! atomic word.
+//!
+//! Regions that are held (not retired) never overlap. A retired region's
+//! entry stays (entries are never removed while a node runs: a verb that
+//! found one may still hold it, and its random key refuses it), and a
+//! region placed later may take its bytes: a node that lost its replicas
+//! (evicted while it was away) has room for new ones. A reader older than
+//! retirement refuses such a table as corrupt, never misreads it.
 
 use crate::addr::{AccessKey, NodeId, RegionId, ATOMIC_BYTES};
 
@@ -54,6 +62,9 @@ const _: () = assert!(
     (FIXED_WORDS + ENTRY_WORDS * REGIONS_PER_NODE_MAX as u64) * 8 <= PAGE_BYTES,
     "region table must fit the header page"
 );
+/// The replica generation word of a retired entry: its region is not held
+/// any more and its bytes may be given to another region.
+pub const GENERATION_RETIRED: u64 = u64::MAX;
 /// Smallest region: one atomic word. Regions are sized in whole words so that
 /// every aligned word inside a region is inside it.
 pub const REGION_BYTES_MIN: u64 = ATOMIC_BYTES;
@@ -221,6 +232,35 @@ impl Header {
         })
     }
 
+    /// The lowest page-aligned offset where `size` bytes fit in an image of
+    /// `image_bytes` without overlapping any of `held` (the regions not
+    /// retired), the header page excluded: first fit. `None`: no room.
+    pub fn first_fit(held: &[RegionEntry], size: u64, image_bytes: u64) -> Option<u64> {
+        let mut taken: Vec<(u64, u64)> = held
+            .iter()
+            .map(|r| {
+                (
+                    r.image_offset,
+                    r.image_offset + r.size.div_ceil(PAGE_BYTES) * PAGE_BYTES,
+                )
+            })
+            .collect();
+        taken.sort_unstable();
+        let mut at = PAGE_BYTES;
+        for (start, end) in taken {
+            if at.checked_add(size).is_some_and(|e| e <= start) {
+                break;
+            }
+            at = at.max(end);
+        }
+        at.checked_add(size).filter(|&end| end <= image_bytes).map(|_| at)
+    }
+
+    /// Whether `a` and `b` share a byte.
+    pub fn overlap(a: &RegionEntry, b: &RegionEntry) -> bool {
+        a.image_offset < b.image_offset + b.size && b.image_offset < a.image_offset + a.size
+    }
+
     /// Byte offset of entry `i` of the region table in the header page.
     pub fn entry_offset(i: usize) -> u64 {
         assert!(i < REGIONS_PER_NODE_MAX);
@@ -311,7 +351,7 @@ impl Header {
             return Err(HeaderError::Corrupt("image larger than its file"));
         }
         let mut regions = Vec::with_capacity(count as usize);
-        let mut next_free = PAGE_BYTES;
+        let mut held: Vec<RegionEntry> = Vec::with_capacity(count as usize);
         for r in 0..count {
             let base = FIXED_WORDS + r * ENTRY_WORDS;
             let id = RegionId::try_from(word(base)).map_err(|_| HeaderError::Corrupt("region id"))?;
@@ -324,7 +364,7 @@ impl Header {
                 key,
             };
             let end = entry.image_offset.checked_add(entry.size);
-            if entry.image_offset < next_free
+            if entry.image_offset < PAGE_BYTES
                 || entry.image_offset % PAGE_BYTES != 0
                 || !(REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&entry.size)
                 || entry.size % ATOMIC_BYTES != 0
@@ -335,7 +375,14 @@ impl Header {
             if regions.iter().any(|e: &RegionEntry| e.id == id) {
                 return Err(HeaderError::Corrupt("duplicate region id"));
             }
-            next_free = entry.image_offset + entry.size;
+            // Held regions never overlap; a retired one's bytes may be
+            // another's (module docs).
+            if word(base + ENTRY_WORDS - 2) != GENERATION_RETIRED {
+                if held.iter().any(|e| Header::overlap(e, &entry)) {
+                    return Err(HeaderError::Corrupt("overlapping regions"));
+                }
+                held.push(entry);
+            }
             regions.push(entry);
         }
         Ok(Header {
@@ -369,6 +416,41 @@ mod tests {
         assert_eq!(&page[64 + 24..64 + 32], &[0; 8], "a new entry's generation is 0");
         assert_eq!(page[64 + 32], 0xAA, "the key is the entry's fifth word");
         assert_eq!(Header::decode(&page, h.image_bytes).unwrap(), h);
+    }
+
+    #[test]
+    fn a_retired_regions_bytes_are_free_and_held_ones_never_overlap() {
+        let h = Header::layout(7, 3, &[(1, 8192, 0xAA), (2, 4096, 0xBB)]);
+        let (one, two) = (h.regions[0], h.regions[1]);
+        // First fit: after the held regions, or in a gap a retired one left.
+        assert_eq!(
+            Header::first_fit(&[one, two], 4096, 1 << 20),
+            Some(4096 + 8192 + 4096)
+        );
+        assert_eq!(Header::first_fit(&[two], 8192, 1 << 20), Some(4096));
+        assert_eq!(
+            Header::first_fit(&[two], 12_288, 1 << 20),
+            Some(4096 + 8192 + 4096)
+        );
+        assert_eq!(Header::first_fit(&[one, two], 1 << 20, 1 << 20), None);
+        assert_eq!(Header::first_fit(&[], 4096, 8192), Some(4096));
+        // A third region on the first's bytes: corrupt unless the first is
+        // retired.
+        let mut h3 = h.clone();
+        h3.regions.push(RegionEntry {
+            id: 3,
+            image_offset: 4096,
+            size: 8192,
+            key: 0xCC,
+        });
+        let mut page = h3.encode();
+        assert_eq!(
+            Header::decode(&page, h3.image_bytes),
+            Err(HeaderError::Corrupt("overlapping regions"))
+        );
+        let at = Header::generation_offset(0) as usize;
+        page[at..at + 8].copy_from_slice(&GENERATION_RETIRED.to_le_bytes());
+        assert_eq!(Header::decode(&page, h3.image_bytes).unwrap().regions, h3.regions);
     }
 
     #[test]

@@ -224,3 +224,61 @@ async fn an_image_keeps_its_id_and_generations_and_a_retired_region_is_not_serve
     // Placed here again under a new key, it is served again (to be refilled).
     assert!(node.add_region(1, 64 << 10, 78).unwrap());
 }
+
+/// A retired region's bytes are given to a region placed later when the
+/// image has no other room (issue 46: a node that lost its replicas while
+/// away has room for new ones), zeroed first; the retired region cannot
+/// come back onto bytes another holds; and the image, its entries now
+/// sharing bytes with a retired one, opens again after a restart.
+#[tokio::test]
+async fn a_retired_regions_bytes_go_to_a_later_region_zeroed_and_the_image_reopens() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mn4.img");
+    let shown = path.display().to_string();
+    const SIZE: u64 = 64 << 10;
+    // Room for two regions of SIZE, no more.
+    let (node, _) = MemoryNode::placed(4, 2 * SIZE, &Backing::Persist(path.clone())).unwrap();
+    assert!(node.add_region(1, SIZE, 11).unwrap());
+    assert!(node.add_region(2, SIZE, 22).unwrap());
+    let full = node.add_region(3, SIZE, 33).unwrap_err().to_string();
+    assert!(full.contains("no 65536 contiguous bytes free"), "{full}");
+
+    // Region 1 written, then retired.
+    let write_map = map(1, &shown, &[(1, SIZE, 11)]);
+    let transport = ShmTransport::attach_map(&write_map).unwrap();
+    let mandate = Mandate::new(write_map, Instant::now() + Duration::from_secs(60));
+    let mut client = Client::under(mandate, transport.into());
+    let mut batch = Batch::new();
+    batch.write(GlobalAddr::new(1, 8), &[0xAB; 64]);
+    client.execute(&mut batch).await.unwrap();
+    assert!(node.retire_region(1).unwrap());
+    assert!(node.is_retired(1));
+
+    // Region 3 takes its bytes, zeroed.
+    assert!(node.add_region(3, SIZE, 33).unwrap());
+    let read_map = map(2, &shown, &[(3, SIZE, 33)]);
+    let transport = ShmTransport::attach_map(&read_map).unwrap();
+    let mandate = Mandate::new(read_map, Instant::now() + Duration::from_secs(60));
+    let mut client = Client::under(mandate, transport.into());
+    let mut batch = Batch::new();
+    let h = batch.read(GlobalAddr::new(3, 8), 64);
+    client.execute(&mut batch).await.unwrap();
+    assert_eq!(
+        batch.read_result(h).unwrap(),
+        &[0u8; 64][..],
+        "a reused region starts zeroed"
+    );
+    // Region 1 cannot come back onto bytes region 3 holds.
+    let back = node.add_region(1, SIZE, 44).unwrap_err().to_string();
+    assert!(back.contains("given to region 3"), "{back}");
+    node.sync().unwrap();
+    drop(node);
+
+    // Restarted from the image: region 3 held, region 1 still retired.
+    let (node, reopened) = MemoryNode::placed(4, 2 * SIZE, &Backing::Persist(path.clone())).unwrap();
+    assert!(reopened);
+    assert!(node.is_retired(1) && !node.is_retired(3));
+    assert_eq!(node.replica_generation(1), Some(0));
+    let ids: Vec<u16> = node.descriptor().regions.iter().map(|r| r.id).collect();
+    assert_eq!(ids, [1, 2, 3]);
+}

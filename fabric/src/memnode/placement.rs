@@ -6,8 +6,8 @@
 use crate::addr::{AccessKey, RegionId, ATOMIC_BYTES};
 use crate::error::NodeError;
 use crate::image::{
-    Header, ImageId, RegionEntry, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX, REGION_BYTES_MIN,
-    REGION_COUNT_OFFSET,
+    Header, ImageId, RegionEntry, GENERATION_RETIRED, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX,
+    REGION_BYTES_MIN, REGION_COUNT_OFFSET,
 };
 
 use super::{validate, MemoryNode, RegionSpec};
@@ -32,6 +32,24 @@ impl MemoryNode {
                 // was declared dead and came back): the control plane
                 // gave the new replica a new key, and recovery copies it
                 // afresh. Verbs with the old key are refused from now on.
+                // Retired meanwhile, its bytes may be another region's.
+                if self.is_retired(id) {
+                    let e = *e;
+                    if let Some(other) = self.held().into_iter().find(|h| Header::overlap(h, &e)) {
+                        return Err(NodeError::Regions(format!(
+                            "region {id} was retired here and its bytes given to region {}: it can be \
+                             placed here again once this node restarts",
+                            other.id
+                        )));
+                    }
+                    let at =
+                        self.regions.entries().position(|x| x.id == id).ok_or_else(|| {
+                            NodeError::Regions(format!("region {id} vanished from the table"))
+                        })?;
+                    // Allocated again, not proven: what it held is never served.
+                    self.memory
+                        .write(Header::generation_offset(at) as usize, &0u64.to_le_bytes());
+                }
                 let (i, old) = self
                     .regions
                     .entries()
@@ -54,21 +72,36 @@ impl MemoryNode {
             )));
         }
         validate(&[RegionSpec { id, size }])?;
-        let held: Vec<RegionEntry> = self.regions.entries().copied().collect();
-        if held.len() >= REGIONS_PER_NODE_MAX {
+        let all: Vec<RegionEntry> = self.regions.entries().copied().collect();
+        if all.len() >= REGIONS_PER_NODE_MAX {
             return Err(NodeError::Regions(format!(
-                "memory node {} holds {REGIONS_PER_NODE_MAX} regions already",
+                "memory node {} has {REGIONS_PER_NODE_MAX} region entries already (retired ones count \
+                 until it restarts)",
                 self.node
             )));
         }
-        let image_offset = Header::next_free(&held);
+        // After every entry while there is room, so that a retired
+        // region's bytes stay its own for as long as they can (it may be
+        // placed here again); else the first gap the held regions leave.
         let image_bytes = self.memory.len() as u64;
-        if image_offset.checked_add(size).is_none_or(|end| end > image_bytes) {
-            return Err(NodeError::Regions(format!(
-                "memory node {} has {} bytes free, region {id} needs {size}",
-                self.node,
-                image_bytes.saturating_sub(image_offset)
-            )));
+        let held = self.held();
+        let after_all = Header::next_free(&all);
+        let image_offset = match after_all.checked_add(size).filter(|&end| end <= image_bytes) {
+            Some(_) => after_all,
+            None => Header::first_fit(&held, size, image_bytes).ok_or_else(|| {
+                let used: u64 = held.iter().map(|h| h.size.div_ceil(PAGE_BYTES) * PAGE_BYTES).sum();
+                NodeError::Regions(format!(
+                    "memory node {} has no {size} contiguous bytes free for region {id} ({} of {} bytes held)",
+                    self.node,
+                    used,
+                    image_bytes.saturating_sub(PAGE_BYTES)
+                ))
+            })?,
+        };
+        // A retired region's bytes hold what it held: a new region starts
+        // zeroed, as one on never-used bytes does.
+        if image_offset < after_all {
+            self.zero(image_offset, size);
         }
         let entry = RegionEntry {
             id,
@@ -76,7 +109,7 @@ impl MemoryNode {
             size,
             key,
         };
-        let i = held.len();
+        let i = all.len();
         self.memory
             .write(Header::entry_offset(i) as usize, &Header::encode_entry(&entry));
         let seen = self
@@ -93,10 +126,12 @@ impl MemoryNode {
     }
 
     /// Stops serving region `id`: it is re-keyed with a random key nobody
-    /// holds (every verb to it is refused) and its replica generation set
-    /// to 0 (not proven). What a node does with a replica its image does
-    /// not hold at the generation the control plane names: placed here
-    /// again, it is re-keyed and refilled. `false` if it is not held.
+    /// holds (every verb to it is refused) and its entry marked retired
+    /// ([`GENERATION_RETIRED`]: not proven, and its bytes free for a region
+    /// placed later, `crate::image`). What a node does with a replica its
+    /// image does not hold at the generation the control plane names, or
+    /// one the map no longer places here: placed here again, it is
+    /// re-keyed and refilled. `false` if it is not held.
     pub fn retire_region(&self, id: RegionId) -> Result<bool, NodeError> {
         let _append = self.append.lock().unwrap_or_else(|p| p.into_inner());
         let Some(((i, _), old)) = self
@@ -115,9 +150,48 @@ impl MemoryNode {
         self.memory
             .cas(Header::key_offset(i) as usize, u64::from(old), u64::from(key));
         self.regions.rekey(id, key);
+        // After the re-key: no verb reaches the bytes once they are free.
+        self.memory.write(
+            Header::generation_offset(i) as usize,
+            &GENERATION_RETIRED.to_le_bytes(),
+        );
         drop(_append);
-        self.set_replica_generation(id, 0)?;
+        if self.memory.is_file_backed() {
+            self.memory
+                .flush(0, PAGE_BYTES as usize)
+                .map_err(|e| NodeError::Map(e, PAGE_BYTES))?;
+        }
         Ok(true)
+    }
+
+    /// Whether region `id`'s entry is retired (its bytes free).
+    pub fn is_retired(&self, id: RegionId) -> bool {
+        self.regions
+            .entries()
+            .position(|e| e.id == id)
+            .is_some_and(|i| self.memory.load(Header::generation_offset(i) as usize) == GENERATION_RETIRED)
+    }
+
+    /// The entries not retired: the regions whose bytes are taken.
+    fn held(&self) -> Vec<RegionEntry> {
+        self.regions
+            .entries()
+            .enumerate()
+            .filter(|(i, _)| self.memory.load(Header::generation_offset(*i) as usize) != GENERATION_RETIRED)
+            .map(|(_, e)| *e)
+            .collect()
+    }
+
+    /// Zeroes `size` bytes of the image at `offset`, a word at a time.
+    fn zero(&self, offset: u64, size: u64) {
+        const STRIDE: usize = 1 << 20;
+        let zeros = vec![0u8; STRIDE];
+        let (mut at, end) = (offset as usize, (offset + size) as usize);
+        while at < end {
+            let n = STRIDE.min(end - at);
+            self.memory.write(at, &zeros[..n]);
+            at += n;
+        }
     }
 
     /// Brings this process's region table up to the image's: an attached
@@ -158,7 +232,17 @@ impl MemoryNode {
                 size: w(2),
                 key,
             };
-            let fits = entry.image_offset >= Header::next_free(&held)
+            // Held regions never overlap; a retired one's bytes may be the
+            // new entry's (`crate::image`).
+            let taken = held
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| {
+                    self.memory.load(Header::generation_offset(*j) as usize) != GENERATION_RETIRED
+                })
+                .any(|(_, h)| Header::overlap(h, &entry));
+            let fits = !taken
+                && entry.image_offset >= PAGE_BYTES
                 && entry.image_offset % PAGE_BYTES == 0
                 && (REGION_BYTES_MIN..=REGION_BYTES_MAX).contains(&entry.size)
                 && entry.size % ATOMIC_BYTES == 0
@@ -182,11 +266,13 @@ impl MemoryNode {
 
     /// The replica generation this image holds region `id` at: the
     /// generation the control plane named when the node last proved the
-    /// region here, 0 while it was allocated and not yet proven. `None`
-    /// when the image holds no such region.
+    /// region here, 0 while it was allocated and not yet proven or once it
+    /// was retired ([`MemoryNode::is_retired`]). `None` when the image
+    /// holds no such region.
     pub fn replica_generation(&self, id: RegionId) -> Option<u64> {
         let i = self.regions.entries().position(|e| e.id == id)?;
-        Some(self.memory.load(Header::generation_offset(i) as usize))
+        let g = self.memory.load(Header::generation_offset(i) as usize);
+        Some(if g == GENERATION_RETIRED { 0 } else { g })
     }
 
     /// Records in the image that it holds region `id` at replica generation
