@@ -469,6 +469,9 @@ async fn apply_placements(
     let regions = regions_as_of(members, epoch).await?;
     let mut pending = Vec::new();
     let mut unproven = Vec::new();
+    // Replicas a restore named that this image holds at the recorded
+    // generation: reported, so that their regions serve again.
+    let mut proving = Vec::new();
     for r in regions.iter().filter(|r| r.on(id) && r.lost.is_none()) {
         let Some(loc) = r.replicas.iter().chain(&r.syncing).find(|l| l.node == id) else {
             continue;
@@ -487,6 +490,9 @@ async fn apply_placements(
                 );
                 unproven.push((r.id, found));
                 continue;
+            }
+            if r.unverified_on(id) {
+                proving.push((r.id, r.generation_of(id)));
             }
         }
         match added {
@@ -540,15 +546,40 @@ async fn apply_placements(
             tracing::info!(region = held.id, "no longer placed here: retired");
         }
     }
+    for (region, generation) in proving {
+        let proof = Command::ReplicaProven {
+            region,
+            node: id,
+            generation,
+        };
+        match members
+            .command(&format!("proving region {region}'s replica"), &proof)
+            .await
+        {
+            Ok(_) => tracing::info!(region, generation, "replica proven after a restore"),
+            // Proven already, or moved on meanwhile: the next map says.
+            Err(e) if e.refused_with(409) => tracing::debug!(region, error = %e, "proof refused"),
+            Err(e) => return Err(e),
+        }
+    }
     for (region, found) in unproven {
         let report = Command::ReplicaUnproven {
             region,
             node: id,
             found,
         };
-        members
+        match members
             .command(&format!("reporting region {region}'s replica unproven"), &report)
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            // Refused for now (a restore's backups have not proven theirs
+            // yet) or already dropped: reported again with the next map.
+            Err(e) if e.refused_with(409) => {
+                tracing::info!(region, error = %e, "unproven replica's report refused for now")
+            }
+            Err(e) => return Err(e),
+        }
     }
     let now = node.advance_epoch(epoch);
     tracing::info!(epoch = now, "following the map");

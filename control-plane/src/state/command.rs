@@ -47,6 +47,18 @@ pub enum Command {
         /// The generation its image holds the region at.
         found: u64,
     },
+    /// `node` shows that its image holds `region` at `generation`, the one
+    /// the map names, after a snapshot restore named it (`Region::unverified`).
+    /// Refused for a node not awaiting proof, or at another generation (that
+    /// is `ReplicaUnproven`'s).
+    ReplicaProven {
+        /// The region.
+        region: RegionId,
+        /// The node.
+        node: MemNodeId,
+        /// The generation its image holds the region at.
+        generation: u64,
+    },
     /// Joining or suspect → active (its lease was renewed).
     ActivateMemNode {
         /// The node.
@@ -313,6 +325,7 @@ impl Command {
             Command::DeclareMemNodeDead { .. }
                 | Command::ReplaceImage { .. }
                 | Command::ReplicaUnproven { .. }
+                | Command::ReplicaProven { .. }
                 | Command::RemoveMemNode { .. }
                 | Command::CreateRegion { .. }
                 | Command::PromoteBackup { .. }

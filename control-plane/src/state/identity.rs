@@ -6,6 +6,31 @@ use super::{ControlState, Outcome, Response};
 use crate::state::{CommandError, MemNodeId, RegionId};
 
 impl ControlState {
+    /// `node` shows its image holds `region` at the generation the map
+    /// names, after a restore named it (`Command::ReplicaProven`).
+    pub(super) fn replica_proven(&mut self, region: RegionId, node: MemNodeId, generation: u64) -> Response {
+        if !self.memnodes.contains_key(&node) {
+            return Err(CommandError::UnknownMemNode { id: node });
+        }
+        let r = self.held_replica(region, node)?;
+        if !r.unverified_on(node) {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node}'s replica of region {region} awaits no proof"
+            )));
+        }
+        let want = r.generation_of(node);
+        if generation != want {
+            return Err(CommandError::Conflict(format!(
+                "memory node {node} holds region {region} at generation {generation}, not {want}: unproven"
+            )));
+        }
+        let epoch = self.next_epoch();
+        let r = self.region_mut(region)?;
+        r.unverified.retain(|&n| n != node);
+        r.epoch = epoch;
+        Ok(Outcome::Region(r.clone()))
+    }
+
     /// `node` reports that its image holds `region` at generation `found`,
     /// not the one the map names (`Command::ReplicaUnproven`): its replica
     /// is dropped as a dead node's would be, and recovery refills it. A
@@ -22,6 +47,24 @@ impl ControlState {
             )));
         }
         let sole = r.primary() == node && self.heir(r).is_none();
+        // A backup a restore named may yet prove itself and take over: the
+        // report is refused until it has (the node reports again with the
+        // map that brings the proof).
+        let live = |id: MemNodeId| {
+            self.memnodes
+                .get(&id)
+                .is_some_and(|n| n.state != crate::state::MemNodeState::Dead)
+        };
+        if sole
+            && r.replicas[1..]
+                .iter()
+                .any(|x| r.unverified_on(x.node) && live(x.node))
+        {
+            return Err(CommandError::Conflict(format!(
+                "region {region}'s backups have not proven their replicas since the restore: the primary's \
+                 replica on node {node} is dropped once one can take over"
+            )));
+        }
         if sole {
             let epoch = self.next_epoch();
             let r = self.region_mut(region)?;

@@ -142,6 +142,11 @@ impl ControlState {
             } => self.register_memnode(endpoint, capacity_bytes, image),
             Command::ReplaceImage { id, image } => self.replace_image(id, image),
             Command::ReplicaUnproven { region, node, found } => self.replica_unproven(region, node, found),
+            Command::ReplicaProven {
+                region,
+                node,
+                generation,
+            } => self.replica_proven(region, node, generation),
             Command::ActivateMemNode { id } => self.transition(
                 id,
                 &[MemNodeState::Joining, MemNodeState::Suspect, MemNodeState::Active],
@@ -398,6 +403,7 @@ impl ControlState {
             lost: None,
             generation: 0,
             generations: Vec::new(),
+            unverified: Vec::new(),
         };
         let holders: Vec<MemNodeId> = region.replicas.iter().map(|l| l.node).collect();
         for node in holders {

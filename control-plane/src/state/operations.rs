@@ -187,6 +187,11 @@ impl ControlState {
         // epoch, and they refuse maps older than what they fence at: the
         // restored map starts far beyond anything the old one reached.
         self.epoch = saved.epoch.saturating_add(RESTORE_EPOCH_JUMP - 1);
+        // Every holder proves its replica before the region serves again
+        // (`Region::unverified`): the snapshot's roles may be stale.
+        for r in self.regions.values_mut().filter(|r| r.lost.is_none()) {
+            r.unverified = r.replicas.iter().chain(&r.syncing).map(|l| l.node).collect();
+        }
         Ok(Outcome::Restored(RestoreSummary {
             // `apply` bumps the epoch after this (a restore alters routing).
             epoch: self.epoch + 1,

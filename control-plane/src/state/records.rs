@@ -133,6 +133,16 @@ pub struct Region {
     /// generations, whose images say 0 too).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generations: Vec<ReplicaGeneration>,
+    /// Holders not proven yet since a snapshot restore brought this record
+    /// back (`Command::Restore`): the restored map names the roles of the
+    /// snapshot, which the nodes' images may have moved past. The region
+    /// stays out of the clients' map while any of them still holds a
+    /// replica of it, until each has shown its image holds the replica at
+    /// the recorded generation (`Command::ReplicaProven`), been found not
+    /// to (`ReplicaUnproven`: dropped) or been evicted; none of them is an
+    /// heir meanwhile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unverified: Vec<MemNodeId>,
 }
 
 /// One holder's replica generation (see [`Region::generations`]).
@@ -163,9 +173,21 @@ impl Region {
         self.restoring || self.catching_up.is_some()
     }
 
-    /// In the clients' map: allocated, not being restored, not lost.
+    /// In the clients' map: allocated, not being restored, not lost, every
+    /// holder proven since a restore.
     pub fn usable(&self) -> bool {
-        self.ready() && !self.being_restored() && self.lost.is_none()
+        self.ready() && !self.being_restored() && self.lost.is_none() && !self.awaiting_proof()
+    }
+
+    /// Whether a holder named by a restore has not proven its replica yet
+    /// (see [`Region::unverified`]).
+    pub fn awaiting_proof(&self) -> bool {
+        self.unverified.iter().any(|&n| self.on(n))
+    }
+
+    /// Whether `node` holds a replica the restore named and has not proven.
+    pub fn unverified_on(&self, node: MemNodeId) -> bool {
+        self.on(node) && self.unverified.contains(&node)
     }
 
     /// Whole: usable, with as many replicas as it was made with and none
@@ -236,7 +258,7 @@ impl Region {
     pub fn summary(&self) -> String {
         let nodes = |l: &[ReplicaLoc]| l.iter().map(|l| l.node).collect::<Vec<_>>();
         format!(
-            "replicas {:?}, syncing {:?}, pending {:?}, catching up {:?}, restoring {} (by {:?}), epoch {}",
+            "replicas {:?}, syncing {:?}, pending {:?}, catching up {:?}, restoring {} (by {:?}), epoch {}{}",
             nodes(&self.replicas),
             nodes(&self.syncing),
             self.pending,
@@ -244,6 +266,13 @@ impl Region {
             self.restoring,
             self.restorer,
             self.epoch,
+            if self.awaiting_proof() {
+                let waiting: Vec<MemNodeId> =
+                    self.unverified.iter().copied().filter(|&n| self.on(n)).collect();
+                format!(", awaiting proof from {waiting:?} since a restore")
+            } else {
+                String::new()
+            },
         )
     }
 }

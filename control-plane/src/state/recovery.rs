@@ -145,6 +145,21 @@ impl ControlState {
                 judged.replicas[heir].node
             )));
         }
+        // A live backup a restore named may yet prove itself: not lost
+        // until it has, or has been found not to.
+        if let Some(x) = judged.replicas[1..].iter().find(|x| {
+            judged.unverified_on(x.node)
+                && self
+                    .memnodes
+                    .get(&x.node)
+                    .is_some_and(|n| n.state != MemNodeState::Dead)
+        }) {
+            return Err(CommandError::Conflict(format!(
+                "region {region} is not lost yet: its backup on node {} has not proven its replica since \
+                 the restore",
+                x.node
+            )));
+        }
         let nodes: Vec<MemNodeId> = r.replicas.iter().map(|x| x.node).collect();
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
@@ -360,7 +375,12 @@ impl ControlState {
         };
         r.replicas[1..]
             .iter()
-            .position(|x| live(x.node) && !r.pending.contains(&x.node) && r.catching_up != Some(x.node))
+            .position(|x| {
+                live(x.node)
+                    && !r.pending.contains(&x.node)
+                    && r.catching_up != Some(x.node)
+                    && !r.unverified_on(x.node)
+            })
             .map(|i| i + 1)
     }
 }

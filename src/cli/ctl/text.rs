@@ -98,6 +98,11 @@ pub fn command(c: &Command) -> String {
         Command::ClaimRestore { region, client } => {
             format!("claim the restore of region {region} for client {client}")
         }
+        Command::ReplicaProven {
+            region,
+            node,
+            generation,
+        } => format!("node {node} proves its replica of region {region} at generation {generation}"),
         Command::ReleaseRestore { region, client } => {
             format!("give back client {client}'s claim on the restore of region {region}")
         }

@@ -224,6 +224,98 @@ fn generations_are_handed_out_at_creation_placement_join_and_promotion() {
     assert_eq!(s.check(), Ok(()));
 }
 
+/// After a restore every holder proves its replica before the region
+/// serves (issue 46, path 2): none is an heir meanwhile, a dead primary
+/// does not make the region lost while a live backup may still prove
+/// itself, and a primary found stale waits for a backup's proof.
+#[test]
+fn a_restored_region_serves_once_its_holders_prove_their_replicas() {
+    let (mut s, _) = imaged_cluster(4);
+    let r = ready_region(&mut s, 3);
+    let (p, b1, b2) = (r.replicas[0].node, r.replicas[1].node, r.replicas[2].node);
+    let saved = s.clone();
+    let mut t = ControlState::default();
+    t.apply(&req(
+        1,
+        Command::Restore {
+            state: SavedState(Box::new(saved)),
+        },
+    ))
+    .unwrap();
+    let x = &t.regions[&r.id];
+    assert_eq!(x.unverified, [p, b1, b2]);
+    assert!(!x.usable() && x.awaiting_proof());
+    assert!(
+        t.map().unwrap().regions().iter().all(|m| m.id != r.id),
+        "out of the clients' map"
+    );
+    assert_eq!(t.heir(x), None, "no unproven heir");
+    let prove = |node, generation| Command::ReplicaProven {
+        region: r.id,
+        node,
+        generation,
+    };
+    // At another generation: not a proof.
+    let g1 = x.generation_of(b1);
+    assert!(matches!(
+        t.apply(&req(2, prove(b1, g1 + 1))),
+        Err(CommandError::Conflict(_))
+    ));
+    // The primary's image is stale; no backup has proven itself yet: the
+    // report waits, the region is not lost.
+    let stale = Command::ReplicaUnproven {
+        region: r.id,
+        node: p,
+        found: 0,
+    };
+    assert!(matches!(
+        t.apply(&req(3, stale.clone())),
+        Err(CommandError::Conflict(_))
+    ));
+    assert!(t.regions[&r.id].lost.is_none());
+    // The primary's node dies meanwhile: not lost while a backup may prove.
+    t.apply(&req(4, Command::SuspectMemNode { id: p })).unwrap();
+    t.apply(&req(4, Command::DeclareMemNodeDead { id: p })).unwrap();
+    assert!(matches!(
+        t.apply(&req(5, Command::DeclareRegionLost { region: r.id })),
+        Err(CommandError::Conflict(_))
+    ));
+    assert!(matches!(
+        t.apply(&req(
+            5,
+            Command::EvictReplica {
+                region: r.id,
+                node: p
+            }
+        )),
+        Err(CommandError::Conflict(_))
+    ));
+    // A backup proves itself: it is the heir, the dead primary evicted.
+    let before = t.epoch;
+    t.apply(&req(6, prove(b1, g1))).unwrap();
+    assert!(t.epoch > before);
+    assert!(
+        matches!(t.apply(&req(6, prove(b1, g1))), Err(CommandError::Conflict(_))),
+        "once"
+    );
+    let Ok(Outcome::Region(y)) = t.apply(&req(
+        7,
+        Command::EvictReplica {
+            region: r.id,
+            node: p,
+        },
+    )) else {
+        panic!("evict the dead primary")
+    };
+    assert_eq!(y.primary(), b1);
+    assert!(!y.usable(), "restoring, and b2 still to prove itself");
+    let g2 = y.generation_of(b2);
+    t.apply(&req(8, prove(b2, g2))).unwrap();
+    let z = &t.regions[&r.id];
+    assert!(!z.awaiting_proof(), "{z:?}");
+    assert_eq!(t.check(), Ok(()));
+}
+
 #[test]
 fn an_unproven_replica_is_dropped_and_a_sole_unproven_copy_is_lost() {
     let (mut s, _) = imaged_cluster(4);

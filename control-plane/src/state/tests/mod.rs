@@ -762,7 +762,16 @@ fn a_snapshot_is_restored_only_into_an_empty_cluster_and_only_when_consistent() 
     );
     assert_eq!(summary.epoch, fresh.epoch);
     assert_eq!(fresh.memnodes, saved.memnodes);
-    assert_eq!(fresh.regions, saved.regions);
+    // The regions as saved, each holder to prove its replica before it
+    // serves again.
+    let mut proven = fresh.regions.clone();
+    for r in proven.values_mut() {
+        let holders: Vec<MemNodeId> = r.replicas.iter().map(|l| l.node).collect();
+        assert_eq!(r.unverified, holders);
+        assert!(!r.usable(), "{r:?}");
+        r.unverified.clear();
+    }
+    assert_eq!(proven, saved.regions);
     assert!(fresh.clients.is_empty(), "the new cluster's clients are dropped");
     let last = fresh.audit.back().unwrap();
     assert_eq!(
