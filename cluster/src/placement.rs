@@ -171,7 +171,8 @@ pub async fn keep_registered(
 /// Serves placements to `node` (memory node `id`) until the lease is lost
 /// (returned as an error) or the caller drops the future.
 pub async fn follow(members: Members, id: MemNodeId, node: Arc<MemoryNode>) -> Result<(), ClusterError> {
-    follow_proving(members, id, node, &mut Proven::default()).await
+    let mut proven = Proven::starting(&node);
+    follow_proving(members, id, node, &mut proven).await
 }
 
 /// [`follow`], judging replicas with what `proven` remembers: the
@@ -243,7 +244,7 @@ pub async fn follow_for_life(
     endpoint: String,
     capacity_bytes: u64,
 ) -> Result<(), ClusterError> {
-    let mut proven = Proven::default();
+    let mut proven = Proven::starting(&node);
     loop {
         match follow_proving(members.clone(), id, node.clone(), &mut proven).await {
             Err(ClusterError::LeaseLost(why)) => {
@@ -387,9 +388,12 @@ async fn regions_as_of(members: &Members, epoch: Epoch) -> Result<Vec<Region>, C
 /// The replica generations this process has seen its image hold, by
 /// region: what lets it follow a hand-out of a replica it held all along
 /// (the control plane joined or promoted it) without taking an image's
-/// word for a generation it never saw (design.md §1b).
+/// word for a generation it never saw (design.md §1b). And the last epoch
+/// its image followed before a map that jumped past it by a restore's
+/// leap (`RESTORE_EPOCH_JUMP`): what its proofs to the restored cluster
+/// say (`Command::ReplicaProven`), however many maps of it it has applied.
 #[derive(Debug, Default)]
-struct Proven(std::collections::HashMap<RegionId, u64>);
+struct Proven(std::collections::HashMap<RegionId, u64>, Epoch);
 
 /// How this node's image stands to a replica the map places on it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,6 +405,13 @@ enum Standing {
 }
 
 impl Proven {
+    /// Nothing seen yet; the image followed the cluster to the epoch it
+    /// kept (a node started after a restore: its last of the old
+    /// cluster, before anything raises it).
+    fn starting(node: &MemoryNode) -> Proven {
+        Proven(std::collections::HashMap::new(), node.epoch())
+    }
+
     /// Judges region `r`'s replica on node `id`, which the image holds at
     /// generation `have` (`fresh`: it was allocated empty just now), and
     /// records in the image the generation it is proven at.
@@ -467,6 +478,18 @@ async fn apply_placements(
     proven: &mut Proven,
 ) -> Result<(), ClusterError> {
     let regions = regions_as_of(members, epoch).await?;
+    if epoch
+        >= node
+            .epoch()
+            .saturating_add(control_plane::state::RESTORE_EPOCH_JUMP / 2)
+    {
+        proven.1 = node.epoch();
+        tracing::info!(
+            followed = proven.1,
+            epoch,
+            "a map past a restore's leap: this image followed the old cluster to that epoch"
+        );
+    }
     let mut pending = Vec::new();
     let mut unproven = Vec::new();
     // Replicas a restore named that this image holds at the recorded
@@ -492,7 +515,7 @@ async fn apply_placements(
                 continue;
             }
             if r.unverified_on(id) {
-                proving.push((r.id, r.generation_of(id)));
+                proving.push((r.id, r.generation_of(id), proven.1));
             }
         }
         match added {
@@ -546,11 +569,12 @@ async fn apply_placements(
             tracing::info!(region = held.id, "no longer placed here: retired");
         }
     }
-    for (region, generation) in proving {
+    for (region, generation, followed_epoch) in proving {
         let proof = Command::ReplicaProven {
             region,
             node: id,
             generation,
+            followed_epoch,
         };
         match members
             .command(&format!("proving region {region}'s replica"), &proof)

@@ -52,6 +52,18 @@ pub enum IndexError {
 
 impl IndexError {
     /// The fabric failure under `e`, if it is one.
+    /// A node refused a verb's access key (or the verbs after it in the
+    /// batch, flushed): the replica was taken from it (retired) under a
+    /// map the writer had not seen. The batch's other verbs ran: at a
+    /// write's commit point or after it, the write may have happened.
+    pub fn key_refused(&self) -> bool {
+        use fabric::VerbError::{BadKey, Flushed};
+        matches!(
+            self,
+            IndexError::Verb(BadKey | Flushed) | IndexError::Tx(TxError::Verb(BadKey | Flushed))
+        )
+    }
+
     fn fabric(&self) -> Option<&fabric::FabricError> {
         match self {
             IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) => Some(f),
@@ -64,7 +76,7 @@ impl IndexError {
     /// connection, a stale map, a crash) that may have let some of the
     /// batch run; a batch refused before any verb was sent changed nothing.
     pub(crate) fn in_doubt_if_cut_off(e: IndexError) -> IndexError {
-        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) {
+        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) || e.key_refused() {
             return IndexError::InDoubt(Box::new(e));
         }
         match e.fabric() {
@@ -78,7 +90,7 @@ impl IndexError {
     /// fabric failure: the write happened, or may have, whatever this batch
     /// did.
     pub(crate) fn in_doubt_after_commit(e: IndexError) -> IndexError {
-        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) {
+        if matches!(e, IndexError::Tx(TxError::InDoubt(_))) || e.key_refused() {
             return IndexError::InDoubt(Box::new(e));
         }
         match e.fabric() {

@@ -128,7 +128,11 @@ pub enum FaultKind {
     /// of the old one, which is killed. The restored map names the roles of
     /// the snapshot: every replica must prove itself (design.md §1b), the
     /// region made whole again from the ones that do, and every write
-    /// acknowledged before and after the snapshot read back. Once a run.
+    /// acknowledged before and after the snapshot read back. With `for`,
+    /// the killed node is started again from its image that long after the
+    /// restore, before the restored cluster could declare it dead: its
+    /// image holds the replica at the generation the snapshot recorded,
+    /// and what it holds is older than the others'. Once a run.
     SnapshotRestore,
 }
 
@@ -574,9 +578,6 @@ impl Experiment {
                     }
                 }
                 FaultKind::SnapshotRestore => {
-                    if f.pause.is_some() {
-                        return Err(invalid(field("for"), "a snapshot restore does not last"));
-                    }
                     if restores > 0 {
                         return Err(invalid(
                             field("kind"),

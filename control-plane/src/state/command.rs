@@ -58,6 +58,13 @@ pub enum Command {
         node: MemNodeId,
         /// The generation its image holds the region at.
         generation: u64,
+        /// The last epoch the node's image followed before the restored
+        /// cluster's maps: how far it went with the old cluster. A holder
+        /// behind another's is stale (it stopped following, the region
+        /// going on without it: a node that died after the snapshot) and is
+        /// dropped. 0: unknown, compared with nothing.
+        #[serde(default)]
+        followed_epoch: fabric::Epoch,
     },
     /// Joining or suspect → active (its lease was renewed).
     ActivateMemNode {

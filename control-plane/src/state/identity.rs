@@ -3,12 +3,25 @@
 //! node does not hold it at the generation the map names.
 
 use super::{ControlState, Outcome, Response};
-use crate::state::{CommandError, MemNodeId, RegionId};
+use crate::state::{CommandError, Epoch, MemNodeId, RegionId, ReplicaProof};
 
 impl ControlState {
     /// `node` shows its image holds `region` at the generation the map
     /// names, after a restore named it (`Command::ReplicaProven`).
-    pub(super) fn replica_proven(&mut self, region: RegionId, node: MemNodeId, generation: u64) -> Response {
+    ///
+    /// Holders that prove the same generation may still differ: one that
+    /// died after the snapshot and came back holds what it held then, one
+    /// that stayed on holds everything since. The one that followed the old
+    /// cluster further is current; a holder behind another's is dropped as
+    /// an unproven one is (backups first, so that a current one is the
+    /// heir of a stale primary).
+    pub(super) fn replica_proven(
+        &mut self,
+        region: RegionId,
+        node: MemNodeId,
+        generation: u64,
+        followed_epoch: Epoch,
+    ) -> Response {
         if !self.memnodes.contains_key(&node) {
             return Err(CommandError::UnknownMemNode { id: node });
         }
@@ -27,8 +40,29 @@ impl ControlState {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;
         r.unverified.retain(|&n| n != node);
+        r.proofs.retain(|p| p.node != node);
+        r.proofs.push(ReplicaProof { node, followed_epoch });
         r.epoch = epoch;
-        Ok(Outcome::Region(r.clone()))
+        let ahead = r.proofs.iter().map(|p| p.followed_epoch).max().unwrap_or(0);
+        let primary = r.primary();
+        let mut stale: Vec<MemNodeId> = r
+            .proofs
+            .iter()
+            .filter(|p| p.followed_epoch != 0 && p.followed_epoch < ahead && r.on(p.node))
+            .map(|p| p.node)
+            .collect();
+        stale.sort_by_key(|&n| n == primary);
+        let mut out = Outcome::Region(r.clone());
+        for n in stale {
+            tracing::warn!(
+                region,
+                node = n,
+                ahead,
+                "a replica proven after the restore is behind another's: stale, dropped"
+            );
+            out = self.drop_replica(region, n)?;
+        }
+        Ok(out)
     }
 
     /// `node` reports that its image holds `region` at generation `found`,

@@ -37,7 +37,7 @@ pub use command::{Command, CommandError, Outcome, Request, Response, RestoreSumm
 pub use operations::{state_hash, SavedState, StateHash, RESTORE_EPOCH_JUMP};
 pub use records::{
     AuditEntry, Client, ClientId, ClientState, IndexKind, IndexRecord, IndexState, IndexVariant, MemNode,
-    MemNodeId, MemNodeState, OwnerBlock, Region, ReplicaGeneration,
+    MemNodeId, MemNodeState, OwnerBlock, Region, ReplicaGeneration, ReplicaProof,
 };
 
 /// Owner ids handed out in blocks: `1..OWNER_ID_END`. The rTX heap keeps one
@@ -146,7 +146,8 @@ impl ControlState {
                 region,
                 node,
                 generation,
-            } => self.replica_proven(region, node, generation),
+                followed_epoch,
+            } => self.replica_proven(region, node, generation, followed_epoch),
             Command::ActivateMemNode { id } => self.transition(
                 id,
                 &[MemNodeState::Joining, MemNodeState::Suspect, MemNodeState::Active],
@@ -404,6 +405,7 @@ impl ControlState {
             generation: 0,
             generations: Vec::new(),
             unverified: Vec::new(),
+            proofs: Vec::new(),
         };
         let holders: Vec<MemNodeId> = region.replicas.iter().map(|l| l.node).collect();
         for node in holders {

@@ -191,6 +191,7 @@ impl ControlState {
         // (`Region::unverified`): the snapshot's roles may be stale.
         for r in self.regions.values_mut().filter(|r| r.lost.is_none()) {
             r.unverified = r.replicas.iter().chain(&r.syncing).map(|l| l.node).collect();
+            r.proofs.clear();
         }
         Ok(Outcome::Restored(RestoreSummary {
             // `apply` bumps the epoch after this (a restore alters routing).

@@ -143,6 +143,20 @@ pub struct Region {
     /// heir meanwhile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unverified: Vec<MemNodeId>,
+    /// The proofs of those holders so far: how far each node's image
+    /// followed the old cluster (`Command::ReplicaProven`), to find the
+    /// stale ones among them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub proofs: Vec<ReplicaProof>,
+}
+
+/// One holder's proof after a restore (see [`Region::proofs`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaProof {
+    /// The node.
+    pub node: MemNodeId,
+    /// The last epoch its image followed before the restored cluster's.
+    pub followed_epoch: Epoch,
 }
 
 /// One holder's replica generation (see [`Region::generations`]).

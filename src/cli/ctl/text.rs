@@ -102,7 +102,11 @@ pub fn command(c: &Command) -> String {
             region,
             node,
             generation,
-        } => format!("node {node} proves its replica of region {region} at generation {generation}"),
+            followed_epoch,
+        } => format!(
+            "node {node} proves its replica of region {region} at generation {generation} (followed the old \
+             cluster to epoch {followed_epoch})"
+        ),
         Command::ReleaseRestore { region, client } => {
             format!("give back client {client}'s claim on the restore of region {region}")
         }

@@ -76,7 +76,8 @@ pub struct Phases {
     pub degraded: bool,
     /// A restarted or resumed node registered and active again (an empty
     /// spare, or still in its replica set after a pause shorter than
-    /// detection); a wiped one, active under its new image id.
+    /// detection); a wiped one, active under its new image id; a node
+    /// killed before a `snapshot-restore`, started again after it.
     pub active_ms: Option<f64>,
     /// A paused node continued (SIGCONT).
     pub resumed_ms: Option<f64>,
@@ -464,7 +465,21 @@ impl Injector<'_> {
                 tokio::time::sleep(WRITE_ON_BEFORE_RESTORE).await;
                 self.restore(&snapshot).await?;
                 phases.restored_ms = Some(ms_since(at));
-                phases.restored_whole_ms = watch_restored(watch, region, node, at).await?;
+                if let Some(after) = f.pause {
+                    // The killed node back from its image, pointed at the
+                    // restored cluster (its links already are).
+                    tokio::time::sleep(after).await;
+                    let (process, back) = self
+                        .killed
+                        .pop()
+                        .ok_or_else(|| RunError::Process("no killed node to start again".into()))?;
+                    debug_assert_eq!(back, node);
+                    self.local.restart_memnode(process).map_err(local_error)?;
+                    phases.active_ms = Some(ms_since(at));
+                }
+                // A node started again may hold a new replica, refilled.
+                let gone = f.pause.is_none().then_some(node);
+                phases.restored_whole_ms = watch_restored(watch, region, gone, at).await?;
                 Injected::new(f, node, (at, t0), phases)
             }
             FaultKind::ClockSkew => {
@@ -616,20 +631,20 @@ fn clients_of(endpoints: &[String], token: &str) -> Result<Vec<ControlClient>, R
         .map_err(|e| RunError::Control(format!("cannot make a control-plane client: {e}")))
 }
 
-/// Polls the restored cluster from the kill at `start` of `node` until
-/// `region` is whole again with every replica proven or replaced and
-/// `node` on none of them; when, in ms from `start`.
+/// Polls the restored cluster from the kill at `start` until `region` is
+/// whole again, every replica proven or replaced (and the killed node, if
+/// `gone`, on none of them); when, in ms from `start`.
 async fn watch_restored(
     watch: &Watch,
     region: fabric::RegionId,
-    node: MemNodeId,
+    gone: Option<MemNodeId>,
     start: Instant,
 ) -> Result<Option<f64>, RunError> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while Instant::now() < deadline {
         let status = watch.status().await?;
         let r = status.region(region)?;
-        if !r.on(node) && r.usable() && status.settled(r) {
+        if gone.is_none_or(|n| !r.on(n)) && r.usable() && status.settled(r) {
             return Ok(Some(ms_since(start)));
         }
         tokio::time::sleep(PHASE_POLL).await;

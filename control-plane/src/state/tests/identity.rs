@@ -254,6 +254,7 @@ fn a_restored_region_serves_once_its_holders_prove_their_replicas() {
         region: r.id,
         node,
         generation,
+        followed_epoch: 0,
     };
     // At another generation: not a proof.
     let g1 = x.generation_of(b1);
