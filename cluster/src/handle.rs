@@ -69,22 +69,6 @@ impl Retry {
         if attempt >= RETRIES_MAX {
             return false;
         }
-        // A node refused a verb's key before running it: its replica was
-        // taken from it (retired: evicted, or unproven after a restore)
-        // under a map this process has not installed yet. Run it again
-        // under the newer map if one comes; with none, it is an error. (A
-        // write cut off so at or after its commit point is in doubt
-        // instead, and never comes here.)
-        if e.key_refused() {
-            let now = self.mandate.epoch();
-            let waited = tokio::time::timeout(MAP_WAIT, self.epochs.wait_for(|&e| e > now)).await;
-            let again = matches!(waited, Ok(Ok(_)));
-            if again {
-                self.retried += 1;
-                tracing::debug!(index = %self.index, error = %e, attempt, "key refused; retrying under a newer map");
-            }
-            return again;
-        }
         let again = match fabric_cause(e) {
             Some(FabricError::StaleEpoch { node_epoch, .. }) => {
                 let want = *node_epoch;

@@ -490,6 +490,11 @@ async fn apply_placements(
             "a map past a restore's leap: this image followed the old cluster to that epoch"
         );
     }
+    // Fenced first: a replica retired below (unproven, or no longer placed
+    // here) must not meet a batch of an older map, which would find its
+    // key changed mid-batch (a per-verb refusal the writer cannot tell
+    // from a partial write); refused whole at the epoch, it is retried.
+    node.advance_epoch(epoch);
     let mut pending = Vec::new();
     let mut unproven = Vec::new();
     // Replicas a restore named that this image holds at the recorded
