@@ -6,18 +6,18 @@
 //! members cut.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::Cluster;
-use control_plane::api::ControlClient;
 use control_plane::state::{MemNodeId, MemNodeState, Region};
 use harness::control::ControlPlane;
 use harness::local::LocalCluster;
 use nix::sys::signal::Signal;
 use serde::Serialize;
 
+use super::leader::{kill_leader, pause_leader, transfer_leader};
+pub(super) use super::watch::{Status, Watch, MEMBER_READ_TIMEOUT};
 use super::{local_error, PHASE_TIMEOUT};
 use crate::experiment::{Fault, FaultKind, PartitionTarget, ReplicaRole};
 use crate::run::partition::Links;
@@ -27,7 +27,7 @@ use crate::run::{RunError, BUCKET_US};
 /// resumes: a few memory-node leases, for a late detection to show.
 const PAUSE_SETTLE: Duration = Duration::from_millis(500);
 /// How often the control plane is asked while a phase is awaited.
-const PHASE_POLL: Duration = Duration::from_millis(2);
+pub(super) const PHASE_POLL: Duration = Duration::from_millis(2);
 /// How long a wiped node is watched for its dead decision before the
 /// runner concludes it was taken back under its old record (serving its
 /// empty image). The decision does not wait for the memory-node lease: it
@@ -39,21 +39,6 @@ const WIPE_DEAD_WAIT: Duration = Duration::from_secs(10);
 /// listens: it does so just before its first renewal, which made it
 /// active.
 const WIPED_LISTEN_WAIT: Duration = Duration::from_secs(10);
-/// Longest wait for one member's status while phases are watched: a
-/// member answers from its own state at once, so a silent one is stopped,
-/// dead or cut off, and the next is asked.
-const MEMBER_READ_TIMEOUT: Duration = Duration::from_secs(1);
-/// Longest a status read goes on asking the members in turn (an election
-/// is a fraction of it).
-const READ_WAIT: Duration = Duration::from_secs(10);
-/// Pause between attempts of a leadership transfer the leader refused for
-/// now (its target not caught up yet, another transfer under way).
-const TRANSFER_RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// How long the clients write on between the region made whole after the
-/// kill and the restore (`snapshot-restore`): writes the snapshot knows
-/// nothing of, on replicas it names in other roles.
-const WRITE_ON_BEFORE_RESTORE: Duration = Duration::from_millis(300);
-
 /// When each phase of one fault came, in ms after the fault.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Phases {
@@ -101,6 +86,11 @@ pub struct Phases {
     /// or replaced, the killed node on none of them (`snapshot-restore`).
     pub restored_whole_ms: Option<f64>,
 }
+
+/// How long the clients write on between the region made whole after the
+/// kill and the restore (`snapshot-restore`): writes the snapshot knows
+/// nothing of, on replicas it names in other roles.
+const WRITE_ON_BEFORE_RESTORE: Duration = Duration::from_millis(300);
 
 /// What one fault did.
 #[derive(Clone, Debug, Serialize)]
@@ -566,71 +556,6 @@ impl Injector<'_> {
     }
 }
 
-/// The control plane's state as the runner watches it: each member asked
-/// in turn, skipping one the runner has stopped (SIGSTOP leaves its socket
-/// accepting and silent: every read would wait out a timeout there).
-pub(super) struct Watch {
-    members: std::sync::RwLock<Vec<ControlClient>>,
-    token: String,
-    /// The member (index) stopped now; `usize::MAX`: none.
-    stopped: AtomicUsize,
-}
-
-impl Watch {
-    /// Readers of the members at `endpoints`, in member order.
-    pub(super) fn new(endpoints: &[String], token: &str) -> Result<Watch, RunError> {
-        Ok(Watch {
-            members: std::sync::RwLock::new(clients_of(endpoints, token)?),
-            token: token.to_owned(),
-            stopped: AtomicUsize::new(usize::MAX),
-        })
-    }
-
-    /// Reads the members at `endpoints` from now on.
-    fn retarget(&self, endpoints: &[String]) -> Result<(), RunError> {
-        let clients = clients_of(endpoints, &self.token)?;
-        *self.members.write().unwrap_or_else(|p| p.into_inner()) = clients;
-        Ok(())
-    }
-
-    /// One read of the state, from the first member that answers within
-    /// [`MEMBER_READ_TIMEOUT`], for at most [`READ_WAIT`].
-    pub(super) async fn status(&self) -> Result<Status, RunError> {
-        let deadline = Instant::now() + READ_WAIT;
-        loop {
-            let mut last = String::new();
-            let stopped = self.stopped.load(Ordering::Acquire);
-            let members = self.members.read().unwrap_or_else(|p| p.into_inner()).clone();
-            for (i, c) in members.iter().enumerate().filter(|(i, _)| *i != stopped) {
-                match tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
-                    Ok(Ok(s)) => return Ok(Status(s)),
-                    Ok(Err(e)) => last = format!("member {}: {e}", i + 1),
-                    Err(_) => last = format!("member {}: no answer within {MEMBER_READ_TIMEOUT:?}", i + 1),
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(RunError::Control(format!(
-                    "no control-plane member answered a status read within {READ_WAIT:?}; last: {last}"
-                )));
-            }
-            tokio::time::sleep(PHASE_POLL).await;
-        }
-    }
-
-    fn set_stopped(&self, member: Option<usize>) {
-        self.stopped
-            .store(member.unwrap_or(usize::MAX), Ordering::Release);
-    }
-}
-
-fn clients_of(endpoints: &[String], token: &str) -> Result<Vec<ControlClient>, RunError> {
-    endpoints
-        .iter()
-        .map(|e| ControlClient::new(e, Some(token.to_owned())))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RunError::Control(format!("cannot make a control-plane client: {e}")))
-}
-
 /// Polls the restored cluster from the kill at `start` until `region` is
 /// whole again, every replica proven or replaced (and the killed node, if
 /// `gone`, on none of them); when, in ms from `start`.
@@ -650,56 +575,6 @@ async fn watch_restored(
         tokio::time::sleep(PHASE_POLL).await;
     }
     Ok(None)
-}
-
-/// One read of the control plane's state (bounded, from any member that
-/// answers: `Cluster::status`).
-pub(super) struct Status(control_plane::api::Status);
-
-impl Status {
-    pub(super) async fn read(cluster: &Cluster) -> Result<Status, RunError> {
-        cluster
-            .status()
-            .await
-            .map(Status)
-            .map_err(|e| RunError::Control(e.to_string()))
-    }
-
-    pub(super) fn region_of(&self, index: &str) -> Result<&Region, RunError> {
-        let x = self
-            .0
-            .indexes
-            .iter()
-            .find(|x| x.name == index)
-            .ok_or_else(|| RunError::Control(format!("no index {index}")))?;
-        self.region(x.region)
-    }
-
-    pub(super) fn region(&self, id: fabric::RegionId) -> Result<&Region, RunError> {
-        self.0
-            .regions
-            .iter()
-            .find(|r| r.id == id)
-            .ok_or_else(|| RunError::Control(format!("no region {id}")))
-    }
-
-    /// Whether `r` is whole, or degraded with no node left to heal it.
-    fn settled(&self, r: &Region) -> bool {
-        control_plane::state::settled(r, self.0.memnodes.iter())
-    }
-
-    fn node_state(&self, node: MemNodeId) -> Option<MemNodeState> {
-        self.0.memnodes.iter().find(|n| n.id == node).map(|n| n.state)
-    }
-
-    /// The image id `node`'s record names.
-    fn image_of(&self, node: MemNodeId) -> Option<fabric::ImageId> {
-        self.0
-            .memnodes
-            .iter()
-            .find(|n| n.id == node)
-            .and_then(|n| n.image)
-    }
 }
 
 /// Polls the control plane from a kill at `start` until `region` is
@@ -984,167 +859,12 @@ fn at_work(r: &Region) -> bool {
     r.restoring || !r.pending.is_empty() || !r.syncing.is_empty() || r.catching_up.is_some()
 }
 
-/// SIGSTOPs the Raft leader (its recovery coordinator with it), waits for
-/// another member to lead, SIGCONTs it `pause` after the stop, and waits
-/// until it follows the new leader. Times from `start`. Returns the
-/// paused member's id and the phases.
-async fn pause_leader(
-    control: &ControlPlane,
-    watch: &Watch,
-    pause: Duration,
-    start: Instant,
-) -> Result<(MemNodeId, Phases), RunError> {
-    let clients = control.clients().map_err(control_error)?;
-    let (i, old) = control
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control_error)?;
-    watch.set_stopped(Some(i));
-    control.signal(i, Signal::SIGSTOP).map_err(control_error)?;
-    let stopped = Instant::now();
-    let mut p = Phases {
-        leader_faulted_ms: Some(ms_since(start)),
-        ..Phases::default()
-    };
-    let resume = async {
-        tokio::time::sleep_until((stopped + pause).into()).await;
-        let sent = control.signal(i, Signal::SIGCONT);
-        watch.set_stopped(None);
-        (ms_since(start), sent)
-    };
-    let (elected, (resumed, sent)) = tokio::join!(await_new_leader(&clients, i, old.term, start), resume);
-    sent.map_err(control_error)?;
-    p.resumed_ms = Some(resumed);
-    p.elected_ms = elected;
-    p.member_back_ms = await_follower(&clients[i], old.member, start).await;
-    tracing::info!(member = old.member, phases = %p, "control-plane leader paused and resumed");
-    Ok((old.member as MemNodeId, p))
-}
-
-/// Moves the Raft lead from the leader to the next live member, as `ctl
-/// members transfer-leader` does, and waits until the old leader follows
-/// the new one. Times from `start`. Returns the old leader's id and the
-/// phases.
-async fn transfer_leader(control: &ControlPlane, start: Instant) -> Result<(MemNodeId, Phases), RunError> {
-    let clients = control.clients().map_err(control_error)?;
-    let (i, old) = control
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control_error)?;
-    let n = control.members.len();
-    let to = (1..n)
-        .map(|k| (i + k) % n)
-        .find(|&j| control.members[j].alive())
-        .ok_or_else(|| RunError::Control("no other live member to hand the lead to".into()))?;
-    let to_id = control.members[to].id;
-    let mut p = Phases::default();
-    loop {
-        match clients[i].transfer_leader(to_id).await {
-            Ok(moved) => {
-                p.leader_faulted_ms = Some(ms_since(start) - moved.took_ms as f64);
-                break;
-            }
-            // Refused for now (its target not caught up, a transfer under
-            // way): asked again, within the phase timeout.
-            Err(e) if start.elapsed() < PHASE_TIMEOUT => {
-                tracing::debug!(error = %e, to = to_id, "leader transfer refused; asking again");
-                tokio::time::sleep(TRANSFER_RETRY_PAUSE).await;
-            }
-            Err(e) => {
-                return Err(RunError::Control(format!(
-                    "member {} did not hand the lead to {to_id}: {e}",
-                    old.member
-                )))
-            }
-        }
-    }
-    p.elected_ms = await_new_leader(&clients, i, old.term, start).await;
-    p.member_back_ms = await_follower(&clients[i], old.member, start).await;
-    tracing::info!(from = old.member, to = to_id, phases = %p, "control-plane lead moved");
-    Ok((old.member as MemNodeId, p))
-}
-
-/// Polls every member but `old` until one leads at a term above `term`
-/// (at most [`PHASE_TIMEOUT`]); when, in ms from `start`.
-async fn await_new_leader(clients: &[ControlClient], old: usize, term: u64, start: Instant) -> Option<f64> {
-    while start.elapsed() < PHASE_TIMEOUT {
-        for (_, c) in clients.iter().enumerate().filter(|(j, _)| *j != old) {
-            if let Ok(Ok(s)) = tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
-                if s.role == "leader" && s.term > term {
-                    return Some(ms_since(start));
-                }
-            }
-        }
-        tokio::time::sleep(PHASE_POLL).await;
-    }
-    None
-}
-
-/// Polls member `c` (id `me`, the old leader) until it follows another
-/// leader (at most [`PHASE_TIMEOUT`]); when, in ms from `start`.
-async fn await_follower(c: &ControlClient, me: control_plane::raft::MemberId, start: Instant) -> Option<f64> {
-    while start.elapsed() < PHASE_TIMEOUT {
-        if let Ok(Ok(s)) = tokio::time::timeout(MEMBER_READ_TIMEOUT, c.status()).await {
-            if s.role != "leader" && s.leader.is_some_and(|l| l != me) {
-                return Some(ms_since(start));
-            }
-        }
-        tokio::time::sleep(PHASE_POLL).await;
-    }
-    None
-}
-
-fn ms_since(start: Instant) -> f64 {
+pub(super) fn ms_since(start: Instant) -> f64 {
     start.elapsed().as_secs_f64() * 1e3
 }
 
-fn control_error(e: harness::control::ControlError) -> RunError {
+pub(super) fn control_error(e: harness::control::ControlError) -> RunError {
     RunError::Control(e.to_string())
-}
-
-/// SIGKILLs the Raft leader, waits for another member to claim the lead,
-/// and (with `back_after`) restarts it that long after the kill and waits
-/// until it knows the leader again. Returns the member's id and when it
-/// was killed.
-async fn kill_leader(
-    local: &mut LocalCluster,
-    back_after: Option<Duration>,
-) -> Result<(MemNodeId, Instant, Phases), RunError> {
-    let control = |e: harness::control::ControlError| RunError::Control(e.to_string());
-    let clients = local.control().clients().map_err(control)?;
-    let (i, status) = local
-        .control()
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control)?;
-    let at = local.control().kill(i).map_err(control)?;
-    let mut p = Phases::default();
-    let (_, new) = local
-        .control()
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control)?;
-    p.elected_ms = Some(at.elapsed().as_secs_f64() * 1e3);
-    tracing::info!(
-        killed = status.member,
-        elected = new.member,
-        "control-plane leader replaced"
-    );
-    if let Some(d) = back_after {
-        tokio::time::sleep_until((at + d).into()).await;
-        local.control().restart(i).await.map_err(control)?;
-        let c = &clients[i];
-        while at.elapsed() < d + PHASE_TIMEOUT {
-            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), c.status()).await {
-                if s.leader.is_some() {
-                    p.member_back_ms = Some(at.elapsed().as_secs_f64() * 1e3);
-                    break;
-                }
-            }
-            tokio::time::sleep(PHASE_POLL).await;
-        }
-    }
-    Ok((status.member as MemNodeId, at, p))
 }
 
 /// Waits until `region` is whole (as many replicas as it was made with,

@@ -27,7 +27,9 @@
 
 mod check;
 mod faults;
+mod leader;
 mod side;
+mod watch;
 
 pub use check::ReplicaRunCheck;
 use faults::{Injector, Status, Watch};
