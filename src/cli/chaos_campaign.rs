@@ -27,7 +27,10 @@ processes' logs; a failed seed also keeps history.jsonl and the memory nodes' im
 Kinds: kill-memnode, restart-memnode, pause-memnode, kill-control-leader, clock-skew, partition,
 wipe-memnode (tcp only: a node killed and started again at once without its image),
 pause-control-leader (the Raft leader SIGSTOPped past an election while recovery refills a killed node's
-replica, then SIGCONTed), transfer-leader (its lead moved at that moment).
+replica, then SIGCONTed), transfer-leader (its lead moved at that moment), snapshot-restore (a snapshot
+saved, a node killed and recovered from, more written, the snapshot restored into a fresh control plane
+over the same memory nodes). In a file with cluster.side_replicas (mixed-rf-*.toml) a seed's first
+kill-memnode takes role sole-copy: the node of the rf-1 index's only copy.
 
 Examples:
   kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 100
@@ -35,7 +38,9 @@ Examples:
   kintsugi chaos campaign --experiment deploy/experiments/campaign-btree.toml --seeds 5 --sabotage drop-backup-writes
   kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-btree.toml --seeds 100
   kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-hash.toml --seeds 3 --sabotage serve-wiped
-  kintsugi chaos campaign --experiment deploy/experiments/leader-during-recovery-btree.toml --seeds 100")]
+  kintsugi chaos campaign --experiment deploy/experiments/leader-during-recovery-btree.toml --seeds 100
+  kintsugi chaos campaign --experiment deploy/experiments/snapshot-restore-hash.toml --seeds 100
+  kintsugi chaos campaign --experiment deploy/experiments/mixed-rf-btree.toml --seeds 100")]
 pub struct CampaignArgs {
     /// The experiment file (TOML); its faults are replaced by drawn ones.
     #[arg(long, value_name = "FILE")]
