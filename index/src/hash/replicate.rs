@@ -285,3 +285,90 @@ impl HashTable {
         Err(IndexError::TooManyAttempts(CONVERGE_ROUNDS_MAX))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fabric::{Client, LocalTransport, RegionSpec};
+    use txn::{Heap, HeapConfig};
+
+    use super::*;
+    use crate::hash::HashConfig;
+    use crate::Variant;
+
+    const REGION: u16 = 1;
+
+    async fn replicated_table(replicas: u16) -> HashTable {
+        let spec = RegionSpec {
+            id: REGION,
+            size: 16 << 20,
+        };
+        let (t, map) = LocalTransport::cluster(replicas, &[spec]).unwrap();
+        let mut fabric = Client::new(map, t.into());
+        let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
+        let config = HashConfig {
+            groups: 4,
+            dir_depth: 4,
+        };
+        HashTable::create(fabric, heap, Variant::Rtx, 1, config).await.unwrap()
+    }
+
+    /// Every replica's words of every subtable, primary first.
+    async fn subtable_copies(t: &mut HashTable) -> Vec<Vec<Vec<u8>>> {
+        let bytes = t.subtable_bytes();
+        let mut all = Vec::new();
+        for sub in t.subtables().await.unwrap() {
+            let base = t.locate(sub).await.unwrap().base;
+            all.push(t.fabric().read_range(base, bytes, Replica::All).await.unwrap());
+        }
+        all
+    }
+
+    /// What a writer stopped between its primary CAS and its backups'
+    /// leaves: a backup that missed a delete (it still names the block) and
+    /// one that missed an insert (still empty). `converge_backups` brings
+    /// both to the primary's words, and says how many it moved.
+    #[tokio::test]
+    async fn converge_backups_moves_every_backup_word_to_the_primarys() {
+        let mut t = replicated_table(3).await;
+        for key in 1..=20 {
+            assert!(t.insert(key, key * 10).await.unwrap());
+        }
+        let subs = t.subtables().await.unwrap();
+        assert_eq!(subs.len(), 1, "20 keys fit the first subtable");
+        let base = t.locate(subs[0]).await.unwrap().base;
+        let loaded = subtable_copies(&mut t).await.remove(0);
+        assert!(loaded.iter().all(|c| c == &loaded[0]), "replicas equal after acknowledged writes");
+        // The slot key 21's insert fills, and the one key 7's delete clears.
+        assert!(t.insert(21, 210).await.unwrap());
+        let inserted = subtable_copies(&mut t).await.remove(0);
+        assert!(t.delete(7).await.unwrap());
+        let deleted = subtable_copies(&mut t).await.remove(0);
+        let words = loaded[0].len() / 8;
+        let filled = (0..words)
+            .find(|&w| word(&loaded[0], w) == 0 && word(&inserted[0], w) != 0)
+            .expect("the insert filled a slot");
+        let cleared = (0..words)
+            .find(|&w| word(&inserted[0], w) != 0 && word(&deleted[0], w) == 0)
+            .expect("the delete cleared a slot");
+        // Backup 0 missed the delete, backup 1 the insert.
+        let held = word(&inserted[0], cleared).to_le_bytes();
+        let mut batch = t.fabric().take_batch();
+        batch.on(Replica::Backup(0)).write(base.add(cleared as u64 * 8), &held);
+        batch.on(Replica::Backup(1)).write(base.add(filled as u64 * 8), &0u64.to_le_bytes());
+        t.fabric().execute(&mut batch).await.unwrap();
+        t.fabric().give_batch(batch);
+        let broken = subtable_copies(&mut t).await;
+        assert_ne!(broken[0][1], broken[0][0]);
+        assert_ne!(broken[0][2], broken[0][0]);
+
+        assert_eq!(t.converge_backups().await.unwrap(), 2);
+        let healed = subtable_copies(&mut t).await;
+        for copies in &healed {
+            assert!(copies.iter().all(|c| c == &copies[0]), "every backup equals the primary");
+        }
+        assert_eq!(t.get(7).await.unwrap(), None);
+        assert_eq!(t.get(21).await.unwrap(), Some(210));
+        // Nothing left to move.
+        assert_eq!(t.converge_backups().await.unwrap(), 0);
+    }
+}
