@@ -258,6 +258,10 @@ pub(crate) enum WriteError {
     Stopped(String),
     /// This member could not confirm with a quorum that it still leads.
     NoQuorum(String),
+    /// This member is handing the lead over (`POST /v1/leader`): it
+    /// proposes nothing meanwhile, or its entries would keep renewing the
+    /// followers' leases and no vote for the new leader would be granted.
+    HandingOver,
 }
 
 /// Serves `router` on `listener` in plain HTTP until `stopped` turns true.
@@ -346,8 +350,14 @@ impl Node {
     /// applied everything committed before (openraft's read index); returns
     /// its term. A leader cut off from its majority keeps believing it leads
     /// (openraft 0.9 has no check-quorum), so whatever it answers without
-    /// committing, such as a renewal, must first pass this.
+    /// committing, such as a renewal, must first pass this. A leader
+    /// handing the lead over confirms nothing: the round it would send
+    /// renews the followers' leases, and no vote for its successor would be
+    /// granted.
     pub(crate) async fn confirm_lead(&self) -> Result<u64, WriteError> {
+        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(WriteError::HandingOver);
+        }
         match self.bounded(self.raft.ensure_linearizable()).await? {
             Ok(_) => Ok(self.raft.metrics().borrow().current_term),
             Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
@@ -393,6 +403,9 @@ impl Node {
         } = &mut command
         {
             *lease_ms = millis(self.settings.timing.client_lease);
+        }
+        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(WriteError::HandingOver);
         }
         let request = Request {
             at_ms: now_ms(),
@@ -604,13 +617,21 @@ async fn judge_once(node: &Node, actor: &str) {
     // A leader restored from its own committed vote at restart leads
     // on paper until it hears its term is over: it takes office only
     // once a quorum has acknowledged it.
+    //
+    // Nor does a leader handing the lead over judge: it proposes nothing
+    // and confirms no renewal meanwhile (`WriteError::HandingOver`), so a
+    // hand-over that fails, and leaves it leading, must not count that
+    // silence against the holders: leases are judged from its end, as
+    // from a new term.
+    let handing_over = node.transferring.load(std::sync::atomic::Ordering::Acquire);
     let (leading, term) = {
         let metrics = node.raft.metrics();
         let m = metrics.borrow();
         (
             m.state == ServerState::Leader
                 && m.current_leader == Some(node.id)
-                && m.millis_since_quorum_ack.is_some(),
+                && m.millis_since_quorum_ack.is_some()
+                && !handing_over,
             m.current_term,
         )
     };

@@ -144,29 +144,9 @@ pub(super) async fn transfer_leader(
             "member {to} is a learner: only a voter may lead"
         )));
     }
-    // A target that lags would lose the election (its log is shorter).
-    let timing = &node.settings.timing;
-    let caught_up = node
-        .raft
-        .wait(Some(timing.commit_timeout))
-        .metrics(
-            |m| {
-                let matched = m
-                    .replication
-                    .as_ref()
-                    .and_then(|r| r.get(&to).cloned().flatten())
-                    .map(|l| l.index);
-                matched.is_some() && matched == m.last_log_index
-            },
-            "transfer target caught up",
-        )
-        .await;
-    if caught_up.is_err() {
-        return Err(conflict(format!(
-            "member {to} has not caught up with the leader's log within {}; try again",
-            humantime::format_duration(timing.commit_timeout)
-        )));
-    }
+    // From here on this member proposes nothing and confirms nothing
+    // (`WriteError::HandingOver`): an entry sent to the followers renews
+    // their leases, and they would refuse the target their votes.
     if node
         .transferring
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -174,17 +154,46 @@ pub(super) async fn transfer_leader(
     {
         return Err(conflict("a leadership transfer is already under way".into()));
     }
-    // In a task of its own: the heartbeats come back on however the
-    // request ends (a caller that hangs up, a forwarding member that gives
-    // up waiting).
-    let lease = timing.election_timeout_max;
+    // In a task of its own: proposals and heartbeats come back on however
+    // the request ends (a caller that hangs up, a forwarding member that
+    // gives up waiting).
+    let commit_timeout = node.settings.timing.commit_timeout;
+    let lease = node.settings.timing.election_timeout_max;
     let task = {
         let node = node.clone();
         tokio::spawn(async move {
-            node.raft.runtime_config().heartbeat(false);
-            let moved = campaign_and_wait(&node, &target.addr, &headers, lease).await;
-            // Always: a member that leads again later must heartbeat.
-            node.raft.runtime_config().heartbeat(true);
+            // A target that lags would lose the election (its log is
+            // shorter); nothing new is appended now.
+            let caught_up = node
+                .raft
+                .wait(Some(commit_timeout))
+                .metrics(
+                    |m| {
+                        let matched = m
+                            .replication
+                            .as_ref()
+                            .and_then(|r| r.get(&to).cloned().flatten())
+                            .map(|l| l.index);
+                        matched.is_some() && matched == m.last_log_index
+                    },
+                    "transfer target caught up",
+                )
+                .await;
+            let moved = if caught_up.is_err() {
+                Err(Refusal::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "member {to} has not caught up with the leader's log within {}; try again",
+                        humantime::format_duration(commit_timeout)
+                    ),
+                ))
+            } else {
+                node.raft.runtime_config().heartbeat(false);
+                let moved = campaign_and_wait(&node, &target.addr, &headers, lease).await;
+                // Always: a member that leads again later must heartbeat.
+                node.raft.runtime_config().heartbeat(true);
+                moved
+            };
             node.transferring.store(false, Ordering::Release);
             moved
         })

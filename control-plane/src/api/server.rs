@@ -261,6 +261,10 @@ impl From<WriteError> for Refusal {
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("raft has stopped: {why}"),
             ),
+            WriteError::HandingOver => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this member is handing the lead to another: try again once it leads",
+            ),
         }
     }
 }
