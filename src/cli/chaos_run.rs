@@ -139,65 +139,73 @@ fn replica_report(s: &ReplicaSummary) -> String {
     }
     for f in &s.faults {
         let p = &f.phases;
-        let who = f.label();
-        let _ = match f.kind {
-            FaultKind::RestartMemnode => writeln!(
-                out,
-                "  {who} at {:.1} s: active again (an empty spare) after {}",
-                f.at_ms / 1e3,
-                ms(p.active_ms)
-            ),
-            FaultKind::WipeMemnode => writeln!(
-                out,
-                "  {who} at {:.1} s: killed and started again without its image; declared dead after {}, \
-                 evicted after {}, serving after {} ({} from the dead decision), refilled (whole) after {}, \
-                 active again (empty, a new image id) after {}; {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+        let healed = |p: &chaos::run::replica::Phases| {
+            let how = if p.degraded {
+                "settled degraded (no spare left)"
+            } else {
+                "re-replicated"
+            };
+            format!("{how} after {}", ms(p.rereplicated_ms))
+        };
+        // What the fault's phases say, in the order they came; the
+        // throughput around it follows, for every kind alike.
+        let what = match f.kind {
+            FaultKind::RestartMemnode => {
+                let _ = writeln!(
+                    out,
+                    "  {} at {:.1} s: active again (an empty spare) after {}",
+                    f.label(),
+                    f.at_ms / 1e3,
+                    ms(p.active_ms)
+                );
+                continue;
+            }
+            FaultKind::ClockSkew => {
+                let _ = writeln!(out, "  {} at {:.1} s", f.label(), f.at_ms / 1e3);
+                continue;
+            }
+            FaultKind::Partition if f.role.is_none() => {
+                let _ = writeln!(
+                    out,
+                    "  {} at {:.1} s: cut off from the control plane, healed after {}",
+                    f.label(),
+                    f.at_ms / 1e3,
+                    ms(p.resumed_ms)
+                );
+                continue;
+            }
+            FaultKind::WipeMemnode => format!(
+                "killed and started again without its image; declared dead after {}, evicted after {}, \
+                 serving after {} ({} from the dead decision), refilled (whole) after {}, \
+                 active again (empty, a new image id) after {}",
                 ms(p.detected_ms),
                 ms(p.evicted_ms),
                 ms(p.serving_ms),
                 ms(f.dead_to_serving_ms),
                 ms(p.rereplicated_ms),
-                ms(p.active_ms),
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                ms(p.active_ms)
             ),
-            FaultKind::SnapshotRestore => writeln!(
-                out,
-                "  {who} at {:.1} s: snapshot saved, the node killed: dead after {}, serving after {}, whole after {}; \
-                 restored into a fresh control plane after {}, whole there (every replica proven or replaced) after {}; \
-                 {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+            FaultKind::SnapshotRestore => format!(
+                "snapshot saved, the node killed: dead after {}, serving after {}, whole after {}; \
+                 restored into a fresh control plane after {}, whole there (every replica proven or replaced) after {}",
                 ms(p.detected_ms),
                 ms(p.serving_ms),
                 ms(p.rereplicated_ms),
                 ms(p.restored_ms),
-                ms(p.restored_whole_ms),
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                ms(p.restored_whole_ms)
             ),
-            FaultKind::KillControlLeader => writeln!(
-                out,
-                "  {who} at {:.1} s: another member leads after {}, the killed one back after {}; \
-                 {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+            FaultKind::KillControlLeader => format!(
+                "another member leads after {}, the killed one back after {}",
                 ms(p.elected_ms),
-                ms(p.member_back_ms),
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                ms(p.member_back_ms)
             ),
             FaultKind::PauseControlLeader | FaultKind::TransferLeader => {
                 let loss = if f.role.is_some() {
                     format!(
-                        "the node killed first declared dead after {}, serving after {}, {} after {}; ",
+                        "the node killed first declared dead after {}, serving after {}, {}; ",
                         ms(p.detected_ms),
                         ms(p.serving_ms),
-                        if p.degraded {
-                            "settled degraded (no spare left)"
-                        } else {
-                            "re-replicated"
-                        },
-                        ms(p.rereplicated_ms),
+                        healed(p)
                     )
                 } else {
                     String::new()
@@ -206,11 +214,8 @@ fn replica_report(s: &ReplicaSummary) -> String {
                     Some(r) => format!(", resumed after {r:.0} ms"),
                     None => String::new(),
                 };
-                writeln!(
-                    out,
-                    "  {who} at {:.1} s: {loss}the leader {} after {}, another member leads after {}{paused}, \
-                     the old leader follows after {}; {} ops/s before, {} ops/s after",
-                    f.at_ms / 1e3,
+                format!(
+                    "{loss}the leader {} after {}, another member leads after {}{paused}, the old leader follows after {}",
                     if f.kind == FaultKind::PauseControlLeader {
                         "stopped"
                     } else {
@@ -218,23 +223,11 @@ fn replica_report(s: &ReplicaSummary) -> String {
                     },
                     ms(p.leader_faulted_ms),
                     ms(p.elected_ms),
-                    ms(p.member_back_ms),
-                    rate(f.ops_per_sec_before),
-                    rate(f.ops_per_sec_after)
+                    ms(p.member_back_ms)
                 )
             }
-            FaultKind::ClockSkew => writeln!(out, "  {who} at {:.1} s", f.at_ms / 1e3),
-            FaultKind::Partition if f.role.is_none() => writeln!(
-                out,
-                "  {who} at {:.1} s: cut off from the control plane, healed after {}",
-                f.at_ms / 1e3,
-                ms(p.resumed_ms)
-            ),
-            FaultKind::KillMemnode if f.role == Some(ReplicaRole::SoleCopy) => writeln!(
-                out,
-                "  {who} at {:.1} s: dead after {}, the single-copy index reported lost after {}{}; \
-                 {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+            FaultKind::KillMemnode if f.role == Some(ReplicaRole::SoleCopy) => format!(
+                "dead after {}, the single-copy index reported lost after {}{}",
                 ms(p.detected_ms),
                 ms(p.lost_ms),
                 match p.evicted_ms {
@@ -245,43 +238,34 @@ fn replica_report(s: &ReplicaSummary) -> String {
                         ms(p.rereplicated_ms)
                     ),
                     None => ", the checked index untouched (no replica there)".to_owned(),
-                },
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                }
             ),
-            FaultKind::PauseMemnode if p.detected_ms.is_none() => writeln!(
-                out,
-                "  {who} at {:.1} s: resumed after {}, never declared dead, active after {}; \
-                 {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+            FaultKind::PauseMemnode if p.detected_ms.is_none() => format!(
+                "resumed after {}, never declared dead, active after {}",
                 ms(p.resumed_ms),
-                ms(p.active_ms),
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                ms(p.active_ms)
             ),
-            _ => writeln!(
-                out,
-                "  {who} at {:.1} s: dead after {}, evicted after {}, serving after {} ({} from the dead decision), \
-                 {} after {}{}; {} ops/s before, {} ops/s after",
-                f.at_ms / 1e3,
+            _ => format!(
+                "dead after {}, evicted after {}, serving after {} ({} from the dead decision), {}{}",
                 ms(p.detected_ms),
                 ms(p.evicted_ms),
                 ms(p.serving_ms),
                 ms(f.dead_to_serving_ms),
-                if p.degraded {
-                    "settled degraded (no spare left)"
-                } else {
-                    "re-replicated"
-                },
-                ms(p.rereplicated_ms),
+                healed(p),
                 match (p.resumed_ms, p.active_ms) {
                     (Some(r), a) => format!(", resumed (healed) after {r:.0} ms, active again after {}", ms(a)),
                     (None, _) => String::new(),
-                },
-                rate(f.ops_per_sec_before),
-                rate(f.ops_per_sec_after)
+                }
             ),
         };
+        let _ = writeln!(
+            out,
+            "  {} at {:.1} s: {what}; {} ops/s before, {} ops/s after",
+            f.label(),
+            f.at_ms / 1e3,
+            rate(f.ops_per_sec_before),
+            rate(f.ops_per_sec_after)
+        );
     }
     let c = &s.check;
     let l = &c.linearizability;

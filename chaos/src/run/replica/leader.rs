@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use control_plane::api::ControlClient;
+use control_plane::api::{ControlClient, Status};
 use control_plane::state::MemNodeId;
 use harness::control::ControlPlane;
 use harness::local::LocalCluster;
@@ -19,6 +19,17 @@ use crate::run::RunError;
 /// now (its target not caught up yet, another transfer under way).
 const TRANSFER_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// A client of every member, the leader's index among them, and the
+/// leader's status (its term and id).
+async fn leader_now(control: &ControlPlane) -> Result<(Vec<ControlClient>, usize, Status), RunError> {
+    let clients = control.clients().map_err(control_error)?;
+    let (i, status) = control
+        .leader(&clients, PHASE_TIMEOUT)
+        .await
+        .map_err(control_error)?;
+    Ok((clients, i, status))
+}
+
 /// SIGSTOPs the Raft leader (its recovery coordinator with it), waits for
 /// another member to lead, SIGCONTs it `pause` after the stop, and waits
 /// until it follows the new leader. Times from `start`. Returns the
@@ -29,11 +40,7 @@ pub(super) async fn pause_leader(
     pause: Duration,
     start: Instant,
 ) -> Result<(MemNodeId, Phases), RunError> {
-    let clients = control.clients().map_err(control_error)?;
-    let (i, old) = control
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control_error)?;
+    let (clients, i, old) = leader_now(control).await?;
     watch.set_stopped(Some(i));
     control.signal(i, Signal::SIGSTOP).map_err(control_error)?;
     let stopped = Instant::now();
@@ -64,11 +71,7 @@ pub(super) async fn transfer_leader(
     control: &ControlPlane,
     start: Instant,
 ) -> Result<(MemNodeId, Phases), RunError> {
-    let clients = control.clients().map_err(control_error)?;
-    let (i, old) = control
-        .leader(&clients, PHASE_TIMEOUT)
-        .await
-        .map_err(control_error)?;
+    let (clients, i, old) = leader_now(control).await?;
     let n = control.members.len();
     let to = (1..n)
         .map(|k| (i + k) % n)
