@@ -613,11 +613,24 @@ async fn replicas_compared(
 /// acknowledged lost, no error reaching the application.
 #[test]
 fn bench_recover_sees_every_phase_and_loses_nothing() {
+    bench_recover(false);
+}
+
+/// The same with each node wiped (started again at once without its
+/// image): told from the node it was by its image id, refilled, nothing
+/// lost.
+#[test]
+fn bench_recover_of_wiped_nodes_sees_every_phase_and_loses_nothing() {
+    bench_recover(true);
+}
+
+fn bench_recover(wipe: bool) {
     use bench::recover_plan::{RecoverPlan, Victim};
     let plan = RecoverPlan {
         exe: exe().to_owned(),
         rounds: 2,
         victim: Victim::Alternate,
+        wipe,
         region_bytes: 16 << 20,
         replicas: 3,
         tasks: 2,
@@ -635,6 +648,7 @@ fn bench_recover_sees_every_phase_and_loses_nothing() {
         [true, false]
     );
     for r in &report.rounds {
+        assert_eq!(r.wiped, wipe);
         let (detected, evicted, serving, whole) = (
             r.detected_ms.unwrap(),
             r.evicted_ms.unwrap(),

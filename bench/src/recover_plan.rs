@@ -31,6 +31,17 @@ impl Victim {
     }
 }
 
+impl RecoverPlan {
+    /// What a round does to its node, as the report says it.
+    pub fn fault_done(&self) -> &'static str {
+        if self.wipe {
+            "wiped"
+        } else {
+            "killed"
+        }
+    }
+}
+
 /// A validated `bench recover` run.
 #[derive(Clone, Debug)]
 pub struct RecoverPlan {
@@ -40,6 +51,11 @@ pub struct RecoverPlan {
     pub rounds: u32,
     /// Whose node each round kills (`--kill`).
     pub victim: Victim,
+    /// Each round wipes the node rather than only killing it (`--wipe`):
+    /// kill -9 and started again at once without its image, inside the
+    /// detection window, so the control plane tells the empty node from
+    /// the one it was by its image id alone (tcp only).
+    pub wipe: bool,
     /// Bytes of the index's region (`--region`): what re-replication copies.
     pub region_bytes: u64,
     /// Replicas of the region; one more memory node is the spare.

@@ -49,6 +49,9 @@ pub struct Round {
     pub node: u16,
     /// Whether it held the primary.
     pub primary: bool,
+    /// Whether it was wiped (killed and started again at once, empty)
+    /// rather than only killed.
+    pub wiped: bool,
     /// The control plane's dead decision.
     pub detected_ms: Option<f64>,
     /// The replica evicted (a primary's backup promoted).
@@ -96,6 +99,7 @@ impl Round {
         let copy_ms = between(Phase::Allocated, Phase::Joined);
         Round {
             node,
+            wiped: false,
             primary,
             detected_ms: at(Phase::Detected),
             evicted_ms: at(Phase::Evicted),
@@ -117,9 +121,10 @@ impl Round {
     pub fn line(&self) -> String {
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         format!(
-            "node {} ({}) killed: dead after {} ms, serving {} ms after that, whole after {} ms; copy {} ms ({} GiB/s), writes blocked {} ms",
+            "node {} ({}) {}: dead after {} ms, serving {} ms after that, whole after {} ms; copy {} ms ({} GiB/s), writes blocked {} ms",
             self.node,
             if self.primary { "primary" } else { "backup" },
+            if self.wiped { "wiped" } else { "killed" },
             f(self.detected_ms),
             f(self.dead_to_serving_ms),
             f(self.whole_ms),
@@ -153,9 +158,10 @@ impl RecoverReport {
     pub fn table(&self) -> String {
         let p = &self.plan;
         let mut out = format!(
-            "bench recover: {} kills of a memory node holding an rtx B+tree region of {} MiB ({} replicas + 1 spare, {}), \
+            "bench recover: {} {} of a memory node holding an rtx B+tree region of {} MiB ({} replicas + 1 spare, {}), \
              memory-node lease {} ms, YCSB A ({} tasks, {} keys)\n",
             self.rounds.len(),
+            if p.wipe { "wipes" } else { "kills" },
             p.region_bytes >> 20,
             p.replicas,
             p.transport,
@@ -169,8 +175,9 @@ impl RecoverReport {
                 continue;
             }
             out += &format!(
-                "\n{} killed ({} rounds)                   median     worst   seen\n",
+                "\n{} {} ({} rounds)                   median     worst   seen\n",
                 if primary { "primary" } else { "backup" },
+                p.fault_done(),
                 rounds.len()
             );
             use Worst::{Least, Most};

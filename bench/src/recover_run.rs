@@ -161,11 +161,15 @@ async fn kill_and_watch(
     let process = local
         .process_of(dead, &status.memnodes)
         .context("finding the node's process")?;
-    let killed = local
-        .memnode(process)
-        .ok_or_else(|| crate::msg!("no memory node process {process}"))?
-        .kill()
-        .context("killing the memory node")?;
+    let killed = if plan.wipe {
+        local.wipe_memnode(process).context("wiping the memory node")?
+    } else {
+        local
+            .memnode(process)
+            .ok_or_else(|| crate::msg!("no memory node process {process}"))?
+            .kill()
+            .context("killing the memory node")?
+    };
     let timeout = ROUND_TIMEOUT + Duration::from_secs(2 * plan.region_bytes / (16 << 20));
     let mut p = Phases::default();
     loop {
@@ -208,9 +212,12 @@ async fn kill_and_watch(
         }
         tokio::time::sleep(POLL).await;
     }
-    local
-        .restart_memnode(process)
-        .context("restarting the killed node")?;
+    // A wiped node runs already: empty, under another image id.
+    if !plan.wipe {
+        local
+            .restart_memnode(process)
+            .context("restarting the killed node")?;
+    }
     loop {
         let status = observer.status().await.context("reading the status")?;
         let active = status
@@ -225,7 +232,10 @@ async fn kill_and_watch(
         }
         tokio::time::sleep(POLL).await;
     }
-    Ok(Round::new(dead, primary, plan.region_bytes, &p.0))
+    Ok(Round {
+        wiped: plan.wipe,
+        ..Round::new(dead, primary, plan.region_bytes, &p.0)
+    })
 }
 
 /// When each phase was first seen, from the kill. A phase shorter than a

@@ -304,12 +304,16 @@ mod tests {
         };
         let (t, map) = LocalTransport::cluster(replicas, &[spec]).unwrap();
         let mut fabric = Client::new(map, t.into());
-        let heap = Heap::format(&mut fabric, REGION, HeapConfig::default()).await.unwrap();
+        let heap = Heap::format(&mut fabric, REGION, HeapConfig::default())
+            .await
+            .unwrap();
         let config = HashConfig {
             groups: 4,
             dir_depth: 4,
         };
-        HashTable::create(fabric, heap, Variant::Rtx, 1, config).await.unwrap()
+        HashTable::create(fabric, heap, Variant::Rtx, 1, config)
+            .await
+            .unwrap()
     }
 
     /// Every replica's words of every subtable, primary first.
@@ -337,7 +341,10 @@ mod tests {
         assert_eq!(subs.len(), 1, "20 keys fit the first subtable");
         let base = t.locate(subs[0]).await.unwrap().base;
         let loaded = subtable_copies(&mut t).await.remove(0);
-        assert!(loaded.iter().all(|c| c == &loaded[0]), "replicas equal after acknowledged writes");
+        assert!(
+            loaded.iter().all(|c| c == &loaded[0]),
+            "replicas equal after acknowledged writes"
+        );
         // The slot key 21's insert fills, and the one key 7's delete clears.
         assert!(t.insert(21, 210).await.unwrap());
         let inserted = subtable_copies(&mut t).await.remove(0);
@@ -353,8 +360,12 @@ mod tests {
         // Backup 0 missed the delete, backup 1 the insert.
         let held = word(&inserted[0], cleared).to_le_bytes();
         let mut batch = t.fabric().take_batch();
-        batch.on(Replica::Backup(0)).write(base.add(cleared as u64 * 8), &held);
-        batch.on(Replica::Backup(1)).write(base.add(filled as u64 * 8), &0u64.to_le_bytes());
+        batch
+            .on(Replica::Backup(0))
+            .write(base.add(cleared as u64 * 8), &held);
+        batch
+            .on(Replica::Backup(1))
+            .write(base.add(filled as u64 * 8), &0u64.to_le_bytes());
         t.fabric().execute(&mut batch).await.unwrap();
         t.fabric().give_batch(batch);
         let broken = subtable_copies(&mut t).await;
@@ -364,7 +375,10 @@ mod tests {
         assert_eq!(t.converge_backups().await.unwrap(), 2);
         let healed = subtable_copies(&mut t).await;
         for copies in &healed {
-            assert!(copies.iter().all(|c| c == &copies[0]), "every backup equals the primary");
+            assert!(
+                copies.iter().all(|c| c == &copies[0]),
+                "every backup equals the primary"
+            );
         }
         assert_eq!(t.get(7).await.unwrap(), None);
         assert_eq!(t.get(21).await.unwrap(), Some(210));

@@ -15,11 +15,12 @@ in a temporary directory):
      rtx B+tree whose region of --region bytes has --replicas replicas, then run YCSB A for the
      whole run. One memory node holds no replica: the spare.
   2. --rounds times, --between apart: kill -9 of the node holding the region's primary or first
-     backup (--kill), then, from the kill: the node declared dead (one --lease after its last
+     backup (--kill; with --wipe it is started again at once without its image), then, from the kill: the node declared dead (one --lease after its last
      renewal), its replica evicted (a primary's first backup promoted and rebuilt), the region
      serving again, a new replica placed on the spare and allocated, the region copied to it while
      clients write, the copy joined (the region leaves the clients' map for the catch-up), whole
-     again. Then the killed node restarts empty and becomes the next round's spare.
+     again. Then the killed node restarts empty (a wiped one runs already) and becomes the next
+     round's spare.
   3. At the end, every acknowledged write is read back.
 
 The control plane is read every 1 ms; a phase shorter than a read may be missed (shown as '-').
@@ -32,7 +33,8 @@ lost or an error reached the application.
 Examples:
   kintsugi bench recover                       # 1 GiB region on shm, primary and backup in turn
   kintsugi bench recover --lease 1s --rounds 4
-  kintsugi bench recover --region 256MiB --transport tcp --kill backup")]
+  kintsugi bench recover --region 256MiB --transport tcp --kill backup
+  kintsugi bench recover --transport tcp --wipe --tasks 2 --keys 500000   # 1M keys, nodes wiped")]
 pub struct RecoverArgs {
     /// Kills, each followed by the restart of the killed node.
     #[arg(long, default_value_t = 6)]
@@ -40,6 +42,11 @@ pub struct RecoverArgs {
     /// Whose node each round kills.
     #[arg(long, value_enum, default_value = "alternate")]
     kill: Victim,
+    /// Wipe the node instead: kill -9 and start it again at once without its image, inside the
+    /// detection window (a new tmpfs, a replaced disk). The control plane must tell the empty node
+    /// from the one it was by its image id, evict its replica and refill it. tcp only.
+    #[arg(long)]
+    wipe: bool,
     /// Bytes of the index's region: what a re-replication copies.
     #[arg(long, default_value = "1GiB", value_parser = crate::cli::units::parse_bytes)]
     region: u64,
@@ -96,10 +103,16 @@ impl RecoverArgs {
         if self.lease < Duration::from_millis(10) || self.lease > Duration::from_secs(60) {
             bail!("--lease must be 10ms to 60s");
         }
+        if self.wipe && self.transport != harness::TransportKind::Tcp {
+            // A shm client keeps its mapping of the old, unlinked image
+            // (`LocalCluster::wipe_memnode`): not a fault a cluster survives.
+            bail!("--wipe needs --transport tcp: a shm client keeps mapping a wiped node's old image");
+        }
         Ok(RecoverPlan {
             exe: std::env::current_exe().context("cannot find the kintsugi binary")?,
             rounds: self.rounds,
             victim: self.kill,
+            wipe: self.wipe,
             region_bytes: self.region,
             replicas: self.replicas,
             tasks: self.tasks,
