@@ -545,8 +545,32 @@ pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, millis)
 }
 
-/// Whether a member leads: what its lease judge and its recovery
-/// coordinator act on.
+/// The term this member leads in, if it leads on a quorum's word heard
+/// within `election_timeout_min`: what its lease judge acts on.
+///
+/// A leader whose followers stopped answering (they are electing, or it
+/// is cut off, or starved of CPU) still reads as the leader until it hears
+/// a newer term (openraft 0.9 has no check-quorum). Acting on that
+/// is how a leader declared every memory node dead: it confirmed none of
+/// their renewals (that needs a quorum), judged them silent, appended its
+/// decisions to its own log, and won the next election with that log, so
+/// they were committed (snapshot-restore-hash seed 95). Past one
+/// `election_timeout_min` without a quorum's acknowledgement a follower
+/// may already be campaigning: the member acts no more until one comes.
+/// A leader restored from its own vote at restart leads on paper until it
+/// hears its term is over, and has no acknowledgement at all.
+fn leads_now(raft: &Raft, id: MemberId) -> Option<u64> {
+    let quorum_ack_ms_max = raft.config().election_timeout_min;
+    let metrics = raft.metrics();
+    let m = metrics.borrow();
+    (m.state == ServerState::Leader
+        && m.current_leader == Some(id)
+        && m.millis_since_quorum_ack
+            .is_some_and(|ms| ms <= quorum_ack_ms_max))
+    .then_some(m.current_term)
+}
+
+/// Whether a member leads: what its recovery coordinator acts on.
 #[derive(Clone)]
 pub struct Leadership {
     raft: Raft,
@@ -556,7 +580,11 @@ pub struct Leadership {
 impl Leadership {
     /// The member is the leader and a quorum has acknowledged it: a
     /// leader restored from its own vote at restart leads on paper until
-    /// it hears its term is over, and must not act before.
+    /// it hears its term is over, and must not act before. Looser than the
+    /// lease judge's rule ([`leads_now`]): a coordinator that stopped at
+    /// every late acknowledgement would join the cluster again as a new
+    /// client each time, and what it writes is fenced anyway (a copy proves
+    /// its leadership with a quorum round, `Leadership::confirm`).
     pub fn holds(&self) -> bool {
         let metrics = self.raft.metrics();
         let m = metrics.borrow();
@@ -623,27 +651,20 @@ async fn judge_once(node: &Node, actor: &str) {
     // hand-over that fails, and leaves it leading, must not count that
     // silence against the holders: leases are judged from its end, as
     // from a new term.
+    //
+    // A leader no quorum acknowledged lately judges nothing either
+    // ([`leads_now`]); once one does, leases count from then.
     let handing_over = node.transferring.load(std::sync::atomic::Ordering::Acquire);
-    let (leading, term) = {
-        let metrics = node.raft.metrics();
-        let m = metrics.borrow();
-        (
-            m.state == ServerState::Leader
-                && m.current_leader == Some(node.id)
-                && m.millis_since_quorum_ack.is_some()
-                && !handing_over,
-            m.current_term,
-        )
-    };
+    let leads = leads_now(&node.raft, node.id).filter(|_| !handing_over);
     {
         let mut liveness = node.liveness();
         let office = liveness.office_term();
-        if !leading {
+        let Some(term) = leads else {
             if office.is_some() {
                 liveness.follow();
             }
             return;
-        }
+        };
         if office != Some(term) {
             liveness.lead(Instant::now(), term);
             tracing::info!(member = node.id, term, "leading: leases are judged from now");

@@ -424,3 +424,61 @@ cluster_test!(a_hand_over_under_unpaused_writes_moves_the_lead, async {
     println!("lead moved after {tries} tries; {committed} writes committed, {handing_over} refused while handing over");
     c.stop().await;
 });
+
+// A leader cut off from its quorum still reads as the leader (openraft 0.9
+// has no check-quorum) and confirms no renewal. Before, its lease judge
+// went on judging and appended "memory node suspect/dead" to its own log
+// for holders that were renewing with the majority's new leader all along;
+// a chaos run (snapshot-restore-hash seed 95) saw such a leader win the
+// next election with that longer log, which committed its decisions: every
+// memory node declared dead at once. Now it judges only while a quorum
+// acknowledged it within `election_timeout_min`.
+cluster_test!(a_leader_cut_off_from_its_quorum_judges_no_lease, async {
+    let c = Cluster::start(3).await;
+    let old = c.leader().await;
+    c.active_memnodes(old, 1).await;
+    let majority: Vec<_> = c.ids().into_iter().filter(|&id| id != old).collect();
+    let log_before = c.member(old).raft().metrics().borrow().last_log_index;
+    c.partition(&[old]);
+    // The memory node renews with whoever leads the majority, as a real
+    // one follows the leader.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renewer = {
+        let (clients, stop) = (
+            majority.iter().map(|&m| c.client(m)).collect::<Vec<_>>(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut renewed = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for client in &clients {
+                    if client.renew_memnode(0).await.is_ok() {
+                        renewed += 1;
+                    }
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            renewed
+        })
+    };
+    let new = c.new_leader(old, &majority).await;
+    // Three memory-node leases: twice over what the old leader's judge
+    // needed to call the node suspect, then dead, had it judged.
+    tokio::time::sleep(c.settings.timing.memnode_lease * 3).await;
+    let log_cut_off = c.member(old).raft().metrics().borrow().last_log_index;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let renewed = renewer.await.expect("renewer");
+    assert!(renewed > 0, "the majority confirmed renewals");
+    assert_eq!(
+        log_cut_off, log_before,
+        "the cut-off leader appended entries (lease decisions) while no quorum acknowledged it"
+    );
+    let state = c.member(new).state().state();
+    assert!(
+        state.memnodes.values().all(|m| m.state == MemNodeState::Active),
+        "{}",
+        tables(&state)
+    );
+    c.heal();
+    c.stop().await;
+});
