@@ -77,6 +77,16 @@ impl Cluster {
                 IndexState::Ready => match self.attach(&record, &owner).await {
                     Ok(opened) => return Ok((self.following_reclaims(opened), owner, record)),
                     Err(e) if lapsed(&e) => tracing::debug!(index = name, error = %e, "attaching again"),
+                    // This process's own renewal came late (no leader for a
+                    // moment): nothing was issued. Attached again once a
+                    // renewal lands, as an operation is (`handle::Retry`);
+                    // a lease lost for good ends it.
+                    Err(e)
+                        if matches!(e.fabric_cause(), Some(fabric::FabricError::LeaseUncertain))
+                            && self.mandate.held_within(OPEN_TIMEOUT).await =>
+                    {
+                        tracing::debug!(index = name, error = %e, "attaching again once the lease held")
+                    }
                     Err(e) => return Err(e),
                 },
                 IndexState::Creating { client } if client == self.me.id => {
