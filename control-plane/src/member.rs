@@ -355,7 +355,7 @@ impl Node {
     /// renews the followers' leases, and no vote for its successor would be
     /// granted.
     pub(crate) async fn confirm_lead(&self) -> Result<u64, WriteError> {
-        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+        if self.handing_over() {
             return Err(WriteError::HandingOver);
         }
         match self.bounded(self.raft.ensure_linearizable()).await? {
@@ -384,6 +384,12 @@ impl Node {
         }
     }
 
+    /// A leadership transfer is under way (`POST /v1/leader`): this member
+    /// proposes, confirms and judges nothing meanwhile.
+    pub(crate) fn handing_over(&self) -> bool {
+        self.transferring.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// Stamps `command` (time, actor, a fresh nonce), proposes it and waits
     /// for its outcome.
     ///
@@ -404,7 +410,7 @@ impl Node {
         {
             *lease_ms = millis(self.settings.timing.client_lease);
         }
-        if self.transferring.load(std::sync::atomic::Ordering::Acquire) {
+        if self.handing_over() {
             return Err(WriteError::HandingOver);
         }
         let request = Request {
@@ -560,13 +566,18 @@ pub(crate) fn now_ms() -> u64 {
 /// A leader restored from its own vote at restart leads on paper until it
 /// hears its term is over, and has no acknowledgement at all.
 fn leads_now(raft: &Raft, id: MemberId) -> Option<u64> {
-    let quorum_ack_ms_max = raft.config().election_timeout_min;
+    leads(raft, id, Some(raft.config().election_timeout_min))
+}
+
+/// The term this member leads in, if a quorum has acknowledged it at all
+/// (`ack_ms_max`: within that many ms).
+fn leads(raft: &Raft, id: MemberId, ack_ms_max: Option<u64>) -> Option<u64> {
     let metrics = raft.metrics();
     let m = metrics.borrow();
     (m.state == ServerState::Leader
         && m.current_leader == Some(id)
         && m.millis_since_quorum_ack
-            .is_some_and(|ms| ms <= quorum_ack_ms_max))
+            .is_some_and(|ms| ack_ms_max.is_none_or(|max| ms <= max)))
     .then_some(m.current_term)
 }
 
@@ -586,11 +597,7 @@ impl Leadership {
     /// client each time, and what it writes is fenced anyway (a copy proves
     /// its leadership with a quorum round, `Leadership::confirm`).
     pub fn holds(&self) -> bool {
-        let metrics = self.raft.metrics();
-        let m = metrics.borrow();
-        m.state == ServerState::Leader
-            && m.current_leader == Some(self.id)
-            && m.millis_since_quorum_ack.is_some()
+        leads(&self.raft, self.id, None).is_some()
     }
 
     /// Proves with a quorum, now, that this member leads (openraft's read
@@ -654,8 +661,7 @@ async fn judge_once(node: &Node, actor: &str) {
     //
     // A leader no quorum acknowledged lately judges nothing either
     // ([`leads_now`]); once one does, leases count from then.
-    let handing_over = node.transferring.load(std::sync::atomic::Ordering::Acquire);
-    let leads = leads_now(&node.raft, node.id).filter(|_| !handing_over);
+    let leads = leads_now(&node.raft, node.id).filter(|_| !node.handing_over());
     {
         let mut liveness = node.liveness();
         let office = liveness.office_term();

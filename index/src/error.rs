@@ -51,12 +51,11 @@ pub enum IndexError {
 }
 
 impl IndexError {
-    /// The fabric failure under `e`, if it is one.
     /// A node refused a verb's access key (or the verbs after it in the
     /// batch, flushed): the replica was taken from it (retired) under a
     /// map the writer had not seen. The batch's other verbs ran: at a
     /// write's commit point or after it, the write may have happened.
-    pub fn key_refused(&self) -> bool {
+    pub(crate) fn key_refused(&self) -> bool {
         use fabric::VerbError::{BadKey, Flushed};
         matches!(
             self,
@@ -64,6 +63,7 @@ impl IndexError {
         )
     }
 
+    /// The fabric failure under `e`, if it is one.
     fn fabric(&self) -> Option<&fabric::FabricError> {
         match self {
             IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) => Some(f),
