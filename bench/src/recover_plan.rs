@@ -34,11 +34,17 @@ impl Victim {
 impl RecoverPlan {
     /// What a round does to its node, as the report says it.
     pub fn fault_done(&self) -> &'static str {
-        if self.wipe {
-            "wiped"
-        } else {
-            "killed"
-        }
+        fault_done(self.wipe)
+    }
+}
+
+/// What a round did to its node (`wiped`: started again at once without
+/// its image), as the reports say it.
+pub fn fault_done(wiped: bool) -> &'static str {
+    if wiped {
+        "wiped"
+    } else {
+        "killed"
     }
 }
 

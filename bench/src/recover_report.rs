@@ -124,7 +124,7 @@ impl Round {
             "node {} ({}) {}: dead after {} ms, serving {} ms after that, whole after {} ms; copy {} ms ({} GiB/s), writes blocked {} ms",
             self.node,
             if self.primary { "primary" } else { "backup" },
-            if self.wiped { "wiped" } else { "killed" },
+            crate::recover_plan::fault_done(self.wiped),
             f(self.detected_ms),
             f(self.dead_to_serving_ms),
             f(self.whole_ms),
