@@ -9,9 +9,10 @@ use support::{kintsugi, path_str, MemnodeProcess};
 const PATTERN: &[u8] = b"survives kill -9 because it was flushed";
 
 async fn connect(node: &MemnodeProcess) -> Client {
-    let (transport, map) = TcpTransport::discover(std::slice::from_ref(&node.addr))
-        .await
-        .unwrap();
+    let (transport, map) =
+        TcpTransport::discover_with(std::slice::from_ref(&node.addr), support::tcp_options())
+            .await
+            .unwrap();
     Client::new(map, transport.into())
 }
 
@@ -147,7 +148,14 @@ fn bad_arguments_get_clear_errors() {
             "given twice",
         ),
         (
-            &["memnode", "--listen", "not-an-address", "--region", "1:8"],
+            &[
+                "memnode",
+                "--listen",
+                "not-an-address",
+                "--region",
+                "1:8",
+                "--insecure-open",
+            ],
             "cannot listen",
         ),
         (
@@ -165,6 +173,18 @@ fn bad_arguments_get_clear_errors() {
             "cannot be used with",
         ),
     ];
+    // Without a secret (and without --insecure-open), a node with its own
+    // regions would admit nobody it could check: refused, with the remedy.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kintsugi"))
+        .args(["memnode", "--listen", "127.0.0.1:0", "--region", "1:8"])
+        .env_remove(control_plane::config::SECRET_ENV)
+        .output()
+        .expect("run kintsugi");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("set KINTSUGI_CLUSTER_SECRET"),
+        "{stderr}"
+    );
     for (args, needle) in cases {
         let (code, _, stderr) = kintsugi(args);
         assert_ne!(code, 0, "{args:?} should fail");

@@ -22,6 +22,7 @@ fn start(name: &str, args: &[&str]) -> (Process, String, String) {
     let mut p = Launch::new(exe(), name)
         .args(args)
         .env("RUST_LOG", "warn")
+        .env(control_plane::config::SECRET_ENV, support::MEMNODE_SECRET)
         .forward_stderr(format!("[{name}] "))
         .stop_by(StopBy::Kill)
         .spawn()
@@ -91,7 +92,9 @@ async fn a_memory_node_counts_the_verbs_it_serves() {
             "127.0.0.1:0",
         ],
     );
-    let (transport, map) = TcpTransport::discover(&[addr]).await.unwrap();
+    let (transport, map) = TcpTransport::discover_with(&[addr], support::tcp_options())
+        .await
+        .unwrap();
     let mut client = Client::new(map, transport.into());
     let at = GlobalAddr::new(1, 64);
     let mut batch = Batch::new();

@@ -45,6 +45,13 @@ pub struct ClusterOptions {
     /// Faults to inject into every verb of the process (chaos tests:
     /// [`Cluster::faults`] arms them). `None` in production.
     pub faults: Option<fabric::FaultPlan>,
+    /// How long a batch waits for a memory node's answer before it fails
+    /// as a lost connection (`fabric::transport::REQUEST_DEADLINE`).
+    pub request_deadline: Duration,
+    /// Memory-node endpoints reached through another address (an in-path
+    /// proxy: chaos partitions of the data path, tests); empty in
+    /// production ([`fabric::transport::TcpOptions::via`]).
+    pub data_path_via: Vec<(String, String)>,
 }
 
 impl Default for ClusterOptions {
@@ -60,6 +67,8 @@ impl Default for ClusterOptions {
             create_missing: true,
             tx: TxConfig::default(),
             faults: None,
+            request_deadline: fabric::transport::REQUEST_DEADLINE,
+            data_path_via: Vec::new(),
         }
     }
 }
@@ -113,7 +122,19 @@ impl Cluster {
             let map = members
                 .call("fetching the map", |c| async move { c.map(None, None).await })
                 .await?;
-            let mut transport = reach(&map).await?;
+            // The memory nodes admit this client by it until it expires.
+            let id = me.id;
+            let credential = members
+                .call("fetching this client's admission credential", |c| async move {
+                    c.credential(Some(id)).await
+                })
+                .await?;
+            let tcp = fabric::transport::TcpOptions {
+                request_deadline: options.request_deadline,
+                via: options.data_path_via.clone(),
+                ..fabric::transport::TcpOptions::with_credential(credential)
+            };
+            let mut transport = reach(&map, tcp).await?;
             let mut faults = None;
             if let Some(plan) = options.faults.clone() {
                 let (t, f) = transport.with_faults(plan);
@@ -598,7 +619,7 @@ fn map_moved(e: &ClusterError) -> bool {
 
 /// A transport to every node of `map`: their images if the endpoints are
 /// paths (`shm`), else their tcp servers.
-async fn reach(map: &ClusterMap) -> Result<AnyTransport, ClusterError> {
+async fn reach(map: &ClusterMap, tcp: fabric::transport::TcpOptions) -> Result<AnyTransport, ClusterError> {
     if map.nodes().is_empty() {
         return Err(ClusterError::Map(
             "the cluster has no memory nodes yet: start some with `kintsugi memnode --control ...`".into(),
@@ -608,7 +629,7 @@ async fn reach(map: &ClusterMap) -> Result<AnyTransport, ClusterError> {
     if shm == map.nodes().len() {
         Ok(ShmTransport::attach_map(map)?.into())
     } else if shm == 0 {
-        Ok(TcpTransport::connect_map(map).await?.into())
+        Ok(TcpTransport::connect_map_with(map, tcp).await?.into())
     } else {
         Err(ClusterError::Map(format!(
             "{shm} of {} memory nodes advertise an image path and the others a tcp address: one cluster uses one transport",

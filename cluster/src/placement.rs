@@ -28,6 +28,13 @@ pub const WATCH_WAIT: Duration = Duration::from_secs(30);
 /// Pause after a failed watch or report before the next try.
 pub const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
+/// How often a memory node reads the admission key and the client fence
+/// (`GET /v1/admission`). An expired client's ids wait for every live
+/// node's acknowledgement of its fence, so this bounds how long after the
+/// quarantine they go to an heir; a tenth of a second is one small read per
+/// node, and short next to any lease.
+pub const FENCE_POLL: Duration = Duration::from_millis(100);
+
 /// Set (to anything) in a memory node's environment, the node serves a
 /// wiped image as if it held its replicas, as nodes did before image
 /// identity: it takes its old record back whatever its image, renews
@@ -146,8 +153,9 @@ pub async fn keep_registered(
     members: Members,
     endpoint: String,
     capacity_bytes: u64,
-    image: ImageId,
+    node: Arc<MemoryNode>,
 ) -> Result<(), ClusterError> {
+    let image = node.image_id();
     let id = loop {
         match register(&members, &endpoint, capacity_bytes, image).await {
             Ok(id) => break id,
@@ -159,13 +167,71 @@ pub async fn keep_registered(
         }
     };
     tracing::info!(memnode = id, %endpoint, "registered with the control plane");
-    keep_lease(
+    let lease = keep_lease(
         members.clients(),
         Leaseholder::MemNodeImage { id, image },
         std::future::pending(),
-    )
-    .await
-    .map_err(|e| ClusterError::LeaseLost(chain(&e)))
+    );
+    tokio::select! {
+        lost = lease => lost.map_err(|e| ClusterError::LeaseLost(chain(&e))),
+        never = follow_admission(members.clone(), id, node) => match never {},
+    }
+}
+
+/// Keeps memory node `id`'s gate (`fabric::admission`) as the control plane
+/// says, for the process's life: takes the admission key, follows the
+/// client fence every [`FENCE_POLL`], and reports each new fence it follows
+/// (`MemNodeFence`) once `node` refuses every client it fences. Until its
+/// first view the node's gate (`Gate::placed`) admits no client.
+pub async fn follow_admission(
+    members: Members,
+    id: MemNodeId,
+    node: Arc<MemoryNode>,
+) -> std::convert::Infallible {
+    let mut reported = None;
+    let mut failing = false;
+    loop {
+        match follow_admission_once(&members, id, &node, &mut reported).await {
+            Ok(()) => failing = false,
+            Err(e) if !failing => {
+                failing = true;
+                tracing::warn!(memnode = id, error = %e, "cannot follow the client fence; retrying");
+            }
+            Err(e) => tracing::debug!(memnode = id, error = %e, "still cannot follow the client fence"),
+        }
+        tokio::time::sleep(FENCE_POLL).await;
+    }
+}
+
+async fn follow_admission_once(
+    members: &Members,
+    id: MemNodeId,
+    node: &MemoryNode,
+    reported: &mut Option<u64>,
+) -> Result<(), ClusterError> {
+    let view = members
+        .call("reading the admission key and fence", |c| async move {
+            c.admission().await
+        })
+        .await?;
+    let key: [u8; 32] = fabric::admission::unhex(&view.key)
+        .and_then(|k| k.try_into().ok())
+        .ok_or_else(|| ClusterError::Map("the admission key is not 32 bytes of hex".into()))?;
+    node.set_admission_key(fabric::AdmissionKey::from_bytes(key));
+    view.fence
+        .validate()
+        .map_err(|why| ClusterError::Map(format!("a malformed client fence: {why}")))?;
+    let Some(seq) = node.follow_fence(view.fence) else {
+        return Ok(());
+    };
+    if *reported != Some(seq) {
+        members
+            .command("reporting the client fence", &Command::MemNodeFence { id, seq })
+            .await?;
+        tracing::debug!(memnode = id, seq, "following the client fence");
+        *reported = Some(seq);
+    }
+    Ok(())
 }
 
 /// Serves placements to `node` (memory node `id`) until the lease is lost

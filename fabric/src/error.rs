@@ -98,6 +98,16 @@ pub enum FabricError {
         /// What happened.
         reason: String,
     },
+    /// A memory node refused this client's connection or batch (no, a
+    /// forged, or a fenced credential; a connection limit), and closed it;
+    /// no verb of the refused batch ran.
+    #[error("memory node {node} refused this client: {reason}")]
+    Refused {
+        /// The node.
+        node: NodeId,
+        /// The node's reason.
+        reason: String,
+    },
     /// A memory node answered something this client cannot decode.
     #[error("protocol error from memory node {node}: {reason}")]
     Protocol {

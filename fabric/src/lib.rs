@@ -22,6 +22,7 @@
 compile_error!("DM words are little-endian and atomics are native: only little-endian targets are supported");
 
 mod addr;
+pub mod admission;
 mod batch;
 mod client;
 mod error;
@@ -45,6 +46,7 @@ pub mod wire;
 pub use addr::{
     AccessKey, Epoch, GlobalAddr, NodeId, RegionId, Replica, ATOMIC_BYTES, OFFSET_BITS, OFFSET_MAX,
 };
+pub use admission::{AdmissionKey, Credential, FenceView, Gate, Holder, Refusal};
 pub use batch::{Batch, On, VerbHandle};
 pub use client::{Client, ReadError};
 pub use error::{FabricError, NodeError, NODE_LAPSE_WAIT_MAX};

@@ -128,6 +128,12 @@ pub const MEMNODE_CONNECTIONS: &str = "kintsugi_memnode_connections";
 pub const MEMNODE_CONNECTIONS_REFUSED: &str = "kintsugi_memnode_connections_refused_total";
 /// Connections closed for a bad frame or an I/O error.
 pub const MEMNODE_CONNECTION_ERRORS: &str = "kintsugi_memnode_connection_errors_total";
+/// Connections refused admission (`crate::admission`), by `reason`
+/// (no_credential, malformed, bad_mac, fenced, not_ready, full, protocol,
+/// hello_timeout, evicted).
+pub const MEMNODE_ADMISSIONS_REFUSED: &str = "kintsugi_memnode_admissions_refused_total";
+/// Connections closed after an idle timeout.
+pub const MEMNODE_CONNECTIONS_IDLE_CLOSED: &str = "kintsugi_memnode_connections_idle_closed_total";
 /// The node's epoch: batches of older maps are refused.
 pub const MEMNODE_EPOCH: &str = "kintsugi_memnode_epoch";
 /// 1 while the node serves verbs (its lease current, or none kept), else 0.
@@ -184,6 +190,18 @@ pub const ALL: &[MetricDef] = &[
         MetricKind::Counter,
         Some(Unit::Count),
         "Connections closed for a bad frame or an I/O error.",
+    ),
+    MetricDef::new(
+        MEMNODE_ADMISSIONS_REFUSED,
+        MetricKind::Counter,
+        Some(Unit::Count),
+        "Connections or frames refused admission (no, forged or fenced credential; limits), by reason.",
+    ),
+    MetricDef::new(
+        MEMNODE_CONNECTIONS_IDLE_CLOSED,
+        MetricKind::Counter,
+        Some(Unit::Count),
+        "Admitted connections closed after their idle timeout.",
     ),
     MetricDef::new(MEMNODE_EPOCH, MetricKind::Gauge, None, "The node's map epoch."),
     MetricDef::new(
@@ -356,6 +374,32 @@ impl Drop for ConnectionGauge {
 /// Counts a connection refused at the limit.
 pub(crate) fn connection_refused() {
     ::metrics::counter!(MEMNODE_CONNECTIONS_REFUSED).increment(1);
+}
+
+/// Counts a connection or frame refused admission, by its reason.
+pub(crate) fn admission_refused(why: &crate::admission::Refusal) {
+    use crate::admission::Refusal as R;
+    let reason = match why {
+        R::NoCredential => "no_credential",
+        R::Malformed(_) => "malformed",
+        R::BadMac => "bad_mac",
+        R::Fenced { .. } => "fenced",
+        R::NotReady(_) => "not_ready",
+        R::Full { .. } => "full",
+        R::Protocol(_) => "protocol",
+    };
+    ::metrics::counter!(MEMNODE_ADMISSIONS_REFUSED, "reason" => reason).increment(1);
+}
+
+/// Counts an unauthenticated connection closed unheard: `reason` is
+/// hello_timeout or evicted.
+pub(crate) fn preauth_closed(reason: &'static str) {
+    ::metrics::counter!(MEMNODE_ADMISSIONS_REFUSED, "reason" => reason).increment(1);
+}
+
+/// Counts a connection closed for idling.
+pub(crate) fn idle_closed() {
+    ::metrics::counter!(MEMNODE_CONNECTIONS_IDLE_CLOSED).increment(1);
 }
 
 /// Counts a connection closed by an error.

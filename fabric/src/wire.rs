@@ -3,7 +3,7 @@
 //! ```text
 //! frame      = len: u32 (bytes after this field, <= FRAME_BYTES_MAX) | body
 //! request    = kind: u8 | request_id: u64 | ...
-//!   HELLO    = (nothing)
+//!   HELLO    = credential_len: u16 | credential[credential_len]   (`crate::admission`)
 //!   BATCH    = epoch: u64 | op_count: u16 | op*
 //!   op       = verb: u8 | region: u16 | key: u32 | offset: u64 | operand
 //!     READ   operand = len: u32
@@ -16,6 +16,8 @@
 //!   STALE    = node_epoch: u64
 //!   HELLO    = node: u16 | epoch: u64 | region_count: u16 | (id: u16 | size: u64 | key: u32)*
 //!   LAPSED   = (nothing: the node's lease may have lapsed; it ran no verb)
+//!   REFUSED  = reason_len: u16 | utf-8 reason     (no credential, a forged or
+//!              fenced one, a batch before HELLO: the node closes the connection)
 //! completion = 0 | len: u32 | bytes[len]          READ data
 //!            | 1                                  WRITE/FLUSH done
 //!            | 2 | old: u64                       CAS/FAA old value
@@ -24,7 +26,9 @@
 //!
 //! A request that does not parse, or a length prefix past the limit, means
 //! the peer is broken or hostile: the server closes that connection and
-//! nothing else.
+//! nothing else. Before HELLO is admitted a frame may be at most
+//! [`HELLO_FRAME_BYTES_MAX`]: an unauthenticated peer costs the node a few
+//! bytes, not a frame buffer.
 
 use crate::addr::{Epoch, NodeId};
 use crate::memnode::{NodeDescriptor, RegionDescriptor};
@@ -53,12 +57,23 @@ const fn max(a: usize, b: usize) -> usize {
     }
 }
 
+/// Longest credential a HELLO may carry (today's are
+/// [`crate::admission::CREDENTIAL_BYTES`]; the room left is for a layout
+/// version 2 to be refused by name rather than as an oversized frame).
+pub const HELLO_CREDENTIAL_BYTES_MAX: usize = 64;
+/// Longest HELLO body: kind, request id, credential length and credential.
+/// The pre-authentication byte budget of a connection.
+pub const HELLO_FRAME_BYTES_MAX: usize = 1 + 8 + 2 + HELLO_CREDENTIAL_BYTES_MAX;
+/// Longest refusal reason sent: one sentence.
+pub const REFUSAL_BYTES_MAX: usize = 256;
+
 const KIND_HELLO: u8 = 1;
 const KIND_BATCH: u8 = 2;
 const STATUS_OK: u8 = 0;
 const STATUS_STALE: u8 = 1;
 const STATUS_HELLO: u8 = 2;
 const STATUS_LAPSED: u8 = 3;
+const STATUS_REFUSED: u8 = 4;
 const VERB_READ: u8 = 1;
 const VERB_WRITE: u8 = 2;
 const VERB_CAS: u8 = 3;
@@ -77,10 +92,12 @@ pub struct WireError(pub &'static str);
 /// A decoded request.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Request {
-    /// Asks for the node's descriptor.
+    /// Asks for the node's descriptor, presenting a credential.
     Hello {
         /// Echoed in the response.
         id: u64,
+        /// The credential's bytes (empty: none).
+        credential: Vec<u8>,
     },
     /// A batch; its ops were decoded into the caller's vector, and their
     /// WRITE data ranges point into the frame body.
@@ -104,6 +121,8 @@ pub enum Response {
     },
     /// The node refused the batch: its lease may have lapsed.
     Lapsed,
+    /// The node refused the connection or the frame, and closes it.
+    Refused(String),
     /// The node's descriptor.
     Hello(NodeDescriptor),
 }
@@ -162,11 +181,14 @@ pub fn end_frame(buf: &mut [u8]) {
     buf[..4].copy_from_slice(&len.to_le_bytes());
 }
 
-/// Encodes a HELLO request frame.
-pub fn encode_hello(buf: &mut Vec<u8>, id: u64) {
+/// Encodes a HELLO request frame presenting `credential` (empty: none).
+pub fn encode_hello(buf: &mut Vec<u8>, id: u64, credential: &[u8]) {
+    assert!(credential.len() <= HELLO_CREDENTIAL_BYTES_MAX);
     begin_frame(buf);
     buf.push(KIND_HELLO);
     buf.extend_from_slice(&id.to_le_bytes());
+    buf.extend_from_slice(&(credential.len() as u16).to_le_bytes());
+    buf.extend_from_slice(credential);
     end_frame(buf);
 }
 
@@ -221,8 +243,13 @@ pub fn decode_request(body: &[u8], node: NodeId, ops: &mut Vec<Op>) -> Result<Re
     let id = r.u64()?;
     match kind {
         KIND_HELLO => {
+            let len = usize::from(r.u16()?);
+            if len > HELLO_CREDENTIAL_BYTES_MAX {
+                return Err(WireError("credential too long"));
+            }
+            let credential = r.bytes(len)?.to_vec();
             r.finish()?;
-            Ok(Request::Hello { id })
+            Ok(Request::Hello { id, credential })
         }
         KIND_BATCH => {
             let epoch = r.u64()?;
@@ -316,6 +343,21 @@ pub fn encode_lapsed(buf: &mut Vec<u8>, id: u64) {
     end_frame(buf);
 }
 
+/// Encodes a refusal: the node closes the connection after it.
+pub fn encode_refused(buf: &mut Vec<u8>, id: u64, reason: &str) {
+    // Cut at a character boundary within the bound.
+    let mut end = reason.len().min(REFUSAL_BYTES_MAX);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    begin_frame(buf);
+    buf.extend_from_slice(&id.to_le_bytes());
+    buf.push(STATUS_REFUSED);
+    buf.extend_from_slice(&(end as u16).to_le_bytes());
+    buf.extend_from_slice(&reason.as_bytes()[..end]);
+    end_frame(buf);
+}
+
 /// Encodes the answer to HELLO.
 pub fn encode_hello_response(buf: &mut Vec<u8>, id: u64, d: &NodeDescriptor) {
     begin_frame(buf);
@@ -366,6 +408,14 @@ pub fn decode_response(body: &[u8], out: &mut Completions) -> Result<Response, W
         }
         STATUS_STALE => Response::Stale { node_epoch: r.u64()? },
         STATUS_LAPSED => Response::Lapsed,
+        STATUS_REFUSED => {
+            let len = usize::from(r.u16()?);
+            if len > REFUSAL_BYTES_MAX {
+                return Err(WireError("refusal reason too long"));
+            }
+            let reason = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError("refusal not utf-8"))?;
+            Response::Refused(reason.to_owned())
+        }
         STATUS_HELLO => {
             let node = r.u16()?;
             let epoch = r.u64()?;
@@ -516,11 +566,51 @@ mod tests {
         encode_lapsed(&mut buf, 3);
         assert_eq!(buf[4..], [3, 0, 0, 0, 0, 0, 0, 0, STATUS_LAPSED]);
         assert_eq!(decode_response(&buf[4..], &mut out), Ok(Response::Lapsed));
-        encode_hello(&mut buf, 8);
+        encode_hello(&mut buf, 8, &[]);
+        assert_eq!(buf[4..], [KIND_HELLO, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(
             decode_request(&buf[4..], 0, &mut Vec::new()),
-            Ok(Request::Hello { id: 8 })
+            Ok(Request::Hello {
+                id: 8,
+                credential: vec![]
+            })
         );
+        encode_hello(&mut buf, 9, &[5; 46]);
+        assert_eq!(buf.len(), 4 + 11 + 46);
+        assert_eq!(
+            decode_request(&buf[4..], 0, &mut Vec::new()),
+            Ok(Request::Hello {
+                id: 9,
+                credential: vec![5; 46]
+            })
+        );
+        encode_refused(&mut buf, 4, "no credential");
+        assert_eq!(buf[4..15], [4, 0, 0, 0, 0, 0, 0, 0, STATUS_REFUSED, 13, 0]);
+        assert_eq!(
+            decode_response(&buf[4..], &mut out),
+            Ok(Response::Refused("no credential".into()))
+        );
+        // A long reason is cut at a character boundary within the bound.
+        encode_refused(&mut buf, 4, &"é".repeat(200));
+        let Ok(Response::Refused(r)) = decode_response(&buf[4..], &mut out) else {
+            panic!("refusal decodes")
+        };
+        assert_eq!(r.len(), REFUSAL_BYTES_MAX);
+    }
+
+    #[test]
+    fn a_hello_over_the_pre_authentication_budget_is_refused() {
+        let mut body = vec![KIND_HELLO];
+        body.extend_from_slice(&1u64.to_le_bytes());
+        body.extend_from_slice(&((HELLO_CREDENTIAL_BYTES_MAX + 1) as u16).to_le_bytes());
+        body.resize(body.len() + HELLO_CREDENTIAL_BYTES_MAX + 1, 0);
+        assert_eq!(
+            decode_request(&body, 0, &mut Vec::new()),
+            Err(WireError("credential too long"))
+        );
+        let mut buf = Vec::new();
+        encode_hello(&mut buf, 1, &[0; HELLO_CREDENTIAL_BYTES_MAX]);
+        assert_eq!(buf.len() - 4, HELLO_FRAME_BYTES_MAX);
     }
 
     #[test]

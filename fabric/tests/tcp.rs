@@ -52,7 +52,7 @@ async fn dropping_the_transport_closes_its_connections() {
     let server = tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         let body = read_body(&mut s).await;
-        let Ok(Request::Hello { id }) = wire::decode_request(&body, 1, &mut Vec::new()) else {
+        let Ok(Request::Hello { id, .. }) = wire::decode_request(&body, 1, &mut Vec::new()) else {
             panic!("expected hello");
         };
         let d = NodeDescriptor {

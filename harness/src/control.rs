@@ -139,6 +139,12 @@ pub struct ControlPlane {
 }
 
 impl ControlPlane {
+    /// The members' cluster secret: what memory nodes' admission keys are
+    /// derived from (`fabric::admission`).
+    pub fn secret(&self) -> &str {
+        &self.secret
+    }
+
     /// Starts `n` members of `exe` on free loopback ports, their data in
     /// `dir` (a fresh temporary directory if `None`; a left-over data
     /// directory of an earlier run is removed, since a member that finds a

@@ -116,6 +116,9 @@ enum Kind {
     },
     Tcp {
         addrs: Vec<String>,
+        /// How clients connect (the credential they present); boxed, as
+        /// the other kinds are small.
+        options: Box<fabric::transport::TcpOptions>,
         /// Fresh nodes: their servers, stopped on drop.
         _servers: Option<Servers>,
     },
@@ -194,6 +197,8 @@ impl Memory {
                     ),
                     kind: Kind::Tcp {
                         addrs,
+                        // In-process nodes' gates are open.
+                        options: Box::default(),
                         _servers: Some(servers),
                     },
                 })
@@ -296,14 +301,28 @@ impl Memory {
         })
     }
 
-    /// Existing memory nodes served over tcp at `addrs`, the primary's first.
+    /// Existing memory nodes served over tcp at `addrs`, the primary's
+    /// first, reached with [`service_credential`].
     pub fn connect_tcp(addrs: &[String]) -> Result<Memory, MemoryError> {
-        let map = discover_map(addrs)?;
+        Self::connect_tcp_with(addrs, service_credential()?)
+    }
+
+    /// [`Memory::connect_tcp`] presenting `credential`.
+    pub fn connect_tcp_with(
+        addrs: &[String],
+        credential: Option<fabric::Credential>,
+    ) -> Result<Memory, MemoryError> {
+        let options = fabric::transport::TcpOptions {
+            credential,
+            ..fabric::transport::TcpOptions::default()
+        };
+        let map = discover_map(addrs, options.clone())?;
         Ok(Memory {
             map,
             origin: format!("memory node at {}", addrs.join(",")),
             kind: Kind::Tcp {
                 addrs: addrs.to_vec(),
+                options: Box::new(options),
                 _servers: None,
             },
         })
@@ -376,7 +395,7 @@ impl Memory {
                 }
                 t.into()
             }
-            Kind::Tcp { addrs, .. } => TcpTransport::discover(addrs)
+            Kind::Tcp { addrs, options, .. } => TcpTransport::discover_with(addrs, (**options).clone())
                 .await
                 .map_err(|source| MemoryError::Fabric {
                     what: format!("cannot reach the memory nodes at {}", addrs.join(",")),
@@ -385,7 +404,7 @@ impl Memory {
                 .0
                 .into(),
             #[cfg(feature = "rdma")]
-            Kind::Rdma { addrs, .. } => fabric::RdmaTransport::discover(addrs)
+            Kind::Rdma { addrs, .. } => fabric::RdmaTransport::discover_with(addrs, service_credential()?)
                 .await
                 .map_err(|source| MemoryError::Fabric {
                     what: format!("cannot reach the rdma memory nodes at {}", addrs.join(",")),
@@ -434,11 +453,27 @@ fn nodes_text(n: u16, what: &str) -> String {
     }
 }
 
+/// The credential a process that reaches memory nodes of its own (no
+/// control plane: `--memnodes`, `fabric bench --addr`) presents: a service
+/// credential derived from the cluster secret in the environment
+/// (`KINTSUGI_CLUSTER_SECRET`, what such nodes check with), or none, which
+/// only a node started with `--insecure-open` (or an in-process one) serves.
+pub fn service_credential() -> Result<Option<fabric::Credential>, MemoryError> {
+    let Ok(secret) = std::env::var(control_plane::config::SECRET_ENV) else {
+        return Ok(None);
+    };
+    let secret = control_plane::network::ClusterSecret::new(secret)
+        .map_err(|e| MemoryError::Unfit(format!("{}: {e}", control_plane::config::SECRET_ENV)))?;
+    Ok(Some(
+        secret.admission_key().issue(fabric::Holder::Service { id: 0 }),
+    ))
+}
+
 /// The map the nodes at `addrs` describe.
-fn discover_map(addrs: &[String]) -> Result<ClusterMap, MemoryError> {
+fn discover_map(addrs: &[String], options: fabric::transport::TcpOptions) -> Result<ClusterMap, MemoryError> {
     let owned = addrs.to_vec();
     on_own_runtime(async move {
-        TcpTransport::discover(&owned)
+        TcpTransport::discover_with(&owned, options)
             .await
             .map(|(_, map)| map)
             .map_err(|source| MemoryError::Fabric {

@@ -27,6 +27,13 @@ Two ways to get regions:
                        places on it (`ctl region create`, or an index a client opens), up to
                        --capacity; it follows the map and fences verbs of older epochs.
 
+Admission: the node serves only connections whose HELLO presents a credential.
+  with --control       the control plane issues credentials to registered clients and hands the
+                       node the key to check them; clients whose lease expired are refused.
+  without --control    the key is derived from KINTSUGI_CLUSTER_SECRET, and clients present a
+                       credential derived from the same secret (`cluster ycsb --memnodes`,
+                       `fabric bench` read it too); --insecure-open serves anyone instead.
+
 Examples:
   kintsugi memnode --listen 127.0.0.1:7100 --control 127.0.0.1:7401,127.0.0.1:7402 --capacity 4GiB
   kintsugi memnode --listen 127.0.0.1:7100 --control 127.0.0.1:7401 --shm /dev/shm/kintsugi-mn1
@@ -94,6 +101,37 @@ pub struct MemnodeArgs {
     /// own (off unless given). Healthy: serving, and with --control its lease renewed.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// With --region and no --control: serve every connection without a credential. For a node
+    /// reached only from its own host; anyone who reaches the port reads and writes every region.
+    #[arg(long, conflicts_with = "control")]
+    insecure_open: bool,
+}
+
+/// What a node with its own regions admits: the control plane's credentials
+/// with --control, the cluster secret's without, or anyone if told so.
+fn own_gate(args: &MemnodeArgs) -> anyhow::Result<fabric::Gate> {
+    if !args.control.is_empty() {
+        return Ok(fabric::Gate::placed());
+    }
+    if args.insecure_open {
+        tracing::warn!(
+            listen = %args.listen,
+            "--insecure-open: serving every connection without a credential"
+        );
+        return Ok(fabric::Gate::open());
+    }
+    let secret = std::env::var(control_plane::config::SECRET_ENV).map_err(|_| {
+        anyhow::anyhow!(
+            "a memory node without --control checks credentials with a key derived from the cluster secret: \
+             set {} (at least 16 visible ASCII characters; its clients need the same), or pass \
+             --insecure-open to serve anyone who reaches {}",
+            control_plane::config::SECRET_ENV,
+            args.listen
+        )
+    })?;
+    let secret =
+        control_plane::network::ClusterSecret::new(secret).context(control_plane::config::SECRET_ENV)?;
+    Ok(fabric::Gate::keyed(secret.admission_key()))
 }
 
 /// Serves `node` over rdma at `addr` until the returned server is dropped.
@@ -115,6 +153,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         return run_placed(args);
     }
     fabric::validate_regions(&args.regions)?;
+    let gate = own_gate(&args)?;
     let node = if let Some(path) = &args.persist {
         let (node, reopened) = MemoryNode::open_persistent(path, args.id, &args.regions)?;
         if reopened {
@@ -129,6 +168,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         MemoryNode::anonymous(args.id, &args.regions)?
     };
     node.advance_epoch(args.epoch);
+    node.set_gate(gate);
     let node = Arc::new(node);
     let _rdma = args
         .rdma
@@ -179,9 +219,11 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             let members = Members::new(&args.control, args.control_token.as_deref().unwrap_or_default())?;
             let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
             let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
-            let image = node.image_id();
+            let registered = node.clone();
             Some(tokio::spawn(async move {
-                if let Err(e) = placement::keep_registered(members, endpoint, capacity_bytes, image).await {
+                if let Err(e) =
+                    placement::keep_registered(members, endpoint, capacity_bytes, registered).await
+                {
                     tracing::error!(error = %e, "no longer renewing this node's lease");
                     let _ = lease_lost.set(e.to_string());
                 }
@@ -250,6 +292,8 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted before registering"),
         };
         let (node, reopened) = MemoryNode::placed_as(id, args.capacity, &backing, Some(image))?;
+        // No client before the key and the first fence view arrive.
+        node.set_gate(fabric::Gate::placed());
         let node = Arc::new(node);
         let _ = placed.set(node.clone());
         tracing::info!(
@@ -269,6 +313,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         if let Some(m) = &metrics {
             m.announce()?;
         }
+        let admission = tokio::spawn(placement::follow_admission(members.clone(), id, node.clone()));
         let following = placement::follow_for_life(members, id, node.clone(), endpoint, args.capacity);
         let follower = tokio::spawn(async move {
             if let Err(e) = following.await {
@@ -278,6 +323,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         });
         fabric::server::serve(listener, node.clone(), shutdown).await?;
         follower.abort();
+        admission.abort();
         anyhow::Ok(node)
     })?;
     if args.persist.is_some() {

@@ -42,13 +42,32 @@ pub struct MemnodeProcess {
     pub addr: String,
 }
 
+/// The cluster secret standalone test memory nodes check credentials with
+/// ([`MemnodeProcess::start`]); [`credential`] is one they admit.
+pub const MEMNODE_SECRET: &str = "memnode-test-secret-0123456789";
+
+/// A service credential the memory nodes [`MemnodeProcess::start`] starts
+/// admit.
+pub fn credential() -> fabric::Credential {
+    control_plane::network::ClusterSecret::new(MEMNODE_SECRET)
+        .expect("test secret")
+        .admission_key()
+        .issue(fabric::Holder::Service { id: 0 })
+}
+
+/// Transport options presenting [`credential`].
+pub fn tcp_options() -> fabric::transport::TcpOptions {
+    fabric::transport::TcpOptions::with_credential(credential())
+}
+
 impl MemnodeProcess {
     /// Starts `kintsugi memnode --listen 127.0.0.1:0 ARGS...` and waits for its
-    /// `listening ADDR` line.
+    /// `listening ADDR` line. A node without `--control` checks credentials
+    /// under [`MEMNODE_SECRET`].
     pub fn start(args: &[&str]) -> MemnodeProcess {
         let mut all = vec!["memnode", "--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let (process, addr) = spawn_listening(&all, &[]);
+        let (process, addr) = spawn_listening(&all, &[(control_plane::config::SECRET_ENV, MEMNODE_SECRET)]);
         MemnodeProcess { process, addr }
     }
 
@@ -86,11 +105,14 @@ pub fn signal(pid: i32, sig: nix::sys::signal::Signal) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).expect("send signal");
 }
 
-/// Runs `kintsugi ARGS...` to completion and returns (exit code, stdout, stderr).
+/// Runs `kintsugi ARGS...` to completion and returns (exit code, stdout,
+/// stderr). It has [`MEMNODE_SECRET`] as its cluster secret, so that it
+/// reaches the nodes [`MemnodeProcess::start`] starts.
 pub fn kintsugi(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(exe())
         .args(args)
         .env("RUST_LOG", "warn")
+        .env(control_plane::config::SECRET_ENV, MEMNODE_SECRET)
         .output()
         .expect("run kintsugi");
     (

@@ -161,7 +161,7 @@ async fn settle_replicas(
     index: &mut IndexClient,
     dead_owners: &[u16],
 ) -> Result<(fabric::Client, txn::Heap, u64), RunError> {
-    let mut fabric = connect(&spec.endpoint).await?;
+    let mut fabric = connect(&spec.endpoint, spec.data_credential()?).await?;
     let heap = txn::Heap::open(&mut fabric, REGION)
         .await
         .map_err(RunError::index("cannot open the heap"))?;

@@ -188,7 +188,7 @@ async fn open_thread(
     victim: bool,
     faults: &Faults,
 ) -> Result<(IndexClient, Option<Arc<Faulty<BaseTransport>>>), RunError> {
-    let mut fabric = connect(&spec.endpoint).await?;
+    let mut fabric = connect(&spec.endpoint, spec.data_credential()?).await?;
     let mut fault = None;
     if victim {
         let (t, handle) = fabric.transport().clone().with_faults(FaultPlan::default());
@@ -316,17 +316,27 @@ fn say(stdout: &Mutex<std::io::Stdout>, line: &ClientLine) -> Result<(), RunErro
 }
 
 /// A fabric client of the run's memory nodes (the first is the primary).
-pub(super) async fn connect(endpoint: &Endpoint) -> Result<Client, RunError> {
+/// `credential`: what tcp nodes admit (the run's secret's: see
+/// `Procs::credential`).
+pub(super) async fn connect(
+    endpoint: &Endpoint,
+    credential: Option<fabric::Credential>,
+) -> Result<Client, RunError> {
     let memory = match endpoint {
         Endpoint::Shm(paths) => Memory::attach_shm(paths)?,
-        Endpoint::Tcp(addrs) => Memory::connect_tcp(addrs)?,
+        Endpoint::Tcp(addrs) => Memory::connect_tcp_with(addrs, credential)?,
     };
     Ok(memory.client().await?)
 }
 
 /// The index of the run, opened as `owner`.
 pub(super) async fn open(spec: &RunSpec, owner: u16) -> Result<IndexClient, RunError> {
-    open_on(connect(&spec.endpoint).await?, spec, owner).await
+    open_on(
+        connect(&spec.endpoint, spec.data_credential()?).await?,
+        spec,
+        owner,
+    )
+    .await
 }
 
 /// The index of the run, opened as `owner` over `fabric`.

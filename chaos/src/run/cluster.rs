@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use control_plane::api::ControlClient;
-use control_plane::config::TOKEN_ENV;
+use control_plane::config::{SECRET_ENV, TOKEN_ENV};
 use harness::control::{ControlPlane, MemberLogs};
 use harness::launch::{stop_all, START_TIMEOUT};
 use harness::{Launch, Process, TransportKind};
@@ -50,11 +50,29 @@ impl Procs {
         self.control.as_ref().map(|(p, _)| (p.addr(0), p.token.as_str()))
     }
 
+    /// The cluster secret the run's memory nodes admit by and its clients
+    /// derive their credentials from: the control plane's, or, without one,
+    /// a fixed run secret (the nodes listen on loopback only).
+    pub fn secret(&self) -> &str {
+        self.control.as_ref().map_or(RUN_SECRET, |(p, _)| p.secret())
+    }
+
+    /// A service credential the run's memory nodes admit: what the runner
+    /// itself reaches them with (its clients derive theirs from
+    /// [`SECRET_ENV`], set from [`Procs::secret`]).
+    pub fn credential(&self) -> Option<fabric::Credential> {
+        let secret = control_plane::network::ClusterSecret::new(self.secret()).ok()?;
+        Some(secret.admission_key().issue(fabric::Holder::Service { id: 0 }))
+    }
+
     /// A client of the member, if the run has a control plane.
     pub fn api(&self) -> Option<&ControlClient> {
         self.control.as_ref().map(|(_, api)| api)
     }
 }
+
+/// The cluster secret of a run without a control plane.
+const RUN_SECRET: &str = "kintsugi-chaos-run-secret-0123456789";
 
 /// Starts a one-member control plane in `dir` (data in
 /// `dir`/control-plane-1, log in `dir`/control-plane-1.log) and forms it.
@@ -92,6 +110,7 @@ pub fn start_memnodes(
             ])
             .arg(format!("{REGION}:{region_bytes}"))
             .quiet()
+            .env(SECRET_ENV, procs.secret())
             .log_to(dir.join(format!("memnode-{i}.log")));
         if let Some((addr, token)) = procs.member() {
             launch = launch.arg("--control").arg(addr).env(TOKEN_ENV, token);

@@ -53,6 +53,7 @@ impl Recoverer {
         spec: &RunSpec,
         owner: u16,
         t0_unix_ms: u64,
+        credential: Option<fabric::Credential>,
     ) -> Result<Recoverer, RunError> {
         // A client of its own: one made on the runner's runtime keeps its
         // connections there, and that runtime is not driven meanwhile.
@@ -63,7 +64,7 @@ impl Recoverer {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("dtx-recovery".into())
-            .spawn(move || rt.block_on(watch(api, endpoint, owner, t0_unix_ms, flag)))
+            .spawn(move || rt.block_on(watch(api, endpoint, credential, owner, t0_unix_ms, flag)))
             .map_err(|source| RunError::Io {
                 what: "cannot start the DTX recoverer's thread".into(),
                 source,
@@ -83,11 +84,12 @@ impl Recoverer {
 async fn watch(
     api: ControlClient,
     endpoint: super::Endpoint,
+    credential: Option<fabric::Credential>,
     owner: u16,
     t0_unix_ms: u64,
     stop: Arc<AtomicBool>,
 ) -> Result<Vec<Rolled>, RunError> {
-    let mut fabric = connect(&endpoint).await?;
+    let mut fabric = connect(&endpoint, credential).await?;
     let heap = txn::Heap::open(&mut fabric, REGION)
         .await
         .map_err(super::RunError::index("cannot open the heap"))?;

@@ -90,9 +90,23 @@ pub struct RunSpec {
     /// The control-plane member clients register with (the bearer token
     /// comes in the environment, `KINTSUGI_TOKEN`).
     pub control: Option<String>,
+    /// The runner's own credential for the memory nodes; not written:
+    /// clients derive theirs from the cluster secret in their environment
+    /// (`KINTSUGI_CLUSTER_SECRET`), as they get their token.
+    #[serde(skip)]
+    pub credential: Option<fabric::Credential>,
 }
 
 impl RunSpec {
+    /// What this process presents to the run's memory nodes: the runner's
+    /// credential, or one derived from the secret in the environment.
+    pub fn data_credential(&self) -> Result<Option<fabric::Credential>, RunError> {
+        match &self.credential {
+            Some(c) => Ok(Some(c.clone())),
+            None => Ok(harness::memory::service_credential()?),
+        }
+    }
+
     /// Reads a spec the runner wrote.
     pub fn read(path: &Path) -> Result<RunSpec, RunError> {
         let text = std::fs::read_to_string(path).map_err(|e| RunError::io(path, e))?;

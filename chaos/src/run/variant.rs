@@ -150,7 +150,7 @@ fn start_cluster(
         e.cluster.memory_nodes, e.workload.keys
     ));
     let (loader, keeper) = lease(procs, "loader", e, LOADER)?;
-    rt.block_on(load(e, variant, &endpoint, loader))?;
+    rt.block_on(load(e, variant, &endpoint, loader, procs.credential()))?;
     if let Some(k) = keeper {
         k.stop().map_err(|e| RunError::Control(e.to_string()))?;
     }
@@ -162,6 +162,7 @@ fn start_cluster(
         bucket_us: BUCKET_US,
         first_client_owner: LOADER + 1,
         control,
+        credential: procs.credential(),
     };
     let json = serde_json::to_string_pretty(&spec).map_err(RunError::json("run-spec.json"))?;
     let path = spec.path();
@@ -199,7 +200,8 @@ fn run_clients(
         (Variant::Dtx, Some(member)) => {
             let fixed = u16::try_from(e.owner_ids()).unwrap_or(u16::MAX);
             let (owner, keeper) = lease(procs, "dtx-recovery", e, fixed)?;
-            let r = dtx_recovery::Recoverer::start(member, spec, owner, t0_ns / 1_000_000)?;
+            let r =
+                dtx_recovery::Recoverer::start(member, spec, owner, t0_ns / 1_000_000, procs.credential())?;
             Some((r, keeper))
         }
         _ => None,
@@ -431,8 +433,14 @@ fn fault_effects(e: &Experiment, timeline: &[u64]) -> Vec<crate::timeline::Fault
 }
 
 /// Formats the heap, creates the index and bulk-loads it (owner [`LOADER`]).
-async fn load(e: &Experiment, variant: Variant, endpoint: &Endpoint, owner: u16) -> Result<(), RunError> {
-    let mut fabric = connect(endpoint).await?;
+async fn load(
+    e: &Experiment,
+    variant: Variant,
+    endpoint: &Endpoint,
+    owner: u16,
+    credential: Option<fabric::Credential>,
+) -> Result<(), RunError> {
+    let mut fabric = connect(endpoint, credential).await?;
     // With a control plane, owner ids are whatever it hands out below its end.
     let owner_slots = if e.cluster.control_plane {
         OWNER_ID_END
@@ -506,7 +514,8 @@ fn start_client(
         .args(["--client", &c.to_string()])
         .log_to(spec.out_dir.join(format!("client-{c}.log")))
         .stdin_piped()
-        .stop_by(StopBy::Kill);
+        .stop_by(StopBy::Kill)
+        .env(control_plane::config::SECRET_ENV, procs.secret());
     if let Some((_, token)) = procs.member() {
         launch = launch.env(TOKEN_ENV, token);
     }

@@ -9,8 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{
-    AddMember, InitRequest, LeaderMoved, MemberInfo, ReclaimReadiness, Renewed, Snapshot, StateDigest,
-    Status, TransferLeader, RESTORE_PATH,
+    AddMember, AdmissionView, CredentialRequest, InitRequest, IssuedCredential, LeaderMoved, MemberInfo,
+    ReclaimReadiness, Renewed, Snapshot, StateDigest, Status, TransferLeader, RESTORE_PATH,
 };
 use crate::raft::MemberId;
 use crate::reply::ErrorBody;
@@ -277,6 +277,29 @@ impl ControlClient {
             None,
         )
         .await
+    }
+
+    /// `GET /v1/admission`: the admission key and the client fence (what a
+    /// memory node admits by).
+    pub async fn admission(&self) -> Result<AdmissionView, ClientError> {
+        self.call(Method::GET, "/v1/admission", None::<&()>, None).await
+    }
+
+    /// `POST /v1/admission`: a credential for live client `client`, or for
+    /// a service (`None`, operators' tokens only).
+    pub async fn credential(&self, client: Option<ClientId>) -> Result<fabric::Credential, ClientError> {
+        let issued: IssuedCredential = self
+            .call(
+                Method::POST,
+                "/v1/admission",
+                Some(&CredentialRequest { client }),
+                None,
+            )
+            .await?;
+        fabric::Credential::from_hex(&issued.credential).map_err(|e| ClientError::Decode {
+            url: "/v1/admission".into(),
+            why: e.to_string(),
+        })
     }
 
     /// `POST /v1/init`.

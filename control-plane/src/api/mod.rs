@@ -191,6 +191,33 @@ pub struct AnnouncedOwners {
     pub seq: u64,
 }
 
+/// The answer of `GET /v1/admission`: what a memory node admits by.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionView {
+    /// The admission key, in hex (`fabric::admission`): it checks every
+    /// credential, so only operators' and admins' tokens get it.
+    pub key: String,
+    /// The client fence as this member's state has it.
+    pub fence: fabric::FenceView,
+}
+
+/// The body of `POST /v1/admission`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialRequest {
+    /// The live client to issue for; absent: a service credential (never
+    /// fenced; operators' and admins' tokens only).
+    #[serde(default)]
+    pub client: Option<ClientId>,
+}
+
+/// The answer of `POST /v1/admission`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedCredential {
+    /// The credential, in hex (`fabric::Credential::from_hex`).
+    pub credential: String,
+}
+
 /// The answer of `GET /v1/clients/{id}/reclaim`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReclaimReadiness {

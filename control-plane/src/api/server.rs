@@ -16,8 +16,9 @@ use serde::Deserialize;
 
 use super::operations;
 use super::{
-    AddMember, AnnouncedOwners, InitRequest, ReclaimReadiness, Renewed, Status, API_BODY_BYTES_MAX,
-    AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER, RESTORE_PATH, SNAPSHOT_BYTES_MAX,
+    AddMember, AdmissionView, AnnouncedOwners, CredentialRequest, InitRequest, IssuedCredential,
+    ReclaimReadiness, Renewed, Status, API_BODY_BYTES_MAX, AUDIT_LIMIT_DEFAULT, FORWARDED_HEADER,
+    RESTORE_PATH, SNAPSHOT_BYTES_MAX,
 };
 use crate::config::{millis, Role};
 use crate::member::{Leader, Node, WriteError};
@@ -42,6 +43,7 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route("/v1/memnodes/{id}/renew", post(renew_memnode))
         .route("/v1/clients/{id}/renew", post(renew_client))
         .route("/v1/clients/{id}/reclaim", get(reclaim_readiness))
+        .route("/v1/admission", post(issue_credential))
         .route_layer(middleware::from_fn_with_state(node.clone(), to_leader));
     // Checked for the admin role before anything is forwarded.
     let membership = Router::new()
@@ -68,6 +70,7 @@ pub(crate) fn api_router(node: Shared) -> Router {
         .route_layer(middleware::from_fn(admin_only));
     let reads = Router::new()
         .route("/v1/status", get(status))
+        .route("/v1/admission", get(admission_view))
         .route("/v1/map", get(map))
         .route("/v1/memnodes", get(memnodes))
         .route("/v1/regions", get(regions))
@@ -414,6 +417,71 @@ async fn renew_client(
 /// Whether expired client `id`'s owner ids may be reclaimed: every live
 /// client has reported quiescence to its expiry (`txn::quiesce`). Served by
 /// the leader, which hears the reports.
+/// `GET /v1/admission`: the key and the fence a memory node admits by, as
+/// this member's state has them (a lagging member's fence is older, which a
+/// node only acknowledges as older). Not for clients' tokens: the key
+/// checks every credential.
+async fn admission_view(
+    State(node): State<Shared>,
+    Extension(Actor(actor, role)): Extension<Actor>,
+) -> Result<Json<AdmissionView>, Refusal> {
+    if role == Role::Client {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!("token {actor:?} has role \"client\": the admission key is for memory nodes (role \"operator\")"),
+        ));
+    }
+    let fence = node.reader.with_state(|s| s.fence_view());
+    let key = node.settings.cluster_secret.admission_key();
+    Ok(Json(AdmissionView {
+        key: fabric::admission::hex(&key.to_bytes()),
+        fence,
+    }))
+}
+
+/// `POST /v1/admission`: a credential for a live client (any token), or a
+/// service credential (operators and admins). Served by the leader, whose
+/// state has every registration it acknowledged.
+async fn issue_credential(
+    State(node): State<Shared>,
+    Extension(Actor(actor, role)): Extension<Actor>,
+    JsonBody(req): JsonBody<CredentialRequest>,
+) -> Result<Json<IssuedCredential>, Refusal> {
+    let holder = match req.client {
+        None if role == Role::Client => {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                "token {actor:?} has role \"client\": it may ask for a registered client's credential only"
+            ),
+            ))
+        }
+        None => fabric::Holder::Service { id: 0 },
+        Some(id) => {
+            let client = node.reader.with_state(|s| s.clients.get(&id).cloned());
+            match client {
+                Some(c) if c.state == ClientState::Live => fabric::Holder::Client {
+                    id,
+                    owners_first: c.owners.first,
+                    owners_count: c.owners.count,
+                },
+                Some(_) => {
+                    return Err(Refusal::new(
+                        StatusCode::CONFLICT,
+                        format!("client {id} has expired: join again as a new client"),
+                    ))
+                }
+                None => return Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
+            }
+        }
+    };
+    let credential = node.settings.cluster_secret.admission_key().issue(holder);
+    tracing::debug!(%actor, %holder, "admission credential issued");
+    Ok(Json(IssuedCredential {
+        credential: credential.to_hex(),
+    }))
+}
+
 async fn reclaim_readiness(
     State(node): State<Shared>,
     PathParam(id): PathParam<ClientId>,

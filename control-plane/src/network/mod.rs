@@ -99,6 +99,12 @@ impl ClusterSecret {
     pub(crate) fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The data path's admission key (`fabric::admission`), derived from
+    /// this secret: what memory nodes check credentials with.
+    pub fn admission_key(&self) -> fabric::AdmissionKey {
+        fabric::AdmissionKey::derive(self.0.as_bytes())
+    }
 }
 
 impl fmt::Debug for ClusterSecret {

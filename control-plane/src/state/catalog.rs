@@ -35,6 +35,21 @@ impl ControlState {
         Ok(Outcome::MemNode(n.clone()))
     }
 
+    pub(super) fn memnode_fence(&mut self, id: MemNodeId, seq: u64) -> Response {
+        if seq > self.reclaim_seq {
+            return Err(CommandError::Invalid(format!(
+                "memory node {id} reports fence {seq}, beyond the cluster's {}",
+                self.reclaim_seq
+            )));
+        }
+        let n = self
+            .memnodes
+            .get_mut(&id)
+            .ok_or(CommandError::UnknownMemNode { id })?;
+        n.fence_seq = n.fence_seq.max(seq);
+        Ok(Outcome::MemNode(n.clone()))
+    }
+
     pub(super) fn region_restored(&mut self, region: RegionId) -> Response {
         let epoch = self.next_epoch();
         let r = self.region_mut(region)?;

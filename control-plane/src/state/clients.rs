@@ -3,8 +3,8 @@
 //! the claim on its reclaim, until it is forgotten.
 
 use super::{
-    check_name, Client, ClientId, ClientState, CommandError, ControlState, Outcome, OwnerBlock, Response,
-    LEASE_MS_MAX, LEASE_MS_MIN, OWNER_IDS_PER_CLIENT_MAX, OWNER_ID_END,
+    check_name, Client, ClientId, ClientState, CommandError, ControlState, MemNodeState, Outcome, OwnerBlock,
+    Response, LEASE_MS_MAX, LEASE_MS_MIN, OWNER_IDS_PER_CLIENT_MAX, OWNER_ID_END,
 };
 
 impl ControlState {
@@ -105,7 +105,8 @@ impl ControlState {
                     expired.saturating_add(c.lease_ms)
                 )))
             }
-            ClientState::Expired { .. } => {
+            ClientState::Expired { seq, .. } => {
+                self.fenced_everywhere(id, seq)?;
                 self.clients.remove(&id);
                 self.reclaimers.remove(&id);
                 self.reclaim_seq += 1;
@@ -117,11 +118,15 @@ impl ControlState {
     /// Client `id`'s reclaim claimed for `by` (module docs of `txn::reclaim`).
     pub(super) fn claim_reclaim(&mut self, id: ClientId, by: ClientId, at_ms: u64) -> Response {
         let c = self.clients.get(&id).ok_or(CommandError::UnknownClient { id })?;
-        let ClientState::Expired { at_ms: expired, .. } = c.state else {
+        let ClientState::Expired {
+            at_ms: expired, seq, ..
+        } = c.state
+        else {
             return Err(CommandError::Conflict(format!(
                 "client {id} is live: only an expired client's blocks are reclaimed"
             )));
         };
+        self.fenced_everywhere(id, seq)?;
         if at_ms < expired.saturating_add(c.lease_ms) {
             return Err(CommandError::Conflict(format!(
                 "client {id} is quarantined until {} ms: its blocks are reclaimed after",
@@ -140,6 +145,42 @@ impl ControlState {
         }
         self.reclaimers.insert(id, by);
         Ok(Outcome::Client(c.clone()))
+    }
+
+    /// The fence the memory nodes follow: who is live, and from which id on
+    /// clients registered after it (`fabric::admission`).
+    pub fn fence_view(&self) -> fabric::FenceView {
+        fabric::FenceView {
+            seq: self.reclaim_seq,
+            next_client: self.next_client,
+            live: self
+                .clients
+                .values()
+                .filter(|c| c.state == ClientState::Live)
+                .map(|c| c.id)
+                .collect(),
+        }
+    }
+
+    /// Refuses unless every memory node not declared dead follows a fence
+    /// in which client `id`, expired at reclaim sequence `seq`, is refused:
+    /// then nothing it sent, however late it arrives, runs a verb, and its
+    /// ids and blocks may go to an heir (`docs/txn.md` §8).
+    fn fenced_everywhere(&self, id: ClientId, seq: u64) -> Result<(), CommandError> {
+        let behind: Vec<String> = self
+            .memnodes
+            .values()
+            .filter(|n| n.state != MemNodeState::Dead && n.fence_seq < seq)
+            .map(|n| n.id.to_string())
+            .collect();
+        if behind.is_empty() {
+            return Ok(());
+        }
+        Err(CommandError::Conflict(format!(
+            "client {id}'s fence (sequence {seq}) is not yet followed by memory node(s) {}: its ids and \
+             blocks go to nobody until every live node refuses it",
+            behind.join(", ")
+        )))
     }
 
     /// Whether a verb of client `holder` may still land at `at_ms`: it is

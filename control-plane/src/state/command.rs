@@ -199,6 +199,17 @@ pub enum Command {
         /// The node.
         node: MemNodeId,
     },
+    /// A memory node reports the fence it now follows
+    /// ([`ControlState::fence_view`]'s `seq`): it refuses every client the
+    /// view does not admit. Forgetting an expired client, and reclaiming its
+    /// blocks, wait until every node not declared dead has reported a fence
+    /// at or past the client's expiry.
+    MemNodeFence {
+        /// The node.
+        id: MemNodeId,
+        /// The view's sequence.
+        seq: u64,
+    },
     /// A memory node reports the epoch it now fences at.
     MemNodeEpoch {
         /// The node.

@@ -184,6 +184,7 @@ impl ControlState {
             Command::RemoveBackup { region, node } => self.remove_backup(region, node),
             Command::ReplicaReady { region, node } => self.replica_ready(region, node),
             Command::MemNodeEpoch { id, epoch } => self.memnode_epoch(id, epoch),
+            Command::MemNodeFence { id, seq } => self.memnode_fence(id, seq),
             Command::RegionRestored { region } => self.region_restored(region),
             Command::CreateIndex {
                 ref name,
@@ -254,6 +255,7 @@ impl ControlState {
             capacity_bytes,
             allocated_bytes: 0,
             epoch: 0,
+            fence_seq: 0,
             state: MemNodeState::Joining,
             maintenance: false,
             image,

@@ -55,6 +55,10 @@ pub struct MemNode {
     /// the promotion's epoch before it rebuilds anything.
     #[serde(default)]
     pub epoch: fabric::Epoch,
+    /// The newest client fence it reported following (`MemNodeFence`): it
+    /// refuses every client expired at or before this reclaim sequence.
+    #[serde(default)]
+    pub fence_seq: u64,
     /// Its state.
     pub state: MemNodeState,
     /// Under planned maintenance (`SetMaintenance`): its silence is not

@@ -14,6 +14,7 @@ use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::addr::{AccessKey, Epoch, NodeId, RegionId, ATOMIC_BYTES};
+use crate::admission::{AdmissionKey, FenceView, Gate};
 use crate::error::{FabricError, NodeError};
 use crate::image::{
     Header, ImageId, RegionEntry, EPOCH_OFFSET, PAGE_BYTES, REGIONS_PER_NODE_MAX, REGION_BYTES_MAX,
@@ -89,6 +90,28 @@ pub struct MemoryNode {
     /// Run by [`MemoryNode::advance_epoch`] once the epoch rose: what a
     /// server whose clients bypass this node's CPU (rdma) does to fence them.
     fences: FenceHooks,
+    /// Who may connect and whose batches still run (`crate::admission`):
+    /// a batch holds it read while its verbs run, so that once a new fence
+    /// view is taken ([`MemoryNode::follow_fence`] returns) no verb of a
+    /// client it fences runs, even one whose check came just before.
+    gate: std::sync::RwLock<Gate>,
+    /// Run by [`MemoryNode::follow_fence`] with the new gate, before it
+    /// returns: what a server whose clients bypass this node's CPU (rdma)
+    /// does to cut off the clients it no longer admits.
+    fence_hooks: GateHooks,
+}
+
+/// Callbacks [`MemoryNode::follow_fence`] runs with the gate it took.
+#[derive(Default)]
+struct GateHooks(std::sync::Mutex<Vec<GateHook>>);
+
+type GateHook = Box<dyn Fn(&Gate) + Send + Sync>;
+
+impl std::fmt::Debug for GateHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |h| h.len());
+        write!(f, "GateHooks({n})")
+    }
 }
 
 /// Callbacks run with the new epoch each time it rises, before
@@ -258,6 +281,8 @@ impl MemoryNode {
             remove_on_drop: None,
             lease: ServingLease::new(),
             fences: FenceHooks::default(),
+            gate: std::sync::RwLock::new(Gate::open()),
+            fence_hooks: GateHooks::default(),
         })
     }
 
@@ -272,6 +297,8 @@ impl MemoryNode {
             remove_on_drop,
             lease: ServingLease::new(),
             fences: FenceHooks::default(),
+            gate: std::sync::RwLock::new(Gate::open()),
+            fence_hooks: GateHooks::default(),
         }
     }
 
@@ -460,6 +487,58 @@ impl MemoryNode {
                 })
                 .collect(),
         }
+    }
+
+    /// Replaces what this node admits (a new node's is [`Gate::open`]:
+    /// `kintsugi memnode` sets a guarded one before it serves).
+    pub fn set_gate(&self, gate: Gate) {
+        *self.gate_mut() = gate;
+    }
+
+    /// Takes the key credentials are checked with (a placed node receives
+    /// it from its control plane).
+    pub fn set_admission_key(&self, key: AdmissionKey) {
+        self.gate_mut().set_key(key);
+    }
+
+    /// Follows `view` (unless the gate follows a newer one) and returns the
+    /// sequence now followed. Once it returns, no batch of a client the view
+    /// fences runs another verb here: batches hold the gate while they run,
+    /// so this waits for those under way.
+    pub fn follow_fence(&self, view: FenceView) -> Option<u64> {
+        let mut g = self.gate_mut();
+        if g.follow(view) {
+            for hook in self
+                .fence_hooks
+                .0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+            {
+                hook(&g);
+            }
+        }
+        g.view().map(|v| v.seq)
+    }
+
+    /// Runs `cut` with the gate each time [`MemoryNode::follow_fence`] takes
+    /// a new view, before it returns: once `cut` returns, no client the gate
+    /// no longer admits may reach this node's memory.
+    pub fn on_fence(&self, cut: impl Fn(&Gate) + Send + Sync + 'static) {
+        self.fence_hooks
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(cut));
+    }
+
+    /// The gate, read: held across a batch's check and its verbs.
+    pub fn gate(&self) -> std::sync::RwLockReadGuard<'_, Gate> {
+        self.gate.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn gate_mut(&self) -> std::sync::RwLockWriteGuard<'_, Gate> {
+        self.gate.write().unwrap_or_else(|p| p.into_inner())
     }
 
     /// This node may serve verbs until `until` (by this process's clock),

@@ -45,6 +45,10 @@ pub enum ToNode {
         epoch: Epoch,
         /// The client's queue pair.
         qp: QpEndpoint,
+        /// The client's admission credential, in hex (`crate::admission`);
+        /// empty: none. Checked before any queue pair or key is made.
+        #[serde(default)]
+        credential: String,
     },
     /// Send me your region table again (a region I do not know, or whose
     /// key changed, may have been placed here since).
@@ -183,6 +187,7 @@ mod tests {
             ToNode::Hello {
                 epoch: 1,
                 qp: endpoint(),
+                credential: "00ff".into(),
             },
             ToNode::Regions,
             ToNode::Revoked,

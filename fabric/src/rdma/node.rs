@@ -41,6 +41,7 @@ use super::control::{self, RemoteRegion, ToClient, ToNode};
 use super::verbs::{self, Device, Side};
 use super::RdmaError;
 use crate::addr::Epoch;
+use crate::admission::{unhex, Gate, Holder, Refusal};
 use crate::memnode::MemoryNode;
 
 /// Clients served at once (each holds a queue pair and a thread); more are
@@ -84,6 +85,8 @@ struct Registered {
 
 /// One connected client.
 struct Client {
+    /// Whom its credential admitted (`None` at an open gate).
+    holder: Option<Holder>,
     qp: Mutex<BasicQueuePair>,
     _cq: Arc<BasicCompletionQueue>,
     stream: TcpStream,
@@ -123,6 +126,12 @@ impl RdmaServer {
         node.on_epoch_advance(move |epoch| {
             if let Some(s) = weak.upgrade() {
                 s.revoke_all(epoch, false);
+            }
+        });
+        let weak = Arc::downgrade(&shared);
+        node.on_fence(move |gate| {
+            if let Some(s) = weak.upgrade() {
+                s.revoke_fenced(gate);
             }
         });
         let accept = Arc::downgrade(&shared);
@@ -238,6 +247,26 @@ impl Shared {
         tracing::debug!(node = self.node.id(), epoch, lapsed, "rdma clients revoked");
     }
 
+    /// Moves the queue pair of every client `gate` no longer admits to
+    /// error (before returning: its verbs fail from then on) and forgets it.
+    fn revoke_fenced(&self, gate: &Gate) {
+        let fenced: Vec<u64> = lock(&self.clients)
+            .iter()
+            .filter(|(_, c)| gate.admits(c.holder).is_err())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in fenced {
+            if let Some(c) = lock(&self.clients).remove(&id) {
+                c.revoke();
+                let holder = c.holder.map(|h| h.to_string()).unwrap_or_default();
+                let _ = c.send(&ToClient::Refused(format!(
+                    "{holder} is fenced: its lease expired"
+                )));
+                tracing::info!(node = self.node.id(), %holder, "fenced rdma client revoked");
+            }
+        }
+    }
+
     fn forget(&self, id: u64) {
         if let Some(c) = lock(&self.clients).remove(&id) {
             c.revoke();
@@ -343,12 +372,29 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
     let Some(s) = shared.upgrade() else {
         return Ok(None);
     };
-    let ToNode::Hello { epoch, qp: remote } = hello else {
+    let ToNode::Hello {
+        epoch,
+        qp: remote,
+        credential,
+    } = hello
+    else {
         control::send(
             &mut stream,
             &ToClient::Refused("the first message must be Hello".into()),
         )?;
         return Ok(None);
+    };
+    // Before any queue pair, region table or rkey.
+    let admitted = match unhex(&credential) {
+        Some(bytes) => s.node.gate().admit(&bytes),
+        None => Err(Refusal::Malformed("not hex")),
+    };
+    let holder = match admitted {
+        Ok(h) => h,
+        Err(why) => {
+            control::send(&mut stream, &ToClient::Refused(why.to_string()))?;
+            return Ok(None);
+        }
     };
     let node_epoch = s.node.epoch();
     if epoch < node_epoch {
@@ -381,6 +427,7 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
         }
     };
     let client = Arc::new(Client {
+        holder,
         qp: Mutex::new(qp),
         _cq: cq,
         stream: stream.try_clone()?,
@@ -402,6 +449,13 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
                 node_epoch: epoch_now,
             },
         )?;
+        return Ok(None);
+    }
+    // Likewise a fence taken before this client was listed.
+    let fenced = s.node.gate().admits(holder);
+    if let Err(why) = fenced {
+        s.forget(id);
+        control::send(&mut stream, &ToClient::Refused(why.to_string()))?;
         return Ok(None);
     }
     // Likewise a lapse the watcher acted on before this client was listed.

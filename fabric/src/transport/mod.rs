@@ -22,7 +22,10 @@ pub use local::LocalTransport;
 #[cfg(feature = "rdma")]
 pub use rdma::{RdmaTransport, COMPLETION_WAIT_MAX};
 pub use shm::ShmTransport;
-pub use tcp::{TcpTransport, RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX, RECONNECT_BACKOFF_MIN};
+pub use tcp::{
+    TcpOptions, TcpTransport, CONNECT_TIMEOUT, RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX,
+    RECONNECT_BACKOFF_MIN, REQUEST_DEADLINE,
+};
 
 use crate::addr::{Epoch, NodeId, RegionId};
 use crate::error::FabricError;

@@ -14,10 +14,23 @@
 //! node ([`TcpTransport::follow`]). A batch spanning nodes may have
 //! run on some of them when one connection broke; the layers above make
 //! every such step repairable (`docs/txn.md` §8).
+//!
+//! Nothing waits for ever ([`TcpOptions`]): connecting has a timeout, TCP
+//! keepalive is on, and a batch unanswered past its deadline breaks its
+//! connection and fails as `Disconnected` (its outcome unknown where it
+//! wrote: a node that is only slow may still run it). A batch waiting on a
+//! node that the process's map stops routing to (recovery evicted it) fails
+//! the same way at once, so that its caller routes again by the new map
+//! instead of waiting for a node that was paused or cut off.
+//!
+//! Each connection opens with a HELLO presenting the transport's
+//! credential (`crate::admission`); a node that refuses it says why, and
+//! the batch fails with [`FabricError::Refused`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -25,6 +38,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::addr::{Epoch, NodeId};
+use crate::admission::Credential;
 use crate::error::FabricError;
 use crate::mandate::Mandate;
 use crate::map::ClusterMap;
@@ -45,6 +59,63 @@ pub const RECONNECT_ATTEMPTS_MAX: u32 = 8;
 pub const RECONNECT_BACKOFF_MIN: std::time::Duration = std::time::Duration::from_millis(5);
 /// The longest wait between reconnection attempts.
 pub const RECONNECT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(320);
+/// How long a batch waits for its node's answer, by default. A batch is at
+/// most `BATCH_BYTES_MAX` and a node answers it in well under a
+/// millisecond; 2 s is past any queueing a live node shows, and short next
+/// to the leases (a client that waits longer than its lease cannot commit
+/// anyway).
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// How long connecting and saying HELLO may take, by default: a round trip
+/// on any network with room for a loaded node, short next to the reconnect
+/// budget.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How a [`TcpTransport`] connects and how long it waits.
+#[derive(Clone, Debug)]
+pub struct TcpOptions {
+    /// Presented in every HELLO; `None` presents none (nodes with an open
+    /// gate only).
+    pub credential: Option<Credential>,
+    /// How long a batch waits for its answer ([`REQUEST_DEADLINE`]).
+    pub request_deadline: Duration,
+    /// How long connecting and saying HELLO may take ([`CONNECT_TIMEOUT`]).
+    pub connect_timeout: Duration,
+    /// Endpoints reached through another address: `(endpoint, via)` sends
+    /// what is for `endpoint` to `via` (an in-path proxy: chaos partitions
+    /// of the data path, tests that hold a client's frames). The node's
+    /// identity is checked as ever.
+    pub via: Vec<(String, String)>,
+}
+
+impl Default for TcpOptions {
+    fn default() -> Self {
+        TcpOptions {
+            credential: None,
+            request_deadline: REQUEST_DEADLINE,
+            connect_timeout: CONNECT_TIMEOUT,
+            via: Vec::new(),
+        }
+    }
+}
+
+impl TcpOptions {
+    /// Where to connect for `endpoint`: itself, unless [`TcpOptions::via`]
+    /// names a proxy.
+    fn route<'a>(&'a self, endpoint: &'a str) -> &'a str {
+        self.via
+            .iter()
+            .find(|(e, _)| e == endpoint)
+            .map_or(endpoint, |(_, v)| v.as_str())
+    }
+
+    /// The defaults, presenting `credential`.
+    pub fn with_credential(credential: Credential) -> Self {
+        TcpOptions {
+            credential: Some(credential),
+            ..TcpOptions::default()
+        }
+    }
+}
 
 /// Connections to memory nodes over tcp.
 #[derive(Clone, Debug)]
@@ -53,10 +124,18 @@ pub struct TcpTransport {
     /// Nodes that joined the map after the transport was made
     /// ([`TcpTransport::learn`]), connected at their first batch.
     later: Arc<Later<Slot>>,
+    /// What every handle shares beside the connections (one pointer: a
+    /// client holds its transport by value).
+    conf: Arc<Conf>,
+}
+
+#[derive(Debug)]
+struct Conf {
     /// The mandate of the process's clients, once one follows a control
     /// plane ([`TcpTransport::follow`]): reconnecting to a node stops when
     /// its map stops routing to it.
-    mandate: Arc<OnceLock<Weak<Mandate>>>,
+    mandate: OnceLock<Weak<Mandate>>,
+    options: TcpOptions,
 }
 
 /// One node's connection, replaced by a new one when it broke.
@@ -92,9 +171,14 @@ impl TcpTransport {
     /// reached (it died; recovery will route around it) is connected at its
     /// next batch instead.
     pub async fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
+        Self::connect_map_with(map, TcpOptions::default()).await
+    }
+
+    /// [`TcpTransport::connect_map`] with `options` (a credential, deadlines).
+    pub async fn connect_map_with(map: &ClusterMap, options: TcpOptions) -> Result<Self, FabricError> {
         let mut conns = Vec::new();
         for n in map.nodes() {
-            match Connection::open(&n.endpoint, n.id, 1).await {
+            match Connection::open(&n.endpoint, n.id, 1, &options).await {
                 Ok((_, d)) if d.node != n.id => {
                     return Err(FabricError::Protocol {
                         node: n.id,
@@ -102,6 +186,9 @@ impl TcpTransport {
                     });
                 }
                 Ok((conn, _)) => conns.push(Slot::new(conn, n.endpoint.clone())),
+                // Refused: the caller's credential is wrong, which no
+                // reconnection mends.
+                Err(e @ FabricError::Refused { .. }) => return Err(e),
                 Err(e) => {
                     tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "memory node unreachable; connecting at its next batch");
                     conns.push(Slot::unconnected(n.id, n.endpoint.clone()));
@@ -111,7 +198,10 @@ impl TcpTransport {
         Ok(TcpTransport {
             slots: conns.into(),
             later: Arc::new(Later::new()),
-            mandate: Arc::default(),
+            conf: Arc::new(Conf {
+                mandate: OnceLock::new(),
+                options,
+            }),
         })
     }
 
@@ -138,10 +228,18 @@ impl TcpTransport {
     /// the map they describe (the first node holding a region is its
     /// primary; the epoch is the highest the nodes report).
     pub async fn discover(addrs: &[String]) -> Result<(Self, ClusterMap), FabricError> {
+        Self::discover_with(addrs, TcpOptions::default()).await
+    }
+
+    /// [`TcpTransport::discover`] with `options` (a credential, deadlines).
+    pub async fn discover_with(
+        addrs: &[String],
+        options: TcpOptions,
+    ) -> Result<(Self, ClusterMap), FabricError> {
         let mut conns = Vec::new();
         let mut descriptors = Vec::new();
         for addr in addrs {
-            let (conn, d) = Connection::open(addr, 0, 1).await?;
+            let (conn, d) = Connection::open(addr, 0, 1, &options).await?;
             descriptors.push((d, addr.clone()));
             conns.push(Slot::new(conn, addr.clone()));
         }
@@ -154,7 +252,10 @@ impl TcpTransport {
             TcpTransport {
                 slots: conns.into(),
                 later: Arc::new(Later::new()),
-                mandate: Arc::default(),
+                conf: Arc::new(Conf {
+                    mandate: OnceLock::new(),
+                    options,
+                }),
             },
             map,
         ))
@@ -163,7 +264,40 @@ impl TcpTransport {
     /// The live connection to `node`, connecting again if it broke.
     async fn conn(&self, node: NodeId) -> Result<Arc<Connection>, FabricError> {
         let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
-        slot.live(&self.mandate).await
+        slot.live(&self.conf.mandate, &self.conf.options).await
+    }
+
+    /// Waits for the answer to a batch sent at `epoch`: fails it, and
+    /// breaks the connection, past the deadline; fails it at once when
+    /// the process's map stops routing to the node.
+    async fn answer(
+        &self,
+        conn: &Connection,
+        rx: oneshot::Receiver<Vec<u8>>,
+        epoch: Epoch,
+    ) -> Result<Vec<u8>, FabricError> {
+        let deadline = self.conf.options.request_deadline;
+        let mandate = self.conf.mandate.get().and_then(Weak::upgrade);
+        let evicted = async {
+            match &mandate {
+                Some(m) => m.stops_routing_to(conn.node, epoch).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            body = conn.receive(rx) => body,
+            () = tokio::time::sleep(deadline) => {
+                let reason = format!("no answer within the {deadline:?} deadline; whether its writes ran is unknown");
+                conn.fail(reason.clone());
+                Err(conn.disconnected(reason))
+            }
+            () = evicted => {
+                let reason = "the map no longer routes to it (recovery evicted it) while a batch waited; \
+                              whether its writes ran is unknown".to_owned();
+                conn.fail(reason.clone());
+                Err(conn.disconnected(reason))
+            }
+        }
     }
 
     /// From now on, a reconnection to a node stops as soon as `mandate`
@@ -173,7 +307,7 @@ impl TcpTransport {
     /// [`RECONNECT_ATTEMPTS_MAX`] attempts. Set once: the first mandate
     /// stays (a process has one).
     pub fn follow(&self, mandate: &Arc<Mandate>) {
-        let _ = self.mandate.set(Arc::downgrade(mandate));
+        let _ = self.conf.mandate.set(Arc::downgrade(mandate));
     }
 
     /// Breaks every connection now, as a network that drops them would:
@@ -238,17 +372,21 @@ impl Slot {
     /// one reconnection rather than each opening their own.
     /// `mandate`: the process's, if it follows one (taken only when the
     /// connection is broken: a live one costs the batch nothing more).
-    async fn live(&self, mandate: &OnceLock<Weak<Mandate>>) -> Result<Arc<Connection>, FabricError> {
+    async fn live(
+        &self,
+        mandate: &OnceLock<Weak<Mandate>>,
+        options: &TcpOptions,
+    ) -> Result<Arc<Connection>, FabricError> {
         let mut current = self.current.lock().await;
         if current.pending().broken.is_none() {
             return Ok(current.clone());
         }
         let Some(m) = mandate.get().and_then(Weak::upgrade) else {
-            return self.reconnect(&mut current).await;
+            return self.reconnect(&mut current, options).await;
         };
         let since = m.epoch();
         tokio::select! {
-            done = self.reconnect(&mut current) => done,
+            done = self.reconnect(&mut current, options) => done,
             () = m.stops_routing_to(self.node, since) => Err(FabricError::Disconnected {
                 node: self.node,
                 reason: "the map no longer routes to it (recovery evicted it): not reconnecting".into(),
@@ -259,13 +397,17 @@ impl Slot {
     /// Connects again in place of `current` (bounded attempts, exponential
     /// backoff). Stopped at any await, it leaves `current` broken, and the
     /// next batch for the node tries again.
-    async fn reconnect(&self, current: &mut Arc<Connection>) -> Result<Arc<Connection>, FabricError> {
+    async fn reconnect(
+        &self,
+        current: &mut Arc<Connection>,
+        options: &TcpOptions,
+    ) -> Result<Arc<Connection>, FabricError> {
         let generation = current.generation + 1;
         let mut wait = RECONNECT_BACKOFF_MIN;
         let mut last = None;
         for attempt in 1..=RECONNECT_ATTEMPTS_MAX {
             self.attempts.fetch_add(1, Ordering::Relaxed);
-            match Connection::open(&self.endpoint, self.node, generation).await {
+            match Connection::open(&self.endpoint, self.node, generation, options).await {
                 Ok((conn, d)) if d.node == self.node => {
                     tracing::info!(node = self.node, endpoint = %self.endpoint, attempt, "memory node reconnected");
                     *current = conn.clone();
@@ -311,22 +453,44 @@ impl Connection {
         }
     }
 
-    /// Connects, says hello, and starts the reader and writer tasks.
+    /// Connects, says hello, and starts the reader and writer tasks; gives
+    /// up after `options.connect_timeout`.
     async fn open(
         addr: &str,
         node_hint: NodeId,
         generation: u64,
+        options: &TcpOptions,
+    ) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
+        let timeout = options.connect_timeout;
+        tokio::time::timeout(timeout, Self::open_now(addr, node_hint, generation, options))
+            .await
+            .unwrap_or_else(|_| {
+                Err(FabricError::Disconnected {
+                    node: node_hint,
+                    reason: format!("connecting to {addr} and saying HELLO took over {timeout:?}"),
+                })
+            })
+    }
+
+    async fn open_now(
+        addr: &str,
+        node_hint: NodeId,
+        generation: u64,
+        options: &TcpOptions,
     ) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
         let broken = |reason: String| FabricError::Disconnected {
             node: node_hint,
             reason,
         };
-        let mut stream = TcpStream::connect(addr)
+        let target = options.route(addr);
+        let mut stream = TcpStream::connect(target)
             .await
-            .map_err(|e| broken(format!("cannot connect to {addr}: {e}")))?;
+            .map_err(|e| broken(format!("cannot connect to {target}: {e}")))?;
         stream.set_nodelay(true).map_err(|e| broken(e.to_string()))?;
+        crate::server::keep_alive(&stream).map_err(|e| broken(e.to_string()))?;
         let mut frame = Vec::new();
-        wire::encode_hello(&mut frame, 0);
+        let credential = options.credential.as_ref().map(Credential::to_bytes);
+        wire::encode_hello(&mut frame, 0, credential.as_ref().map_or(&[][..], |c| &c[..]));
         stream
             .write_all(&frame)
             .await
@@ -334,6 +498,12 @@ impl Connection {
         let body = read_frame(&mut stream).await.map_err(|e| broken(e.to_string()))?;
         let descriptor = match wire::decode_response(&body, &mut Completions::default()) {
             Ok(Response::Hello(d)) => d,
+            Ok(Response::Refused(reason)) => {
+                return Err(FabricError::Refused {
+                    node: node_hint,
+                    reason,
+                })
+            }
             Ok(other) => {
                 return Err(FabricError::Protocol {
                     node: node_hint,
@@ -437,6 +607,14 @@ impl Connection {
                 node_epoch,
             }),
             Ok(Response::Lapsed) => Err(FabricError::NodeLeaseLapsed { node: self.node }),
+            Ok(Response::Refused(reason)) => {
+                // The node closes the connection after a refusal.
+                self.fail(format!("refused: {reason}"));
+                Err(FabricError::Refused {
+                    node: self.node,
+                    reason,
+                })
+            }
             Ok(Response::Hello(_)) => Err(FabricError::Protocol {
                 node: self.node,
                 reason: "answered a batch with hello".into(),
@@ -527,7 +705,7 @@ impl Transport for TcpTransport {
         if ops.iter().all(|op| op.node == first) {
             let conn = self.conn(first).await?;
             let rx = conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ops.iter(), payload))?;
-            let body = conn.receive(rx).await?;
+            let body = self.answer(&conn, rx, epoch).await?;
             return conn.decode(&body, epoch, ops.len(), out);
         }
         // Several nodes: post to all of them, then wait for all of them.
@@ -548,7 +726,7 @@ impl Transport for TcpTransport {
         }
         let mut per_node = Vec::with_capacity(nodes.len());
         for (conn, rx, count) in waits {
-            let body = conn.receive(rx).await?;
+            let body = self.answer(&conn, rx, epoch).await?;
             let mut c = Completions::default();
             conn.decode(&body, epoch, count, &mut c)?;
             per_node.push((c, 0usize));

@@ -130,6 +130,9 @@ pub fn command(c: &Command) -> String {
             format!("remove the backup of region {region} on node {node}")
         }
         Command::MemNodeEpoch { id, epoch } => format!("memory node {id} fences at epoch {epoch}"),
+        Command::MemNodeFence { id, seq } => {
+            format!("memory node {id} refuses the clients expired by fence {seq}")
+        }
         Command::RegionRestored { region } => {
             format!("region {region} restored (after a promotion or a join)")
         }

@@ -44,6 +44,7 @@ use sideway::ibverbs::queue_pair::BasicQueuePair;
 use tokio::sync::oneshot;
 
 use crate::addr::{Epoch, NodeId, ATOMIC_BYTES};
+use crate::admission::Credential;
 use crate::error::FabricError;
 use crate::mandate::Mandate;
 use crate::map::ClusterMap;
@@ -79,6 +80,8 @@ pub struct RdmaTransport {
 }
 
 struct Inner {
+    /// Presented in every hello.
+    credential: Option<Credential>,
     device: Arc<Device>,
     slots: Box<[Slot]>,
     /// Nodes that joined the map after the transport was made.
@@ -161,13 +164,22 @@ impl RdmaTransport {
     /// builds the map they describe (the first node holding a region is its
     /// primary; the epoch is the highest the nodes report).
     pub async fn discover(addrs: &[String]) -> Result<(Self, ClusterMap), FabricError> {
+        Self::discover_with(addrs, None).await
+    }
+
+    /// [`RdmaTransport::discover`] presenting `credential` in every hello
+    /// (`crate::admission`).
+    pub async fn discover_with(
+        addrs: &[String],
+        credential: Option<Credential>,
+    ) -> Result<(Self, ClusterMap), FabricError> {
         let device = open_device()?;
         let mut slots = Vec::new();
         let mut descriptors = Vec::new();
         for addr in addrs {
             // Discovery knows no epoch yet: admitted at any; batches are
             // checked against the node's epoch all the same.
-            let conn = Conn::open(&device, addr, 0, Epoch::MAX).await?;
+            let conn = Conn::open(&device, addr, 0, Epoch::MAX, credential.clone()).await?;
             let (node, d) = (conn.1.node, conn.1.clone());
             descriptors.push((d, addr.clone()));
             let slot = Slot::new(node, addr.clone());
@@ -184,24 +196,30 @@ impl RdmaTransport {
             node: 0,
             reason: e.to_string(),
         })?;
-        Ok((RdmaTransport::from_slots(device, slots), map))
+        Ok((RdmaTransport::from_slots(device, slots, credential), map))
     }
 
     /// A transport for the nodes of `map` (endpoints: their control
     /// addresses), each connected at its first batch.
     pub fn connect_map(map: &ClusterMap) -> Result<Self, FabricError> {
+        Self::connect_map_with(map, None)
+    }
+
+    /// [`RdmaTransport::connect_map`] presenting `credential`.
+    pub fn connect_map_with(map: &ClusterMap, credential: Option<Credential>) -> Result<Self, FabricError> {
         let device = open_device()?;
         let slots: Vec<Slot> = map
             .nodes()
             .iter()
             .map(|n| Slot::new(n.id, n.endpoint.clone()))
             .collect();
-        Ok(RdmaTransport::from_slots(device, slots))
+        Ok(RdmaTransport::from_slots(device, slots, credential))
     }
 
-    fn from_slots(device: Arc<Device>, slots: Vec<Slot>) -> Self {
+    fn from_slots(device: Arc<Device>, slots: Vec<Slot>, credential: Option<Credential>) -> Self {
         RdmaTransport {
             inner: Arc::new(Inner {
+                credential,
                 device,
                 slots: slots.into(),
                 later: Later::new(),
@@ -289,6 +307,7 @@ impl Slot {
         device: &Arc<Device>,
         epoch: Epoch,
         mandate: &OnceLock<Weak<Mandate>>,
+        credential: &Option<Credential>,
     ) -> Result<(), FabricError> {
         if let Some(c) = current {
             match c.ended() {
@@ -303,7 +322,7 @@ impl Slot {
             let mut wait = RECONNECT_BACKOFF_MIN;
             for attempt in 1..=RECONNECT_ATTEMPTS_MAX {
                 self.attempts.fetch_add(1, Ordering::Relaxed);
-                match Conn::open(device, &self.endpoint, self.node, epoch).await {
+                match Conn::open(device, &self.endpoint, self.node, epoch, credential.clone()).await {
                     Ok((_, d)) if d.node != self.node => {
                         return Err(FabricError::Protocol {
                             node: self.node,
@@ -348,10 +367,11 @@ impl Conn {
         addr: &str,
         node_hint: NodeId,
         epoch: Epoch,
+        credential: Option<Credential>,
     ) -> Result<(Conn, NodeDescriptor), FabricError> {
         let device = device.clone();
         let addr = addr.to_owned();
-        tokio::task::spawn_blocking(move || Conn::open_blocking(&device, &addr, node_hint, epoch))
+        tokio::task::spawn_blocking(move || Conn::open_blocking(&device, &addr, node_hint, epoch, credential))
             .await
             .map_err(|e| disconnected(node_hint, format!("connecting stopped: {e}")))?
     }
@@ -361,6 +381,7 @@ impl Conn {
         addr: &str,
         node_hint: NodeId,
         epoch: Epoch,
+        credential: Option<Credential>,
     ) -> Result<(Conn, NodeDescriptor), FabricError> {
         let broken = |reason: String| disconnected(node_hint, reason);
         let device_error = |e: RdmaError| FabricError::Protocol {
@@ -373,7 +394,12 @@ impl Conn {
         let mut stream =
             TcpStream::connect(addr).map_err(|e| broken(format!("cannot connect to {addr}: {e}")))?;
         stream.set_nodelay(true).map_err(|e| broken(e.to_string()))?;
-        control::send(&mut stream, &ToNode::Hello { epoch, qp: local }).map_err(|e| broken(e.to_string()))?;
+        let hello = ToNode::Hello {
+            epoch,
+            qp: local,
+            credential: credential.map(|c| c.to_hex()).unwrap_or_default(),
+        };
+        control::send(&mut stream, &hello).map_err(|e| broken(e.to_string()))?;
         let answer = control::receive::<ToClient>(&mut stream)
             .map_err(|e| broken(e.to_string()))?
             .ok_or_else(|| broken(format!("{addr} closed the connection at hello")))?;
@@ -587,8 +613,14 @@ impl Transport for RdmaTransport {
         for &node in &nodes {
             let slot = self.slot(node).ok_or(FabricError::UnknownNode { node })?;
             let mut current = slot.current.lock().await;
-            slot.ensure(&mut current, &self.inner.device, epoch, &self.inner.mandate)
-                .await?;
+            slot.ensure(
+                &mut current,
+                &self.inner.device,
+                epoch,
+                &self.inner.mandate,
+                &self.inner.credential,
+            )
+            .await?;
             let conn = current
                 .as_ref()
                 .ok_or_else(|| disconnected(node, "not connected"))?;

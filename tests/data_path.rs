@@ -1,0 +1,352 @@
+//! The data path as an attacker and a partition see it, against real
+//! `kintsugi memnode` processes: silent sockets do not lock clients out, and
+//! an expired client's frames, held in the network until its owner ids have
+//! an heir, run no verb when they arrive.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cluster::{Cluster, ClusterOptions};
+use control_plane::api::{ControlClient, MemberInfo};
+use control_plane::config::{Role, Settings, Token};
+use control_plane::member::{Member, MemberOptions};
+use control_plane::network::{ClusterSecret, Partition};
+use control_plane::state::{Command, MemNodeState};
+use fabric::wire::{self, Response};
+use fabric::{Batch, Completions, GlobalAddr, TcpTransport};
+use support::MemnodeProcess;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch};
+
+const TOKEN: &str = "data-path-test-token-0123456789";
+/// Bound on every wait; no wait decides an outcome.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A thousand sockets that connect and never speak, all held open, do not
+/// keep a client from connecting and being served (the node closes the
+/// oldest unauthenticated ones, and those that stay silent time out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_idle_sockets_do_not_lock_a_client_out() {
+    let node = MemnodeProcess::start(&["--region", "1:1MiB"]);
+    let mut idle = Vec::new();
+    for _ in 0..1000 {
+        idle.push(TcpStream::connect(&node.addr).await.expect("connect"));
+    }
+    for round in 0..3u64 {
+        let (t, map) = TcpTransport::discover_with(std::slice::from_ref(&node.addr), support::tcp_options())
+            .await
+            .expect("a client connects past 1000 idle sockets");
+        let mut c = fabric::Client::new(map, t.into());
+        let mut b = Batch::new();
+        b.write(GlobalAddr::new(1, 64), &(round + 7).to_le_bytes());
+        c.execute(&mut b).await.expect("served");
+        let mut b = Batch::new();
+        let h = b.read(GlobalAddr::new(1, 64), 8);
+        c.execute(&mut b).await.expect("served");
+        assert_eq!(b.read_result(h).expect("read"), &(round + 7).to_le_bytes());
+        // And a thousand more silent ones between clients.
+        for s in idle.iter_mut().take(100) {
+            *s = TcpStream::connect(&node.addr).await.expect("connect");
+        }
+    }
+    drop(idle);
+}
+
+/// An in-path proxy that can hold what a client sends: the network of a
+/// partition, as TCP sees it (the bytes wait, and flow when it heals).
+struct HoldingProxy {
+    addr: String,
+    hold: watch::Sender<bool>,
+    /// Bytes held so far.
+    held: Arc<AtomicUsize>,
+    /// The node's first answer after a release (`None`: it closed first).
+    verdicts: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
+}
+
+impl HoldingProxy {
+    async fn start(upstream: String) -> HoldingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (hold, holding) = watch::channel(false);
+        let held = Arc::new(AtomicUsize::new(0));
+        let (tx, verdicts) = mpsc::unbounded_channel();
+        let counted = held.clone();
+        tokio::spawn(async move {
+            while let Ok((down, _)) = listener.accept().await {
+                let up = TcpStream::connect(&upstream).await.expect("upstream");
+                tokio::spawn(relay(down, up, holding.clone(), counted.clone(), tx.clone()));
+            }
+        });
+        HoldingProxy {
+            addr,
+            hold,
+            held,
+            verdicts,
+        }
+    }
+}
+
+async fn relay(
+    down: TcpStream,
+    up: TcpStream,
+    mut holding: watch::Receiver<bool>,
+    held: Arc<AtomicUsize>,
+    verdicts: mpsc::UnboundedSender<Option<Vec<u8>>>,
+) {
+    let (mut down_r, mut down_w) = down.into_split();
+    let (mut up_r, mut up_w) = up.into_split();
+    let released = Arc::new(AtomicUsize::new(0));
+    let seen = released.clone();
+    // Node to client: forwarded as it comes; the first frame after a
+    // release is the node's answer to what was held.
+    tokio::spawn(async move {
+        loop {
+            let Ok(len) = up_r.read_u32_le().await else {
+                if seen.load(Ordering::Acquire) > 0 {
+                    let _ = verdicts.send(None);
+                }
+                return;
+            };
+            let mut body = vec![0; len as usize];
+            if up_r.read_exact(&mut body).await.is_err() {
+                return;
+            }
+            if seen.swap(0, Ordering::AcqRel) > 0 {
+                let _ = verdicts.send(Some(body.clone()));
+            }
+            let mut frame = len.to_le_bytes().to_vec();
+            frame.extend_from_slice(&body);
+            let _ = down_w.write_all(&frame).await;
+        }
+    });
+    let mut buf = vec![0u8; 64 << 10];
+    let mut pending = Vec::new();
+    loop {
+        let n = tokio::select! {
+            n = down_r.read(&mut buf) => n.unwrap_or(0),
+            // Released: what was held goes on, as a healed network delivers it.
+            _ = async { holding.wait_for(|h| !h).await.map(|_| ()) }, if !pending.is_empty() => {
+                released.store(1, Ordering::Release);
+                if up_w.write_all(&pending).await.is_err() {
+                    return;
+                }
+                pending.clear();
+                continue;
+            }
+        };
+        if n == 0 {
+            // The client went away; what is held stays until released.
+            if !pending.is_empty() && holding.wait_for(|h| !h).await.is_ok() {
+                released.store(1, Ordering::Release);
+                let _ = up_w.write_all(&pending).await;
+            }
+            return;
+        }
+        let hold_now = *holding.borrow();
+        if hold_now {
+            pending.extend_from_slice(&buf[..n]);
+            held.fetch_add(n, Ordering::AcqRel);
+        } else if up_w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn start_member() -> (Member, String, ControlClient, tempfile::TempDir) {
+    let settings = Settings::new(
+        ClusterSecret::new("data-path-test-secret-0123456789").expect("secret"),
+        vec![Token {
+            name: "test".into(),
+            token: TOKEN.into(),
+            role: Role::Admin,
+        }],
+    )
+    .expect("settings");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let member = Member::start(
+        listener,
+        MemberOptions {
+            id: 1,
+            data_dir: dir.path().to_path_buf(),
+            advertise: None,
+            settings,
+            partition: Partition::default(),
+        },
+    )
+    .await
+    .expect("member starts");
+    let control = member.local_addr().to_string();
+    let api = ControlClient::new(&control, Some(TOKEN.into())).expect("client");
+    api.init(vec![MemberInfo {
+        id: 1,
+        addr: control.clone(),
+        voter: true,
+    }])
+    .await
+    .expect("init");
+    (member, control, api, dir)
+}
+
+async fn write_words(c: &Cluster, words: &[(GlobalAddr, u64)]) -> Result<(), fabric::FabricError> {
+    let mut b = Batch::new();
+    for (at, v) in words {
+        b.write(*at, &v.to_le_bytes());
+    }
+    let mut f = c.fabric();
+    f.execute(&mut b).await
+}
+
+async fn read_word(c: &Cluster, at: GlobalAddr) -> u64 {
+    let mut b = Batch::new();
+    let h = b.read(at, 8);
+    let mut f = c.fabric();
+    f.execute(&mut b).await.expect("read");
+    u64::from_le_bytes(b.read_result(h).expect("read").try_into().expect("8 bytes"))
+}
+
+/// A client's batch is held in the network; meanwhile the client expires,
+/// is forgotten, and its owner ids go to an heir, which writes its log slot
+/// and takes a lock at the words the held batch writes (a late log WRITE,
+/// and a DTX release: lock := FREE). When the network delivers the batch,
+/// the node refuses it (the client is fenced) and runs none of its verbs:
+/// the heir's words, and the index, are intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
+    let (member, control, api, _dir) = start_member().await;
+    let memnode = MemnodeProcess::start(&[
+        "--control",
+        &control,
+        "--control-token",
+        TOKEN,
+        "--capacity",
+        "64MiB",
+    ]);
+    let endpoint = memnode.addr.clone();
+    tokio::time::timeout(
+        WAIT,
+        member.state().wait_for(|s| {
+            s.memnodes
+                .values()
+                .any(|n| n.endpoint == endpoint && n.state == MemNodeState::Active)
+                .then_some(())
+        }),
+    )
+    .await
+    .expect("the memory node registers");
+    let proxy = HoldingProxy::start(endpoint.clone()).await;
+    let options = |via: bool| ClusterOptions {
+        name: if via { "late" } else { "heir" }.into(),
+        owner_ids: 4,
+        lease: Some(Duration::from_secs(1)),
+        replicas: 1,
+        index_bytes: 8 << 20,
+        data_path_via: if via {
+            vec![(endpoint.clone(), proxy.addr.clone())]
+        } else {
+            Vec::new()
+        },
+        ..ClusterOptions::default()
+    };
+    let late = Cluster::connect_with(&[&control], TOKEN, options(true))
+        .await
+        .expect("the late client joins");
+    let mut tree = late.btree("t").await.expect("index");
+    for k in 1..=20u64 {
+        tree.insert(k, k * 10).await.expect("insert");
+    }
+    let region = late.map().regions()[0].clone();
+    let end = region.size - 4096;
+    let (log_slot, lock) = (
+        GlobalAddr::new(region.id, end),
+        GlobalAddr::new(region.id, end + 8),
+    );
+    write_words(&late, &[(log_slot, 1), (lock, 1)])
+        .await
+        .expect("served through the proxy");
+
+    // The network holds what the client sends from now on.
+    proxy.hold.send_replace(true);
+    let held_batch = {
+        let late_fabric = late.fabric();
+        tokio::spawn(async move {
+            let mut b = Batch::new();
+            b.write(log_slot, &0xdead_u64.to_le_bytes());
+            b.write(lock, &0u64.to_le_bytes());
+            let mut f = late_fabric;
+            f.execute(&mut b).await
+        })
+    };
+    support::cluster::eventually("the batch is in the network", WAIT, async || {
+        (proxy.held.load(Ordering::Acquire) > 0).then_some(())
+    })
+    .await;
+
+    // The client expires (its lease lapsed, as the coordinator judges), and
+    // is forgotten once its quarantine is over and the node follows its fence.
+    let late_id = late.id();
+    let late_owners = late.owner_ids();
+    api.command(&Command::ExpireClient { id: late_id })
+        .await
+        .expect("expired");
+    support::cluster::eventually("the expired client is forgotten", WAIT, async || {
+        api.command(&Command::ForgetClient {
+            id: late_id,
+            by: None,
+        })
+        .await
+        .ok()
+    })
+    .await;
+    let fence = member
+        .state()
+        .with_state(|s| s.memnodes.values().map(|n| n.fence_seq).max());
+    let heir = Cluster::connect_with(&[&control], TOKEN, options(false))
+        .await
+        .expect("the heir joins");
+    assert_eq!(
+        heir.owner_ids(),
+        late_owners,
+        "the heir holds the expired client's owner ids"
+    );
+    let heir_lock = (u64::from(late_owners.first) << 32) | 1;
+    write_words(&heir, &[(log_slot, 0xbeef), (lock, heir_lock)])
+        .await
+        .expect("the heir writes its log slot and takes the lock");
+
+    // The network delivers the held batch.
+    let mut verdicts = proxy.verdicts;
+    proxy.hold.send_replace(false);
+    let verdict = tokio::time::timeout(WAIT, verdicts.recv())
+        .await
+        .expect("the node answers the late batch")
+        .expect("proxy running");
+    let answer = verdict.map(|body| wire::decode_response(&body, &mut Completions::default()));
+    assert!(
+        matches!(&answer, Some(Ok(Response::Refused(why))) if why.contains(&format!("client {late_id} is fenced"))),
+        "the late batch is refused, not run: {answer:?} (fence followed: {fence:?})"
+    );
+    assert_eq!(
+        read_word(&heir, log_slot).await,
+        0xbeef,
+        "the heir's log slot is intact"
+    );
+    assert_eq!(
+        read_word(&heir, lock).await,
+        heir_lock,
+        "the heir's lock is still held"
+    );
+    let mut heirs_tree = heir.btree("t").await.expect("index");
+    for k in 1..=20u64 {
+        assert_eq!(heirs_tree.get(k).await.expect("get"), Some(k * 10));
+    }
+    let held = held_batch.await.expect("joins");
+    assert!(
+        held.is_err(),
+        "the late client never saw its batch succeed: {held:?}"
+    );
+}
