@@ -339,6 +339,17 @@ impl Cluster {
                 m.reclaim_readiness(id).await
             })
             .await?;
+        if !readiness.unfenced.is_empty() {
+            // Its logs are rolled only once nothing it sent can still run:
+            // a late frame would undo the roll (`docs/txn.md` §8).
+            tracing::debug!(
+                client = id,
+                seq,
+                unfenced = ?readiness.unfenced,
+                "an expired client's logs wait for every memory node to fence it"
+            );
+            return Ok(None);
+        }
         if !readiness.waiting.is_empty() {
             // At debug: the coordinator asks again every pass.
             tracing::debug!(

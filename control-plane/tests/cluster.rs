@@ -291,6 +291,7 @@ cluster_test!(
                 seq,
                 waiting: vec![steady.id],
                 finish_first: Vec::new(),
+                unfenced: Vec::new(),
             }
         );
         api.renew_client(steady.id, None, Some(seq - 1))

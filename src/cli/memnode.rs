@@ -10,7 +10,7 @@ use cluster::{placement, Members};
 use fabric::{Backing, MemoryNode, NodeId, RegionSpec};
 
 use super::telemetry::{self, Health, Probe};
-use super::units::{parse_bytes, parse_region};
+use super::units::{parse_bytes, parse_duration, parse_region};
 
 /// Arguments of `kintsugi memnode`.
 #[derive(clap::Args, Debug)]
@@ -105,6 +105,39 @@ pub struct MemnodeArgs {
     /// reached only from its own host; anyone who reaches the port reads and writes every region.
     #[arg(long, conflicts_with = "control")]
     insecure_open: bool,
+    /// Admitted connections served at once; further HELLOs are refused with the reason.
+    #[arg(long, value_name = "N", default_value_t = fabric::server::CONNECTIONS_MAX)]
+    max_connections: usize,
+    /// Connections that have not presented a credential yet, at once; a new one closes the
+    /// oldest, so that silent sockets cannot lock clients out.
+    #[arg(long, value_name = "N", default_value_t = fabric::server::UNAUTHENTICATED_MAX)]
+    max_unauthenticated: usize,
+    /// How long a new connection has to send its HELLO.
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    hello_timeout: std::time::Duration,
+    /// How long an admitted connection may stay silent before it is closed (its client
+    /// connects again at its next batch).
+    #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
+    idle_timeout: std::time::Duration,
+}
+
+impl MemnodeArgs {
+    /// The server's limits, checked.
+    fn limits(&self) -> anyhow::Result<fabric::server::Limits> {
+        anyhow::ensure!(self.max_connections > 0, "--max-connections must be at least 1");
+        anyhow::ensure!(
+            self.max_unauthenticated > 0,
+            "--max-unauthenticated must be at least 1"
+        );
+        anyhow::ensure!(!self.hello_timeout.is_zero(), "--hello-timeout must be above 0");
+        anyhow::ensure!(!self.idle_timeout.is_zero(), "--idle-timeout must be above 0");
+        Ok(fabric::server::Limits {
+            connections_max: self.max_connections,
+            unauthenticated_max: self.max_unauthenticated,
+            hello_timeout: self.hello_timeout,
+            idle_timeout: self.idle_timeout,
+        })
+    }
 }
 
 /// What a node with its own regions admits: the control plane's credentials
@@ -154,6 +187,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     }
     fabric::validate_regions(&args.regions)?;
     let gate = own_gate(&args)?;
+    let limits = args.limits()?;
     let node = if let Some(path) = &args.persist {
         let (node, reopened) = MemoryNode::open_persistent(path, args.id, &args.regions)?;
         if reopened {
@@ -229,7 +263,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
                 }
             }))
         };
-        fabric::server::serve(listener, node.clone(), shutdown).await?;
+        fabric::server::serve_with(listener, node.clone(), limits, shutdown).await?;
         if let Some(lease) = lease {
             lease.abort();
         }
@@ -246,6 +280,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
 /// A node whose regions the control plane places: register, make the
 /// image under the id the control plane gave, serve, follow the map.
 fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
+    let limits = args.limits()?;
     let token = args
         .control_token
         .clone()
@@ -321,7 +356,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
                 let _ = lease_lost.set(e.to_string());
             }
         });
-        fabric::server::serve(listener, node.clone(), shutdown).await?;
+        fabric::server::serve_with(listener, node.clone(), limits, shutdown).await?;
         follower.abort();
         admission.abort();
         anyhow::Ok(node)

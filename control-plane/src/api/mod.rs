@@ -233,6 +233,11 @@ pub struct ReclaimReadiness {
     /// reclaimer finishes their logs before it scans.
     #[serde(default)]
     pub finish_first: Vec<OwnerBlock>,
+    /// Memory nodes (not declared dead) that do not yet refuse the expired
+    /// client (`MemNodeFence`): until none, a frame it sent may still run,
+    /// so nobody rolls its logs, reclaims its blocks or forgets it.
+    #[serde(default)]
+    pub unfenced: Vec<crate::state::MemNodeId>,
 }
 
 /// A saved state (`GET /v1/snapshot`, `ctl snapshot save`).

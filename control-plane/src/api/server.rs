@@ -493,21 +493,31 @@ async fn reclaim_readiness(
     let known = node.reader.with_state(|s| {
         s.clients.get(&id).map(|c| {
             let others: Vec<Client> = s.clients.values().filter(|o| o.id != id).cloned().collect();
-            (c.state, others)
+            let unfenced: Vec<MemNodeId> = match c.state {
+                ClientState::Expired { seq, .. } => s
+                    .memnodes
+                    .values()
+                    .filter(|n| n.state != MemNodeState::Dead && n.fence_seq < seq)
+                    .map(|n| n.id)
+                    .collect(),
+                ClientState::Live => Vec::new(),
+            };
+            (c.state, others, unfenced)
         })
     });
     match known {
         None => Err(WriteError::Refused(CommandError::UnknownClient { id }).into()),
-        Some((ClientState::Live, _)) => Err(Refusal::new(
+        Some((ClientState::Live, _, _)) => Err(Refusal::new(
             StatusCode::CONFLICT,
             format!("client {id} is live: only an expired client's owner ids are reclaimed"),
         )),
-        Some((ClientState::Expired { seq, .. }, others)) => {
+        Some((ClientState::Expired { seq, .. }, others, unfenced)) => {
             let liveness = node.liveness();
             let mut readiness = ReclaimReadiness {
                 seq,
                 waiting: Vec::new(),
                 finish_first: Vec::new(),
+                unfenced,
             };
             for c in others {
                 if liveness.quiesced(c.id).is_some_and(|q| q >= seq) {

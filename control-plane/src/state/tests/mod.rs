@@ -416,6 +416,62 @@ fn a_quarantine_is_judged_by_the_cluster_clock_never_by_a_wall_clock() {
     );
 }
 
+/// An expired client's ids and blocks go to nobody until every memory node
+/// not declared dead follows a fence at or past its expiry; the fence view
+/// admits the live and the newer, and a node reports no fence the cluster
+/// has not reached.
+#[test]
+fn an_expired_client_is_forgotten_only_once_every_live_node_fences_it() {
+    let mut s = cluster(3, 1 << 30);
+    let register = |name: &str| Command::RegisterClient {
+        name: name.into(),
+        owner_ids: 1,
+        lease_ms: 1_000,
+    };
+    let Ok(Outcome::Client(a)) = s.apply(&req(10, register("a"))) else {
+        panic!("registered")
+    };
+    let Ok(Outcome::Client(b)) = s.apply(&req(10, register("b"))) else {
+        panic!("registered")
+    };
+    s.apply(&req(20, Command::ExpireClient { id: a.id })).unwrap();
+    let ClientState::Expired { seq, .. } = s.clients[&a.id].state else {
+        panic!("expired")
+    };
+    let view = s.fence_view();
+    assert_eq!((view.seq, view.live.clone()), (seq, vec![b.id]));
+    assert!(!view.admits(a.id) && view.admits(b.id) && view.admits(b.id + 1));
+    let forget = || Command::ForgetClient { id: a.id, by: None };
+    let claim = || Command::ClaimReclaim { id: a.id, by: b.id };
+    // Past the quarantine, but no node follows the fence yet.
+    let refused = s.dry_run(&req(5_000, forget()));
+    assert!(
+        matches!(&refused, Err(CommandError::Conflict(m)) if m.contains("not yet followed by memory node(s) 0, 1, 2")),
+        "{refused:?}"
+    );
+    assert!(s.dry_run(&req(5_000, claim())).is_err());
+    assert!(s
+        .apply(&req(5_000, Command::MemNodeFence { id: 0, seq: seq + 1 }))
+        .is_err());
+    s.apply(&req(5_000, Command::MemNodeFence { id: 0, seq }))
+        .unwrap();
+    s.apply(&req(5_000, Command::MemNodeFence { id: 1, seq }))
+        .unwrap();
+    // A lower report never lowers a node's fence.
+    s.apply(&req(5_000, Command::MemNodeFence { id: 1, seq: 0 }))
+        .unwrap();
+    assert_eq!(s.memnodes[&1].fence_seq, seq);
+    assert!(
+        s.dry_run(&req(5_000, forget())).is_err(),
+        "node 2 is live and behind"
+    );
+    // A node declared dead does not hold it back: it serves nothing.
+    s.apply(&req(5_000, Command::DeclareMemNodeDead { id: 2 }))
+        .unwrap();
+    assert!(s.dry_run(&req(5_000, claim())).is_ok());
+    assert!(s.apply(&req(5_000, forget())).is_ok());
+}
+
 #[test]
 fn clients_get_disjoint_owner_blocks_and_expire_exactly_once() {
     let mut s = ControlState::default();
