@@ -225,6 +225,52 @@ impl Timing {
     pub fn membership_timeout(&self) -> Duration {
         self.catch_up_timeout() + self.commit_timeout
     }
+
+    /// The longest election these timings plan for: a split vote's second
+    /// round (two `election_timeout_max`) and a heartbeat for the new leader
+    /// to be heard. Measured: 0.54 to 0.57 s at the default 150 to 300 ms.
+    pub fn election_bound(&self) -> Duration {
+        self.election_timeout_max * 2 + self.heartbeat
+    }
+
+    /// How long a memory node keeps serving after a leader dies, at worst:
+    /// it renews every third of its lease and serves until
+    /// `liveness::memnode_serves_until` of its last granted renewal.
+    pub fn memnode_window(&self) -> Duration {
+        let lease = self.memnode_lease;
+        // What `memnode_serves_until` grants past a renewal, less the
+        // renewal period.
+        (lease * crate::liveness::MEMNODE_DEAD_LEASES).saturating_sub(lease / 4 + lease / 3)
+    }
+
+    /// Why these timings let an election stop every memory node's verbs,
+    /// if they do: a node's serving window does not outlast
+    /// [`Timing::election_bound`], so while a new leader is elected no
+    /// renewal is granted and every node stops serving. Warned about at
+    /// start-up (chaos experiments choose such timings on purpose).
+    pub fn election_outlasted(&self) -> Result<(), String> {
+        let (window, bound) = (self.memnode_window(), self.election_bound());
+        if window > bound {
+            return Ok(());
+        }
+        // window = 1.75 lease - lease/3 = 17/12 lease.
+        let lease_needed = bound * 12 / 17 + Duration::from_millis(1);
+        Err(format!(
+            "timing: a memory node serves at worst {} past a leader's death (memnode_lease {}), less than \
+             an election may take ({}: two election_timeout_max and a heartbeat): every leader change may \
+             stop every node's verbs until the new leader renews them. Raise memnode_lease above {} or \
+             lower election_timeout_max",
+            humantime::format_duration(round_ms(window)),
+            humantime::format_duration(self.memnode_lease),
+            humantime::format_duration(bound),
+            humantime::format_duration(round_ms(lease_needed)),
+        ))
+    }
+}
+
+/// `d` to whole milliseconds, for messages.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(d.as_millis() as u64)
 }
 
 impl Default for Timing {
@@ -465,6 +511,30 @@ token = "client-token-0123456789"
 [timing]
 memnode_lease = "2s"
 "#;
+
+    #[test]
+    fn timings_whose_memory_node_lease_cannot_outlast_an_election_are_named() {
+        let t = Timing::default();
+        assert_eq!(t.election_bound(), Duration::from_millis(650));
+        assert_eq!(round_ms(t.memnode_window()), Duration::from_millis(1416));
+        assert_eq!(t.election_outlasted(), Ok(()));
+        let short = Timing {
+            memnode_lease: Duration::from_millis(250),
+            ..Timing::default()
+        };
+        let why = short
+            .election_outlasted()
+            .expect_err("250 ms leases stop at an election");
+        assert!(
+            why.contains("serves at worst 354ms") && why.contains("(650ms") && why.contains("above 459ms"),
+            "{why}"
+        );
+        let enough = Timing {
+            memnode_lease: Duration::from_millis(459),
+            ..Timing::default()
+        };
+        assert_eq!(enough.election_outlasted(), Ok(()));
+    }
 
     #[test]
     fn parses_tokens_and_humantime_timings_with_defaults_for_the_rest() {

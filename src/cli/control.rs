@@ -124,6 +124,10 @@ pub(super) fn settings(config: Option<&PathBuf>) -> anyhow::Result<Settings> {
 
 pub fn run(args: ControlArgs) -> anyhow::Result<ExitCode> {
     let settings = settings(args.config.as_ref())?;
+    if let Err(why) = settings.timing.election_outlasted() {
+        // Not refused: chaos experiments choose short leases on purpose.
+        tracing::warn!("{why}");
+    }
     let recovery = recovery_plan(&settings)?;
     if let Some(tls) = &settings.tls {
         // This member's recovery coordinator reaches the cluster over
