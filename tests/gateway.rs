@@ -128,6 +128,22 @@ fn raw(port: u16, bytes: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Before AUTH a connection may send a few KiB, not the 512 KiB requests
+/// an authenticated one may: 10,000 unauthenticated connections cannot
+/// pin gigabytes.
+#[test]
+fn a_connection_that_sends_too_much_before_auth_is_closed_with_the_reason() {
+    let (_g, port) = gateway("serve", &["--handles", "1", "--auth"]);
+    let value = "v".repeat(8 * 1024);
+    let set = format!("*3\r\n$3\r\nSET\r\n$1\r\nk\r\n${}\r\n{value}\r\n", value.len());
+    let out = String::from_utf8_lossy(&raw(port, set.as_bytes())).into_owned();
+    assert!(out.contains("too much sent before AUTH"), "{out:?}");
+    // A small request before AUTH is answered as ever.
+    let out = String::from_utf8_lossy(&raw(port, b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nQUIT\r\n"))
+        .into_owned();
+    assert!(out.starts_with("-NOAUTH"), "{out:?}");
+}
+
 #[test]
 fn redis_clients_on_an_embedded_btree_gateway() {
     redis_clients_on_an_embedded_gateway("btree");

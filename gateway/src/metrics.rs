@@ -25,6 +25,9 @@ pub const CONNECTIONS: &str = "kintsugi_gateway_connections";
 pub const CONNECTIONS_RECEIVED: &str = "kintsugi_gateway_connections_received_total";
 /// Connections refused: over the connection limit.
 pub const CONNECTIONS_REFUSED: &str = "kintsugi_gateway_connections_refused_total";
+/// Connections closed for silence or for what they sent before AUTH: no
+/// AUTH in time, too much before AUTH, idle.
+pub const CONNECTIONS_CLOSED_UNHEARD: &str = "kintsugi_gateway_connections_closed_unheard_total";
 /// rTX commits (the index's own and the buckets').
 pub const RTX_COMMITS: &str = "kintsugi_gateway_rtx_commits_total";
 /// rTX aborts.
@@ -70,6 +73,10 @@ pub const ALL: &[MetricDef] = &[
         CONNECTIONS_REFUSED,
         "Connections refused: over the connection limit.",
     ),
+    MetricDef::counter(
+        CONNECTIONS_CLOSED_UNHEARD,
+        "Connections closed for silence or for what they sent before AUTH (no AUTH in time, too much before AUTH, idle).",
+    ),
     MetricDef::counter(RTX_COMMITS, "rTX commits."),
     MetricDef::counter(RTX_ABORTS, "rTX aborts."),
     MetricDef::counter(RTX_REPAIRS, "Expired locks of others repaired."),
@@ -110,6 +117,7 @@ pub(crate) struct Meters {
     pub(crate) connections: Gauge,
     pub(crate) received: Counter,
     pub(crate) refused: Counter,
+    pub(crate) closed_unheard: Counter,
 }
 
 impl Meters {
@@ -126,6 +134,7 @@ impl Meters {
             connections: ::metrics::gauge!(CONNECTIONS),
             received: ::metrics::counter!(CONNECTIONS_RECEIVED),
             refused: ::metrics::counter!(CONNECTIONS_REFUSED),
+            closed_unheard: ::metrics::counter!(CONNECTIONS_CLOSED_UNHEARD),
         }
     }
 

@@ -28,6 +28,20 @@ use crate::resp::{decode_request, Decoded, Protocol, Reply};
 /// Connections served at once: one more is told so and closed.
 pub const CONNECTIONS_MAX: usize = 10_000;
 
+/// How long a connection that must AUTH may take to do so: a client says
+/// AUTH first, within a round trip; a socket that does not is closed, so
+/// that unauthenticated connections cannot pile up.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bytes a connection that must AUTH may send before it has: an AUTH with
+/// the longest password looked at fits; what does not is refused and the
+/// connection closed, so that 10,000 unauthenticated connections hold 40 MiB
+/// at most, not 512 KiB each.
+pub const UNAUTHENTICATED_BYTES_MAX: usize = 4096;
+/// How long a connection may stay silent before it is closed: longer than
+/// a client pool keeps a spare connection idle between bursts, short
+/// enough that vanished peers give their slots back.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Reply bytes buffered before they are written, within a pipeline.
 const FLUSH_BYTES: usize = 64 * 1024;
 
@@ -280,6 +294,7 @@ impl Connection {
     }
 
     async fn run(mut self, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
+        let opened = Instant::now();
         let mut input = BytesMut::with_capacity(16 * 1024);
         let mut out = BytesMut::with_capacity(16 * 1024);
         loop {
@@ -320,15 +335,40 @@ impl Connection {
             if matches!(after, After::Close) || *stop.borrow() {
                 return;
             }
+            let (wait, why) = if self.authed {
+                (IDLE_TIMEOUT, "idle timeout")
+            } else {
+                (AUTH_TIMEOUT.saturating_sub(opened.elapsed()), "no AUTH in time")
+            };
             let read = tokio::select! {
                 r = stream.read_buf(&mut input) => r,
-                _ = stop.wait_for(|&s| s) => return,
+                _ = async { stop.wait_for(|&s| s).await.map(|_| ()) } => return,
+                () = tokio::time::sleep(wait) => {
+                    self.shared.meters.closed_unheard.increment(1);
+                    let _ = self.close_with(&mut stream, why).await;
+                    return;
+                }
             };
             match read {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {}
             }
+            if !self.authed && input.len() > UNAUTHENTICATED_BYTES_MAX {
+                self.shared.meters.closed_unheard.increment(1);
+                let _ = self
+                    .close_with(&mut stream, "Protocol error: too much sent before AUTH")
+                    .await;
+                return;
+            }
         }
+    }
+
+    /// Tells the client why, and ends the connection.
+    async fn close_with(&self, stream: &mut TcpStream, why: &str) -> std::io::Result<()> {
+        let mut out = BytesMut::new();
+        Reply::err(why).encode(self.protocol, &mut out);
+        stream.write_all(&out).await?;
+        stream.shutdown().await
     }
 
     /// Runs one request and appends its reply to `out`.
