@@ -582,3 +582,44 @@ fn a_gateway_killed_under_load_leaves_nothing_another_cannot_repair() {
     eprintln!("survivor's counters:\n{info}");
     // The gateways stop before the cluster (declared first, dropped last).
 }
+
+/// A gateway paused past its lease (its client expired meanwhile) joins
+/// again as a new client and serves what it served before; once its control
+/// plane is gone for good it exits with the reason instead of logging for
+/// ever.
+#[test]
+fn a_gateway_that_lost_its_lease_joins_again_and_exits_once_the_control_plane_is_gone() {
+    require_redis_tools();
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = small_cluster(dir.path());
+    let cdir = dir.path().to_str().unwrap().to_owned();
+    let name = "gw-rejoin";
+    let (mut g, port) = gateway(
+        name,
+        &[
+            "--dir",
+            &cdir,
+            "--index",
+            "rejoin",
+            "--name",
+            name,
+            "--no-auth",
+            "--rejoin-timeout",
+            "3s",
+        ],
+    );
+    assert_eq!(cli(port, &["SET", "before", "1"]), "OK");
+    g.signal(nix::sys::signal::Signal::SIGSTOP).unwrap();
+    await_expired(&cluster.file, name);
+    g.signal(nix::sys::signal::Signal::SIGCONT).unwrap();
+    await_that("the gateway serves again as a new client", || {
+        cli(port, &["SET", "after", "2"]) == "OK"
+    });
+    assert_eq!(cli(port, &["GET", "before"]), "1");
+    assert_eq!(cli(port, &["PING"]), "PONG");
+    // The control plane and the memory node go away for good.
+    drop(cluster);
+    // (Within its rejoin timeout of 3 s after two leases of silence; the
+    // bound only turns a gateway that never exits into a failure.)
+    await_that("the gateway gives up and exits", || !g.alive());
+}

@@ -194,6 +194,11 @@ impl Cluster {
         self.mandate.epoch()
     }
 
+    /// The lease this client holds (renewed every third of it).
+    pub fn lease(&self) -> Duration {
+        Duration::from_millis(self.me.lease_ms)
+    }
+
     /// Whether this process's lease certainly holds now.
     pub fn lease_holds(&self) -> bool {
         self.mandate.holds()

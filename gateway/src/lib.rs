@@ -30,4 +30,4 @@ pub mod server;
 
 pub use auth::TokenCheck;
 pub use keyspace::{Condition, Handle, Keyspace, KeyspaceError};
-pub use server::{Gateway, Settings};
+pub use server::{Gateway, GatewayControl, Settings};

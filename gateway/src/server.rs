@@ -72,6 +72,10 @@ pub(crate) struct Totals {
 }
 
 struct Shared {
+    /// Why the gateway cannot serve index commands now (its cluster lease
+    /// was lost and it is joining again), if it cannot: they, and PING, get
+    /// a retryable error meanwhile.
+    unavailable: Mutex<Option<String>>,
     settings: Settings,
     tokens: TokenCheck,
     pool: Arc<Pool>,
@@ -103,6 +107,7 @@ impl Gateway {
         assert!(!keyspaces.is_empty(), "a gateway needs at least one keyspace");
         Gateway {
             shared: Arc::new(Shared {
+                unavailable: Mutex::new(None),
                 settings,
                 tokens,
                 pool: Arc::new(Pool::new(keyspaces)),
@@ -112,6 +117,15 @@ impl Gateway {
                 next_client_id: AtomicU64::new(1),
                 started: Instant::now(),
             }),
+        }
+    }
+
+    /// A handle on this gateway's availability and keyspaces, for whoever
+    /// keeps its cluster membership (`kintsugi serve` joins again when its
+    /// lease is lost).
+    pub fn control(&self) -> GatewayControl {
+        GatewayControl {
+            shared: self.shared.clone(),
         }
     }
 
@@ -171,6 +185,50 @@ impl Gateway {
             tasks.abort_all();
         }
         self.shared.pool.drain()
+    }
+}
+
+/// Marks a running gateway unavailable and gives it new keyspaces.
+#[derive(Clone)]
+pub struct GatewayControl {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for GatewayControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayControl").finish_non_exhaustive()
+    }
+}
+
+impl GatewayControl {
+    /// From now on index commands and PING get `-TRYAGAIN {why}` (a
+    /// retryable error) until [`GatewayControl::replace`].
+    pub fn unavailable(&self, why: String) {
+        *lock(&self.shared.unavailable) = Some(why);
+    }
+
+    /// Why the gateway cannot serve, if it cannot.
+    pub fn why_unavailable(&self) -> Option<String> {
+        lock(&self.shared.unavailable).clone()
+    }
+
+    /// Takes `keyspaces` (as many as the pool holds) in place of the
+    /// pool's, once every lent one is back, and serves again. Returns the
+    /// old ones, for their handles to be dropped.
+    pub async fn replace(&self, keyspaces: Vec<Keyspace>) -> Vec<Keyspace> {
+        let pool = &self.shared.pool;
+        assert_eq!(keyspaces.len(), pool.size, "a pool keeps its size");
+        let Ok(all) = pool.permits.acquire_many(pool.size as u32).await else {
+            unreachable!("the pool's semaphore is never closed");
+        };
+        let old = std::mem::replace(
+            &mut *lock(&pool.free),
+            keyspaces.into_iter().enumerate().collect(),
+        );
+        *lock(&pool.counters) = vec![Counters::default(); pool.size];
+        drop(all);
+        *lock(&self.shared.unavailable) = None;
+        old.into_iter().map(|(_, k)| k).collect()
     }
 }
 
@@ -386,15 +444,15 @@ impl Connection {
                 Reply::Error("NOAUTH Authentication required.".into()),
                 After::Continue,
             ),
-            Ok(cmd) if cmd.needs_index() => {
-                self.shared.totals.index_commands.fetch_add(1, Ordering::Relaxed);
-                if lent.is_none() {
-                    *lent = Some(self.shared.pool.lend().await);
+            Ok(cmd) if cmd.needs_index() || matches!(cmd, Command::Ping(_)) => {
+                let unavailable = lock(&self.shared.unavailable).clone();
+                if let Some(why) = unavailable {
+                    (Reply::Error(format!("TRYAGAIN {why}")), After::Continue)
+                } else if !cmd.needs_index() {
+                    self.local_command(cmd).await
+                } else {
+                    self.index_command_lent(cmd, lent).await
                 }
-                let Some(k) = lent.as_mut() else {
-                    unreachable!("lent just above");
-                };
-                (self.index_command(k.get(), cmd).await, After::Continue)
             }
             Ok(cmd) => self.local_command(cmd).await,
         };
@@ -404,6 +462,19 @@ impl Connection {
         }
         reply.encode(self.protocol, out);
         after
+    }
+
+    /// An index command on a keyspace this connection borrows (and keeps
+    /// for the rest of its pipeline).
+    async fn index_command_lent(&mut self, cmd: Command, lent: &mut Option<Lent>) -> (Reply, After) {
+        self.shared.totals.index_commands.fetch_add(1, Ordering::Relaxed);
+        if lent.is_none() {
+            *lent = Some(self.shared.pool.lend().await);
+        }
+        let Some(k) = lent.as_mut() else {
+            unreachable!("lent just above");
+        };
+        (self.index_command(k.get(), cmd).await, After::Continue)
     }
 
     async fn index_command(&self, k: &mut Keyspace, cmd: Command) -> Reply {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use gateway::{Gateway, Handle, Keyspace, Settings, TokenCheck};
+use gateway::{Gateway, GatewayControl, Handle, Keyspace, Settings, TokenCheck};
 use harness::local::{ClusterFile, LocalCluster, LocalClusterSpec};
 use harness::TransportKind;
 
@@ -97,6 +97,129 @@ pub struct ServeArgs {
     /// own (off unless given). Healthy: the gateway's cluster lease holds.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<String>,
+    /// After losing its cluster lease (paused, cut off, or the control plane gone), the gateway
+    /// joins again as a new client, answering `-TRYAGAIN` meanwhile; if it cannot within this
+    /// long, it exits with the reason (a supervisor restarts it).
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::units::parse_duration)]
+    rejoin_timeout: Duration,
+}
+
+/// How often the gateway looks at its lease.
+const LEASE_WATCH: Duration = Duration::from_millis(100);
+/// The longest pause between attempts at joining again.
+const REJOIN_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The cluster client the gateway holds now: replaced when it joins again.
+type Membership = Arc<std::sync::Mutex<Arc<cluster::Cluster>>>;
+
+fn current(m: &Membership) -> Arc<cluster::Cluster> {
+    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// What joining again needs.
+struct Rejoin {
+    endpoints: Vec<String>,
+    token: String,
+    options: cluster::ClusterOptions,
+    index: String,
+    kind: Kind,
+    handles: u16,
+    timeout: Duration,
+}
+
+impl Rejoin {
+    /// A new client and its keyspaces.
+    async fn join(&self) -> anyhow::Result<(cluster::Cluster, Vec<Keyspace>)> {
+        let client = cluster::Cluster::connect_with(&self.endpoints, &self.token, self.options.clone())
+            .await
+            .context("cannot join the cluster")?;
+        let keyspaces = keyspaces(&client, self.kind, &self.index, self.handles).await?;
+        Ok((client, keyspaces))
+    }
+}
+
+async fn keyspaces(
+    client: &cluster::Cluster,
+    kind: Kind,
+    index: &str,
+    handles: u16,
+) -> anyhow::Result<Vec<Keyspace>> {
+    let mut keyspaces = Vec::with_capacity(usize::from(handles));
+    for _ in 0..handles {
+        let handle = match kind {
+            Kind::Btree => Handle::Tree(client.btree(index).await?),
+            Kind::Hash => Handle::Table(client.hash(index).await?),
+        };
+        keyspaces.push(Keyspace::new(handle, index)?);
+    }
+    Ok(keyspaces)
+}
+
+/// Keeps the gateway a member for the process's life: once its lease is
+/// lost (or uncertain past two leases: a control plane gone, a long pause),
+/// it marks the gateway unavailable, joins again as a new client (the old
+/// one's ids are expired and rolled by recovery, as for any dead client),
+/// and gives the gateway the new keyspaces. Returns an error only when it
+/// cannot join again within `rejoin.timeout`.
+async fn keep_membership(membership: Membership, control: GatewayControl, rejoin: Rejoin) -> anyhow::Error {
+    loop {
+        let why = lost_lease(&membership).await;
+        tracing::warn!(%why, "the gateway lost its cluster lease: joining again as a new client");
+        control.unavailable(format!(
+            "the gateway lost its cluster lease ({why}) and is joining again"
+        ));
+        let since = std::time::Instant::now();
+        let mut wait = LEASE_WATCH;
+        let (client, keyspaces) = loop {
+            match rejoin.join().await {
+                Ok(joined) => break joined,
+                Err(e) if since.elapsed() >= rejoin.timeout => {
+                    return e.context(format!(
+                        "the gateway lost its cluster lease ({why}) and could not join again within {}",
+                        humantime::format_duration(rejoin.timeout)
+                    ));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), retry_in = ?wait, "cannot join the cluster again yet");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(REJOIN_BACKOFF_MAX);
+                }
+            }
+        };
+        let id = client.id();
+        drop(control.replace(keyspaces).await);
+        let old = std::mem::replace(
+            &mut *membership.lock().unwrap_or_else(|p| p.into_inner()),
+            Arc::new(client),
+        );
+        // Not closed: its lease is gone; recovery rolls its logs and frees
+        // its ids as for any expired client.
+        drop(old);
+        tracing::info!(client = id, "the gateway joined the cluster again and serves");
+        eprintln!("joined the cluster again as client {id}");
+    }
+}
+
+/// Resolves with why once the current client's lease is lost, or not
+/// certain for two lease lengths.
+async fn lost_lease(membership: &Membership) -> String {
+    let mut uncertain_since: Option<std::time::Instant> = None;
+    loop {
+        let c = current(membership);
+        if let Some(why) = c.lease_lost() {
+            return why;
+        }
+        if c.lease_holds() {
+            uncertain_since = None;
+        } else {
+            let since = *uncertain_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= c.lease() * 2 {
+                return format!("not renewed for {:?}", since.elapsed());
+            }
+        }
+        drop(c);
+        tokio::time::sleep(LEASE_WATCH).await;
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -194,24 +317,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         faults: args.die_after.map(|_| fabric::FaultPlan::default()),
         ..cluster::ClusterOptions::default()
     };
-    let client = cluster::Cluster::connect_with(&joined.endpoints, &joined.token, options)
+    let client = cluster::Cluster::connect_with(&joined.endpoints, &joined.token, options.clone())
         .await
         .context("cannot join the cluster")?;
-    // `/healthz` holds it weakly; `close` takes it back.
     let client = Arc::new(client);
-    let metrics = metrics.map(|l| telemetry::spawn(l, probe(&client))).transpose()?;
     let kind = match args.kind {
         Kind::Btree => "btree",
         Kind::Hash => "hash",
     };
-    let mut keyspaces = Vec::with_capacity(usize::from(args.handles));
-    for _ in 0..args.handles {
-        let handle = match args.kind {
-            Kind::Btree => Handle::Tree(client.btree(&args.index).await?),
-            Kind::Hash => Handle::Table(client.hash(&args.index).await?),
-        };
-        keyspaces.push(Keyspace::new(handle, &args.index)?);
-    }
+    let keyspaces = keyspaces(&client, args.kind, &args.index, args.handles).await?;
     let gateway = Gateway::new(
         keyspaces,
         TokenCheck::new(joined.endpoints.clone()),
@@ -221,6 +335,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             require_auth,
         },
     );
+    let control = gateway.control();
+    let membership: Membership = Arc::new(std::sync::Mutex::new(client.clone()));
+    let metrics = metrics
+        .map(|l| telemetry::spawn(l, probe(&membership, &control)))
+        .transpose()?;
+    let rejoin = Rejoin {
+        endpoints: joined.endpoints.clone(),
+        token: joined.token.clone(),
+        options: cluster::ClusterOptions {
+            // The fault hook is the first client's only.
+            faults: None,
+            ..options
+        },
+        index: args.index.clone(),
+        kind: args.kind,
+        handles: args.handles,
+        timeout: args.rejoin_timeout,
+    };
     let addr = listener
         .local_addr()
         .context("cannot read the listening address")?;
@@ -247,16 +379,25 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             super::die_after_next_lock(&faults);
         });
     }
+    drop(client);
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let served = tokio::spawn(gateway.serve(listener, stopped));
-    shutdown.await;
+    let gave_up = tokio::select! {
+        () = shutdown => None,
+        e = keep_membership(membership.clone(), control, rejoin) => Some(e),
+    };
     let _ = stop.send(true);
     let keyspaces = served.await.context("the gateway's task failed")?;
     drop(keyspaces);
     if let Some(metrics) = metrics {
         metrics.stop().await;
     }
-    let client = Arc::into_inner(client).context("the cluster client is still shared at shutdown")?;
+    if let Some(e) = gave_up {
+        drop(joined.embedded);
+        return Err(e);
+    }
+    let client =
+        Arc::into_inner(current(&membership)).context("the cluster client is still shared at shutdown")?;
     client.close().await.context("cannot leave the cluster")?;
     drop(joined.embedded);
     eprintln!("gateway stopped");
@@ -264,16 +405,21 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `/healthz` and the sampled gauges of a gateway: healthy while the
-/// process's cluster lease holds (without it no index operation may run).
-/// The probe holds the client weakly: a scrape still being served at
-/// shutdown must not keep `close` from taking the client back.
-fn probe(client: &Arc<cluster::Cluster>) -> Probe {
-    let health = Arc::downgrade(client);
-    let sampled = Arc::downgrade(client);
+/// process's cluster lease holds (without it no index operation may run)
+/// and it is not joining again. The probe reads the current client at each
+/// call and keeps none: a scrape still being served at shutdown must not
+/// keep `close` from taking the client back.
+fn probe(membership: &Membership, control: &GatewayControl) -> Probe {
+    let health = Arc::downgrade(membership);
+    let sampled = Arc::downgrade(membership);
+    let control = control.clone();
     Probe {
         daemon: "gateway",
         health: Arc::new(move || {
-            let Some(client) = health.upgrade() else {
+            if let Some(why) = control.why_unavailable() {
+                return Health::Unavailable(why);
+            }
+            let Some(client) = health.upgrade().map(|m| current(&m)) else {
                 return Health::Unavailable("the gateway is stopping".into());
             };
             if client.lease_holds() {
@@ -290,7 +436,7 @@ fn probe(client: &Arc<cluster::Cluster>) -> Probe {
             }
         }),
         sample: Some(Arc::new(move || {
-            if let Some(c) = sampled.upgrade() {
+            if let Some(c) = sampled.upgrade().map(|m| current(&m)) {
                 gateway::metrics::sample(c.epoch(), c.lease_holds());
             }
         })),
