@@ -220,10 +220,12 @@ async fn the_listener_survives_hostile_connections_and_serves_a_client_throughou
         std::future::pending(),
     ));
     let good_cred = key().issue(Holder::Service { id: 9 });
-    let (t, map) =
-        TcpTransport::discover_with(&[addr.clone()], TcpOptions::with_credential(good_cred.clone()))
-            .await
-            .unwrap();
+    let (t, map) = TcpTransport::discover_with(
+        std::slice::from_ref(&addr),
+        TcpOptions::with_credential(good_cred.clone()),
+    )
+    .await
+    .unwrap();
     let mut good = Client::new(map, t.into());
     let hello = {
         let mut f = Vec::new();
