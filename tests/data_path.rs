@@ -327,7 +327,7 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
         .expect("proxy running");
     let answer = verdict.map(|body| wire::decode_response(&body, &mut Completions::default()));
     assert!(
-        matches!(&answer, Some(Ok(Response::Refused(why))) if why.contains(&format!("client {late_id} is fenced"))),
+        matches!(&answer, Some(Ok(Response::Refused { reason, transient: false })) if reason.contains(&format!("client {late_id} is fenced"))),
         "the late batch is refused, not run: {answer:?} (fence followed: {fence:?})"
     );
     assert_eq!(

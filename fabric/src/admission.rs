@@ -281,6 +281,14 @@ pub enum Refusal {
     Protocol(&'static str),
 }
 
+impl Refusal {
+    /// Whether the same credential may be admitted later: the node is not
+    /// ready yet, or full. Any other refusal holds for good.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Refusal::NotReady(_) | Refusal::Full { .. })
+    }
+}
+
 /// The control plane's client table as a node follows it for the fence.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FenceView {

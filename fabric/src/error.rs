@@ -107,6 +107,10 @@ pub enum FabricError {
         node: NodeId,
         /// The node's reason.
         reason: String,
+        /// Whether the same credential may be admitted later (the node is
+        /// not ready yet, or full): a transport tries again, as for a node
+        /// it cannot reach.
+        transient: bool,
     },
     /// A memory node answered something this client cannot decode.
     #[error("protocol error from memory node {node}: {reason}")]

@@ -453,7 +453,7 @@ async fn refuse(
         Some(h) => tracing::info!(holder = %h, reason = %why, "refused"),
         None => tracing::debug!(reason = %why, "connection refused"),
     }
-    wire::encode_refused(response, id, &why.to_string());
+    wire::encode_refused(response, id, &why.to_string(), why.is_transient());
     writer.write_all(response).await?;
     writer.flush().await?;
     writer.shutdown().await

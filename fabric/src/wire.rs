@@ -16,8 +16,10 @@
 //!   STALE    = node_epoch: u64
 //!   HELLO    = node: u16 | epoch: u64 | region_count: u16 | (id: u16 | size: u64 | key: u32)*
 //!   LAPSED   = (nothing: the node's lease may have lapsed; it ran no verb)
-//!   REFUSED  = reason_len: u16 | utf-8 reason     (no credential, a forged or
-//!              fenced one, a batch before HELLO: the node closes the connection)
+//!   REFUSED  = transient: u8 | reason_len: u16 | utf-8 reason   (no credential,
+//!              a forged or fenced one, a batch before HELLO; transient = 1 when
+//!              the same credential may be admitted later: the node is not
+//!              ready yet, or full. The node closes the connection)
 //! completion = 0 | len: u32 | bytes[len]          READ data
 //!            | 1                                  WRITE/FLUSH done
 //!            | 2 | old: u64                       CAS/FAA old value
@@ -122,7 +124,12 @@ pub enum Response {
     /// The node refused the batch: its lease may have lapsed.
     Lapsed,
     /// The node refused the connection or the frame, and closes it.
-    Refused(String),
+    Refused {
+        /// The node's reason.
+        reason: String,
+        /// Whether the same credential may be admitted later.
+        transient: bool,
+    },
     /// The node's descriptor.
     Hello(NodeDescriptor),
 }
@@ -344,7 +351,8 @@ pub fn encode_lapsed(buf: &mut Vec<u8>, id: u64) {
 }
 
 /// Encodes a refusal: the node closes the connection after it.
-pub fn encode_refused(buf: &mut Vec<u8>, id: u64, reason: &str) {
+/// `transient`: the same credential may be admitted later.
+pub fn encode_refused(buf: &mut Vec<u8>, id: u64, reason: &str, transient: bool) {
     // Cut at a character boundary within the bound.
     let mut end = reason.len().min(REFUSAL_BYTES_MAX);
     while !reason.is_char_boundary(end) {
@@ -353,6 +361,7 @@ pub fn encode_refused(buf: &mut Vec<u8>, id: u64, reason: &str) {
     begin_frame(buf);
     buf.extend_from_slice(&id.to_le_bytes());
     buf.push(STATUS_REFUSED);
+    buf.push(u8::from(transient));
     buf.extend_from_slice(&(end as u16).to_le_bytes());
     buf.extend_from_slice(&reason.as_bytes()[..end]);
     end_frame(buf);
@@ -409,12 +418,20 @@ pub fn decode_response(body: &[u8], out: &mut Completions) -> Result<Response, W
         STATUS_STALE => Response::Stale { node_epoch: r.u64()? },
         STATUS_LAPSED => Response::Lapsed,
         STATUS_REFUSED => {
+            let transient = match r.u8()? {
+                0 => false,
+                1 => true,
+                _ => return Err(WireError("refusal flag")),
+            };
             let len = usize::from(r.u16()?);
             if len > REFUSAL_BYTES_MAX {
                 return Err(WireError("refusal reason too long"));
             }
             let reason = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError("refusal not utf-8"))?;
-            Response::Refused(reason.to_owned())
+            Response::Refused {
+                reason: reason.to_owned(),
+                transient,
+            }
         }
         STATUS_HELLO => {
             let node = r.u16()?;
@@ -584,18 +601,21 @@ mod tests {
                 credential: vec![5; 46]
             })
         );
-        encode_refused(&mut buf, 4, "no credential");
-        assert_eq!(buf[4..15], [4, 0, 0, 0, 0, 0, 0, 0, STATUS_REFUSED, 13, 0]);
+        encode_refused(&mut buf, 4, "no credential", false);
+        assert_eq!(buf[4..16], [4, 0, 0, 0, 0, 0, 0, 0, STATUS_REFUSED, 0, 13, 0]);
         assert_eq!(
             decode_response(&buf[4..], &mut out),
-            Ok(Response::Refused("no credential".into()))
+            Ok(Response::Refused {
+                reason: "no credential".into(),
+                transient: false
+            })
         );
         // A long reason is cut at a character boundary within the bound.
-        encode_refused(&mut buf, 4, &"é".repeat(200));
-        let Ok(Response::Refused(r)) = decode_response(&buf[4..], &mut out) else {
+        encode_refused(&mut buf, 4, &"é".repeat(200), true);
+        let Ok(Response::Refused { reason, transient }) = decode_response(&buf[4..], &mut out) else {
             panic!("refusal decodes")
         };
-        assert_eq!(r.len(), REFUSAL_BYTES_MAX);
+        assert_eq!((reason.len(), transient), (REFUSAL_BYTES_MAX, true));
     }
 
     #[test]

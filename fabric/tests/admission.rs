@@ -96,7 +96,7 @@ fn hello(credential: &[u8]) -> Vec<u8> {
 
 fn refusal(r: Response) -> String {
     match r {
-        Response::Refused(why) => why,
+        Response::Refused { reason, .. } => reason,
         other => panic!("expected a refusal, got {other:?} (which may carry region keys)"),
     }
 }
@@ -243,4 +243,53 @@ async fn silent_sockets_beyond_the_limit_close_the_oldest_and_a_client_is_served
     let mut real = client(&addr, client_holder(3)).await.unwrap();
     write_u64(&mut real, 0, 5).await.unwrap();
     assert_eq!(read_u64(&mut real, 0).await, 5);
+}
+
+/// A node that is not admitting yet (no key or fence from its control
+/// plane: it just restarted) does not fail a client's join: the refusal is
+/// transient, the node is connected at its next batch, and served once it
+/// admits. A refusal for good (a forged credential) fails at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_not_admitting_yet_is_tried_again_and_a_bad_credential_is_not() {
+    let (node, addr) = serve(Gate::placed()).await;
+    let region = node.descriptor().regions[0];
+    let map = fabric::ClusterMap::new(
+        1,
+        vec![fabric::NodeInfo {
+            id: 1,
+            endpoint: addr.clone(),
+        }],
+        vec![fabric::RegionInfo {
+            id: 1,
+            size: region.size,
+            replicas: vec![fabric::ReplicaLoc {
+                node: 1,
+                key: region.key,
+            }],
+        }],
+    )
+    .unwrap();
+    let options = TcpOptions::with_credential(key().issue(client_holder(7)));
+    let t = TcpTransport::connect_map_with(&map, options)
+        .await
+        .expect("joins past a node not ready");
+    node.set_admission_key(key());
+    node.follow_fence(FenceView {
+        seq: 1,
+        next_client: 8,
+        live: vec![7],
+    });
+    let mut c = Client::new(map.clone(), t.into());
+    write_u64(&mut c, 0, 7)
+        .await
+        .expect("served once the node admits");
+    let forged = TcpOptions::with_credential(
+        AdmissionKey::derive(b"not-this-clusters-secret-012345").issue(client_holder(7)),
+    );
+    let r = TcpTransport::connect_map_with(&map, forged).await;
+    assert!(
+        matches!(&r, Err(FabricError::Refused { transient: false, .. })),
+        "{:?}",
+        r.err()
+    );
 }

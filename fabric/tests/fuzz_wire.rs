@@ -96,7 +96,7 @@ fn seeds() -> Vec<Vec<u8>> {
     };
     wire::encode_hello_response(&mut f, 1, &d);
     out.push(f[4..].to_vec());
-    wire::encode_refused(&mut f, 1, "no credential");
+    wire::encode_refused(&mut f, 1, "no credential", false);
     out.push(f[4..].to_vec());
     let mut c = Completions::default();
     c.push_read(4).copy_from_slice(b"abcd");

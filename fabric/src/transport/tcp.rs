@@ -186,9 +186,10 @@ impl TcpTransport {
                     });
                 }
                 Ok((conn, _)) => conns.push(Slot::new(conn, n.endpoint.clone())),
-                // Refused: the caller's credential is wrong, which no
-                // reconnection mends.
-                Err(e @ FabricError::Refused { .. }) => return Err(e),
+                // Refused for good: the caller's credential is wrong, which
+                // no reconnection mends. (A node not admitting yet is tried
+                // again at its next batch, as an unreachable one.)
+                Err(e @ FabricError::Refused { transient: false, .. }) => return Err(e),
                 Err(e) => {
                     tracing::warn!(node = n.id, endpoint = %n.endpoint, error = %e, "memory node unreachable; connecting at its next batch");
                     conns.push(Slot::unconnected(n.id, n.endpoint.clone()));
@@ -422,6 +423,9 @@ impl Slot {
                         ),
                     })
                 }
+                // Refused for good: trying again presents the same
+                // credential.
+                Err(e @ FabricError::Refused { transient: false, .. }) => return Err(e),
                 Err(e) => last = Some(e),
             }
             if attempt < RECONNECT_ATTEMPTS_MAX {
@@ -498,10 +502,11 @@ impl Connection {
         let body = read_frame(&mut stream).await.map_err(|e| broken(e.to_string()))?;
         let descriptor = match wire::decode_response(&body, &mut Completions::default()) {
             Ok(Response::Hello(d)) => d,
-            Ok(Response::Refused(reason)) => {
+            Ok(Response::Refused { reason, transient }) => {
                 return Err(FabricError::Refused {
                     node: node_hint,
                     reason,
+                    transient,
                 })
             }
             Ok(other) => {
@@ -607,12 +612,13 @@ impl Connection {
                 node_epoch,
             }),
             Ok(Response::Lapsed) => Err(FabricError::NodeLeaseLapsed { node: self.node }),
-            Ok(Response::Refused(reason)) => {
+            Ok(Response::Refused { reason, transient }) => {
                 // The node closes the connection after a refusal.
                 self.fail(format!("refused: {reason}"));
                 Err(FabricError::Refused {
                     node: self.node,
                     reason,
+                    transient,
                 })
             }
             Ok(Response::Hello(_)) => Err(FabricError::Protocol {
