@@ -188,7 +188,7 @@ pub async fn follow_admission(
     id: MemNodeId,
     node: Arc<MemoryNode>,
 ) -> std::convert::Infallible {
-    let mut reported = None;
+    let mut reported = Followed::default();
     let mut failing = false;
     loop {
         match follow_admission_once(&members, id, &node, &mut reported).await {
@@ -203,11 +203,19 @@ pub async fn follow_admission(
     }
 }
 
+/// What [`follow_admission`] gave the node and reported last: the gate is
+/// written (which waits for batches under way) only when something changed.
+#[derive(Default)]
+struct Followed {
+    key: Option<[u8; 32]>,
+    seq: Option<u64>,
+}
+
 async fn follow_admission_once(
     members: &Members,
     id: MemNodeId,
     node: &MemoryNode,
-    reported: &mut Option<u64>,
+    reported: &mut Followed,
 ) -> Result<(), ClusterError> {
     let view = members
         .call("reading the admission key and fence", |c| async move {
@@ -217,19 +225,28 @@ async fn follow_admission_once(
     let key: [u8; 32] = fabric::admission::unhex(&view.key)
         .and_then(|k| k.try_into().ok())
         .ok_or_else(|| ClusterError::Map("the admission key is not 32 bytes of hex".into()))?;
-    node.set_admission_key(fabric::AdmissionKey::from_bytes(key));
+    if reported.key != Some(key) {
+        node.set_admission_key(fabric::AdmissionKey::from_bytes(key));
+        reported.key = Some(key);
+    }
     view.fence
         .validate()
         .map_err(|why| ClusterError::Map(format!("a malformed client fence: {why}")))?;
-    let Some(seq) = node.follow_fence(view.fence) else {
+    let unchanged = node.gate().view() == Some(&view.fence);
+    let seq = if unchanged {
+        Some(view.fence.seq)
+    } else {
+        node.follow_fence(view.fence)
+    };
+    let Some(seq) = seq else {
         return Ok(());
     };
-    if *reported != Some(seq) {
+    if reported.seq != Some(seq) {
         members
             .command("reporting the client fence", &Command::MemNodeFence { id, seq })
             .await?;
         tracing::debug!(memnode = id, seq, "following the client fence");
-        *reported = Some(seq);
+        reported.seq = Some(seq);
     }
     Ok(())
 }
