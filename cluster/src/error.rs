@@ -109,7 +109,7 @@ impl ClusterError {
     pub fn fabric_cause(&self) -> Option<&fabric::FabricError> {
         match self {
             ClusterError::Fabric(f) | ClusterError::Tx(txn::TxError::Fabric(f)) => Some(f),
-            ClusterError::Index(e) => crate::handle::fabric_cause(e),
+            ClusterError::Index(e) => e.fabric_cause(),
             _ => None,
         }
     }

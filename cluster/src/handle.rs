@@ -69,7 +69,7 @@ impl Retry {
         if attempt >= RETRIES_MAX {
             return false;
         }
-        let again = match fabric_cause(e) {
+        let again = match e.fabric_cause() {
             Some(FabricError::StaleEpoch { node_epoch, .. }) => {
                 let want = *node_epoch;
                 if self.mandate.epoch() < want {
@@ -120,14 +120,6 @@ impl Retry {
             tracing::debug!(index = %self.index, error = %e, attempt, "retrying");
         }
         again
-    }
-}
-
-/// The fabric error under an index error, if there is one.
-pub(crate) fn fabric_cause(e: &IndexError) -> Option<&FabricError> {
-    match e {
-        IndexError::Fabric(f) | IndexError::Tx(txn::TxError::Fabric(f)) => Some(f),
-        _ => None,
     }
 }
 

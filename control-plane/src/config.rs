@@ -238,9 +238,8 @@ impl Timing {
     /// `liveness::memnode_serves_until` of its last granted renewal.
     pub fn memnode_window(&self) -> Duration {
         let lease = self.memnode_lease;
-        // What `memnode_serves_until` grants past a renewal, less the
-        // renewal period.
-        (lease * crate::liveness::MEMNODE_DEAD_LEASES).saturating_sub(lease / 4 + lease / 3)
+        // What a renewal grants, less the renewal period.
+        crate::liveness::memnode_serving_after_renewal(lease).saturating_sub(lease / 3)
     }
 
     /// Why these timings let an election stop every memory node's verbs,

@@ -66,7 +66,13 @@ pub const MEMNODE_DEAD_LEASES: u32 = 2;
 /// replacement, and one whose renewal is merely late (an election, a busy
 /// machine) keeps serving. 2 x 250 ms leases: until 437.5 ms after `sent`.
 pub fn memnode_serves_until(sent: Instant, lease: Duration) -> Instant {
-    sent + lease * MEMNODE_DEAD_LEASES - lease / 4
+    sent + memnode_serving_after_renewal(lease)
+}
+
+/// How long past a granted renewal's sending a memory node holding `lease`
+/// serves ([`memnode_serves_until`]).
+pub fn memnode_serving_after_renewal(lease: Duration) -> Duration {
+    lease * MEMNODE_DEAD_LEASES - lease / 4
 }
 
 /// What the leader has heard, and since when it has been listening.

@@ -89,8 +89,9 @@ impl Mandate {
             let installed = self.installed.notified();
             tokio::pin!(installed);
             installed.as_mut().enable();
-            let map = self.map();
-            if map.epoch() > after && !map.routes_to(node) {
+            // The epoch first: a transport arms this for every batch it
+            // waits on, and until a newer map is in, no map need be read.
+            if self.epoch() > after && !self.map().routes_to(node) {
                 return;
             }
             installed.await;

@@ -528,10 +528,7 @@ impl Connection {
                     "the write's outcome is unknown: it was cut off at its commit point ({cause}); read the keys to learn it"
                 ))
             }
-            KeyspaceError::Index(
-                index::IndexError::Fabric(fabric::FabricError::LeaseUncertain)
-                | index::IndexError::Tx(txn::TxError::Fabric(fabric::FabricError::LeaseUncertain)),
-            ) => Reply::Error(
+            KeyspaceError::Index(i) if matches!(i.fabric_cause(), Some(fabric::FabricError::LeaseUncertain)) => Reply::Error(
                 "TRYAGAIN the gateway's cluster lease is not certain: no verb was issued; it joins again if the lease \
                  is lost"
                     .into(),

@@ -464,9 +464,7 @@ pub fn service_credential() -> Result<Option<fabric::Credential>, MemoryError> {
     };
     let secret = control_plane::network::ClusterSecret::new(secret)
         .map_err(|e| MemoryError::Unfit(format!("{}: {e}", control_plane::config::SECRET_ENV)))?;
-    Ok(Some(
-        secret.admission_key().issue(fabric::Holder::Service { id: 0 }),
-    ))
+    Ok(Some(secret.service_credential()))
 }
 
 /// The map the nodes at `addrs` describe.

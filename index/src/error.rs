@@ -63,8 +63,9 @@ impl IndexError {
         )
     }
 
-    /// The fabric failure under `e`, if it is one.
-    fn fabric(&self) -> Option<&fabric::FabricError> {
+    /// The fabric failure under this error, if it is one (directly, or
+    /// under a transaction's).
+    pub fn fabric_cause(&self) -> Option<&fabric::FabricError> {
         match self {
             IndexError::Fabric(f) | IndexError::Tx(TxError::Fabric(f)) => Some(f),
             _ => None,
@@ -79,7 +80,7 @@ impl IndexError {
         if matches!(e, IndexError::Tx(TxError::InDoubt(_))) || e.key_refused() {
             return IndexError::InDoubt(Box::new(e));
         }
-        match e.fabric() {
+        match e.fabric_cause() {
             Some(f) if !f.sent_nothing() => IndexError::InDoubt(Box::new(e)),
             _ => e,
         }
@@ -93,7 +94,7 @@ impl IndexError {
         if matches!(e, IndexError::Tx(TxError::InDoubt(_))) || e.key_refused() {
             return IndexError::InDoubt(Box::new(e));
         }
-        match e.fabric() {
+        match e.fabric_cause() {
             Some(_) => IndexError::InDoubt(Box::new(e)),
             None => e,
         }

@@ -51,8 +51,7 @@ pub const MEMNODE_SECRET: &str = "memnode-test-secret-0123456789";
 pub fn credential() -> fabric::Credential {
     control_plane::network::ClusterSecret::new(MEMNODE_SECRET)
         .expect("test secret")
-        .admission_key()
-        .issue(fabric::Holder::Service { id: 0 })
+        .service_credential()
 }
 
 /// Transport options presenting [`credential`].

@@ -62,7 +62,7 @@ impl Procs {
     /// [`SECRET_ENV`], set from [`Procs::secret`]).
     pub fn credential(&self) -> Option<fabric::Credential> {
         let secret = control_plane::network::ClusterSecret::new(self.secret()).ok()?;
-        Some(secret.admission_key().issue(fabric::Holder::Service { id: 0 }))
+        Some(secret.service_credential())
     }
 
     /// A client of the member, if the run has a control plane.

@@ -493,13 +493,8 @@ async fn reclaim_readiness(
     let known = node.reader.with_state(|s| {
         s.clients.get(&id).map(|c| {
             let others: Vec<Client> = s.clients.values().filter(|o| o.id != id).cloned().collect();
-            let unfenced: Vec<MemNodeId> = match c.state {
-                ClientState::Expired { seq, .. } => s
-                    .memnodes
-                    .values()
-                    .filter(|n| n.state != MemNodeState::Dead && n.fence_seq < seq)
-                    .map(|n| n.id)
-                    .collect(),
+            let unfenced = match c.state {
+                ClientState::Expired { seq, .. } => s.unfenced(seq),
                 ClientState::Live => Vec::new(),
             };
             (c.state, others, unfenced)

@@ -105,6 +105,13 @@ impl ClusterSecret {
     pub fn admission_key(&self) -> fabric::AdmissionKey {
         fabric::AdmissionKey::derive(self.0.as_bytes())
     }
+
+    /// A service credential under this secret's admission key: what a
+    /// process holding the secret itself presents to memory nodes that have
+    /// no control plane (never fenced).
+    pub fn service_credential(&self) -> fabric::Credential {
+        self.admission_key().issue(fabric::Holder::Service { id: 0 })
+    }
 }
 
 impl fmt::Debug for ClusterSecret {

@@ -162,17 +162,22 @@ impl ControlState {
         }
     }
 
+    /// Memory nodes not declared dead that do not yet follow a fence at or
+    /// past reclaim sequence `seq` (`MemNodeFence`).
+    pub fn unfenced(&self, seq: u64) -> Vec<super::MemNodeId> {
+        self.memnodes
+            .values()
+            .filter(|n| n.state != MemNodeState::Dead && n.fence_seq < seq)
+            .map(|n| n.id)
+            .collect()
+    }
+
     /// Refuses unless every memory node not declared dead follows a fence
     /// in which client `id`, expired at reclaim sequence `seq`, is refused:
     /// then nothing it sent, however late it arrives, runs a verb, and its
     /// ids and blocks may go to an heir (`docs/txn.md` §8).
     fn fenced_everywhere(&self, id: ClientId, seq: u64) -> Result<(), CommandError> {
-        let behind: Vec<String> = self
-            .memnodes
-            .values()
-            .filter(|n| n.state != MemNodeState::Dead && n.fence_seq < seq)
-            .map(|n| n.id.to_string())
-            .collect();
+        let behind: Vec<String> = self.unfenced(seq).iter().map(ToString::to_string).collect();
         if behind.is_empty() {
             return Ok(());
         }
