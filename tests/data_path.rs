@@ -250,6 +250,14 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
         } else {
             Vec::new()
         },
+        // The late client's batch would also be refused past its deadline
+        // (`fabric::deadline`): an hour, so that only the fence stands
+        // between it and the heir's memory.
+        request_deadline: if via {
+            Duration::from_secs(3600)
+        } else {
+            fabric::transport::REQUEST_DEADLINE
+        },
         ..ClusterOptions::default()
     };
     let late = Cluster::connect_with(&[&control], TOKEN, options(true))

@@ -126,7 +126,7 @@ fn hostile(round: usize, addr: &str, rng: &mut rand::rngs::StdRng, key: u32) {
                 wire::decode_response(&body, &mut out),
                 Ok(wire::Response::Hello(_))
             ));
-            wire::encode_batch(&mut frame, 7, 1, ops.iter(), &[9; 8]);
+            wire::encode_batch(&mut frame, 7, 1, u64::MAX, ops.iter(), &[9; 8]);
             s.write_all(&frame).unwrap();
             let mut len = [0u8; 4];
             s.read_exact(&mut len).unwrap();

@@ -279,6 +279,16 @@ pub enum Refusal {
     /// A batch before HELLO, or HELLO too large or too late.
     #[error("protocol: {0}")]
     Protocol(&'static str),
+    /// A batch arrived past its deadline (`crate::deadline`): its client
+    /// has given it up, and may have moved on.
+    #[error(
+        "batch arrived {late_ms} ms past its deadline, held in the network (or the client's \
+         clock is behind this node's): not run"
+    )]
+    Expired {
+        /// By how much, by the node's clock.
+        late_ms: u64,
+    },
 }
 
 impl Refusal {

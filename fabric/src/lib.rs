@@ -25,6 +25,7 @@ mod addr;
 pub mod admission;
 mod batch;
 mod client;
+pub mod deadline;
 mod error;
 pub mod fault;
 pub mod image;

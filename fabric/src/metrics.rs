@@ -130,7 +130,8 @@ pub const MEMNODE_CONNECTIONS_REFUSED: &str = "kintsugi_memnode_connections_refu
 pub const MEMNODE_CONNECTION_ERRORS: &str = "kintsugi_memnode_connection_errors_total";
 /// Connections refused admission (`crate::admission`), by `reason`
 /// (no_credential, malformed, bad_mac, fenced, not_ready, full, protocol,
-/// hello_timeout, evicted).
+/// hello_timeout, evicted; expired: a batch past its deadline, held in
+/// the network).
 pub const MEMNODE_ADMISSIONS_REFUSED: &str = "kintsugi_memnode_admissions_refused_total";
 /// Connections closed after an idle timeout.
 pub const MEMNODE_CONNECTIONS_IDLE_CLOSED: &str = "kintsugi_memnode_connections_idle_closed_total";
@@ -387,6 +388,7 @@ pub(crate) fn admission_refused(why: &crate::admission::Refusal) {
         R::NotReady(_) => "not_ready",
         R::Full { .. } => "full",
         R::Protocol(_) => "protocol",
+        R::Expired { .. } => "expired",
     };
     ::metrics::counter!(MEMNODE_ADMISSIONS_REFUSED, "reason" => reason).increment(1);
 }

@@ -42,6 +42,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::admission::{Holder, Refusal as Denied};
+use crate::deadline;
 use crate::error::FabricError;
 use crate::memnode::{execute_inline, MemoryNode};
 use crate::metrics::{self, ConnectionGauge, Refusal, ServerMeters};
@@ -315,13 +316,26 @@ async fn serve_connection(
                 }
                 Err(why) => Some((id, why)),
             },
-            Request::Batch { id, epoch } => {
+            Request::Batch {
+                id,
+                epoch,
+                expires_at_us,
+            } => {
                 out.clear();
                 // Held while the verbs run: a fence taken meanwhile waits
                 // for this batch (`MemoryNode::follow_fence`).
                 let gate = node.gate();
+                let now_us = deadline::now_us();
                 match gate.admits(holder) {
                     Err(why) => Some((id, why)),
+                    // Checked last, right before the verbs: its client
+                    // calls it lost from this instant (`crate::deadline`).
+                    Ok(()) if deadline::passed(expires_at_us, now_us) => Some((
+                        id,
+                        Denied::Expired {
+                            late_ms: (now_us - expires_at_us) / 1000,
+                        },
+                    )),
                     Ok(()) => {
                         let ran = execute_inline(|_| Some(node), epoch, &ops, &body, &mut out);
                         drop(gate);

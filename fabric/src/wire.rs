@@ -4,7 +4,9 @@
 //! frame      = len: u32 (bytes after this field, <= FRAME_BYTES_MAX) | body
 //! request    = kind: u8 | request_id: u64 | ...
 //!   HELLO    = credential_len: u16 | credential[credential_len]   (`crate::admission`)
-//!   BATCH    = epoch: u64 | op_count: u16 | op*
+//!   BATCH    = epoch: u64 | expires_at_us: u64 | op_count: u16 | op*
+//!              (expires_at_us: the client's wall clock, µs since the Unix
+//!              epoch, past which the node must not run it: `crate::deadline`)
 //!   op       = verb: u8 | region: u16 | key: u32 | offset: u64 | operand
 //!     READ   operand = len: u32
 //!     WRITE  operand = len: u32 | bytes[len]
@@ -108,6 +110,9 @@ pub enum Request {
         id: u64,
         /// The client's map epoch.
         epoch: Epoch,
+        /// Past this instant (µs since the Unix epoch, by the node's clock)
+        /// the batch must not run (`crate::deadline`).
+        expires_at_us: u64,
     },
 }
 
@@ -199,11 +204,13 @@ pub fn encode_hello(buf: &mut Vec<u8>, id: u64, credential: &[u8]) {
     end_frame(buf);
 }
 
-/// Encodes a BATCH request frame carrying `ops` (all to one node).
+/// Encodes a BATCH request frame carrying `ops` (all to one node), not to
+/// run past `expires_at_us` ([`crate::deadline::stamp`]).
 pub fn encode_batch<'o>(
     buf: &mut Vec<u8>,
     id: u64,
     epoch: Epoch,
+    expires_at_us: u64,
     ops: impl ExactSizeIterator<Item = &'o Op>,
     payload: &[u8],
 ) {
@@ -211,6 +218,7 @@ pub fn encode_batch<'o>(
     buf.push(KIND_BATCH);
     buf.extend_from_slice(&id.to_le_bytes());
     buf.extend_from_slice(&epoch.to_le_bytes());
+    buf.extend_from_slice(&expires_at_us.to_le_bytes());
     buf.extend_from_slice(&(ops.len() as u16).to_le_bytes());
     for op in ops {
         let verb = match op.kind {
@@ -260,6 +268,7 @@ pub fn decode_request(body: &[u8], node: NodeId, ops: &mut Vec<Op>) -> Result<Re
         }
         KIND_BATCH => {
             let epoch = r.u64()?;
+            let expires_at_us = r.u64()?;
             let count = usize::from(r.u16()?);
             if count > VERBS_PER_BATCH_MAX {
                 return Err(WireError("too many verbs"));
@@ -296,7 +305,11 @@ pub fn decode_request(body: &[u8], node: NodeId, ops: &mut Vec<Op>) -> Result<Re
                 });
             }
             r.finish()?;
-            Ok(Request::Batch { id, epoch })
+            Ok(Request::Batch {
+                id,
+                epoch,
+                expires_at_us,
+            })
         }
         _ => Err(WireError("unknown request kind")),
     }
@@ -514,7 +527,7 @@ mod tests {
     fn batch_request_round_trips() {
         let (ops, payload) = sample_ops();
         let mut buf = Vec::new();
-        encode_batch(&mut buf, 99, 7, ops.iter(), &payload);
+        encode_batch(&mut buf, 99, 7, 1234, ops.iter(), &payload);
         assert_eq!(
             u32::from_le_bytes(buf[..4].try_into().unwrap()) as usize,
             buf.len() - 4
@@ -523,7 +536,11 @@ mod tests {
         let mut decoded = Vec::new();
         assert_eq!(
             decode_request(body, 4, &mut decoded),
-            Ok(Request::Batch { id: 99, epoch: 7 })
+            Ok(Request::Batch {
+                id: 99,
+                epoch: 7,
+                expires_at_us: 1234
+            })
         );
         assert_eq!(decoded.len(), ops.len());
         for (d, o) in decoded.iter().zip(&ops) {
@@ -637,7 +654,7 @@ mod tests {
     fn every_truncation_of_a_request_is_refused() {
         let (ops, payload) = sample_ops();
         let mut buf = Vec::new();
-        encode_batch(&mut buf, 1, 1, ops.iter(), &payload);
+        encode_batch(&mut buf, 1, 1, u64::MAX, ops.iter(), &payload);
         let body = &buf[4..];
         for cut in 0..body.len() {
             assert!(
@@ -658,6 +675,7 @@ mod tests {
         let mut body = vec![KIND_BATCH];
         body.extend_from_slice(&1u64.to_le_bytes());
         body.extend_from_slice(&1u64.to_le_bytes());
+        body.extend_from_slice(&u64::MAX.to_le_bytes());
         body.extend_from_slice(&1u16.to_le_bytes());
         body.push(VERB_WRITE);
         body.extend_from_slice(&[0; 2 + 4 + 8]);

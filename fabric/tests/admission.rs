@@ -121,7 +121,7 @@ async fn a_hello_without_a_valid_credential_gets_a_refusal_and_no_keys_while_a_c
         .issue(client_holder(3))
         .to_bytes();
     let mut batch = Vec::new();
-    wire::encode_batch(&mut batch, 1, 1, std::iter::empty(), &[]);
+    wire::encode_batch(&mut batch, 1, 1, u64::MAX, std::iter::empty(), &[]);
     let mut oversized = Vec::new();
     oversized.extend_from_slice(&1_000_000u32.to_le_bytes());
     oversized.extend_from_slice(&[1; 64]);

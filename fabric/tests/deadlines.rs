@@ -152,3 +152,145 @@ async fn a_batch_waiting_on_a_node_the_map_evicts_fails_at_the_eviction() {
         "{r:?}"
     );
 }
+
+/// Client to node bytes are held while `hold` is set (a partition that TCP
+/// will deliver through once it heals); node to client bytes flow, and the
+/// node's answers to what was held are copied to `answers`.
+async fn holding_proxy(
+    upstream: String,
+) -> (
+    String,
+    tokio::sync::watch::Sender<bool>,
+    mpsc::UnboundedReceiver<Vec<u8>>,
+    mpsc::UnboundedReceiver<()>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (hold, holding) = tokio::sync::watch::channel(false);
+    let (answers_tx, answers) = mpsc::unbounded_channel();
+    let (held_tx, held) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((down, _)) = listener.accept().await {
+            let up = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut down_r, mut down_w) = down.into_split();
+            let (mut up_r, mut up_w) = up.into_split();
+            let (mut holding, answers_tx, held_tx) = (holding.clone(), answers_tx.clone(), held_tx.clone());
+            let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let copied = released.clone();
+            tokio::spawn(async move {
+                while let Ok(len) = up_r.read_u32_le().await {
+                    let mut body = vec![0; len as usize];
+                    if up_r.read_exact(&mut body).await.is_err() {
+                        return;
+                    }
+                    if copied.load(std::sync::atomic::Ordering::Acquire) {
+                        let _ = answers_tx.send(body.clone());
+                    }
+                    let _ = down_w.write_all(&len.to_le_bytes()).await;
+                    let _ = down_w.write_all(&body).await;
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 << 10];
+                // Read to the end (the client may close its side): what
+                // was held is delivered when the hold is lifted.
+                while let Ok(n @ 1..) = down_r.read(&mut buf).await {
+                    if *holding.borrow() {
+                        let _ = held_tx.send(());
+                        if holding.wait_for(|h| !h).await.is_err() {
+                            return;
+                        }
+                        released.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    if up_w.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, hold, answers, held)
+}
+
+/// A live client's batch is held in the network past its deadline. The
+/// client calls it lost (not before its deadline and the clocks' drift),
+/// and moves on: the word is written again. When the network delivers the
+/// old batch, the node refuses it as expired and runs none of it: the
+/// client's later write stands. Without the node's check, the late WRITE
+/// lands over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_held_past_its_deadline_is_refused_when_the_network_delivers_it() {
+    let node = std::sync::Arc::new(
+        fabric::MemoryNode::anonymous(1, &[fabric::RegionSpec { id: 1, size: 4096 }]).unwrap(),
+    );
+    node.set_gate(fabric::Gate::open());
+    let (listener, served) = fabric::server::bind("127.0.0.1:0").await.unwrap();
+    tokio::spawn(fabric::server::serve(
+        listener,
+        node.clone(),
+        std::future::pending(),
+    ));
+    let served = served.to_string();
+    let (proxy, hold, mut answers, mut held) = holding_proxy(served.clone()).await;
+    let deadline = Duration::from_millis(300);
+    let options = TcpOptions {
+        request_deadline: deadline,
+        via: vec![(served.clone(), proxy)],
+        ..TcpOptions::default()
+    };
+    let (t, map) = TcpTransport::discover_with(&[served.clone()], options)
+        .await
+        .unwrap();
+    let mut late = Client::new(map, t.into());
+    let word = GlobalAddr::new(1, 8);
+    let write = |v: u64| {
+        let mut b = Batch::new();
+        b.write(word, &v.to_le_bytes());
+        b
+    };
+    late.execute(&mut write(1))
+        .await
+        .expect("served through the proxy");
+
+    hold.send_replace(true);
+    let sent = Instant::now();
+    let r = tokio::time::timeout(HANG, late.execute(&mut write(0xdead)))
+        .await
+        .expect("the held batch waited past its deadline");
+    assert!(
+        matches!(&r, Err(FabricError::Disconnected { reason, .. }) if reason.contains("deadline")),
+        "{r:?}"
+    );
+    assert!(
+        sent.elapsed() >= fabric::deadline::settled_after(deadline),
+        "a batch is called lost only once no node can run it any more"
+    );
+    held.recv().await.expect("the proxy holds the batch");
+
+    // The client moves on (another connection: the same process, healed).
+    let (t, map) = TcpTransport::discover_with(&[served], TcpOptions::default())
+        .await
+        .unwrap();
+    let mut now = Client::new(map, t.into());
+    now.execute(&mut write(2)).await.expect("written again");
+
+    // The network delivers the old batch.
+    hold.send_replace(false);
+    let answer = tokio::time::timeout(HANG, answers.recv())
+        .await
+        .expect("the node answers the late batch")
+        .expect("proxy running");
+    let answer = wire::decode_response(&answer, &mut fabric::Completions::default());
+    assert!(
+        matches!(&answer, Ok(wire::Response::Refused { reason, transient: false }) if reason.contains("past its deadline")),
+        "the late batch is refused, not run: {answer:?}"
+    );
+    let mut b = Batch::new();
+    let h = b.read(word, 8);
+    now.execute(&mut b).await.unwrap();
+    assert_eq!(
+        b.read_result(h).unwrap(),
+        &2u64.to_le_bytes()[..],
+        "the later write stands"
+    );
+}

@@ -83,7 +83,7 @@ fn seeds() -> Vec<Vec<u8>> {
         op(24, OpKind::Faa { add: 3 }),
         op(0, OpKind::Flush { len: 64 }),
     ];
-    wire::encode_batch(&mut f, 3, 1, ops.iter(), &[9; 8]);
+    wire::encode_batch(&mut f, 3, 1, u64::MAX, ops.iter(), &[9; 8]);
     out.push(f[4..].to_vec());
     let d = NodeDescriptor {
         node: 1,

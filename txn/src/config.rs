@@ -36,7 +36,7 @@ impl Default for TxConfig {
     fn default() -> Self {
         TxConfig {
             op_time: Duration::from_micros(100),
-            drift: Duration::from_millis(8),
+            drift: fabric::deadline::CLOCK_DRIFT_MAX,
             opt1: true,
             attempts_max: 10_000,
             backoff_min: Duration::from_micros(2),

@@ -83,7 +83,7 @@ impl Workload {
             })
             .collect();
         let mut request = Vec::new();
-        wire::encode_batch(&mut request, 1, 1, ops.iter(), &payload);
+        wire::encode_batch(&mut request, 1, 1, u64::MAX, ops.iter(), &payload);
         let mut out = Completions::default();
         for _ in 0..self.batch {
             match self.op {

@@ -39,6 +39,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::addr::{Epoch, NodeId};
 use crate::admission::Credential;
+use crate::deadline;
 use crate::error::FabricError;
 use crate::mandate::Mandate;
 use crate::map::ClusterMap;
@@ -268,14 +269,27 @@ impl TcpTransport {
         slot.live(&self.conf.mandate, &self.conf.options).await
     }
 
-    /// Waits for the answer to a batch sent at `epoch`: fails it, and
-    /// breaks the connection, past the deadline; fails it at once when
-    /// the process's map stops routing to the node.
+    /// Stamps a batch's frame with its deadline ([`deadline::stamp`]), and
+    /// says when its client may call it lost.
+    fn stamp(&self) -> (u64, tokio::time::Instant) {
+        let d = self.conf.options.request_deadline;
+        let settled = tokio::time::Instant::now() + deadline::settled_after(d);
+        (deadline::stamp(d), settled)
+    }
+
+    /// Waits for the answer to a batch sent at `epoch`, which no node runs
+    /// after `settled` ([`TcpTransport::stamp`]). Fails it, breaking the
+    /// connection, once `settled` passes unanswered; fails it at once when
+    /// the process's map stops routing to the node. A connection that
+    /// breaks under it fails it only at `settled` (or that eviction): the
+    /// frame may still be in the network, a closed socket's kernel sending
+    /// it on, and until then it may run.
     async fn answer(
         &self,
         conn: &Connection,
         rx: oneshot::Receiver<Vec<u8>>,
         epoch: Epoch,
+        settled: tokio::time::Instant,
     ) -> Result<Vec<u8>, FabricError> {
         let deadline = self.conf.options.request_deadline;
         let mandate = self.conf.mandate.get().and_then(Weak::upgrade);
@@ -285,20 +299,28 @@ impl TcpTransport {
                 None => std::future::pending().await,
             }
         };
-        tokio::select! {
+        let mut evicted = std::pin::pin!(evicted);
+        let received = tokio::select! {
             body = conn.receive(rx) => body,
-            () = tokio::time::sleep(deadline) => {
+            () = tokio::time::sleep_until(settled) => {
                 let reason = format!("no answer within the {deadline:?} deadline; whether its writes ran is unknown");
                 conn.fail(reason.clone());
-                Err(conn.disconnected(reason))
+                return Err(conn.disconnected(reason));
             }
-            () = evicted => {
+            () = &mut evicted => {
                 let reason = "the map no longer routes to it (recovery evicted it) while a batch waited; \
                               whether its writes ran is unknown".to_owned();
                 conn.fail(reason.clone());
-                Err(conn.disconnected(reason))
+                return Err(conn.disconnected(reason));
+            }
+        };
+        if received.is_err() {
+            tokio::select! {
+                () = tokio::time::sleep_until(settled) => {}
+                () = &mut evicted => {}
             }
         }
+        received
     }
 
     /// From now on, a reconnection to a node stops as soon as `mandate`
@@ -710,8 +732,10 @@ impl Transport for TcpTransport {
         };
         if ops.iter().all(|op| op.node == first) {
             let conn = self.conn(first).await?;
-            let rx = conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ops.iter(), payload))?;
-            let body = self.answer(&conn, rx, epoch).await?;
+            let (expires_at_us, settled) = self.stamp();
+            let rx =
+                conn.send(|buf, id| wire::encode_batch(buf, id, epoch, expires_at_us, ops.iter(), payload))?;
+            let body = self.answer(&conn, rx, epoch, settled).await?;
             return conn.decode(&body, epoch, ops.len(), out);
         }
         // Several nodes: post to all of them, then wait for all of them.
@@ -722,20 +746,46 @@ impl Transport for TcpTransport {
             }
         }
         let mut waits = Vec::with_capacity(nodes.len());
+        // Every node's part answered or settled before any error is
+        // reported: the caller's next step must not race a part still in
+        // the network. A node that cannot be reached stops the posting.
+        let mut failed = None;
         for &node in &nodes {
-            let conn = self.conn(node).await?;
+            let conn = match self.conn(node).await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
             let mine = ops.iter().filter(|op| op.node == node);
             let count = mine.clone().count();
-            let rx =
-                conn.send(|buf, id| wire::encode_batch(buf, id, epoch, ExactLen(mine, count), payload))?;
-            waits.push((conn, rx, count));
+            // Stamped once connected: a reconnection does not eat the deadline.
+            let (expires_at_us, settled) = self.stamp();
+            match conn.send(|buf, id| {
+                wire::encode_batch(buf, id, epoch, expires_at_us, ExactLen(mine, count), payload)
+            }) {
+                Ok(rx) => waits.push((conn, rx, count, settled)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
         }
         let mut per_node = Vec::with_capacity(nodes.len());
-        for (conn, rx, count) in waits {
-            let body = self.answer(&conn, rx, epoch).await?;
+        for (conn, rx, count, settled) in waits {
+            let answered = self.answer(&conn, rx, epoch, settled).await;
+            if failed.is_some() {
+                continue;
+            }
             let mut c = Completions::default();
-            conn.decode(&body, epoch, count, &mut c)?;
-            per_node.push((c, 0usize));
+            match answered.and_then(|body| conn.decode(&body, epoch, count, &mut c)) {
+                Ok(()) => per_node.push((c, 0usize)),
+                Err(e) => failed = Some(e),
+            }
+        }
+        if let Some(e) = failed {
+            return Err(e);
         }
         // Back into op order.
         for op in ops {
