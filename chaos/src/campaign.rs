@@ -353,6 +353,24 @@ fn draw_faults(base: &Experiment, spec: &CampaignSpec, kinds: &[FaultKind], draw
                     }
                 }
             }
+            // From a blip to past the request deadline (batches called
+            // lost, their frames delivered late), on every link of the
+            // client's or one replica's.
+            FaultKind::PartitionData => {
+                let deadline = base.cluster.request_deadline.as_millis() as u64;
+                Fault {
+                    client: draw.range(0, u64::from(base.cluster.clients) - 1) as u32,
+                    role: draw.coin().then_some(role),
+                    pause: Some(Duration::from_millis(
+                        draw.range(50, deadline * 2).min(until_end).max(1),
+                    )),
+                    ..fault(kind)
+                }
+            }
+            FaultKind::LateDelivery => Fault {
+                client: draw.range(0, u64::from(base.cluster.clients) - 1) as u32,
+                ..fault(kind)
+            },
             FaultKind::KillClient | FaultKind::PauseClient => fault(kind),
         };
         faults.push(f);
@@ -457,6 +475,9 @@ pub fn describe(f: &Fault) -> String {
     }
     if let Some(k) = f.skew_ms {
         s += &format!(" client {} {k:+}ms", f.client);
+    }
+    if matches!(f.kind, FaultKind::PartitionData | FaultKind::LateDelivery) {
+        s += &format!(" client {}", f.client);
     }
     if let Some(t) = f.target {
         let whom = match t {

@@ -29,7 +29,9 @@ wipe-memnode (tcp only: a node killed and started again at once without its imag
 pause-control-leader (the Raft leader SIGSTOPped past an election while recovery refills a killed node's
 replica, then SIGCONTed), transfer-leader (its lead moved at that moment), snapshot-restore (a snapshot
 saved, a node killed and recovered from, more written, the snapshot restored into a fresh control plane
-over the same memory nodes). In a file with cluster.side_replicas (mixed-rf-*.toml) a seed's first
+over the same memory nodes), partition-data (one client's tcp links to the memory nodes cut for a while,
+what it sent meanwhile delivered at the heal), late-delivery (one client's data path held until it has
+expired, been forgotten and an heir holds its owner ids; then delivered). In a file with cluster.side_replicas (mixed-rf-*.toml) a seed's first
 kill-memnode takes role sole-copy: the node of the rf-1 index's only copy.
 
 Examples:
@@ -40,7 +42,8 @@ Examples:
   kintsugi chaos campaign --experiment deploy/experiments/wipe-memnode-hash.toml --seeds 3 --sabotage serve-wiped
   kintsugi chaos campaign --experiment deploy/experiments/leader-during-recovery-btree.toml --seeds 100
   kintsugi chaos campaign --experiment deploy/experiments/snapshot-restore-hash.toml --seeds 100
-  kintsugi chaos campaign --experiment deploy/experiments/mixed-rf-btree.toml --seeds 100")]
+  kintsugi chaos campaign --experiment deploy/experiments/mixed-rf-btree.toml --seeds 100
+  kintsugi chaos campaign --experiment deploy/experiments/data-path-hash.toml --variant dtx --seeds 100")]
 pub struct CampaignArgs {
     /// The experiment file (TOML); its faults are replaced by drawn ones.
     #[arg(long, value_name = "FILE")]
@@ -68,9 +71,22 @@ pub struct CampaignArgs {
     /// the paper's bounded-drift assumption, broken on purpose.
     #[arg(long)]
     skew_beyond_drift: bool,
+    /// Run the index as this variant instead of the file's (rtx or dtx): one file covers both.
+    #[arg(long, value_name = "VARIANT", value_parser = parse_variant)]
+    variant: Option<index::Variant>,
     /// Only print the schedules the seeds draw; run nothing.
     #[arg(long)]
     dry_run: bool,
+}
+
+fn parse_variant(s: &str) -> Result<index::Variant, String> {
+    match s {
+        "rtx" => Ok(index::Variant::Rtx),
+        "dtx" => Ok(index::Variant::Dtx),
+        _ => Err(format!(
+            "'{s}' is not a variant campaigns run (rtx, dtx: optimal does not survive a memory node)"
+        )),
+    }
 }
 
 fn parse_kind(s: &str) -> Result<FaultKind, String> {
@@ -93,6 +109,11 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
             .get_or_insert_with(Default::default)
             .skew_beyond_drift = true;
     }
+    if let Some(v) = args.variant {
+        base.index.variants = vec![v];
+        // Its own outputs: the file's name says the other variant.
+        base.name = format!("{}-{v}", base.name);
+    }
     let mut kinds_flag = if args.kinds.is_empty() {
         String::new()
     } else {
@@ -101,6 +122,9 @@ pub fn run(args: CampaignArgs) -> anyhow::Result<ExitCode> {
     };
     if args.skew_beyond_drift {
         kinds_flag += " --skew-beyond-drift";
+    }
+    if let Some(v) = args.variant {
+        kinds_flag += &format!(" --variant {v}");
     }
     if args.dry_run {
         for seed in args.first_seed..args.first_seed.saturating_add(args.seeds) {

@@ -164,6 +164,30 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 let _ = writeln!(out, "  {} at {:.1} s", f.label(), f.at_ms / 1e3);
                 continue;
             }
+            FaultKind::PartitionData => {
+                let _ = writeln!(
+                    out,
+                    "  {} at {:.1} s: its data path cut, healed after {} (what it sent meanwhile delivered then)",
+                    f.label(),
+                    f.at_ms / 1e3,
+                    ms(p.resumed_ms)
+                );
+                continue;
+            }
+            FaultKind::LateDelivery => {
+                let _ = writeln!(
+                    out,
+                    "  {} at {:.1} s: its data path held and its lease cut; expired after {}, forgotten after {}, \
+                     an heir with its owner ids joined after {}, the held frames delivered after {}",
+                    f.label(),
+                    f.at_ms / 1e3,
+                    ms(p.expired_ms),
+                    ms(p.forgotten_ms),
+                    ms(p.heir_ms),
+                    ms(p.resumed_ms)
+                );
+                continue;
+            }
             FaultKind::Partition if f.role.is_none() => {
                 let _ = writeln!(
                     out,

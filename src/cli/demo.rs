@@ -57,6 +57,7 @@ fn experiment(kind: IndexKind, duration: Duration, keys: u64) -> Experiment {
             spares: 0,
             memnode_lease: Duration::from_millis(100),
             side_replicas: Vec::new(),
+            request_deadline: fabric::transport::REQUEST_DEADLINE,
         },
         index: IndexSpec {
             kind,

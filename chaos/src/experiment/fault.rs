@@ -12,6 +12,13 @@ use super::{
     LEASE_MS_MAX, MEMNODE_LEASE_MS_MIN, PAUSE_MIN, SIDE_INDEXES_MAX, SKEW_MS_MAX,
 };
 
+/// The shortest `cluster.request_deadline`: a loaded 2-core machine running
+/// a cluster answers within tens of milliseconds, and a deadline it misses
+/// while healthy is a false loss, not the fault's.
+const REQUEST_DEADLINE_MIN: Duration = Duration::from_millis(100);
+/// The longest: a run lasts seconds.
+const REQUEST_DEADLINE_MAX: Duration = Duration::from_secs(60);
+
 /// One fault of the schedule.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -134,11 +141,26 @@ pub enum FaultKind {
     /// image holds the replica at the generation the snapshot recorded,
     /// and what it holds is older than the others'. Once a run.
     SnapshotRestore,
+    /// Cut `client`'s data path (its tcp links to every memory node, or
+    /// with a `role` to that replica's node only) for `for`, then heal it
+    /// (`run::partition`: in-path proxies the client reaches through an
+    /// endpoint rewrite). Its lease goes on. The network holds what it
+    /// sends meanwhile and delivers it at the heal, as TCP does: batches
+    /// past their deadline are called lost by the client and refused by
+    /// the node when they arrive (`fabric::deadline`). tcp only.
+    PartitionData,
+    /// Hold `client`'s data path and cut it from the control plane: its
+    /// lease lapses, it is expired, its logs rolled, and it is forgotten.
+    /// An heir joins, takes its owner ids and writes under them. Only then
+    /// does the network deliver what the old client sent: every memory node
+    /// must refuse it (the client is fenced) and the heir's data, logs and
+    /// locks stay intact. tcp only.
+    LateDelivery,
 }
 
 impl FaultKind {
     /// Every kind, for campaigns and `--help`.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::KillClient,
         FaultKind::PauseClient,
         FaultKind::KillMemnode,
@@ -151,6 +173,8 @@ impl FaultKind {
         FaultKind::PauseControlLeader,
         FaultKind::TransferLeader,
         FaultKind::SnapshotRestore,
+        FaultKind::PartitionData,
+        FaultKind::LateDelivery,
     ];
 
     /// Whether the fault is run by the local-cluster runner (`run::replica`):
@@ -169,6 +193,16 @@ impl FaultKind {
                 | FaultKind::PauseControlLeader
                 | FaultKind::TransferLeader
                 | FaultKind::SnapshotRestore
+                | FaultKind::PartitionData
+                | FaultKind::LateDelivery
+        )
+    }
+
+    /// Whether the fault acts on one client (`client`).
+    pub fn on_client(self) -> bool {
+        matches!(
+            self,
+            FaultKind::ClockSkew | FaultKind::PartitionData | FaultKind::LateDelivery
         )
     }
 }
@@ -188,6 +222,8 @@ impl std::fmt::Display for FaultKind {
             FaultKind::PauseControlLeader => "pause-control-leader",
             FaultKind::TransferLeader => "transfer-leader",
             FaultKind::SnapshotRestore => "snapshot-restore",
+            FaultKind::PartitionData => "partition-data",
+            FaultKind::LateDelivery => "late-delivery",
         })
     }
 }
@@ -374,6 +410,12 @@ impl Experiment {
                 format!("{MEMNODE_LEASE_MS_MIN}ms to {LEASE_MS_MAX}ms"),
             ));
         }
+        if !(REQUEST_DEADLINE_MIN..=REQUEST_DEADLINE_MAX).contains(&c.request_deadline) {
+            return Err(invalid(
+                "cluster.request_deadline",
+                format!("{REQUEST_DEADLINE_MIN:?} to {REQUEST_DEADLINE_MAX:?}"),
+            ));
+        }
         if self.workload.ycsb != "a" || self.workload.distribution != "uniform" {
             return Err(invalid(
                 "workload",
@@ -384,6 +426,8 @@ impl Experiment {
         // restarted) so far, and when the last killed leader is back.
         let (mut kills, mut down, mut sole_kills, mut restores) = (0, 0, 0, 0);
         let mut leader_back: Option<Duration> = None;
+        // Clients a late-delivery ended: their sessions are gone.
+        let mut late: Vec<u32> = Vec::new();
         for (i, f) in self.faults.iter().enumerate() {
             let field = |name: &str| format!("faults[{i}].{name}");
             let has_role = matches!(
@@ -393,7 +437,10 @@ impl Experiment {
                     | FaultKind::WipeMemnode
                     | FaultKind::SnapshotRestore
             ) || f.target == Some(PartitionTarget::Memnode);
-            let may_have_role = matches!(f.kind, FaultKind::PauseControlLeader | FaultKind::TransferLeader);
+            let may_have_role = matches!(
+                f.kind,
+                FaultKind::PauseControlLeader | FaultKind::TransferLeader | FaultKind::PartitionData
+            );
             if f.target.is_some() != (f.kind == FaultKind::Partition) {
                 return Err(invalid(
                     field("target"),
@@ -415,8 +462,8 @@ impl Experiment {
                     return Err(invalid(
                         field("role"),
                         "only kill-memnode, pause-memnode, wipe-memnode, snapshot-restore, a memory node's \
-                         partition, pause-control-leader and transfer-leader take a role (a restart takes \
-                         the last killed node)",
+                         partition, partition-data, pause-control-leader and transfer-leader take a role (a \
+                         restart takes the last killed node)",
                     ));
                 }
                 _ => {}
@@ -448,11 +495,29 @@ impl Experiment {
                     "a clock-skew fault needs skew_ms (milliseconds, negative for behind); no other takes it",
                 ));
             }
-            let has_client = f.kind == FaultKind::ClockSkew || f.target == Some(PartitionTarget::Client);
+            let has_client = f.kind.on_client() || f.target == Some(PartitionTarget::Client);
             if !has_client && f.client != 0 {
                 return Err(invalid(
                     field("client"),
-                    "only a clock-skew fault and a client partition name a client",
+                    "only clock-skew, partition-data, late-delivery and a client partition name a client",
+                ));
+            }
+            if matches!(f.kind, FaultKind::PartitionData | FaultKind::LateDelivery) {
+                if c.transport != TransportKind::Tcp {
+                    return Err(invalid(
+                        "cluster.transport",
+                        format!(
+                            "{} cuts a client's tcp links to the memory nodes: tcp only, not {}",
+                            f.kind,
+                            c.transport_name()
+                        ),
+                    ));
+                }
+            }
+            if has_client && late.contains(&f.client) {
+                return Err(invalid(
+                    field("client"),
+                    "this client's late-delivery came earlier: it is gone, an heir took its ids",
                 ));
             }
             if has_client && f.client >= c.clients {
@@ -610,6 +675,25 @@ impl Experiment {
                             format!("-{SKEW_MS_MAX} to {SKEW_MS_MAX}"),
                         ));
                     }
+                }
+                FaultKind::PartitionData => {
+                    if f.pause.is_none() {
+                        return Err(invalid(
+                            field("for"),
+                            "a partition-data needs `for`, e.g. \"3s\" (past cluster.request_deadline, \
+                             batches are called lost and their late frames refused)",
+                        ));
+                    }
+                }
+                FaultKind::LateDelivery => {
+                    if f.pause.is_some() {
+                        return Err(invalid(
+                            field("for"),
+                            "a late-delivery lasts until the client is forgotten and an heir holds its \
+                             ids: no `for`",
+                        ));
+                    }
+                    late.push(f.client);
                 }
                 // Refused above: one runner per file.
                 FaultKind::KillClient | FaultKind::PauseClient => {}

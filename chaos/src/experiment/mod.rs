@@ -231,6 +231,24 @@ pub struct ClusterSpec {
     /// --confirm`) must remove it; it must hold back no other index.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub side_replicas: Vec<u8>,
+    /// How long a client's batch waits for a memory node's answer before
+    /// it is called lost (tcp; memory-node faults only): a partition-data
+    /// longer than this has batches given up and their late frames refused
+    /// when the network delivers them (`fabric::deadline`).
+    #[serde(
+        default = "default_request_deadline",
+        with = "humantime_serde",
+        skip_serializing_if = "is_default_request_deadline"
+    )]
+    pub request_deadline: Duration,
+}
+
+fn default_request_deadline() -> Duration {
+    fabric::transport::REQUEST_DEADLINE
+}
+
+fn is_default_request_deadline(d: &Duration) -> bool {
+    *d == default_request_deadline()
 }
 
 fn default_memnode_lease() -> Duration {

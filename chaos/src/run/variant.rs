@@ -734,7 +734,9 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
                 | FaultKind::WipeMemnode
                 | FaultKind::PauseControlLeader
                 | FaultKind::TransferLeader
-                | FaultKind::SnapshotRestore,
+                | FaultKind::SnapshotRestore
+                | FaultKind::PartitionData
+                | FaultKind::LateDelivery,
                 _,
             ) => {}
         }

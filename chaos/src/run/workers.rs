@@ -88,6 +88,10 @@ pub struct WorkersReport {
     pub tx_by_client: Vec<TxStats>,
 }
 
+/// The first process id of the heirs a `late-delivery` brings in: above any
+/// client's incarnations, below [`CHECKER_PROCESS`].
+pub const HEIR_PROCESS: u64 = 1 << 22;
+
 /// Runs `threads` tasks on each of `sessions` until the duration passes or
 /// `stop` is set; `ops` counts completed operations as they complete (the
 /// timeline), `t0` is the run's clock (event times are nanoseconds since).
@@ -100,19 +104,34 @@ pub async fn run(
     ops: Arc<AtomicU64>,
     t0: Instant,
 ) -> Result<WorkersReport, cluster::ClusterError> {
+    let until = Instant::now() + spec.duration;
+    run_until(sessions, threads, 0, spec, (stop, ops), t0, until).await
+}
+
+/// [`run`] until `until`, its processes numbered from `first` (an heir's:
+/// [`HEIR_PROCESS`] and up).
+pub async fn run_until(
+    sessions: &[Arc<Cluster>],
+    threads: usize,
+    first: u64,
+    spec: &WorkersSpec,
+    (stop, ops): (Arc<AtomicBool>, Arc<AtomicU64>),
+    t0: Instant,
+    until: Instant,
+) -> Result<WorkersReport, cluster::ClusterError> {
     let mut handles = Vec::with_capacity(sessions.len() * threads);
     for s in sessions {
         for _ in 0..threads {
             handles.push(Handle::open(s, &spec.index, spec.kind).await?);
         }
     }
-    let deadline = Instant::now() + spec.duration;
+    let deadline = until;
     let tasks = handles.len() as u64;
     let mut set = tokio::task::JoinSet::new();
     for (process, h) in handles.into_iter().enumerate() {
         let (spec, stop, ops) = (spec.clone(), stop.clone(), ops.clone());
         set.spawn(async move {
-            let first = process as u64;
+            let first = first + process as u64;
             (
                 first,
                 task(first, tasks, h, &spec, &stop, &ops, t0, deadline).await,

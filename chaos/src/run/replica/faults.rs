@@ -6,11 +6,12 @@
 //! members cut.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::Cluster;
-use control_plane::state::{MemNodeId, MemNodeState, Region};
+use cluster::{Cluster, ClusterOptions};
+use control_plane::state::{ClientState, MemNodeId, MemNodeState, Region};
 use harness::control::ControlPlane;
 use harness::local::LocalCluster;
 use nix::sys::signal::Signal;
@@ -21,6 +22,7 @@ pub(super) use super::watch::{Status, Watch, MEMBER_READ_TIMEOUT};
 use super::{local_error, PHASE_TIMEOUT};
 use crate::experiment::{Fault, FaultKind, PartitionTarget, ReplicaRole};
 use crate::run::partition::Links;
+use crate::run::workers::{self, WorkersReport, WorkersSpec};
 use crate::run::{RunError, BUCKET_US};
 
 /// How long a paused node that was not declared dead is watched after it
@@ -64,8 +66,21 @@ pub struct Phases {
     /// detection); a wiped one, active under its new image id; a node
     /// killed before a `snapshot-restore`, started again after it.
     pub active_ms: Option<f64>,
-    /// A paused node continued (SIGCONT).
+    /// A paused node continued (SIGCONT); a partition healed.
     pub resumed_ms: Option<f64>,
+    /// The client cut off by a `late-delivery` declared expired.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expired_ms: Option<f64>,
+    /// It forgotten: its logs rolled, its owner ids free.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub forgotten_ms: Option<f64>,
+    /// Its heir joined, holding its owner ids (`late-delivery`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heir_ms: Option<f64>,
+    /// Bytes of the client's data path the network held while cut, and
+    /// delivered at the heal (`partition-data`, `late-delivery`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_bytes: Option<u64>,
     /// The single-copy side region on the killed node reported lost
     /// (`sole-copy`), with its operator action.
     pub lost_ms: Option<f64>,
@@ -153,7 +168,12 @@ impl MemnodeFault {
             }
             // A memory node's (it has a role): back as for a pause.
             FaultKind::Partition if self.role.is_some() => p.active_ms.is_some(),
-            FaultKind::Partition => p.resumed_ms.is_some(),
+            FaultKind::Partition | FaultKind::PartitionData => p.resumed_ms.is_some(),
+            // Forgotten, its ids taken by an heir, and only then its held
+            // frames delivered.
+            FaultKind::LateDelivery => {
+                p.forgotten_ms.is_some() && p.heir_ms.is_some() && p.resumed_ms.is_some()
+            }
             FaultKind::ClockSkew | FaultKind::KillClient | FaultKind::PauseClient => true,
         }
     }
@@ -180,6 +200,13 @@ impl MemnodeFault {
             return match self.role {
                 Some(r) => format!("{} member {leader}, memory node {} ({r})", self.kind, self.node),
                 None => format!("{} member {leader}", self.kind),
+            };
+        }
+        if matches!(self.kind, FaultKind::PartitionData | FaultKind::LateDelivery) {
+            let held = self.phases.held_bytes.unwrap_or_default();
+            return match self.role {
+                Some(r) => format!("{} client {} to {r}, {held} B held", self.kind, self.node),
+                None => format!("{} client {}, {held} B held", self.kind, self.node),
             };
         }
         match (self.role, self.skew_ms) {
@@ -279,14 +306,76 @@ pub(super) struct Injector<'a> {
     /// Clients a partition cut off long enough to lose their lease: an
     /// error that stopped their tasks is that, as it must be.
     pub cut_off: Vec<usize>,
+    /// Each client session's proxies to the memory nodes, in process order
+    /// (tcp; empty otherwise).
+    pub data_links: &'a [Links],
+    /// What an heir needs to join and work (`late-delivery`).
+    pub heir_kit: HeirKit<'a>,
+    /// The heirs that joined, kept to the end of the run.
+    pub heirs: Vec<Arc<Cluster>>,
+    /// Their workloads, joined at the end of the run.
+    pub heir_work: Vec<tokio::task::JoinHandle<Result<WorkersReport, cluster::ClusterError>>>,
 }
 
-impl Injector<'_> {
+/// How a `late-delivery`'s heir joins (as the clients did) and works.
+pub(super) struct HeirKit<'a> {
+    /// The client token.
+    pub token: &'a str,
+    /// The options the clients joined with.
+    pub options: ClusterOptions,
+    /// The clients' workload.
+    pub spec: &'a WorkersSpec,
+    /// Tasks per client.
+    pub threads: usize,
+    /// The run's stop flag and op counter.
+    pub stop: Arc<AtomicBool>,
+    pub ops: Arc<AtomicU64>,
+}
+
+/// How long an heir works after the late client's frames are delivered:
+/// a few hundred rounds of its locks and logs, which those frames would
+/// have hit.
+const HEIR_WORK_AFTER_DELIVERY: Duration = Duration::from_millis(500);
+/// How long a `late-delivery` waits for a batch of the client's to be held
+/// before it cuts the client's lease: its tasks issue one every few
+/// milliseconds.
+const HOLD_WAIT: Duration = Duration::from_secs(1);
+/// Process ids between two heirs' first tasks: room for their
+/// incarnations (a new one after each write in doubt).
+const HEIR_PROCESS_SPACING_BITS: u32 = 16;
+/// How long the heir works under its ids before the delivery: long enough
+/// to hold locks and write its log slot, which the held frames target.
+const HEIR_WORK_BEFORE_DELIVERY: Duration = Duration::from_millis(200);
+
+impl<'a> Injector<'a> {
     /// Injects `f` now and watches it through its phases (or
     /// [`PHASE_TIMEOUT`]).
     pub async fn inject(&mut self, f: &Fault) -> Result<Injected, RunError> {
         let (watch, region, t0) = (self.watch, self.region, self.t0);
         Ok(match f.kind {
+            FaultKind::PartitionData => {
+                let links = self.client_data_links(f.client)?;
+                let which = match f.role {
+                    Some(_) => vec![node_by_role(watch, self.local, region, f.role).await?.1],
+                    None => Vec::new(),
+                };
+                let pause = f.pause.unwrap_or_default();
+                let held_before = links.held_bytes();
+                links.set_cut(&which, true);
+                let at = Instant::now();
+                tokio::time::sleep_until((at + pause).into()).await;
+                links.set_cut(&which, false);
+                let phases = Phases {
+                    resumed_ms: Some(at.elapsed().as_secs_f64() * 1e3),
+                    held_bytes: Some(links.held_bytes() - held_before),
+                    ..Phases::default()
+                };
+                Injected::new(f, f.client as MemNodeId, (at, t0), phases)
+            }
+            FaultKind::LateDelivery => {
+                let (phases, at) = self.late_delivery(f.client).await?;
+                Injected::new(f, f.client as MemNodeId, (at, t0), phases)
+            }
             FaultKind::Partition if f.target == Some(PartitionTarget::Client) => {
                 let links = self
                     .session_links
@@ -539,6 +628,107 @@ impl Injector<'_> {
     /// SIGKILLs the node holding the region's `role` replica; it stays
     /// down (a `restart-memnode` may bring it back). Returns it and when
     /// it was killed.
+    /// Client `client`'s proxies to the memory nodes.
+    fn client_data_links(&self, client: u32) -> Result<&'a Links, RunError> {
+        let links: &'a [Links] = self.data_links;
+        links
+            .get(client as usize)
+            .filter(|l| !l.0.is_empty())
+            .ok_or_else(|| RunError::Process(format!("client {client} has no data-path proxies (tcp only)")))
+    }
+
+    /// `late-delivery` of `client`: its data path held and its control
+    /// links cut until the control plane has expired and forgotten it, an
+    /// heir joined with its owner ids and has worked under them for a
+    /// while; then the network delivers everything at once. The heir works
+    /// on past the delivery, its operations recorded with the others'.
+    async fn late_delivery(&mut self, client: u32) -> Result<(Phases, Instant), RunError> {
+        let c = client as usize;
+        let data = self.client_data_links(client)?;
+        let (session_links, sessions): (&'a [Links], &'a [Arc<Cluster>]) =
+            (self.session_links, self.sessions);
+        let control = session_links
+            .get(c)
+            .ok_or_else(|| RunError::Process(format!("no client {client}")))?;
+        let session = sessions
+            .get(c)
+            .ok_or_else(|| RunError::Process(format!("no client {client}")))?;
+        let (id, owners) = (session.id(), session.owner_ids());
+        let held_before = data.held_bytes();
+        data.set_hold(&[], true);
+        // A batch of the client's in the network before it is cut from the
+        // control plane too: what the heir's memory must not receive. (A
+        // client idle for that long is cut off all the same.)
+        let holding = Instant::now();
+        while data.held_bytes() == held_before && holding.elapsed() < HOLD_WAIT {
+            tokio::time::sleep(PHASE_POLL).await;
+        }
+
+        control.set_cut(&[], true);
+        // Its lease lapses: the error that stops its tasks is that.
+        self.cut_off.push(c);
+        let at = Instant::now();
+        let ms = |t: Instant| (t - at).as_secs_f64() * 1e3;
+        let mut p = Phases::default();
+        while at.elapsed() < PHASE_TIMEOUT {
+            let status = self.watch.status().await?;
+            let now = Instant::now();
+            match status.0.clients.iter().find(|x| x.id == id) {
+                Some(x) if matches!(x.state, ClientState::Expired { .. }) => {
+                    p.expired_ms.get_or_insert(ms(now));
+                }
+                Some(_) => {}
+                None => {
+                    p.expired_ms.get_or_insert(ms(now));
+                    p.forgotten_ms = Some(ms(now));
+                    break;
+                }
+            }
+            tokio::time::sleep(PHASE_POLL).await;
+        }
+        if p.forgotten_ms.is_some() {
+            let kit = &self.heir_kit;
+            let n = self.heirs.len();
+            let heir = Cluster::connect_with(
+                &self.control,
+                kit.token,
+                ClusterOptions {
+                    name: format!("chaos-heir-{n}"),
+                    data_path_via: Vec::new(),
+                    ..kit.options.clone()
+                },
+            )
+            .await
+            .map_err(RunError::index("an heir cannot join the cluster"))?;
+            // Only an heir of the same ids is the fault's point: one that
+            // got others is told by its phase missing.
+            if heir.owner_ids() == owners {
+                p.heir_ms = Some(ms(Instant::now()));
+            } else {
+                tracing::warn!(
+                    late = ?owners,
+                    heir = ?heir.owner_ids(),
+                    "the heir did not get the forgotten client's owner ids"
+                );
+            }
+            let heir = Arc::new(heir);
+            let first = workers::HEIR_PROCESS + ((n as u64) << HEIR_PROCESS_SPACING_BITS);
+            let until = Instant::now() + HEIR_WORK_BEFORE_DELIVERY + HEIR_WORK_AFTER_DELIVERY;
+            let (sessions, spec, threads) = (vec![heir.clone()], kit.spec.clone(), kit.threads);
+            let (flags, t0) = ((kit.stop.clone(), kit.ops.clone()), self.t0);
+            self.heir_work.push(tokio::spawn(async move {
+                workers::run_until(&sessions, threads, first, &spec, flags, t0, until).await
+            }));
+            self.heirs.push(heir);
+            tokio::time::sleep(HEIR_WORK_BEFORE_DELIVERY).await;
+        }
+        data.set_hold(&[], false);
+        control.set_cut(&[], false);
+        p.resumed_ms = Some(ms(Instant::now()));
+        p.held_bytes = Some(data.held_bytes() - held_before);
+        Ok((p, at))
+    }
+
     async fn kill_by_role(&mut self, role: Option<ReplicaRole>) -> Result<(MemNodeId, Instant), RunError> {
         let (region, role) = match (role, self.sole) {
             (Some(ReplicaRole::SoleCopy), Some(sole)) => (sole, Some(ReplicaRole::Primary)),
@@ -606,6 +796,9 @@ impl std::fmt::Display for Phases {
             ("serving", self.serving_ms),
             ("re-replicated", self.rereplicated_ms),
             ("resumed", self.resumed_ms),
+            ("expired", self.expired_ms),
+            ("forgotten", self.forgotten_ms),
+            ("heir joined", self.heir_ms),
             ("single copy lost", self.lost_ms),
             ("active", self.active_ms),
             ("restored", self.restored_ms),

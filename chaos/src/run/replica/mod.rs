@@ -50,7 +50,7 @@ use harness::local::{IndexSection, LocalCluster, LocalClusterSpec, MemorySection
 use index::Variant;
 use serde::Serialize;
 
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, TransportKind};
 use crate::plot::{render_png, Marker, Series, TimelinePlot};
 use crate::run::output::{PLOT_HEIGHT, PLOT_WIDTH, SMOOTH_BUCKETS};
 use crate::run::partition::Links;
@@ -307,27 +307,40 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     // (where a clock skew or a sabotage goes), as a client process has.
     let mut sessions = Vec::with_capacity(c.clients as usize);
     let mut session_links = Vec::with_capacity(c.clients as usize);
+    // Over tcp each session reaches each memory node through a proxy of
+    // its own too, which `partition-data` and `late-delivery` cut.
+    let mut data_links = Vec::with_capacity(c.clients as usize);
+    let client_options = ClusterOptions {
+        owner_ids: c.threads_per_client as u16 + 2,
+        faults: Some(fabric::FaultPlan::default()),
+        tx: txn::TxConfig {
+            repair: options.sabotage != Some(Sabotage::NoRepair),
+            ..txn::TxConfig::default()
+        },
+        variant: index_variant,
+        request_deadline: c.request_deadline,
+        ..ClusterOptions::default()
+    };
     for i in 0..c.clients {
         let links = Links::start(&file.control).map_err(|e| RunError::io(&dir, e))?;
+        let data = match c.transport {
+            TransportKind::Tcp => Links::start(&file.memnodes).map_err(|e| RunError::io(&dir, e))?,
+            _ => Links(Vec::new()),
+        };
         let session = Cluster::connect_with(
             &links.addrs(),
             &file.client_token,
             ClusterOptions {
                 name: format!("chaos-client-{i}"),
-                owner_ids: c.threads_per_client as u16 + 2,
-                faults: Some(fabric::FaultPlan::default()),
-                tx: txn::TxConfig {
-                    repair: options.sabotage != Some(Sabotage::NoRepair),
-                    ..txn::TxConfig::default()
-                },
-                variant: index_variant,
-                ..ClusterOptions::default()
+                data_path_via: file.memnodes.iter().cloned().zip(data.addrs()).collect(),
+                ..client_options.clone()
             },
         )
         .await
         .map_err(RunError::index("a client cannot join the cluster"))?;
         sessions.push(Arc::new(session));
         session_links.push(links);
+        data_links.push(data);
     }
     let sides = side::make(
         &runner_links.addrs(),
@@ -418,6 +431,17 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         killed: Vec::new(),
         skews: Vec::new(),
         cut_off: Vec::new(),
+        data_links: &data_links,
+        heir_kit: faults::HeirKit {
+            token: &file.client_token,
+            options: client_options.clone(),
+            spec: &spec,
+            threads: c.threads_per_client as usize,
+            stop: stop.clone(),
+            ops: ops.clone(),
+        },
+        heirs: Vec::new(),
+        heir_work: Vec::new(),
     };
     for f in &e.faults {
         tokio::time::sleep_until((t0 + f.at).into()).await;
@@ -432,17 +456,33 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
         injected.push(done);
     }
 
-    let report = task
+    let mut report = task
         .await
         .map_err(|e| RunError::Process(format!("the client tasks failed: {e}")))?
         .map_err(RunError::index("the clients failed"))?;
-    stop.store(true, Ordering::Relaxed);
     let Injector {
         skews,
         cut_off,
         control: members,
+        heirs,
+        heir_work,
         ..
     } = injector;
+    // The heirs' operations are checked with everyone else's.
+    for work in heir_work {
+        let heir = work
+            .await
+            .map_err(|e| RunError::Process(format!("an heir's tasks failed: {e}")))?
+            .map_err(RunError::index("an heir failed"))?;
+        report.ops += heir.ops;
+        report.writes += heir.writes;
+        report.retries += heir.retries;
+        report.errors.extend(heir.errors);
+        report.in_doubt += heir.in_doubt;
+        report.events.extend(heir.events);
+    }
+    report.events.sort_by_key(|e| e.time_ns);
+    stop.store(true, Ordering::Relaxed);
     for s in skews {
         let _ = s.await;
     }
@@ -496,6 +536,7 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
     let passed =
         check.is_ok() && faults.iter().all(MemnodeFault::completed) && sides.iter().all(SideCheck::is_ok);
     // The sessions' map watches go before the members they watch.
+    drop(heirs);
     drop(sessions);
     drop(cluster);
     drop(local);
