@@ -218,3 +218,48 @@ fn a_campaign_refuses_kinds_it_cannot_run() {
         "{stdout}"
     );
 }
+
+/// The data-path kinds (`deploy/experiments/data-path-*.toml`), one seed
+/// each, on the B+tree under rtx and the hash table under dtx (whose late
+/// release is an unconditional WRITE). A late-delivery must have held some
+/// of the old client's frames, had its heir take its owner ids, and had the
+/// frames refused when the network delivered them.
+#[test]
+fn data_path_partitions_and_late_deliveries_pass_on_each_index() {
+    let dir = tempfile::tempdir().unwrap();
+    for (index, variant) in [("btree", "rtx"), ("hash", "dtx")] {
+        let file =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("deploy/experiments/data-path-{index}.toml"));
+        for kind in ["partition-data", "late-delivery"] {
+            let out = dir.path().join(format!("{index}-{kind}"));
+            let args = ["--seeds", "1", "--kinds", kind, "--variant", variant];
+            let (code, stdout, stderr) = campaign(&file, &args, Some(&out));
+            assert_eq!(code, 0, "{index} {variant} {kind}:\n{stdout}\n{stderr}");
+            assert!(stdout.contains("1 of 1 seed(s) passed"), "{stdout}");
+            let seed = out.join("seed-1");
+            let summary: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(seed.join("summary.json")).unwrap()).unwrap();
+            assert_eq!(summary["check"]["lost"], 0, "{summary}");
+            let faults = summary["faults"].as_array().unwrap();
+            assert!(faults.iter().all(|f| f["kind"] == kind), "{faults:?}");
+            if kind == "late-delivery" {
+                for f in faults {
+                    let p = &f["phases"];
+                    assert!(p["forgotten_ms"].is_number() && p["heir_ms"].is_number(), "{p}");
+                    assert!(p["held_bytes"].as_u64().unwrap() > 0, "frames were held: {p}");
+                }
+                let logs = std::fs::read_dir(seed.join(variant).join("cluster"))
+                    .unwrap()
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("memnode-"))
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
+                    .map(|e| std::fs::read_to_string(e.path()).unwrap())
+                    .collect::<String>();
+                assert!(
+                    logs.contains("is fenced"),
+                    "a memory node refused the old client's late frames"
+                );
+            }
+        }
+    }
+}

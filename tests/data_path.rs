@@ -358,3 +358,107 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
         "the late client never saw its batch succeed: {held:?}"
     );
 }
+
+/// A memory node black-holed on the data path (its proxy holds everything
+/// a client sends) while its lease is kept alive, so the map never moves
+/// past it: an operation on the index it holds fails with a lost
+/// connection (each batch at its deadline, the operation once its retries
+/// have waited for a map that does not come), and never hangs; the index
+/// on the other node is served all the while.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index() {
+    let (member, control, _api, _dir) = start_member().await;
+    let memnode_args = [
+        "--control",
+        &control,
+        "--control-token",
+        TOKEN,
+        "--capacity",
+        "64MiB",
+    ];
+    let nodes = [
+        MemnodeProcess::start(&memnode_args),
+        MemnodeProcess::start(&memnode_args),
+    ];
+    let endpoints: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+    tokio::time::timeout(
+        WAIT,
+        member.state().wait_for(|s| {
+            endpoints
+                .iter()
+                .all(|e| {
+                    s.memnodes
+                        .values()
+                        .any(|n| &n.endpoint == e && n.state == MemNodeState::Active)
+                })
+                .then_some(())
+        }),
+    )
+    .await
+    .expect("both memory nodes register");
+    let proxies = [
+        HoldingProxy::start(endpoints[0].clone()).await,
+        HoldingProxy::start(endpoints[1].clone()).await,
+    ];
+    let client = Cluster::connect_with(
+        &[&control],
+        TOKEN,
+        ClusterOptions {
+            name: "black-hole".into(),
+            replicas: 1,
+            index_bytes: 8 << 20,
+            request_deadline: Duration::from_millis(300),
+            data_path_via: endpoints
+                .iter()
+                .cloned()
+                .zip(proxies.iter().map(|p| p.addr.clone()))
+                .collect(),
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("joins");
+    let mut a = client.btree("a").await.expect("index a");
+    let mut b = client.btree("b").await.expect("index b");
+    a.insert(1, 10).await.expect("a served");
+    b.insert(1, 10).await.expect("b served");
+    let map = client.map();
+    let node_of = |i: usize| {
+        let region = &map.regions()[i];
+        let node = region.replicas[0].node;
+        let endpoint = &map.nodes().iter().find(|n| n.id == node).expect("node").endpoint;
+        endpoints.iter().position(|e| e == endpoint).expect("one of ours")
+    };
+    let (node_a, node_b) = (node_of(0), node_of(1));
+    assert_ne!(
+        node_a, node_b,
+        "the control plane puts the two single-copy regions on the two nodes"
+    );
+
+    // The network swallows everything the client sends to a's node.
+    proxies[node_a].hold.send_replace(true);
+    let stuck = tokio::spawn(async move { a.insert(2, 20).await });
+    for k in 2..=50u64 {
+        b.insert(k, k * 10)
+            .await
+            .expect("b is served while a's node is black-holed");
+    }
+    for k in 1..=50u64 {
+        assert_eq!(b.get(k).await.expect("get"), Some(k * 10));
+    }
+    let failed = tokio::time::timeout(WAIT, stuck)
+        .await
+        .expect("an operation on a black-holed node gives up")
+        .expect("joins");
+    assert!(
+        proxies[node_a].held.load(Ordering::Acquire) > 0,
+        "its batches went into the black hole"
+    );
+    match failed {
+        Err(e) => assert!(
+            matches!(e.fabric_cause(), Some(fabric::FabricError::Disconnected { .. })),
+            "fails as a lost connection: {e}"
+        ),
+        Ok(w) => panic!("an insert through a black hole succeeded: {w:?}"),
+    }
+}

@@ -99,6 +99,10 @@ pub struct CampaignRow {
     /// From the first fault to the cluster whole again after the last,
     /// ms (the slowest fault's last phase).
     pub recovered_ms: f64,
+    /// Writes stopped per fault, ms: the longest stretch with no
+    /// operation completed, from the fault to a second after its last
+    /// phase (none for a run that did not finish).
+    pub stopped_ms: Vec<f64>,
     /// Wall time of the run, s.
     pub run_s: f64,
     /// Whether every check held.
@@ -416,6 +420,7 @@ pub fn run(
                 lost: s.check.lost,
                 non_linearizable: s.check.non_linearizable,
                 recovered_ms: s.faults.iter().map(|f| f.recovered_ms()).fold(0.0, f64::max),
+                stopped_ms: s.faults.iter().map(|f| f.stopped_ms).collect(),
                 run_s: started.elapsed().as_secs_f64(),
                 passed: s.passed,
                 why: (!s.passed).then(|| s.why()),
@@ -427,6 +432,7 @@ pub fn run(
                 lost: 0,
                 non_linearizable: 0,
                 recovered_ms: 0.0,
+                stopped_ms: Vec::new(),
                 run_s: started.elapsed().as_secs_f64(),
                 passed: false,
                 why: Some(err.to_string()),

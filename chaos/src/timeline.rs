@@ -49,6 +49,19 @@ pub fn recovery(timeline: &[u64], fault_bucket: usize, share: f64) -> Option<usi
     })
 }
 
+/// The longest run of buckets with no operation completed that overlaps
+/// `window` (its part inside the window): how long a fault stopped the
+/// clients ("writes stopped"). 0 when every bucket of it saw one.
+pub fn longest_stop(timeline: &[u64], window: std::ops::Range<usize>) -> usize {
+    let end = window.end.min(timeline.len());
+    let (mut longest, mut run) = (0, 0);
+    for &n in timeline.get(window.start..end).unwrap_or_default() {
+        run = if n == 0 { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    longest
+}
+
 /// Mean ops per bucket before `fault_bucket` (see [`recovery`]).
 pub fn mean_before(timeline: &[u64], fault_bucket: usize) -> Option<f64> {
     let from = (fault_bucket / 2).max(fault_bucket.saturating_sub(BEFORE_BUCKETS_MAX));
@@ -124,6 +137,18 @@ pub fn effect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_stop_is_the_longest_empty_run_inside_the_window() {
+        let t = [5, 0, 0, 0, 3, 0, 0, 4, 0, 0, 0, 0, 2];
+        assert_eq!(longest_stop(&t, 0..t.len()), 4);
+        assert_eq!(longest_stop(&t, 0..7), 3);
+        // Only the part inside the window counts.
+        assert_eq!(longest_stop(&t, 2..7), 2);
+        assert_eq!(longest_stop(&t, 0..100), 4, "a window past the end is cut to it");
+        assert_eq!(longest_stop(&t, 20..30), 0);
+        assert_eq!(longest_stop(&[1, 1], 0..2), 0);
+    }
 
     #[test]
     fn recovery_is_the_first_normal_window_after_the_fault() {

@@ -32,7 +32,9 @@ use crate::owners::Owner;
 /// Retries of one operation after a stale epoch or a lost connection.
 pub const RETRIES_MAX: u32 = 32;
 
-/// Longest wait for the newer map a node demands.
+/// Longest wait for the newer map a node demands; and how long an
+/// operation is retried after lost connections (a dead node leaves the map
+/// well within it: two memory-node leases and a promotion).
 pub const MAP_WAIT: Duration = Duration::from_secs(10);
 
 /// Longest wait, per retry, for a newer map after a node whose lease may
@@ -52,6 +54,8 @@ pub(crate) struct Retry {
     mandate: Arc<Mandate>,
     epochs: watch::Receiver<Epoch>,
     retried: u64,
+    /// When the operation being retried first failed.
+    failed_at: Option<tokio::time::Instant>,
 }
 
 impl Retry {
@@ -61,6 +65,7 @@ impl Retry {
             mandate,
             epochs,
             retried: 0,
+            failed_at: None,
         }
     }
 
@@ -68,6 +73,9 @@ impl Retry {
     async fn again(&mut self, e: &IndexError, attempt: u32) -> bool {
         if attempt >= RETRIES_MAX {
             return false;
+        }
+        if attempt == 0 {
+            self.failed_at = Some(tokio::time::Instant::now());
         }
         let again = match e.fabric_cause() {
             Some(FabricError::StaleEpoch { node_epoch, .. }) => {
@@ -109,7 +117,15 @@ impl Retry {
                 let _ = tokio::time::timeout(LAPSED_PAUSE, self.epochs.wait_for(|&e| e > now)).await;
                 true
             }
+            // A node that died leaves the map within detection and
+            // promotion: the operation rides that out. One black-holed
+            // while its lease is kept alive never leaves it: the
+            // operation fails once it has been retried for MAP_WAIT.
             Some(FabricError::Disconnected { .. }) => {
+                if self.failed_at.is_some_and(|at| at.elapsed() >= MAP_WAIT) {
+                    tracing::warn!(index = %self.index, error = %e, "lost connections for {MAP_WAIT:?}: giving up");
+                    return false;
+                }
                 tokio::time::sleep(RECONNECT_PAUSE).await;
                 true
             }

@@ -207,6 +207,7 @@ fn table(report: &CampaignReport) -> String {
         "lost",
         "non-linearizable keys",
         "recovered (ms)",
+        "writes stopped (ms)",
         "run (s)",
         "verdict",
     ]);
@@ -218,6 +219,11 @@ fn table(report: &CampaignReport) -> String {
             r.lost.to_string(),
             r.non_linearizable.to_string(),
             format!("{:.0}", r.recovered_ms),
+            r.stopped_ms
+                .iter()
+                .map(|s| format!("{s:.0}"))
+                .collect::<Vec<_>>()
+                .join("; "),
             format!("{:.1}", r.run_s),
             if r.passed { "passed" } else { "FAILED" }.to_owned(),
         ]);

@@ -167,10 +167,12 @@ fn replica_report(s: &ReplicaSummary) -> String {
             FaultKind::PartitionData => {
                 let _ = writeln!(
                     out,
-                    "  {} at {:.1} s: its data path cut, healed after {} (what it sent meanwhile delivered then)",
+                    "  {} at {:.1} s: its data path cut, healed after {} (what it sent meanwhile delivered then); \
+                     writes stopped {:.0} ms",
                     f.label(),
                     f.at_ms / 1e3,
-                    ms(p.resumed_ms)
+                    ms(p.resumed_ms),
+                    f.stopped_ms
                 );
                 continue;
             }
@@ -178,23 +180,26 @@ fn replica_report(s: &ReplicaSummary) -> String {
                 let _ = writeln!(
                     out,
                     "  {} at {:.1} s: its data path held and its lease cut; expired after {}, forgotten after {}, \
-                     an heir with its owner ids joined after {}, the held frames delivered after {}",
+                     an heir with its owner ids joined after {}, the held frames delivered after {}; writes stopped \
+                     {:.0} ms",
                     f.label(),
                     f.at_ms / 1e3,
                     ms(p.expired_ms),
                     ms(p.forgotten_ms),
                     ms(p.heir_ms),
-                    ms(p.resumed_ms)
+                    ms(p.resumed_ms),
+                    f.stopped_ms
                 );
                 continue;
             }
             FaultKind::Partition if f.role.is_none() => {
                 let _ = writeln!(
                     out,
-                    "  {} at {:.1} s: cut off from the control plane, healed after {}",
+                    "  {} at {:.1} s: cut off from the control plane, healed after {}; writes stopped {:.0} ms",
                     f.label(),
                     f.at_ms / 1e3,
-                    ms(p.resumed_ms)
+                    ms(p.resumed_ms),
+                    f.stopped_ms
                 );
                 continue;
             }
@@ -284,11 +289,12 @@ fn replica_report(s: &ReplicaSummary) -> String {
         };
         let _ = writeln!(
             out,
-            "  {} at {:.1} s: {what}; {} ops/s before, {} ops/s after",
+            "  {} at {:.1} s: {what}; {} ops/s before, {} ops/s after; writes stopped {:.0} ms",
             f.label(),
             f.at_ms / 1e3,
             rate(f.ops_per_sec_before),
-            rate(f.ops_per_sec_after)
+            rate(f.ops_per_sec_after),
+            f.stopped_ms
         );
     }
     let c = &s.check;

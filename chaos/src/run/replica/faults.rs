@@ -134,6 +134,9 @@ pub struct MemnodeFault {
     pub ops_per_sec_before: f64,
     /// Mean ops/s from the region serving again to one second later.
     pub ops_per_sec_after: f64,
+    /// Writes stopped: the longest stretch with no operation completed,
+    /// from the fault to a second after its last phase, ms.
+    pub stopped_ms: f64,
 }
 
 impl MemnodeFault {
@@ -256,7 +259,26 @@ impl Injected {
         let p = &self.phases;
         let back = p.serving_ms.or(p.active_ms).or(p.elected_ms).unwrap_or(0.0);
         let a = (self.at_ms + back) as usize;
+        let last_phase = [
+            p.detected_ms,
+            p.evicted_ms,
+            p.serving_ms,
+            p.rereplicated_ms,
+            p.active_ms,
+            p.resumed_ms,
+            p.elected_ms,
+            p.member_back_ms,
+            p.restored_whole_ms,
+            p.forgotten_ms,
+        ]
+        .into_iter()
+        .flatten()
+        .fold(0.0, f64::max);
+        let bucket_ms = BUCKET_US as f64 / 1e3;
+        let window = b..((self.at_ms + last_phase) / bucket_ms) as usize + second;
+        let stopped_ms = crate::timeline::longest_stop(timeline, window) as f64 * bucket_ms;
         MemnodeFault {
+            stopped_ms,
             kind: self.kind,
             role: self.role,
             node: self.node,
