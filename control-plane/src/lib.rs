@@ -21,6 +21,7 @@
 pub mod api;
 mod clock;
 pub mod config;
+pub mod listener;
 pub mod liveness;
 pub mod member;
 pub mod metrics;

@@ -264,26 +264,18 @@ pub(crate) enum WriteError {
     HandingOver,
 }
 
-/// Serves `router` on `listener` in plain HTTP until `stopped` turns true.
+/// Serves `router` on `listener` in plain HTTP until `stopped` turns true,
+/// with the listener's limits (`crate::listener`).
 fn serve_plain(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     stopped: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
-    let mut on_stop = stopped;
-    tokio::spawn(async move {
-        let serving = axum::serve(listener, router).with_graceful_shutdown(async move {
-            let _ = on_stop.wait_for(|&s| s).await;
-        });
-        if let Err(e) = serving.await {
-            tracing::error!(error = %e, "control-plane listener failed");
-        }
-    })
+    crate::listener::serve(listener, router, stopped, "control")
 }
 
-/// How long in-flight requests may finish once a TLS listener stops: as
-/// long as a map long-poll, which returns at once when the member stops.
-const TLS_DRAIN: Duration = Duration::from_secs(5);
+/// How long in-flight requests may finish once a TLS listener stops.
+const TLS_DRAIN: Duration = crate::listener::DRAIN;
 
 /// Serves `router` on `listener` over TLS until `stopped` turns true. Each
 /// connection's handshake runs in its own task, so a slow or hostile
@@ -296,8 +288,16 @@ fn serve_tls(
 ) -> Result<JoinHandle<()>, MemberError> {
     let listener = listener.into_std().map_err(MemberError::Listener)?;
     let handle = axum_server::Handle::new();
-    let server = axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(tls.config()))
+    let mut server = axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(tls.config()))
         .handle(handle.clone());
+    // The plain listener's head timeout and budget (`crate::listener`); the
+    // TLS handshake has axum-server's own timeout (10 s).
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(crate::listener::HEADER_READ_TIMEOUT)
+        .max_buf_size(crate::listener::HEADER_BYTES_MAX);
     let mut on_stop = stopped;
     tokio::spawn(async move {
         let _ = on_stop.wait_for(|&s| s).await;

@@ -68,6 +68,9 @@ pub const REGIONS: &str = "kintsugi_control_regions";
 pub const CLIENTS: &str = "kintsugi_control_clients";
 /// Named indexes.
 pub const INDEXES: &str = "kintsugi_control_indexes";
+/// HTTP connections closed at once, the listener at its connection limit
+/// (`crate::listener`), by `listener`.
+pub const HTTP_CONNECTIONS_REFUSED: &str = "kintsugi_http_connections_refused_total";
 
 /// Every metric of this crate.
 pub const ALL: &[MetricDef] = &[
@@ -115,7 +118,16 @@ pub const ALL: &[MetricDef] = &[
     ),
     MetricDef::gauge(CLIENTS, "Clients by lease (live, expired)."),
     MetricDef::gauge(INDEXES, "Named indexes."),
+    MetricDef::counter(
+        HTTP_CONNECTIONS_REFUSED,
+        "HTTP connections closed at once, the listener at its connection limit, by listener.",
+    ),
 ];
+
+/// Counts a connection `listener` closed at its connection limit.
+pub(crate) fn http_connection_refused(listener: &'static str) {
+    ::metrics::counter!(HTTP_CONNECTIONS_REFUSED, "listener" => listener).increment(1);
+}
 
 /// Registers this crate's descriptions with the installed recorder.
 pub fn describe() {

@@ -378,3 +378,29 @@ async fn operations_routes_refuse_what_they_must_and_change_nothing() {
     let digest = api.check().await.expect("check");
     assert_eq!(digest.member, leader);
 }
+
+/// A connection that sends half a request head and then nothing (a
+/// slowloris) is closed once the head timeout passes, while others are
+/// served; so is one that never sends anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_finishes_its_request_head_is_closed() {
+    let c = Cluster::start(1).await;
+    let leader = c.leader().await;
+    let addr = c.addr(leader);
+    let mut half = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    half.write_all(b"GET /v1/status HTTP/1.1\r\nauthorization: Bear")
+        .await
+        .expect("write");
+    let mut silent = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let operator = ControlClient::new(&addr.to_string(), Some(OPERATOR_TOKEN.into())).expect("client");
+    operator.status().await.expect("others are served meanwhile");
+    let bound = control_plane::listener::HEADER_READ_TIMEOUT * 3;
+    for s in [&mut half, &mut silent] {
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(bound, s.read_to_end(&mut rest)).await;
+        assert!(
+            closed.is_ok(),
+            "the member closes a connection that sends no whole request head"
+        );
+    }
+}

@@ -9,7 +9,6 @@
 //! no body that is read, and the answers are small, so the listener costs
 //! little whoever reaches it.
 
-use std::future::IntoFuture;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -229,11 +228,15 @@ pub async fn serve(listener: TcpListener, probe: Probe) -> std::io::Result<()> {
         .fallback(|| async { (StatusCode::NOT_FOUND, "not found: GET /metrics or /healthz\n") });
     let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let serving = axum::serve(listener, router).into_future();
-    tokio::pin!(serving);
+    // The control plane's listener limits (connections, head timeout and
+    // budget, idle): a scraper port is as reachable as the API.
+    let (_stop, stopped) = tokio::sync::watch::channel(false);
+    let mut serving = control_plane::listener::serve(listener, router, stopped, "metrics");
     loop {
         tokio::select! {
-            done = &mut serving => return done,
+            done = &mut serving => {
+                return done.map_err(|e| std::io::Error::other(format!("the metrics listener stopped: {e}")));
+            }
             _ = tick.tick() => upkeep.run_upkeep(),
         }
     }
