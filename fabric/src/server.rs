@@ -330,12 +330,16 @@ async fn serve_connection(
                     Err(why) => Some((id, why)),
                     // Checked last, right before the verbs: its client
                     // calls it lost from this instant (`crate::deadline`).
-                    Ok(()) if deadline::passed(expires_at_us, now_us) => Some((
-                        id,
-                        Denied::Expired {
-                            late_ms: (now_us - expires_at_us) / 1000,
-                        },
-                    )),
+                    // The batch is refused, not the connection.
+                    Ok(()) if deadline::passed(expires_at_us, now_us) => {
+                        drop(gate);
+                        let late_ms = (now_us - expires_at_us) / 1000;
+                        let why = Denied::Expired { late_ms };
+                        metrics::admission_refused(&why);
+                        tracing::info!(holder = ?holder, reason = %why, "batch refused");
+                        wire::encode_expired(&mut response, id, late_ms);
+                        None
+                    }
                     Ok(()) => {
                         let ran = execute_inline(|_| Some(node), epoch, &ops, &body, &mut out);
                         drop(gate);

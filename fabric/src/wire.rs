@@ -18,6 +18,8 @@
 //!   STALE    = node_epoch: u64
 //!   HELLO    = node: u16 | epoch: u64 | region_count: u16 | (id: u16 | size: u64 | key: u32)*
 //!   LAPSED   = (nothing: the node's lease may have lapsed; it ran no verb)
+//!   EXPIRED  = late_ms: u64   (the batch arrived past its deadline, by the
+//!              node's clock; it ran no verb of it. The connection stays)
 //!   REFUSED  = transient: u8 | reason_len: u16 | utf-8 reason   (no credential,
 //!              a forged or fenced one, a batch before HELLO; transient = 1 when
 //!              the same credential may be admitted later: the node is not
@@ -78,6 +80,7 @@ const STATUS_STALE: u8 = 1;
 const STATUS_HELLO: u8 = 2;
 const STATUS_LAPSED: u8 = 3;
 const STATUS_REFUSED: u8 = 4;
+const STATUS_EXPIRED: u8 = 5;
 const VERB_READ: u8 = 1;
 const VERB_WRITE: u8 = 2;
 const VERB_CAS: u8 = 3;
@@ -128,6 +131,12 @@ pub enum Response {
     },
     /// The node refused the batch: its lease may have lapsed.
     Lapsed,
+    /// The node refused the batch: it arrived this late past its deadline
+    /// (`crate::deadline`), and ran none of it.
+    Expired {
+        /// By how much, ms, by the node's clock.
+        late_ms: u64,
+    },
     /// The node refused the connection or the frame, and closes it.
     Refused {
         /// The node's reason.
@@ -363,6 +372,15 @@ pub fn encode_lapsed(buf: &mut Vec<u8>, id: u64) {
     end_frame(buf);
 }
 
+/// Encodes the refusal of a batch that arrived `late_ms` past its deadline.
+pub fn encode_expired(buf: &mut Vec<u8>, id: u64, late_ms: u64) {
+    begin_frame(buf);
+    buf.extend_from_slice(&id.to_le_bytes());
+    buf.push(STATUS_EXPIRED);
+    buf.extend_from_slice(&late_ms.to_le_bytes());
+    end_frame(buf);
+}
+
 /// Encodes a refusal: the node closes the connection after it.
 /// `transient`: the same credential may be admitted later.
 pub fn encode_refused(buf: &mut Vec<u8>, id: u64, reason: &str, transient: bool) {
@@ -430,6 +448,7 @@ pub fn decode_response(body: &[u8], out: &mut Completions) -> Result<Response, W
         }
         STATUS_STALE => Response::Stale { node_epoch: r.u64()? },
         STATUS_LAPSED => Response::Lapsed,
+        STATUS_EXPIRED => Response::Expired { late_ms: r.u64()? },
         STATUS_REFUSED => {
             let transient = match r.u8()? {
                 0 => false,
@@ -600,6 +619,12 @@ mod tests {
         encode_lapsed(&mut buf, 3);
         assert_eq!(buf[4..], [3, 0, 0, 0, 0, 0, 0, 0, STATUS_LAPSED]);
         assert_eq!(decode_response(&buf[4..], &mut out), Ok(Response::Lapsed));
+        encode_expired(&mut buf, 4, 506);
+        assert_eq!(buf[12], STATUS_EXPIRED);
+        assert_eq!(
+            decode_response(&buf[4..], &mut out),
+            Ok(Response::Expired { late_ms: 506 })
+        );
         encode_hello(&mut buf, 8, &[]);
         assert_eq!(buf[4..], [KIND_HELLO, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         assert_eq!(

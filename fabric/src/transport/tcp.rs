@@ -634,6 +634,17 @@ impl Connection {
                 node_epoch,
             }),
             Ok(Response::Lapsed) => Err(FabricError::NodeLeaseLapsed { node: self.node }),
+            // Past its deadline: this node ran none of it, but the batch's
+            // other nodes may have run theirs, and its caller may be past
+            // waiting (a race with its own timer). A lost connection is
+            // what both mean above: outcome unknown, retried.
+            Ok(Response::Expired { late_ms }) => Err(FabricError::Disconnected {
+                node: self.node,
+                reason: format!(
+                    "the node received the batch {late_ms} ms past its deadline and ran none of it; whether \
+                     its other nodes ran theirs is unknown"
+                ),
+            }),
             Ok(Response::Refused { reason, transient }) => {
                 // The node closes the connection after a refusal.
                 self.fail(format!("refused: {reason}"));
