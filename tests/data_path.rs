@@ -156,6 +156,18 @@ async fn relay(
     }
 }
 
+/// A memory node placed by the member at `control`.
+fn placed_args(control: &str) -> [&str; 6] {
+    [
+        "--control",
+        control,
+        "--control-token",
+        TOKEN,
+        "--capacity",
+        "64MiB",
+    ]
+}
+
 async fn start_member() -> (Member, String, ControlClient, tempfile::TempDir) {
     let settings = Settings::new(
         ClusterSecret::new("data-path-test-secret-0123456789").expect("secret"),
@@ -218,14 +230,7 @@ async fn read_word(c: &Cluster, at: GlobalAddr) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
     let (member, control, api, _dir) = start_member().await;
-    let memnode = MemnodeProcess::start(&[
-        "--control",
-        &control,
-        "--control-token",
-        TOKEN,
-        "--capacity",
-        "64MiB",
-    ]);
+    let memnode = MemnodeProcess::start(&placed_args(&control));
     let endpoint = memnode.addr.clone();
     tokio::time::timeout(
         WAIT,
@@ -368,14 +373,7 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index() {
     let (member, control, _api, _dir) = start_member().await;
-    let memnode_args = [
-        "--control",
-        &control,
-        "--control-token",
-        TOKEN,
-        "--capacity",
-        "64MiB",
-    ];
+    let memnode_args = placed_args(&control);
     let nodes = [
         MemnodeProcess::start(&memnode_args),
         MemnodeProcess::start(&memnode_args),

@@ -153,6 +153,18 @@ async fn a_batch_waiting_on_a_node_the_map_evicts_fails_at_the_eviction() {
     );
 }
 
+/// A real node holding region 1 (4 KiB) with an open gate, on loopback:
+/// its address.
+async fn open_node() -> String {
+    let node = std::sync::Arc::new(
+        fabric::MemoryNode::anonymous(1, &[fabric::RegionSpec { id: 1, size: 4096 }]).unwrap(),
+    );
+    node.set_gate(fabric::Gate::open());
+    let (listener, served) = fabric::server::bind("127.0.0.1:0").await.unwrap();
+    tokio::spawn(fabric::server::serve(listener, node, std::future::pending()));
+    served.to_string()
+}
+
 /// Client to node bytes are held while `hold` is set (a partition that TCP
 /// will deliver through once it heals); node to client bytes flow, and the
 /// node's answers to what was held are copied to `answers`.
@@ -220,17 +232,7 @@ async fn holding_proxy(
 /// lands over it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_held_past_its_deadline_is_refused_when_the_network_delivers_it() {
-    let node = std::sync::Arc::new(
-        fabric::MemoryNode::anonymous(1, &[fabric::RegionSpec { id: 1, size: 4096 }]).unwrap(),
-    );
-    node.set_gate(fabric::Gate::open());
-    let (listener, served) = fabric::server::bind("127.0.0.1:0").await.unwrap();
-    tokio::spawn(fabric::server::serve(
-        listener,
-        node.clone(),
-        std::future::pending(),
-    ));
-    let served = served.to_string();
+    let served = open_node().await;
     let (proxy, hold, mut answers, mut held) = holding_proxy(served.clone()).await;
     let deadline = Duration::from_millis(300);
     let options = TcpOptions {
@@ -302,17 +304,7 @@ async fn a_batch_held_past_its_deadline_is_refused_when_the_network_delivers_it(
 /// may have run their parts), never as a refusal for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_late_on_arrival_fails_as_a_lost_connection_and_runs_nothing() {
-    let node = std::sync::Arc::new(
-        fabric::MemoryNode::anonymous(1, &[fabric::RegionSpec { id: 1, size: 4096 }]).unwrap(),
-    );
-    node.set_gate(fabric::Gate::open());
-    let (listener, served) = fabric::server::bind("127.0.0.1:0").await.unwrap();
-    tokio::spawn(fabric::server::serve(
-        listener,
-        node.clone(),
-        std::future::pending(),
-    ));
-    let served = served.to_string();
+    let served = open_node().await;
     let late = TcpOptions {
         request_deadline: Duration::ZERO,
         ..TcpOptions::default()

@@ -150,15 +150,24 @@ pub async fn run_until(
                 *client += *t;
             }
         }
-        total.ops += r.ops;
-        total.writes += r.writes;
-        total.retries += r.retries;
-        total.errors.extend(r.errors);
-        total.in_doubt += r.in_doubt;
-        total.events.extend(r.events);
+        total.absorb(r);
     }
-    total.events.sort_by_key(|e| e.time_ns);
     Ok(total)
+}
+
+impl WorkersReport {
+    /// Adds `other`'s operations, errors and events to this report's
+    /// (events kept in time order; rTX counters are per client, summed by
+    /// the caller).
+    pub fn absorb(&mut self, other: WorkersReport) {
+        self.ops += other.ops;
+        self.writes += other.writes;
+        self.retries += other.retries;
+        self.errors.extend(other.errors);
+        self.in_doubt += other.in_doubt;
+        self.events.extend(other.events);
+        self.events.sort_by_key(|e| e.time_ns);
+    }
 }
 
 fn ns(t0: Instant) -> u64 {

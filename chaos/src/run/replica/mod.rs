@@ -474,14 +474,8 @@ async fn run_async(experiment: Experiment, options: &Options) -> Result<ReplicaS
             .await
             .map_err(|e| RunError::Process(format!("an heir's tasks failed: {e}")))?
             .map_err(RunError::index("an heir failed"))?;
-        report.ops += heir.ops;
-        report.writes += heir.writes;
-        report.retries += heir.retries;
-        report.errors.extend(heir.errors);
-        report.in_doubt += heir.in_doubt;
-        report.events.extend(heir.events);
+        report.absorb(heir);
     }
-    report.events.sort_by_key(|e| e.time_ns);
     stop.store(true, Ordering::Relaxed);
     for s in skews {
         let _ = s.await;
