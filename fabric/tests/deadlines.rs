@@ -240,7 +240,7 @@ async fn a_batch_held_past_its_deadline_is_refused_when_the_network_delivers_it(
         via: vec![(served.clone(), proxy)],
         ..TcpOptions::default()
     };
-    let (t, map) = TcpTransport::discover_with(&[served.clone()], options)
+    let (t, map) = TcpTransport::discover_with(std::slice::from_ref(&served), options)
         .await
         .unwrap();
     let mut late = Client::new(map, t.into());

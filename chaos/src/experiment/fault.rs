@@ -502,17 +502,17 @@ impl Experiment {
                     "only clock-skew, partition-data, late-delivery and a client partition name a client",
                 ));
             }
-            if matches!(f.kind, FaultKind::PartitionData | FaultKind::LateDelivery) {
-                if c.transport != TransportKind::Tcp {
-                    return Err(invalid(
-                        "cluster.transport",
-                        format!(
-                            "{} cuts a client's tcp links to the memory nodes: tcp only, not {}",
-                            f.kind,
-                            c.transport_name()
-                        ),
-                    ));
-                }
+            if matches!(f.kind, FaultKind::PartitionData | FaultKind::LateDelivery)
+                && c.transport != TransportKind::Tcp
+            {
+                return Err(invalid(
+                    "cluster.transport",
+                    format!(
+                        "{} cuts a client's tcp links to the memory nodes: tcp only, not {}",
+                        f.kind,
+                        c.transport_name()
+                    ),
+                ));
             }
             if has_client && late.contains(&f.client) {
                 return Err(invalid(
