@@ -460,3 +460,73 @@ async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index()
         Ok(w) => panic!("an insert through a black hole succeeded: {w:?}"),
     }
 }
+
+/// A memory node served over TLS (`memnode --tls-cert --tls-key`) registers
+/// a `tls://` endpoint; a client given the cluster's CA reaches it over
+/// TLS and its index works; a client without a CA is told why it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_memory_node_served_over_tls_is_reached_over_tls() {
+    let (member, control, _api, dir) = start_member().await;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().expect("ca key");
+    let ca = ca_params.self_signed(&ca_key).expect("ca");
+    let node_key = rcgen::KeyPair::generate().expect("key");
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .expect("params")
+        .signed_by(&node_key, &ca, &ca_key)
+        .expect("cert");
+    let (ca_path, cert_path, key_path) = (
+        dir.path().join("ca.pem"),
+        dir.path().join("node.pem"),
+        dir.path().join("node-key.pem"),
+    );
+    std::fs::write(&ca_path, ca.pem()).expect("write");
+    std::fs::write(&cert_path, cert.pem()).expect("write");
+    std::fs::write(&key_path, node_key.serialize_pem()).expect("write");
+    let mut args = placed_args(&control).to_vec();
+    let (cert_arg, key_arg) = (cert_path.display().to_string(), key_path.display().to_string());
+    args.extend(["--tls-cert", &cert_arg, "--tls-key", &key_arg]);
+    let memnode = MemnodeProcess::start(&args);
+    let endpoint = format!("{}{}", fabric::transport::TLS_SCHEME, memnode.addr);
+    tokio::time::timeout(
+        WAIT,
+        member.state().wait_for(|s| {
+            s.memnodes
+                .values()
+                .any(|n| n.endpoint == endpoint && n.state == MemNodeState::Active)
+                .then_some(())
+        }),
+    )
+    .await
+    .expect("the node registers its tls:// endpoint");
+    let options = |data_tls| ClusterOptions {
+        replicas: 1,
+        index_bytes: 8 << 20,
+        data_tls,
+        ..ClusterOptions::default()
+    };
+    let ca = control_plane::tls::ClientTls::load(&ca_path)
+        .expect("ca")
+        .data_path_config();
+    let client = Cluster::connect_with(&[&control], TOKEN, options(Some(ca)))
+        .await
+        .expect("joins");
+    let mut tree = client.btree("t").await.expect("index over TLS");
+    for k in 1..=20u64 {
+        tree.insert(k, k * 3).await.expect("insert over TLS");
+    }
+    for k in 1..=20u64 {
+        assert_eq!(tree.get(k).await.expect("get"), Some(k * 3));
+    }
+    let bare = async {
+        let c = Cluster::connect_with(&[&control], TOKEN, options(None)).await?;
+        c.btree("t").await.map(|_| ())
+    };
+    let refused = tokio::time::timeout(WAIT, bare).await.expect("no hang");
+    let why = format!(
+        "{:?}",
+        refused.expect_err("a client without a CA reaches a TLS node")
+    );
+    assert!(why.contains("speaks TLS"), "{why}");
+}

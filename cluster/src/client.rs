@@ -52,6 +52,11 @@ pub struct ClusterOptions {
     /// proxy: chaos partitions of the data path, tests); empty in
     /// production ([`fabric::transport::TcpOptions::via`]).
     pub data_path_via: Vec<(String, String)>,
+    /// What a memory node that speaks TLS (its endpoint `tls://...`) is
+    /// checked against; `None`: the control plane's CA, if this process has
+    /// one (`control_plane::tls::ClientTls::process_default`: a member's
+    /// `[tls] ca`, or KINTSUGI_CA_FILE).
+    pub data_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
 }
 
 impl Default for ClusterOptions {
@@ -69,6 +74,7 @@ impl Default for ClusterOptions {
             faults: None,
             request_deadline: fabric::transport::REQUEST_DEADLINE,
             data_path_via: Vec::new(),
+            data_tls: None,
         }
     }
 }
@@ -129,9 +135,16 @@ impl Cluster {
                     c.credential(Some(id)).await
                 })
                 .await?;
+            let tls = match &options.data_tls {
+                Some(config) => Some(config.clone()),
+                None => control_plane::tls::ClientTls::process_default()
+                    .map_err(|e| ClusterError::Map(format!("the CA for memory nodes that speak TLS: {e}")))?
+                    .map(|t| t.data_path_config()),
+            };
             let tcp = fabric::transport::TcpOptions {
                 request_deadline: options.request_deadline,
                 via: options.data_path_via.clone(),
+                tls,
                 ..fabric::transport::TcpOptions::with_credential(credential)
             };
             let mut transport = reach(&map, tcp).await?;

@@ -143,10 +143,16 @@ impl ServerTls {
     /// Reads the certificate chain and key of `section` and checks that
     /// they match.
     pub fn load(section: &TlsSection) -> Result<Self, TlsError> {
-        let certs = certificates(&read_pem(&section.cert)?, &section.cert.display().to_string())?;
-        let key_pem = read_pem(&section.key)?;
+        Self::load_pair(&section.cert, &section.key)
+    }
+
+    /// Reads a certificate chain and its key (a memory node's, for the
+    /// data path) and checks that they match.
+    pub fn load_pair(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let certs = certificates(&read_pem(cert)?, &cert.display().to_string())?;
+        let key_pem = read_pem(key)?;
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::NoKey {
-            path: section.key.display().to_string(),
+            path: key.display().to_string(),
             why: e.to_string(),
         })?;
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
@@ -169,6 +175,8 @@ impl ServerTls {
 #[derive(Clone)]
 pub struct ClientTls {
     roots: Arc<Vec<reqwest::Certificate>>,
+    /// The same roots for the data path's TLS (`fabric::transport::TcpOptions::tls`).
+    data_path: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for ClientTls {
@@ -184,7 +192,16 @@ impl ClientTls {
     pub fn from_pem(pem: &[u8], what: &str) -> Result<Self, TlsError> {
         // rustls-pki-types checks the PEM framing (and says where it is
         // broken); reqwest then takes the DER.
-        let roots = certificates(pem, what)?
+        let ders = certificates(pem, what)?;
+        let mut store = rustls::RootCertStore::empty();
+        for der in &ders {
+            store.add(der.clone())?;
+        }
+        let data_path = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(store)
+            .with_no_client_auth();
+        let roots = ders
             .into_iter()
             .map(|der| {
                 reqwest::Certificate::from_der(&der).map_err(|e| TlsError::NoCertificate {
@@ -195,7 +212,14 @@ impl ClientTls {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(ClientTls {
             roots: Arc::new(roots),
+            data_path: Arc::new(data_path),
         })
+    }
+
+    /// These roots as the data path's TLS configuration: what a client
+    /// checks a memory node that speaks TLS against.
+    pub fn data_path_config(&self) -> Arc<rustls::ClientConfig> {
+        self.data_path.clone()
     }
 
     /// Trusts the certificates of a PEM file.

@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -118,7 +118,21 @@ pub async fn serve_with(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<()> {
+    serve_tls(listener, node, limits, None, shutdown).await
+}
+
+/// [`serve_with`], over TLS when given a configuration: every connection
+/// first completes a handshake, within the HELLO timeout and in its place
+/// among the unauthenticated ones, and then speaks the same frames.
+pub async fn serve_tls(
+    listener: TcpListener,
+    node: Arc<MemoryNode>,
+    limits: Limits,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<()> {
     assert!(limits.connections_max > 0 && limits.unauthenticated_max > 0);
+    let acceptor = tls.map(tokio_rustls::TlsAcceptor::from);
     let admitted = Arc::new(Semaphore::new(limits.connections_max));
     let waiting = Arc::new(Waiting::new(limits.unauthenticated_max));
     let mut connections = JoinSet::new();
@@ -139,9 +153,11 @@ pub async fn serve_with(
                 let ticket = waiting.enter();
                 let node = node.clone();
                 let admitted = admitted.clone();
+                let acceptor = acceptor.clone();
                 connections.spawn(async move {
                     let _open = ConnectionGauge::open();
-                    match serve_connection(stream, &node, ticket, &admitted, &limits).await {
+                    let served = serve_connection(stream, &node, ticket, &admitted, &limits, acceptor.as_ref());
+                    match served.await {
                         Ok(()) => tracing::debug!(%peer, "connection closed"),
                         Err(e) => {
                             metrics::connection_error();
@@ -262,10 +278,48 @@ async fn serve_connection(
     ticket: Ticket,
     admitted: &Arc<Semaphore>,
     limits: &Limits,
+    tls: Option<&tokio_rustls::TlsAcceptor>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     keep_alive(&stream)?;
-    let (r, w) = stream.into_split();
+    let Some(acceptor) = tls else {
+        let (r, w) = stream.into_split();
+        return serve_io(r, w, node, ticket, admitted, limits).await;
+    };
+    // The handshake is part of the unauthenticated phase: its timeout, and
+    // its place among the waiting connections.
+    let shaken = tokio::select! {
+        () = ticket.evict.notified() => {
+            metrics::preauth_closed("evicted");
+            return Ok(());
+        }
+        shaken = tokio::time::timeout(limits.hello_timeout, acceptor.accept(stream)) => shaken,
+    };
+    let stream = match shaken {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            metrics::preauth_closed("tls");
+            tracing::debug!(error = %e, "TLS handshake failed");
+            return Ok(());
+        }
+        Err(_) => {
+            metrics::preauth_closed("hello_timeout");
+            return Ok(());
+        }
+    };
+    let (r, w) = tokio::io::split(stream);
+    serve_io(r, w, node, ticket, admitted, limits).await
+}
+
+/// One connection's frames, after any TLS handshake: HELLO, then batches.
+async fn serve_io<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    r: R,
+    w: W,
+    node: &MemoryNode,
+    ticket: Ticket,
+    admitted: &Arc<Semaphore>,
+    limits: &Limits,
+) -> io::Result<()> {
     let mut reader = BufReader::with_capacity(IO_BUFFER_BYTES, r);
     let mut writer = BufWriter::with_capacity(IO_BUFFER_BYTES, w);
     let mut body = Vec::new();
@@ -376,9 +430,9 @@ async fn serve_connection(
 /// The unauthenticated phase: the HELLO, checked by the node's gate, then
 /// an admitted slot. `None`: refused (and told why) or gone.
 #[allow(clippy::too_many_arguments)]
-async fn admit(
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+async fn admit<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    reader: &mut BufReader<R>,
+    writer: &mut BufWriter<W>,
     node: &MemoryNode,
     ticket: Ticket,
     admitted: &Arc<Semaphore>,
@@ -459,8 +513,8 @@ async fn admit(
 }
 
 /// Tells the peer why, counts it, and ends the connection.
-async fn refuse(
-    writer: &mut BufWriter<tokio::net::tcp::OwnedWriteHalf>,
+async fn refuse<W: AsyncWrite + Unpin>(
+    writer: &mut BufWriter<W>,
     response: &mut Vec<u8>,
     id: u64,
     why: &Denied,

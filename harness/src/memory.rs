@@ -307,13 +307,19 @@ impl Memory {
         Self::connect_tcp_with(addrs, service_credential()?)
     }
 
-    /// [`Memory::connect_tcp`] presenting `credential`.
+    /// [`Memory::connect_tcp`] presenting `credential`. A node at a
+    /// `tls://` address is checked against the process's CA
+    /// (KINTSUGI_CA_FILE).
     pub fn connect_tcp_with(
         addrs: &[String],
         credential: Option<fabric::Credential>,
     ) -> Result<Memory, MemoryError> {
+        let tls = control_plane::tls::ClientTls::process_default()
+            .map_err(|e| MemoryError::Unfit(format!("the CA for memory nodes that speak TLS: {e}")))?
+            .map(|t| t.data_path_config());
         let options = fabric::transport::TcpOptions {
             credential,
+            tls,
             ..fabric::transport::TcpOptions::default()
         };
         let map = discover_map(addrs, options.clone())?;

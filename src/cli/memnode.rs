@@ -119,9 +119,37 @@ pub struct MemnodeArgs {
     /// connects again at its next batch).
     #[arg(long, value_name = "DURATION", default_value = "10m", value_parser = parse_duration)]
     idle_timeout: std::time::Duration,
+    /// Serve the data port over TLS only, with this certificate chain (PEM, naming the host
+    /// clients dial); with --tls-key. The node registers its endpoint as tls://HOST:PORT, and
+    /// every client of the cluster follows the map: it checks the certificate against the
+    /// control plane's CA (KINTSUGI_CA_FILE, or a member's [tls] ca).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 impl MemnodeArgs {
+    /// The data port's TLS, if asked for: the certificate and key read and
+    /// checked to match.
+    fn tls(&self) -> anyhow::Result<Option<std::sync::Arc<rustls::ServerConfig>>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let tls = control_plane::tls::ServerTls::load_pair(cert, key).context("--tls-cert/--tls-key")?;
+        Ok(Some(tls.config()))
+    }
+
+    /// What to register: `endpoint`, as `tls://endpoint` when served over TLS.
+    fn registered(&self, endpoint: String) -> String {
+        if self.tls_cert.is_some() {
+            format!("{}{endpoint}", fabric::transport::TLS_SCHEME)
+        } else {
+            endpoint
+        }
+    }
+
     /// The server's limits, checked.
     fn limits(&self) -> anyhow::Result<fabric::server::Limits> {
         anyhow::ensure!(self.max_connections > 0, "--max-connections must be at least 1");
@@ -188,6 +216,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     fabric::validate_regions(&args.regions)?;
     let gate = own_gate(&args)?;
     let limits = args.limits()?;
+    let tls = args.tls()?;
     let node = if let Some(path) = &args.persist {
         let (node, reopened) = MemoryNode::open_persistent(path, args.id, &args.regions)?;
         if reopened {
@@ -251,7 +280,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
         } else {
             // Without a token every request is refused (401), and says so.
             let members = Members::new(&args.control, args.control_token.as_deref().unwrap_or_default())?;
-            let endpoint = args.advertise.clone().unwrap_or_else(|| addr.to_string());
+            let endpoint = args.registered(args.advertise.clone().unwrap_or_else(|| addr.to_string()));
             let capacity_bytes = args.regions.iter().map(|r| r.size).sum();
             let registered = node.clone();
             Some(tokio::spawn(async move {
@@ -263,7 +292,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
                 }
             }))
         };
-        fabric::server::serve_with(listener, node.clone(), limits, shutdown).await?;
+        fabric::server::serve_tls(listener, node.clone(), limits, tls.clone(), shutdown).await?;
         if let Some(lease) = lease {
             lease.abort();
         }
@@ -281,6 +310,7 @@ pub fn run(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
 /// image under the id the control plane gave, serve, follow the map.
 fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
     let limits = args.limits()?;
+    let tls = args.tls()?;
     let token = args
         .control_token
         .clone()
@@ -309,9 +339,9 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
             .map(|l| telemetry::spawn(l, probe(placed.clone(), lease_lost.clone())))
             .transpose()?;
         let endpoint = match (&args.advertise, &args.shm) {
-            (Some(a), _) => a.clone(),
+            (Some(a), _) => args.registered(a.clone()),
             (None, Some(p)) => p.display().to_string(),
-            (None, None) => addr.to_string(),
+            (None, None) => args.registered(addr.to_string()),
         };
         let members = Members::new(&args.control, &token)?;
         // The image's id is registered before the image is opened under
@@ -356,7 +386,7 @@ fn run_placed(args: MemnodeArgs) -> anyhow::Result<ExitCode> {
                 let _ = lease_lost.set(e.to_string());
             }
         });
-        fabric::server::serve_with(listener, node.clone(), limits, shutdown).await?;
+        fabric::server::serve_tls(listener, node.clone(), limits, tls.clone(), shutdown).await?;
         follower.abort();
         admission.abort();
         anyhow::Ok(node)

@@ -24,7 +24,7 @@ pub use rdma::{RdmaTransport, COMPLETION_WAIT_MAX};
 pub use shm::ShmTransport;
 pub use tcp::{
     TcpOptions, TcpTransport, CONNECT_TIMEOUT, RECONNECT_ATTEMPTS_MAX, RECONNECT_BACKOFF_MAX,
-    RECONNECT_BACKOFF_MIN, REQUEST_DEADLINE,
+    RECONNECT_BACKOFF_MIN, REQUEST_DEADLINE, TLS_SCHEME,
 };
 
 use crate::addr::{Epoch, NodeId, RegionId};

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -71,6 +71,11 @@ pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// budget.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// The prefix of a memory node's endpoint that speaks TLS
+/// (`tls://host:port`): the map says which nodes do, and every client
+/// follows it.
+pub const TLS_SCHEME: &str = "tls://";
+
 /// How a [`TcpTransport`] connects and how long it waits.
 #[derive(Clone, Debug)]
 pub struct TcpOptions {
@@ -86,6 +91,12 @@ pub struct TcpOptions {
     /// of the data path, tests that hold a client's frames). The node's
     /// identity is checked as ever.
     pub via: Vec<(String, String)>,
+    /// The roots a node that speaks TLS is checked against (with the
+    /// endpoint's host, wherever `via` routes the bytes). A node speaks TLS
+    /// when its endpoint says so ([`TLS_SCHEME`]: a node served with
+    /// `server::serve_tls` registers it so); reaching one without roots is
+    /// an error that says so.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for TcpOptions {
@@ -95,6 +106,7 @@ impl Default for TcpOptions {
             request_deadline: REQUEST_DEADLINE,
             connect_timeout: CONNECT_TIMEOUT,
             via: Vec::new(),
+            tls: None,
         }
     }
 }
@@ -509,11 +521,54 @@ impl Connection {
             reason,
         };
         let target = options.route(addr);
-        let mut stream = TcpStream::connect(target)
+        let (addr, tls) = match addr.strip_prefix(TLS_SCHEME) {
+            Some(plain) => (plain, true),
+            None => (addr, false),
+        };
+        let target = target.strip_prefix(TLS_SCHEME).unwrap_or(target);
+        let tls = match (tls, &options.tls) {
+            (false, _) => None,
+            (true, Some(config)) => Some(config),
+            (true, None) => return Err(FabricError::Protocol {
+                node: node_hint,
+                reason: format!(
+                    "the memory node at {TLS_SCHEME}{addr} speaks TLS and this client has no CA to check it \
+                         (TcpOptions::tls; a cluster client takes the control plane's: KINTSUGI_CA_FILE)"
+                ),
+            }),
+        };
+        let stream = TcpStream::connect(target)
             .await
             .map_err(|e| broken(format!("cannot connect to {target}: {e}")))?;
         stream.set_nodelay(true).map_err(|e| broken(e.to_string()))?;
         crate::server::keep_alive(&stream).map_err(|e| broken(e.to_string()))?;
+        match tls {
+            None => Self::hello(stream, node_hint, generation, options).await,
+            Some(config) => {
+                let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                let name = rustls_pki_types::ServerName::try_from(host.to_owned())
+                    .map_err(|e| broken(format!("{host} is not a name a certificate can carry: {e}")))?;
+                let stream = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| broken(format!("TLS with {addr}: {e}")))?;
+                Self::hello(stream, node_hint, generation, options).await
+            }
+        }
+    }
+
+    /// Says HELLO on `stream` and starts the reader and writer tasks.
+    async fn hello<S: Halves>(
+        mut stream: S,
+        node_hint: NodeId,
+        generation: u64,
+        options: &TcpOptions,
+    ) -> Result<(Arc<Connection>, NodeDescriptor), FabricError> {
+        let broken = |reason: String| FabricError::Disconnected {
+            node: node_hint,
+            reason,
+        };
         let mut frame = Vec::new();
         let credential = options.credential.as_ref().map(Credential::to_bytes);
         wire::encode_hello(&mut frame, 0, credential.as_ref().map_or(&[][..], |c| &c[..]));
@@ -544,7 +599,7 @@ impl Connection {
                 })
             }
         };
-        let (r, w) = stream.into_split();
+        let (r, w) = stream.halves();
         let (tx, rx) = mpsc::unbounded_channel();
         let conn = Arc::new(Connection {
             node: descriptor.node,
@@ -686,7 +741,35 @@ fn fail(conn: &Weak<Connection>, reason: String) {
     }
 }
 
-async fn write_loop(mut frames: mpsc::UnboundedReceiver<Vec<u8>>, w: OwnedWriteHalf, conn: Weak<Connection>) {
+/// A connected stream that splits into a reader and a writer for the two
+/// tasks: a TCP socket's own halves, or a TLS stream's (which share a lock).
+trait Halves: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    type R: AsyncRead + Unpin + Send + 'static;
+    type W: AsyncWrite + Unpin + Send + 'static;
+    fn halves(self) -> (Self::R, Self::W);
+}
+
+impl Halves for TcpStream {
+    type R = OwnedReadHalf;
+    type W = OwnedWriteHalf;
+    fn halves(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.into_split()
+    }
+}
+
+impl Halves for tokio_rustls::client::TlsStream<TcpStream> {
+    type R = tokio::io::ReadHalf<Self>;
+    type W = tokio::io::WriteHalf<Self>;
+    fn halves(self) -> (Self::R, Self::W) {
+        tokio::io::split(self)
+    }
+}
+
+async fn write_loop(
+    mut frames: mpsc::UnboundedReceiver<Vec<u8>>,
+    w: impl AsyncWrite + Unpin,
+    conn: Weak<Connection>,
+) {
     let mut w = BufWriter::with_capacity(IO_BUFFER_BYTES, w);
     let result: std::io::Result<()> = async {
         while let Some(frame) = frames.recv().await {
@@ -704,7 +787,7 @@ async fn write_loop(mut frames: mpsc::UnboundedReceiver<Vec<u8>>, w: OwnedWriteH
     }
 }
 
-async fn read_loop(r: OwnedReadHalf, conn: Weak<Connection>) {
+async fn read_loop(r: impl AsyncRead + Unpin, conn: Weak<Connection>) {
     let mut r = BufReader::with_capacity(IO_BUFFER_BYTES, r);
     loop {
         let body = match read_frame(&mut r).await {
