@@ -623,3 +623,58 @@ fn a_gateway_that_lost_its_lease_joins_again_and_exits_once_the_control_plane_is
     // bound only turns a gateway that never exits into a failure.)
     await_that("the gateway gives up and exits", || !g.alive());
 }
+
+/// `serve --tls-cert --tls-key`: RESP over TLS (what `redis-cli --tls
+/// --cacert` speaks) is served; a plain connection to that port gets no
+/// reply, only a close.
+#[test]
+fn a_gateway_with_tls_serves_resp_over_tls_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    let (cert_path, key_path) = (dir.path().join("gw.pem"), dir.path().join("gw-key.pem"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let (_g, port) = gateway(
+        "serve-tls",
+        &[
+            "--handles",
+            "1",
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+        ],
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone()).unwrap();
+    let config =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut s = rustls::StreamOwned::new(tls, tcp);
+    s.write_all(
+        b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\nv1\r\n*2\r\n$3\r\nGET\r\n$1\r\nk\r\n*1\r\n$4\r\nQUIT\r\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(out.starts_with("+OK\r\n$2\r\nv1\r\n"), "{out:?}");
+    // Plain RESP to a TLS port: not a handshake; closed, nothing served.
+    let plain = String::from_utf8_lossy(&raw(port, b"*1\r\n$4\r\nPING\r\n")).into_owned();
+    assert!(!plain.contains("PONG"), "{plain:?}");
+}

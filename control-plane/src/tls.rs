@@ -143,26 +143,33 @@ impl ServerTls {
     /// Reads the certificate chain and key of `section` and checks that
     /// they match.
     pub fn load(section: &TlsSection) -> Result<Self, TlsError> {
-        Self::load_pair(&section.cert, &section.key)
+        let mut config = Self::config_of(&section.cert, &section.key)?;
+        config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+        Ok(ServerTls {
+            config: Arc::new(config),
+        })
     }
 
-    /// Reads a certificate chain and its key (a memory node's, for the
-    /// data path) and checks that they match.
+    /// Reads a certificate chain and its key for a port that is not HTTP
+    /// (a memory node's data port, a gateway's RESP port: no ALPN) and
+    /// checks that they match.
     pub fn load_pair(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        Ok(ServerTls {
+            config: Arc::new(Self::config_of(cert, key)?),
+        })
+    }
+
+    fn config_of(cert: &Path, key: &Path) -> Result<rustls::ServerConfig, TlsError> {
         let certs = certificates(&read_pem(cert)?, &cert.display().to_string())?;
         let key_pem = read_pem(key)?;
         let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::NoKey {
             path: key.display().to_string(),
             why: e.to_string(),
         })?;
-        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        Ok(rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()?
             .with_no_client_auth()
-            .with_single_cert(certs, key)?;
-        config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
-        Ok(ServerTls {
-            config: Arc::new(config),
-        })
+            .with_single_cert(certs, key)?)
     }
 
     /// The rustls configuration.

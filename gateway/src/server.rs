@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -89,6 +89,8 @@ struct Shared {
 /// A running gateway's pool and counters; [`Gateway::serve`] runs it.
 pub struct Gateway {
     shared: Arc<Shared>,
+    /// TLS on the RESP port ([`Gateway::with_tls`]).
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -117,7 +119,16 @@ impl Gateway {
                 next_client_id: AtomicU64::new(1),
                 started: Instant::now(),
             }),
+            tls: None,
         }
+    }
+
+    /// Serves RESP over TLS only (`redis-cli --tls`): each connection's
+    /// handshake must finish within [`AUTH_TIMEOUT`], in its slot of the
+    /// connection cap.
+    pub fn with_tls(mut self, config: Arc<rustls::ServerConfig>) -> Gateway {
+        self.tls = Some(tokio_rustls::TlsAcceptor::from(config));
+        self
     }
 
     /// A handle on this gateway's availability and keyspaces, for whoever
@@ -170,9 +181,24 @@ impl Gateway {
             let _ = stream.set_nodelay(true);
             let shared = self.shared.clone();
             let stop = shutdown.clone();
+            let tls = self.tls.clone();
             tasks.spawn(async move {
                 tracing::debug!(%peer, "connected");
-                Connection::new(shared).run(stream, stop).await;
+                match tls {
+                    None => Connection::new(shared).run(stream, stop).await,
+                    Some(acceptor) => match tokio::time::timeout(AUTH_TIMEOUT, acceptor.accept(stream)).await
+                    {
+                        Ok(Ok(stream)) => Connection::new(shared).run(stream, stop).await,
+                        Ok(Err(e)) => {
+                            shared.meters.closed_unheard.increment(1);
+                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => {
+                            shared.meters.closed_unheard.increment(1);
+                            tracing::debug!(%peer, "no TLS handshake in time");
+                        }
+                    },
+                }
                 drop(permit);
             });
         }
@@ -351,7 +377,7 @@ impl Connection {
         }
     }
 
-    async fn run(mut self, mut stream: TcpStream, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut stream: impl AsyncRead + AsyncWrite + Unpin, mut stop: watch::Receiver<bool>) {
         let opened = Instant::now();
         let mut input = BytesMut::with_capacity(16 * 1024);
         let mut out = BytesMut::with_capacity(16 * 1024);
@@ -422,7 +448,7 @@ impl Connection {
     }
 
     /// Tells the client why, and ends the connection.
-    async fn close_with(&self, stream: &mut TcpStream, why: &str) -> std::io::Result<()> {
+    async fn close_with(&self, stream: &mut (impl AsyncWrite + Unpin), why: &str) -> std::io::Result<()> {
         let mut out = BytesMut::new();
         Reply::err(why).encode(self.protocol, &mut out);
         stream.write_all(&out).await?;

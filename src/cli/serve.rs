@@ -102,6 +102,14 @@ pub struct ServeArgs {
     /// long, it exits with the reason (a supervisor restarts it).
     #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::units::parse_duration)]
     rejoin_timeout: Duration,
+    /// Serve RESP over TLS only, with this certificate chain (PEM); with --tls-key. Clients
+    /// connect with `redis-cli --tls --cacert CA.pem`; the handshake counts against the time a
+    /// connection has to AUTH.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// How often the gateway looks at its lease.
@@ -335,6 +343,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             require_auth,
         },
     );
+    let gateway = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => gateway.with_tls(
+            control_plane::tls::ServerTls::load_pair(cert, key)
+                .context("--tls-cert/--tls-key")?
+                .config(),
+        ),
+        _ => gateway,
+    };
     let control = gateway.control();
     let membership: Membership = Arc::new(std::sync::Mutex::new(client.clone()));
     let metrics = metrics

@@ -529,13 +529,15 @@ impl Connection {
         let tls = match (tls, &options.tls) {
             (false, _) => None,
             (true, Some(config)) => Some(config),
-            (true, None) => return Err(FabricError::Protocol {
-                node: node_hint,
-                reason: format!(
+            (true, None) => {
+                return Err(FabricError::Protocol {
+                    node: node_hint,
+                    reason: format!(
                     "the memory node at {TLS_SCHEME}{addr} speaks TLS and this client has no CA to check it \
                          (TcpOptions::tls; a cluster client takes the control plane's: KINTSUGI_CA_FILE)"
                 ),
-            }),
+                })
+            }
         };
         let stream = TcpStream::connect(target)
             .await
