@@ -120,12 +120,13 @@ mod tests {
 
     #[test]
     fn frame_sizes_follow_the_wire_format() {
-        // header 4 + kind 1 + id 8 + epoch 8 + count 2; op 15 + operand.
+        // header 4 + kind 1 + id 8 + epoch 8 + deadline 8 + count 2; op 15 +
+        // operand.
         let cas = Workload::new(OpArg::Cas, 8, 2);
-        assert_eq!(cas.frame_sizes(), (23 + 2 * 31, 4 + 11 + 2 * 9));
+        assert_eq!(cas.frame_sizes(), (31 + 2 * 31, 4 + 11 + 2 * 9));
         let read = Workload::new(OpArg::Read, 1024, 1);
-        assert_eq!(read.frame_sizes(), (23 + 19, 4 + 11 + 5 + 1024));
+        assert_eq!(read.frame_sizes(), (31 + 19, 4 + 11 + 5 + 1024));
         let write = Workload::new(OpArg::Write, 1024, 1);
-        assert_eq!(write.frame_sizes(), (23 + 19 + 1024, 4 + 11 + 1));
+        assert_eq!(write.frame_sizes(), (31 + 19 + 1024, 4 + 11 + 1));
     }
 }
