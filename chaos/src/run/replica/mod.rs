@@ -28,12 +28,13 @@
 mod check;
 mod faults;
 mod leader;
+mod outcome;
 mod side;
 mod watch;
 
 pub use check::ReplicaRunCheck;
 use faults::{Injector, Status, Watch};
-pub use faults::{MemnodeFault, Phases};
+pub use outcome::{MemnodeFault, Phases};
 pub use side::SideCheck;
 
 use std::collections::BTreeMap;
