@@ -156,6 +156,26 @@ async fn relay(
     }
 }
 
+/// Waits until every one of `endpoints` is an active memory node of
+/// `member`'s state.
+async fn await_active(member: &Member, endpoints: &[String], what: &str) {
+    tokio::time::timeout(
+        WAIT,
+        member.state().wait_for(|s| {
+            endpoints
+                .iter()
+                .all(|e| {
+                    s.memnodes
+                        .values()
+                        .any(|n| &n.endpoint == e && n.state == MemNodeState::Active)
+                })
+                .then_some(())
+        }),
+    )
+    .await
+    .expect(what);
+}
+
 /// A memory node placed by the member at `control`.
 fn placed_args(control: &str) -> [&str; 6] {
     [
@@ -232,17 +252,7 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
     let (member, control, api, _dir) = start_member().await;
     let memnode = MemnodeProcess::start(&placed_args(&control));
     let endpoint = memnode.addr.clone();
-    tokio::time::timeout(
-        WAIT,
-        member.state().wait_for(|s| {
-            s.memnodes
-                .values()
-                .any(|n| n.endpoint == endpoint && n.state == MemNodeState::Active)
-                .then_some(())
-        }),
-    )
-    .await
-    .expect("the memory node registers");
+    await_active(&member, &[endpoint.clone()], "the memory node registers").await;
     let proxy = HoldingProxy::start(endpoint.clone()).await;
     let options = |via: bool| ClusterOptions {
         name: if via { "late" } else { "heir" }.into(),
@@ -379,21 +389,7 @@ async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index()
         MemnodeProcess::start(&memnode_args),
     ];
     let endpoints: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
-    tokio::time::timeout(
-        WAIT,
-        member.state().wait_for(|s| {
-            endpoints
-                .iter()
-                .all(|e| {
-                    s.memnodes
-                        .values()
-                        .any(|n| &n.endpoint == e && n.state == MemNodeState::Active)
-                })
-                .then_some(())
-        }),
-    )
-    .await
-    .expect("both memory nodes register");
+    await_active(&member, &endpoints, "both memory nodes register").await;
     let proxies = [
         HoldingProxy::start(endpoints[0].clone()).await,
         HoldingProxy::start(endpoints[1].clone()).await,
@@ -489,17 +485,12 @@ async fn a_memory_node_served_over_tls_is_reached_over_tls() {
     args.extend(["--tls-cert", &cert_arg, "--tls-key", &key_arg]);
     let memnode = MemnodeProcess::start(&args);
     let endpoint = format!("{}{}", fabric::transport::TLS_SCHEME, memnode.addr);
-    tokio::time::timeout(
-        WAIT,
-        member.state().wait_for(|s| {
-            s.memnodes
-                .values()
-                .any(|n| n.endpoint == endpoint && n.state == MemNodeState::Active)
-                .then_some(())
-        }),
+    await_active(
+        &member,
+        &[endpoint.clone()],
+        "the node registers its tls:// endpoint",
     )
-    .await
-    .expect("the node registers its tls:// endpoint");
+    .await;
     let options = |data_tls| ClusterOptions {
         replicas: 1,
         index_bytes: 8 << 20,
