@@ -252,7 +252,12 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
     let (member, control, api, _dir) = start_member().await;
     let memnode = MemnodeProcess::start(&placed_args(&control));
     let endpoint = memnode.addr.clone();
-    await_active(&member, &[endpoint.clone()], "the memory node registers").await;
+    await_active(
+        &member,
+        std::slice::from_ref(&endpoint),
+        "the memory node registers",
+    )
+    .await;
     let proxy = HoldingProxy::start(endpoint.clone()).await;
     let options = |via: bool| ClusterOptions {
         name: if via { "late" } else { "heir" }.into(),
