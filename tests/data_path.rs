@@ -492,7 +492,7 @@ async fn a_memory_node_served_over_tls_is_reached_over_tls() {
     let endpoint = format!("{}{}", fabric::transport::TLS_SCHEME, memnode.addr);
     await_active(
         &member,
-        &[endpoint.clone()],
+        std::slice::from_ref(&endpoint),
         "the node registers its tls:// endpoint",
     )
     .await;
