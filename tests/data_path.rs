@@ -5,8 +5,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cluster::{Cluster, ClusterOptions};
@@ -17,10 +16,11 @@ use control_plane::network::{ClusterSecret, Partition};
 use control_plane::state::{Command, MemNodeState};
 use fabric::wire::{self, Response};
 use fabric::{Batch, Completions, GlobalAddr, TcpTransport};
+use support::proxy::HoldingProxy;
 use support::MemnodeProcess;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 const TOKEN: &str = "data-path-test-token-0123456789";
 /// Bound on every wait; no wait decides an outcome.
@@ -54,106 +54,6 @@ async fn a_thousand_idle_sockets_do_not_lock_a_client_out() {
         }
     }
     drop(idle);
-}
-
-/// An in-path proxy that can hold what a client sends: the network of a
-/// partition, as TCP sees it (the bytes wait, and flow when it heals).
-struct HoldingProxy {
-    addr: String,
-    hold: watch::Sender<bool>,
-    /// Bytes held so far.
-    held: Arc<AtomicUsize>,
-    /// The node's first answer after a release (`None`: it closed first).
-    verdicts: mpsc::UnboundedReceiver<Option<Vec<u8>>>,
-}
-
-impl HoldingProxy {
-    async fn start(upstream: String) -> HoldingProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr").to_string();
-        let (hold, holding) = watch::channel(false);
-        let held = Arc::new(AtomicUsize::new(0));
-        let (tx, verdicts) = mpsc::unbounded_channel();
-        let counted = held.clone();
-        tokio::spawn(async move {
-            while let Ok((down, _)) = listener.accept().await {
-                let up = TcpStream::connect(&upstream).await.expect("upstream");
-                tokio::spawn(relay(down, up, holding.clone(), counted.clone(), tx.clone()));
-            }
-        });
-        HoldingProxy {
-            addr,
-            hold,
-            held,
-            verdicts,
-        }
-    }
-}
-
-async fn relay(
-    down: TcpStream,
-    up: TcpStream,
-    mut holding: watch::Receiver<bool>,
-    held: Arc<AtomicUsize>,
-    verdicts: mpsc::UnboundedSender<Option<Vec<u8>>>,
-) {
-    let (mut down_r, mut down_w) = down.into_split();
-    let (mut up_r, mut up_w) = up.into_split();
-    let released = Arc::new(AtomicUsize::new(0));
-    let seen = released.clone();
-    // Node to client: forwarded as it comes; the first frame after a
-    // release is the node's answer to what was held.
-    tokio::spawn(async move {
-        loop {
-            let Ok(len) = up_r.read_u32_le().await else {
-                if seen.load(Ordering::Acquire) > 0 {
-                    let _ = verdicts.send(None);
-                }
-                return;
-            };
-            let mut body = vec![0; len as usize];
-            if up_r.read_exact(&mut body).await.is_err() {
-                return;
-            }
-            if seen.swap(0, Ordering::AcqRel) > 0 {
-                let _ = verdicts.send(Some(body.clone()));
-            }
-            let mut frame = len.to_le_bytes().to_vec();
-            frame.extend_from_slice(&body);
-            let _ = down_w.write_all(&frame).await;
-        }
-    });
-    let mut buf = vec![0u8; 64 << 10];
-    let mut pending = Vec::new();
-    loop {
-        let n = tokio::select! {
-            n = down_r.read(&mut buf) => n.unwrap_or(0),
-            // Released: what was held goes on, as a healed network delivers it.
-            _ = async { holding.wait_for(|h| !h).await.map(|_| ()) }, if !pending.is_empty() => {
-                released.store(1, Ordering::Release);
-                if up_w.write_all(&pending).await.is_err() {
-                    return;
-                }
-                pending.clear();
-                continue;
-            }
-        };
-        if n == 0 {
-            // The client went away; what is held stays until released.
-            if !pending.is_empty() && holding.wait_for(|h| !h).await.is_ok() {
-                released.store(1, Ordering::Release);
-                let _ = up_w.write_all(&pending).await;
-            }
-            return;
-        }
-        let hold_now = *holding.borrow();
-        if hold_now {
-            pending.extend_from_slice(&buf[..n]);
-            held.fetch_add(n, Ordering::AcqRel);
-        } else if up_w.write_all(&buf[..n]).await.is_err() {
-            return;
-        }
-    }
 }
 
 /// Waits until every one of `endpoints` is an active memory node of
@@ -379,6 +279,85 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
     );
 }
 
+/// Two placed memory nodes, each reached through a proxy of its own, and
+/// a client (300 ms request deadline) with one single-copy B+tree on each:
+/// `a` on the node `proxies[node_a]` fronts, `b` on the other.
+struct TwoIndexes {
+    _member: Member,
+    _nodes: [MemnodeProcess; 2],
+    proxies: [HoldingProxy; 2],
+    client: Cluster,
+    node_a: usize,
+}
+
+impl TwoIndexes {
+    async fn start() -> TwoIndexes {
+        let (member, control, _api, _dir) = start_member().await;
+        let memnode_args = placed_args(&control);
+        let nodes = [
+            MemnodeProcess::start(&memnode_args),
+            MemnodeProcess::start(&memnode_args),
+        ];
+        let endpoints: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
+        await_active(&member, &endpoints, "both memory nodes register").await;
+        let proxies = [
+            HoldingProxy::start(endpoints[0].clone()).await,
+            HoldingProxy::start(endpoints[1].clone()).await,
+        ];
+        let client = Cluster::connect_with(
+            &[&control],
+            TOKEN,
+            ClusterOptions {
+                name: "black-hole".into(),
+                replicas: 1,
+                index_bytes: 8 << 20,
+                request_deadline: Duration::from_millis(300),
+                data_path_via: endpoints
+                    .iter()
+                    .cloned()
+                    .zip(proxies.iter().map(|p| p.addr.clone()))
+                    .collect(),
+                ..ClusterOptions::default()
+            },
+        )
+        .await
+        .expect("joins");
+        // Created in this order, the two single-copy regions go to the
+        // two nodes (the control plane places on the roomiest).
+        client.btree("a").await.expect("index a");
+        client.btree("b").await.expect("index b");
+        let map = client.map();
+        let node_of = |i: usize| {
+            let region = &map.regions()[i];
+            let node = region.replicas[0].node;
+            let endpoint = &map.nodes().iter().find(|n| n.id == node).expect("node").endpoint;
+            endpoints.iter().position(|e| e == endpoint).expect("one of ours")
+        };
+        let (node_a, node_b) = (node_of(0), node_of(1));
+        assert_ne!(
+            node_a, node_b,
+            "the control plane puts the two single-copy regions on the two nodes"
+        );
+        TwoIndexes {
+            _member: member,
+            _nodes: nodes,
+            proxies,
+            client,
+            node_a,
+        }
+    }
+
+    /// From now on the network swallows everything sent to `a`'s node
+    /// (`false`: it delivers what it held, and flows again).
+    fn black_hole_a(&self, on: bool) {
+        self.proxies[self.node_a].hold.send_replace(on);
+    }
+
+    fn bytes_held_for_a(&self) -> usize {
+        self.proxies[self.node_a].held.load(Ordering::Acquire)
+    }
+}
+
 /// A memory node black-holed on the data path (its proxy holds everything
 /// a client sends) while its lease is kept alive, so the map never moves
 /// past it: an operation on the index it holds fails with a lost
@@ -387,55 +366,13 @@ async fn an_expired_clients_late_frames_land_nowhere_in_its_heirs_memory() {
 /// on the other node is served all the while.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index() {
-    let (member, control, _api, _dir) = start_member().await;
-    let memnode_args = placed_args(&control);
-    let nodes = [
-        MemnodeProcess::start(&memnode_args),
-        MemnodeProcess::start(&memnode_args),
-    ];
-    let endpoints: Vec<String> = nodes.iter().map(|n| n.addr.clone()).collect();
-    await_active(&member, &endpoints, "both memory nodes register").await;
-    let proxies = [
-        HoldingProxy::start(endpoints[0].clone()).await,
-        HoldingProxy::start(endpoints[1].clone()).await,
-    ];
-    let client = Cluster::connect_with(
-        &[&control],
-        TOKEN,
-        ClusterOptions {
-            name: "black-hole".into(),
-            replicas: 1,
-            index_bytes: 8 << 20,
-            request_deadline: Duration::from_millis(300),
-            data_path_via: endpoints
-                .iter()
-                .cloned()
-                .zip(proxies.iter().map(|p| p.addr.clone()))
-                .collect(),
-            ..ClusterOptions::default()
-        },
-    )
-    .await
-    .expect("joins");
-    let mut a = client.btree("a").await.expect("index a");
-    let mut b = client.btree("b").await.expect("index b");
+    let cluster = TwoIndexes::start().await;
+    let mut a = cluster.client.btree("a").await.expect("index a");
+    let mut b = cluster.client.btree("b").await.expect("index b");
     a.insert(1, 10).await.expect("a served");
     b.insert(1, 10).await.expect("b served");
-    let map = client.map();
-    let node_of = |i: usize| {
-        let region = &map.regions()[i];
-        let node = region.replicas[0].node;
-        let endpoint = &map.nodes().iter().find(|n| n.id == node).expect("node").endpoint;
-        endpoints.iter().position(|e| e == endpoint).expect("one of ours")
-    };
-    let (node_a, node_b) = (node_of(0), node_of(1));
-    assert_ne!(
-        node_a, node_b,
-        "the control plane puts the two single-copy regions on the two nodes"
-    );
 
-    // The network swallows everything the client sends to a's node.
-    proxies[node_a].hold.send_replace(true);
+    cluster.black_hole_a(true);
     let stuck = tokio::spawn(async move { a.insert(2, 20).await });
     for k in 2..=50u64 {
         b.insert(k, k * 10)
@@ -449,16 +386,114 @@ async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index()
         .await
         .expect("an operation on a black-holed node gives up")
         .expect("joins");
-    assert!(
-        proxies[node_a].held.load(Ordering::Acquire) > 0,
-        "its batches went into the black hole"
-    );
+    assert!(cluster.bytes_held_for_a() > 0, "its batches went into the black hole");
     match failed {
         Err(e) => assert!(
             matches!(e.fabric_cause(), Some(fabric::FabricError::Disconnected { .. })),
             "fails as a lost connection: {e}"
         ),
         Ok(w) => panic!("an insert through a black hole succeeded: {w:?}"),
+    }
+}
+
+/// A Redis gateway (`kintsugi serve`'s library, one handle) on each of the
+/// two indexes, in one client process: while `a`'s node is black-holed,
+/// the gateway of `b` serves every command, and `a`'s answers each SET with
+/// a retryable error within its retries' bound instead of hanging with its
+/// only handle; PING is answered throughout, and once the network heals
+/// `a`'s gateway serves again with nothing lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_black_holed_node_holds_back_no_gateway_and_drains_no_handle() {
+    let cluster = TwoIndexes::start().await;
+    let mut shutdowns = Vec::new();
+    let mut ports = Vec::new();
+    for name in ["a", "b"] {
+        let handle = gateway::Handle::Tree(cluster.client.btree(name).await.expect("index"));
+        let keyspace = gateway::Keyspace::new(handle, name).expect("keyspace");
+        let gateway = gateway::Gateway::new(
+            vec![keyspace],
+            gateway::TokenCheck::new(Vec::new()),
+            gateway::Settings {
+                index: name.into(),
+                kind: "btree".into(),
+                require_auth: false,
+            },
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        ports.push(listener.local_addr().expect("addr").port());
+        let (stop, stopped) = watch::channel(false);
+        shutdowns.push(stop);
+        tokio::spawn(gateway.serve(listener, stopped));
+    }
+    let (port_a, port_b) = (ports[0], ports[1]);
+    assert_eq!(redis(port_a, &["SET", "before", "1"]).await, Ok("OK".into()));
+    assert_eq!(redis(port_b, &["SET", "before", "1"]).await, Ok("OK".into()));
+
+    cluster.black_hole_a(true);
+    let stuck = tokio::spawn(redis(port_a, &["SET", "during", "2"]));
+    for k in 0..50 {
+        let key = format!("b{k}");
+        assert_eq!(redis(port_b, &["SET", &key, "v"]).await, Ok("OK".into()), "{key}");
+        assert_eq!(redis(port_b, &["GET", &key]).await, Ok("v".into()), "{key}");
+    }
+    assert_eq!(redis(port_a, &["PING"]).await, Ok("PONG".into()));
+    let first = tokio::time::timeout(WAIT, stuck)
+        .await
+        .expect("a SET on a black-holed node gets its answer")
+        .expect("joins");
+    assert!(cluster.bytes_held_for_a() > 0, "its batches went into the black hole");
+    let e = first.expect_err("a SET through a black hole succeeded");
+    assert!(e.starts_with("TRYAGAIN"), "a retryable error: {e}");
+    // Its one handle came back: the next command is answered too.
+    let second = tokio::time::timeout(WAIT, redis(port_a, &["GET", "before"]))
+        .await
+        .expect("the gateway's only handle was given back");
+    assert!(second.is_err_and(|e| e.starts_with("TRYAGAIN")));
+
+    cluster.black_hole_a(false);
+    let healed = tokio::time::timeout(WAIT, async {
+        loop {
+            match redis(port_a, &["SET", "after", "3"]).await {
+                Ok(ok) => break ok,
+                Err(e) if e.starts_with("TRYAGAIN") => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(e) => panic!("after the heal: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("the gateway of a serves again once the node is reachable");
+    assert_eq!(healed, "OK");
+    assert_eq!(redis(port_a, &["GET", "before"]).await, Ok("1".into()));
+    assert_eq!(redis(port_a, &["GET", "after"]).await, Ok("3".into()));
+    for stop in shutdowns {
+        stop.send_replace(true);
+    }
+}
+
+/// One command on a new connection to the gateway at `port`: its simple or
+/// bulk reply, or its error's text (`Err`).
+async fn redis(port: u16, args: &[&str]) -> Result<String, String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).await.expect("reply");
+    let line = line.trim_end().to_owned();
+    match line.split_at_checked(1) {
+        Some(("+", s)) => Ok(s.to_owned()),
+        Some(("-", e)) => Err(e.to_owned()),
+        Some(("$", len)) => {
+            let len: usize = len.parse().expect("bulk length");
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body).await.expect("bulk");
+            body.truncate(len);
+            Ok(String::from_utf8(body).expect("utf-8"))
+        }
+        _ => panic!("unexpected reply {line:?}"),
     }
 }
 

@@ -17,8 +17,9 @@ use control_plane::member::{Member, MemberOptions};
 use control_plane::network::{ClusterSecret, Partition};
 use control_plane::state::{Command, ControlState, MemNodeId, MemNodeState, Outcome, Region};
 use kintsugi::fabric::{Batch, GlobalAddr, Replica};
-use kintsugi::recovery::{Coordinator, RecoveryOptions, Step};
+use kintsugi::recovery::{Coordinator, RecoveryOptions, Step, Work};
 use kintsugi::{Cluster, ClusterOptions};
+use support::proxy::HoldingProxy;
 use support::MemnodeProcess;
 
 const TOKEN: &str = "per-region-test-token-0123456789";
@@ -419,6 +420,146 @@ async fn a_deposed_copiers_late_write_is_refused_and_the_new_replica_equals_the_
     );
     assert_eq!(&primary[4096..4096 + 512], &[0xA5; 512][..]);
     copier.close().await.expect("the copier leaves");
+    coordinator.close().await.expect("the coordinator leaves");
+    member.shutdown().await;
+}
+
+/// A copy to a black-holed node (its proxy holds everything the
+/// coordinator sends it, while the node itself renews its lease, so the
+/// map keeps it): the pass that copies gives up with a lost connection at
+/// the coordinator's request deadline instead of hanging, and the region
+/// waits out its backoff; once the network heals a later pass copies,
+/// joins and catches the replica up, equal to the primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_copy_to_a_black_holed_node_gives_up_and_is_tried_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (member, api) = member(dir.path()).await;
+    let control = member.local_addr().to_string();
+    let mut processes = memnodes_active(&member, &control).await;
+    // Three replicas on four nodes: the new replica can only go to the spare.
+    let region = create_region(&api, 3).await;
+    state_of(&member, "the region allocated", |s| {
+        s.regions[&region.id].usable().then_some(())
+    })
+    .await;
+    let endpoints: Vec<(MemNodeId, String)> = member
+        .state()
+        .state()
+        .memnodes
+        .values()
+        .map(|n| (n.id, n.endpoint.clone()))
+        .collect();
+    let spare = endpoints
+        .iter()
+        .map(|(id, _)| *id)
+        .find(|id| !region.on(*id))
+        .expect("a spare node");
+    let mut proxies = Vec::new();
+    for (id, endpoint) in &endpoints {
+        proxies.push((*id, HoldingProxy::start(endpoint.clone()).await));
+    }
+    let mut coordinator = Coordinator::connect(
+        &[control.as_str()],
+        TOKEN,
+        RecoveryOptions {
+            client: ClusterOptions {
+                request_deadline: Duration::from_millis(300),
+                data_path_via: endpoints
+                    .iter()
+                    .zip(&proxies)
+                    .map(|((_, e), (_, p))| (e.clone(), p.addr.clone()))
+                    .collect(),
+                ..ClusterOptions::default()
+            },
+            ..RecoveryOptions::default()
+        },
+    )
+    .await
+    .expect("the coordinator joins");
+    let writer = Cluster::connect_with(
+        &[control.as_str()],
+        TOKEN,
+        ClusterOptions {
+            name: "writer".into(),
+            ..ClusterOptions::default()
+        },
+    )
+    .await
+    .expect("the writer joins");
+    let mut fabric = writer.full_fabric().await.expect("the writer's map");
+    let mut batch = Batch::new();
+    let h = batch.write(GlobalAddr::new(region.id, 4096), &[0x5A; 512]);
+    fabric.execute(&mut batch).await.expect("the write");
+    batch.done(h).expect("written");
+
+    // The network swallows what the coordinator sends the spare; a backup dies.
+    let black_hole = &proxies.iter().find(|(id, _)| *id == spare).expect("its proxy").1;
+    black_hole.hold.send_replace(true);
+    crash(&member, &mut processes, region.replicas[2].node);
+    let deadline = Instant::now() + WAIT;
+    // A failed step leaves its region stuck, with a backoff, and the pass
+    // goes on to other work.
+    let gave_up = loop {
+        let _ = coordinator.pass().await;
+        if let Some(stuck) = coordinator.stuck().get(&Work::Region(region.id)) {
+            break stuck.reason.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no copy to the black-holed node failed within {WAIT:?}: {}",
+            member.state().state().regions[&region.id].summary(),
+        );
+        tokio::time::sleep(TICK).await;
+    };
+    assert!(
+        gave_up.contains(&format!("connection to memory node {spare} lost")),
+        "the copy gives up as a lost connection: {gave_up}"
+    );
+    assert!(
+        black_hole.held.load(std::sync::atomic::Ordering::Acquire) > 0,
+        "the copy's batches went into the black hole"
+    );
+    assert!(
+        !member.state().state().regions[&region.id].whole(),
+        "nothing joined a replica that was never copied"
+    );
+
+    // Healed: a later pass, after the region's backoff, makes the replica.
+    black_hole.hold.send_replace(false);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let _ = coordinator.pass().await;
+        let s = member.state().state();
+        let r = &s.regions[&region.id];
+        if r.whole() && r.on(spare) && r.usable() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica on the healed node was not made within {WAIT:?}: {} (stuck: {:?})",
+            r.summary(),
+            coordinator.stuck()
+        );
+        tokio::time::sleep(TICK).await;
+    }
+    let mut now = writer.full_fabric().await.expect("the map now");
+    let routed = now.map().region(region.id).expect("routed").clone();
+    let at = routed.replicas[1..]
+        .iter()
+        .position(|l| l.node == spare)
+        .expect("joined") as u8;
+    let bytes = region.size_bytes as u32;
+    let mut batch = Batch::new();
+    let primary = batch.on(Replica::Primary).read(GlobalAddr::new(region.id, 0), bytes);
+    let copy = batch.on(Replica::Backup(at)).read(GlobalAddr::new(region.id, 0), bytes);
+    now.execute(&mut batch).await.expect("read both");
+    let (primary, copy) = (
+        batch.read_result(primary).expect("primary"),
+        batch.read_result(copy).expect("copy"),
+    );
+    assert!(primary == copy, "the new replica equals the primary");
+    assert_eq!(&copy[4096..4096 + 512], &[0x5A; 512][..]);
+    writer.close().await.expect("the writer leaves");
     coordinator.close().await.expect("the coordinator leaves");
     member.shutdown().await;
 }

@@ -559,6 +559,13 @@ impl Connection {
                  is lost"
                     .into(),
             ),
+            // Past the handle's retries, and short of the commit point (an
+            // in-doubt write is the arm above): a command to send again once
+            // the node answers or the map moves past it.
+            KeyspaceError::Index(i) if matches!(i.fabric_cause(), Some(fabric::FabricError::Disconnected { .. })) => {
+                tracing::warn!(error = %e, "a memory node did not answer");
+                Reply::Error(format!("TRYAGAIN a memory node did not answer: {e}"))
+            }
             KeyspaceError::Index(_) | KeyspaceError::Corrupt(_) => {
                 tracing::warn!(error = %e, "index operation failed");
                 Reply::err(e)

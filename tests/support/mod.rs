@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod local;
+pub mod proxy;
 
 use std::path::Path;
 use std::process::Command;

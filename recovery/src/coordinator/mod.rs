@@ -204,6 +204,11 @@ pub struct RecoveryOptions {
     /// How a copy proves its member still leads; `None` for a coordinator
     /// that runs alone outside any member (a test, `bench recover`).
     pub leader_proof: Option<LeaderProof>,
+    /// How the coordinator's own cluster client reaches the memory nodes:
+    /// its request deadline (a copy to a node that does not answer gives
+    /// up after it, and the region is tried again after its backoff) and,
+    /// in tests, in-path proxies. Its name is always [`CLIENT_NAME`].
+    pub client: ClusterOptions,
 }
 
 impl Default for RecoveryOptions {
@@ -213,6 +218,7 @@ impl Default for RecoveryOptions {
             rereplicate: true,
             on_step: None,
             leader_proof: None,
+            client: ClusterOptions::default(),
         }
     }
 }
@@ -222,6 +228,7 @@ impl std::fmt::Debug for RecoveryOptions {
         f.debug_struct("RecoveryOptions")
             .field("tick", &self.tick)
             .field("rereplicate", &self.rereplicate)
+            .field("request_deadline", &self.client.request_deadline)
             .finish_non_exhaustive()
     }
 }
@@ -326,7 +333,7 @@ impl Coordinator {
             token,
             ClusterOptions {
                 name: CLIENT_NAME.into(),
-                ..ClusterOptions::default()
+                ..options.client.clone()
             },
         )
         .await?;
