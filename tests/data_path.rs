@@ -386,7 +386,10 @@ async fn a_black_holed_node_fails_its_operations_and_holds_back_no_other_index()
         .await
         .expect("an operation on a black-holed node gives up")
         .expect("joins");
-    assert!(cluster.bytes_held_for_a() > 0, "its batches went into the black hole");
+    assert!(
+        cluster.bytes_held_for_a() > 0,
+        "its batches went into the black hole"
+    );
     match failed {
         Err(e) => assert!(
             matches!(e.fabric_cause(), Some(fabric::FabricError::Disconnected { .. })),
@@ -441,7 +444,10 @@ async fn a_black_holed_node_holds_back_no_gateway_and_drains_no_handle() {
         .await
         .expect("a SET on a black-holed node gets its answer")
         .expect("joins");
-    assert!(cluster.bytes_held_for_a() > 0, "its batches went into the black hole");
+    assert!(
+        cluster.bytes_held_for_a() > 0,
+        "its batches went into the black hole"
+    );
     let e = first.expect_err("a SET through a black hole succeeded");
     assert!(e.starts_with("TRYAGAIN"), "a retryable error: {e}");
     // Its one handle came back: the next command is answered too.

@@ -550,8 +550,12 @@ async fn a_copy_to_a_black_holed_node_gives_up_and_is_tried_again() {
         .expect("joined") as u8;
     let bytes = region.size_bytes as u32;
     let mut batch = Batch::new();
-    let primary = batch.on(Replica::Primary).read(GlobalAddr::new(region.id, 0), bytes);
-    let copy = batch.on(Replica::Backup(at)).read(GlobalAddr::new(region.id, 0), bytes);
+    let primary = batch
+        .on(Replica::Primary)
+        .read(GlobalAddr::new(region.id, 0), bytes);
+    let copy = batch
+        .on(Replica::Backup(at))
+        .read(GlobalAddr::new(region.id, 0), bytes);
     now.execute(&mut batch).await.expect("read both");
     let (primary, copy) = (
         batch.read_result(primary).expect("primary"),

@@ -111,4 +111,3 @@ async fn relay(
         }
     }
 }
-

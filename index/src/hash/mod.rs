@@ -144,6 +144,9 @@ pub struct HashStats {
     pub duplicates: u64,
     /// Slot CASes carried to the backups (rtx with replicas).
     pub slot_replications: u64,
+    /// Slot replications sent again after a backup did not answer
+    /// (`replicate.rs`, `UNANSWERED_WAIT_MAX`).
+    pub slot_replications_resent: u64,
     /// Backup slots found holding another writer's value and converged to
     /// the primary's (`replicate.rs`).
     pub slot_convergences: u64,

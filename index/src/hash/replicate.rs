@@ -22,11 +22,21 @@
 //! if the slot moved on meanwhile (a late insert would otherwise bring a
 //! deleted key back on the backup).
 //!
+//! A backup that does not answer (its connection lost, the batch past its
+//! deadline) is asked again until it answers or leaves the map, for up to
+//! [`UNANSWERED_WAIT_MAX`]: a writer that gave up there left the backup
+//! behind with no node dead, and nothing else brings it along (issue 47,
+//! data-path-hash seeds 8, 127, 158, 283: a partition of one client's link
+//! to a backup). Sending the CASes again is safe: the first batch can no
+//! longer run once the client calls it lost (the node refuses it past its
+//! deadline, `fabric::deadline`).
+//!
 //! What this does not give: a reader of the primary may see a slot value
 //! that no backup holds yet (its writer is between the two steps); a
 //! promotion in that window loses a value that was read though never
-//! acknowledged. And a writer stopped between the two steps leaves the
-//! backups behind until the slot's next writer, or a split (its
+//! acknowledged. And a writer stopped between the two steps (dead, or a
+//! backup unanswering past [`UNANSWERED_WAIT_MAX`] while its lease holds)
+//! leaves the backups behind until the slot's next writer, or a split (its
 //! transaction writes the new subtable to every replica), or a
 //! re-replication copies it.
 
@@ -58,6 +68,14 @@ const LAPSES_MAX: u32 = (fabric::NODE_LAPSE_WAIT_MAX.as_millis() / LAPSED_PAUSE.
 
 /// Pause between replication rounds that a lapsed backup refused.
 const LAPSED_PAUSE: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// How long a slot's replication asks again a backup that does not answer
+/// (`FabricError::Disconnected`): as long as a cluster handle waits for the
+/// map to move past an unanswering node (`cluster::MAP_WAIT`). A node dead
+/// or evicted leaves the map well within it (the pinned round then says the
+/// map moved); one still in the map after it renews its lease but serves
+/// nothing, and the write is reported in doubt.
+pub const UNANSWERED_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl HashTable {
     /// After this client's CAS of the primary's slot at `at` from `old` to
@@ -148,6 +166,9 @@ impl HashTable {
     /// on a paused leader for 100 ms); a promotion then would have lost a
     /// value that was read. A lease lost for good waits out the bound and
     /// then fails as before.
+    ///
+    /// And the same while a backup does not answer, for up to
+    /// [`UNANSWERED_WAIT_MAX`] (module docs).
     async fn replicate_slot_pinned(
         &mut self,
         at: GlobalAddr,
@@ -156,12 +177,22 @@ impl HashTable {
         pinned: Option<fabric::Epoch>,
     ) -> Result<(), IndexError> {
         let mut lapses = 0;
+        let mut unanswered_since = None;
         loop {
             match self.replicate_slot_round(at, old, new, pinned).await {
                 Err(IndexError::Fabric(
                     fabric::FabricError::NodeLeaseLapsed { .. } | fabric::FabricError::LeaseUncertain,
                 )) if lapses < LAPSES_MAX => {
                     lapses += 1;
+                    tokio::time::sleep(LAPSED_PAUSE).await;
+                }
+                Err(IndexError::Fabric(fabric::FabricError::Disconnected { .. }))
+                    if unanswered_since
+                        .get_or_insert_with(tokio::time::Instant::now)
+                        .elapsed()
+                        < UNANSWERED_WAIT_MAX =>
+                {
+                    self.stats.slot_replications_resent += 1;
                     tokio::time::sleep(LAPSED_PAUSE).await;
                 }
                 done => return done,
@@ -238,6 +269,17 @@ impl HashTable {
             self.data_of.remove(&sub);
             let loc = self.locate(sub).await?;
             let copies = self.fabric().read_range(loc.base, bytes, Replica::All).await?;
+            tracing::debug!(
+                sub,
+                base = ?loc.base,
+                replicas = copies.len(),
+                differing = copies
+                    .iter()
+                    .skip(1)
+                    .map(|c| (0..c.len() / 8).filter(|&w| word(c, w) != word(&copies[0], w)).count())
+                    .sum::<usize>(),
+                "converging a subtable's backups"
+            );
             for (b, copy) in copies.iter().enumerate().skip(1) {
                 for w in 0..copy.len() / 8 {
                     let (primary, backup) = (word(&copies[0], w), word(copy, w));
@@ -398,6 +440,50 @@ mod tests {
         assert_eq!(t.get(21).await.unwrap(), Some(210));
         // Nothing left to move.
         assert_eq!(t.converge_backups().await.unwrap(), 0);
+    }
+
+    /// A slot's replication whose batch loses its connection after one
+    /// backup's CAS ran (the other backup's never sent: a partition of the
+    /// link to it) sends the CASes again, and both backups end on the new
+    /// value. Before, the write was reported in doubt and the second backup
+    /// kept the old value with no node dead, until the slot's next writer
+    /// (data-path-hash seeds 127, 283).
+    #[tokio::test]
+    async fn a_slot_replication_cut_off_from_a_backup_is_sent_again() {
+        let mut t = replicated_table(3).await;
+        for key in 1..=20 {
+            assert!(t.insert(key, key).await.unwrap());
+        }
+        let base = {
+            let subs = t.subtables().await.unwrap();
+            t.locate(subs[0]).await.unwrap().base
+        };
+        let copies = subtable_copies(&mut t).await.remove(0);
+        let buckets = copies[0].len() / BUCKET_WORDS;
+        let w = (0..buckets)
+            .map(|b| b * BUCKET_WORDS + 1)
+            .find(|&w| copies.iter().all(|c| word(c, w) == 0))
+            .expect("an empty slot");
+        let at = base.add(w as u64 * 8);
+        let value = 0x5f03_0000_0002_0000u64;
+        let mut batch = t.fabric().take_batch();
+        batch.cas(at, 0, value);
+        t.fabric().execute(&mut batch).await.unwrap();
+        t.fabric().give_batch(batch);
+        // The replication's batch: backup 0's CAS runs, then the
+        // connection drops before backup 1's is sent.
+        let map = t.fabric().map().clone();
+        let (faulty, _) = t.fabric().transport().clone().with_faults(fabric::FaultPlan {
+            drop_after_verbs: Some(1),
+            ..fabric::FaultPlan::default()
+        });
+        *t.fabric() = Client::new(map, faulty);
+        t.replicate_slot(at, Slot::EMPTY, Slot(value)).await.unwrap();
+        assert_eq!(t.stats().slot_replications_resent, 1);
+        let replicated = subtable_copies(&mut t).await.remove(0);
+        for (r, copy) in replicated.iter().enumerate() {
+            assert_eq!(word(copy, w), value, "replica {r}");
+        }
     }
 
     /// A writer whose own lease is not certain between its primary CAS and
