@@ -15,6 +15,9 @@
 //! - [`Faulty`] wraps any transport to crash the client, fly a WRITE, slow
 //!   round trips or skew the clock.
 //! - [`Stats`] counts round trips, verbs and bytes per client.
+//! - [`rdma_control`]: the tcp control channel of rdma memory nodes (its
+//!   messages and the node's answer to a hello), built without the `rdma`
+//!   feature so that it is tested and fuzzed everywhere.
 
 #![warn(missing_docs)]
 
@@ -37,6 +40,7 @@ mod memory;
 pub mod metrics;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod rdma_control;
 mod region_table;
 pub mod server;
 mod stats;

@@ -5,12 +5,12 @@
 //!   with the device, a queue pair per client, fencing by revocation.
 //! - [`RdmaTransport`](crate::transport::RdmaTransport): the client side,
 //!   one RC queue pair per node, a batch posted as one chained list.
-//! - `control`: the tcp control channel between them (queue pair set-up,
-//!   region table, revocation).
+//! - [`crate::rdma_control`]: the tcp control channel between them (queue
+//!   pair set-up, region table, revocation), outside this feature.
 //! - `verbs`: the device, memory regions and queue pairs; every `unsafe`
 //!   of the rdma code.
 
-pub(crate) mod control;
+pub(crate) use crate::rdma_control as control;
 mod node;
 pub(crate) mod verbs;
 

@@ -37,11 +37,11 @@ use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::memory_region::MemoryRegion;
 use sideway::ibverbs::queue_pair::BasicQueuePair;
 
-use super::control::{self, RemoteRegion, ToClient, ToNode};
+use super::control::{self, Admitted, RemoteRegion, ToClient, ToNode};
 use super::verbs::{self, Device, Side};
 use super::RdmaError;
 use crate::addr::Epoch;
-use crate::admission::{unhex, Gate, Holder, Refusal};
+use crate::admission::{Gate, Holder};
 use crate::memnode::MemoryNode;
 
 /// Clients served at once (each holds a queue pair and a thread); more are
@@ -372,46 +372,31 @@ fn admit(mut stream: TcpStream, shared: &Weak<Shared>) -> io::Result<Option<(u64
     let Some(s) = shared.upgrade() else {
         return Ok(None);
     };
-    let ToNode::Hello {
+    // Before any queue pair, region table or rkey.
+    let answer = {
+        let gate = s.node.gate();
+        control::answer_first(
+            hello,
+            &control::Door {
+                gate: &gate,
+                node_epoch: s.node.epoch(),
+                serving: s.node.serving(),
+                clients: lock(&s.clients).len(),
+                clients_max: CLIENTS_MAX,
+            },
+        )
+    };
+    let Admitted {
+        holder,
         epoch,
         qp: remote,
-        credential,
-    } = hello
-    else {
-        control::send(
-            &mut stream,
-            &ToClient::Refused("the first message must be Hello".into()),
-        )?;
-        return Ok(None);
-    };
-    // Before any queue pair, region table or rkey.
-    let admitted = match unhex(&credential) {
-        Some(bytes) => s.node.gate().admit(&bytes),
-        None => Err(Refusal::Malformed("not hex")),
-    };
-    let holder = match admitted {
-        Ok(h) => h,
-        Err(why) => {
-            control::send(&mut stream, &ToClient::Refused(why.to_string()))?;
+    } = match answer {
+        Ok(a) => a,
+        Err(refusal) => {
+            control::send(&mut stream, &refusal)?;
             return Ok(None);
         }
     };
-    let node_epoch = s.node.epoch();
-    if epoch < node_epoch {
-        control::send(&mut stream, &ToClient::Stale { node_epoch })?;
-        return Ok(None);
-    }
-    if !s.node.serving() {
-        control::send(&mut stream, &ToClient::Lapsed)?;
-        return Ok(None);
-    }
-    if lock(&s.clients).len() >= CLIENTS_MAX {
-        control::send(
-            &mut stream,
-            &ToClient::Refused(format!("{CLIENTS_MAX} clients connected already")),
-        )?;
-        return Ok(None);
-    }
     let made = (|| {
         let regions = s.register_new()?;
         let cq = s.device.completion_queue(Side::Node)?;

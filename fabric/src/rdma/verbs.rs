@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid, GidType};
 use sideway::ibverbs::completion::{BasicCompletionQueue, GenericCompletionQueue};
 use sideway::ibverbs::device::{DeviceInfo, DeviceList};
@@ -37,19 +36,7 @@ const ACK_TIMEOUT_EXPONENT: u8 = 14;
 /// Retransmissions before a queue pair gives up on its peer (the IB maximum).
 const RETRY_COUNT: u8 = 7;
 
-/// Where a queue pair is: what its peer needs to connect to it. Exchanged
-/// over the node's control channel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QpEndpoint {
-    /// Queue pair number.
-    pub qpn: u32,
-    /// First packet sequence number it sends.
-    pub psn: u32,
-    /// Its port's GID (RoCE: an IP address in GID form).
-    pub gid: [u8; 16],
-    /// Its port's LID (InfiniBand; 0 on RoCE).
-    pub lid: u16,
-}
+pub use crate::rdma_control::QpEndpoint;
 
 /// One opened device port and its protection domain.
 pub struct Device {

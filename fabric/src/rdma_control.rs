@@ -1,4 +1,4 @@
-//! The control channel of an rdma memory node: a tcp connection per client
+//! The control channel of an rdma memory node (`crate::rdma`): a tcp connection per client
 //! on which the client asks for a queue pair and the node's region table,
 //! and the node tells the client that its access was revoked. Verbs never
 //! pass here.
@@ -11,8 +11,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use super::verbs::QpEndpoint;
 use crate::addr::{AccessKey, Epoch, NodeId, RegionId};
+use crate::admission::{unhex, Gate, Holder, Refusal};
 use crate::image::REGIONS_PER_NODE_MAX;
 
 /// Largest message either side accepts: a full region table
@@ -20,6 +20,20 @@ use crate::image::REGIONS_PER_NODE_MAX;
 /// to spare. A longer length prefix closes the connection.
 pub const MESSAGE_BYTES_MAX: usize = 64 * 1024;
 const _: () = assert!(REGIONS_PER_NODE_MAX * 150 < MESSAGE_BYTES_MAX);
+
+/// Where a queue pair is: what its peer needs to connect to it. Exchanged
+/// over the node's control channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QpEndpoint {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// First packet sequence number it sends.
+    pub psn: u32,
+    /// Its port's GID (RoCE: an IP address in GID form).
+    pub gid: [u8; 16],
+    /// Its port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+}
 
 /// A region as a client addresses it over rdma.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -93,6 +107,66 @@ pub enum ToClient {
     /// The request could not be served (the node is out of queue pairs,
     /// or the message made no sense); the connection closes.
     Refused(String),
+}
+
+/// What a node knows when a client's first message arrives.
+#[derive(Clone, Copy, Debug)]
+pub struct Door<'a> {
+    /// Who may connect (`crate::admission`).
+    pub gate: &'a Gate,
+    /// The node's epoch now.
+    pub node_epoch: Epoch,
+    /// Whether the node may serve verbs now (its lease holds).
+    pub serving: bool,
+    /// Clients connected now.
+    pub clients: usize,
+    /// Most clients connected at once.
+    pub clients_max: usize,
+}
+
+/// A client the node connects a queue pair for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admitted {
+    /// Whom its credential names (`None` at an open gate).
+    pub holder: Option<Holder>,
+    /// The epoch of the client's map (checked again once it is listed).
+    pub epoch: Epoch,
+    /// The client's queue pair.
+    pub qp: QpEndpoint,
+}
+
+/// The node's answer to a client's first message, decided before any queue
+/// pair, region table or rkey exists: the client to connect, or the
+/// refusal to send it before closing. The credential comes first, so that
+/// a peer without one learns nothing of the node's epoch or load.
+pub fn answer_first(first: ToNode, door: &Door<'_>) -> Result<Admitted, ToClient> {
+    let ToNode::Hello {
+        epoch,
+        qp,
+        credential,
+    } = first
+    else {
+        return Err(ToClient::Refused("the first message must be Hello".into()));
+    };
+    let holder = unhex(&credential)
+        .ok_or(Refusal::Malformed("not hex"))
+        .and_then(|bytes| door.gate.admit(&bytes))
+        .map_err(|why| ToClient::Refused(why.to_string()))?;
+    if epoch < door.node_epoch {
+        return Err(ToClient::Stale {
+            node_epoch: door.node_epoch,
+        });
+    }
+    if !door.serving {
+        return Err(ToClient::Lapsed);
+    }
+    if door.clients >= door.clients_max {
+        return Err(ToClient::Refused(format!(
+            "{} clients connected already",
+            door.clients_max
+        )));
+    }
+    Ok(Admitted { holder, epoch, qp })
 }
 
 /// Writes one message.
