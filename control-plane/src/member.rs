@@ -256,6 +256,10 @@ pub(crate) enum WriteError {
     Membership(String),
     /// Raft has stopped.
     Stopped(String),
+    /// Raft dropped the request without an answer while it still runs:
+    /// openraft 0.9 reports that as `Fatal::Stopped`, and it happens when
+    /// the lead changes under a pending write. The write may still commit.
+    Unanswered,
     /// This member could not confirm with a quorum that it still leads.
     NoQuorum(String),
     /// This member is handing the lead over (`POST /v1/leader`): it
@@ -364,7 +368,17 @@ impl Node {
                 Err(WriteError::NotLeader(f.leader_node.map(|n| n.addr)))
             }
             Err(RaftError::APIError(e)) => Err(WriteError::NoQuorum(e.to_string())),
-            Err(RaftError::Fatal(f)) => Err(WriteError::Stopped(f.to_string())),
+            Err(RaftError::Fatal(f)) => Err(self.fatal(f)),
+        }
+    }
+
+    /// What a fatal error of a Raft call means: a stop only if the core has
+    /// stopped (`WriteError::Unanswered`).
+    fn fatal(&self, f: openraft::error::Fatal<MemberId>) -> WriteError {
+        if self.raft.metrics().borrow().running_state.is_ok() {
+            WriteError::Unanswered
+        } else {
+            WriteError::Stopped(f.to_string())
         }
     }
 
@@ -517,7 +531,7 @@ impl Node {
         match self.raft.initialize(nodes).await {
             Ok(()) => Ok(()),
             Err(RaftError::APIError(e)) => Err(WriteError::Membership(e.to_string())),
-            Err(RaftError::Fatal(f)) => Err(WriteError::Stopped(f.to_string())),
+            Err(RaftError::Fatal(f)) => Err(self.fatal(f)),
         }
     }
 
@@ -536,7 +550,7 @@ impl Node {
             RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
                 WriteError::Membership(e.to_string())
             }
-            RaftError::Fatal(f) => WriteError::Stopped(f.to_string()),
+            RaftError::Fatal(f) => self.fatal(f),
         }
     }
 

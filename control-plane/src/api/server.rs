@@ -264,6 +264,11 @@ impl From<WriteError> for Refusal {
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("raft has stopped: {why}"),
             ),
+            WriteError::Unanswered => Refusal::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "raft dropped the request without an answer (the lead changed under it?): the write may still \
+                 commit; retry",
+            ),
             WriteError::HandingOver => Refusal::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "this member is handing the lead to another: try again once it leads",
