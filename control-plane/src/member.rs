@@ -25,7 +25,6 @@ use crate::raft::{MemberId, Raft};
 use crate::state::{Command, CommandError, Outcome, Request};
 use crate::store::{self, StateReader, StoreError};
 use crate::tls::{ClientTls, ServerTls, TlsError};
-use axum_server::tls_rustls::RustlsConfig;
 
 /// How a member is started.
 #[derive(Clone, Debug)]
@@ -278,40 +277,21 @@ fn serve_plain(
     crate::listener::serve(listener, router, stopped, "control")
 }
 
-/// How long in-flight requests may finish once a TLS listener stops.
-const TLS_DRAIN: Duration = crate::listener::DRAIN;
-
-/// Serves `router` on `listener` over TLS until `stopped` turns true. Each
-/// connection's handshake runs in its own task, so a slow or hostile
-/// client holds no other.
+/// Serves `router` on `listener` over TLS until `stopped` turns true, with
+/// the listener's limits (`crate::listener`).
 fn serve_tls(
     listener: tokio::net::TcpListener,
     router: axum::Router,
     tls: ServerTls,
     stopped: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, MemberError> {
-    let listener = listener.into_std().map_err(MemberError::Listener)?;
-    let handle = axum_server::Handle::new();
-    let mut server = axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(tls.config()))
-        .handle(handle.clone());
-    // The plain listener's head timeout and budget (`crate::listener`); the
-    // TLS handshake has axum-server's own timeout (10 s).
-    server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(crate::listener::HEADER_READ_TIMEOUT)
-        .max_buf_size(crate::listener::HEADER_BYTES_MAX);
-    let mut on_stop = stopped;
-    tokio::spawn(async move {
-        let _ = on_stop.wait_for(|&s| s).await;
-        handle.graceful_shutdown(Some(TLS_DRAIN));
-    });
-    Ok(tokio::spawn(async move {
-        if let Err(e) = server.serve(router.into_make_service()).await {
-            tracing::error!(error = %e, "control-plane TLS listener failed");
-        }
-    }))
+    Ok(crate::listener::serve_tls(
+        listener,
+        router,
+        stopped,
+        "control",
+        tls.config(),
+    ))
 }
 
 impl Node {
