@@ -442,14 +442,10 @@ mod tests {
         assert_eq!(t.converge_backups().await.unwrap(), 0);
     }
 
-    /// A slot's replication whose batch loses its connection after one
-    /// backup's CAS ran (the other backup's never sent: a partition of the
-    /// link to it) sends the CASes again, and both backups end on the new
-    /// value. Before, the write was reported in doubt and the second backup
-    /// kept the old value with no node dead, until the slot's next writer
-    /// (data-path-hash seeds 127, 283).
-    #[tokio::test]
-    async fn a_slot_replication_cut_off_from_a_backup_is_sent_again() {
+    /// A 3-replica table of 20 keys whose primary's CAS put `value` in slot
+    /// 0 of a bucket no key filled (empty on every replica), its backups not
+    /// yet told: the table, the slot's address and its word in the subtable.
+    async fn published_on_the_primary_alone(value: u64) -> (HashTable, GlobalAddr, usize) {
         let mut t = replicated_table(3).await;
         for key in 1..=20 {
             assert!(t.insert(key, key).await.unwrap());
@@ -465,11 +461,23 @@ mod tests {
             .find(|&w| copies.iter().all(|c| word(c, w) == 0))
             .expect("an empty slot");
         let at = base.add(w as u64 * 8);
-        let value = 0x5f03_0000_0002_0000u64;
         let mut batch = t.fabric().take_batch();
         batch.cas(at, 0, value);
         t.fabric().execute(&mut batch).await.unwrap();
         t.fabric().give_batch(batch);
+        (t, at, w)
+    }
+
+    /// A slot's replication whose batch loses its connection after one
+    /// backup's CAS ran (the other backup's never sent: a partition of the
+    /// link to it) sends the CASes again, and both backups end on the new
+    /// value. Before, the write was reported in doubt and the second backup
+    /// kept the old value with no node dead, until the slot's next writer
+    /// (data-path-hash seeds 127, 283).
+    #[tokio::test]
+    async fn a_slot_replication_cut_off_from_a_backup_is_sent_again() {
+        let value = 0x5f03_0000_0002_0000u64;
+        let (mut t, at, w) = published_on_the_primary_alone(value).await;
         // The replication's batch: backup 0's CAS runs, then the
         // connection drops before backup 1's is sent.
         let map = t.fabric().map().clone();
@@ -493,28 +501,9 @@ mod tests {
     /// primary alone (leader-during-recovery-hash seed 76).
     #[tokio::test(start_paused = true)]
     async fn a_slot_replication_waits_out_its_own_late_renewal() {
-        let mut t = replicated_table(3).await;
-        for key in 1..=20 {
-            assert!(t.insert(key, key).await.unwrap());
-        }
-        let base = {
-            let subs = t.subtables().await.unwrap();
-            t.locate(subs[0]).await.unwrap().base
-        };
-        let copies = subtable_copies(&mut t).await.remove(0);
-        // Slot 0 of a bucket no key filled, on every replica.
-        let buckets = copies[0].len() / BUCKET_WORDS;
-        let w = (0..buckets)
-            .map(|b| b * BUCKET_WORDS + 1)
-            .find(|&w| copies.iter().all(|c| word(c, w) == 0))
-            .expect("an empty slot");
-        let at = base.add(w as u64 * 8);
         let value = 0x5f03_0000_0001_0000u64;
         // The primary's CAS landed...
-        let mut batch = t.fabric().take_batch();
-        batch.cas(at, 0, value);
-        t.fabric().execute(&mut batch).await.unwrap();
-        t.fabric().give_batch(batch);
+        let (mut t, at, w) = published_on_the_primary_alone(value).await;
         // ...and now the lease this client issues under is not certain, until
         // a renewal lands 200 ms on.
         let map = t.fabric().map().clone();
