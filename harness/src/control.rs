@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use control_plane::api::{ClientError, ControlClient, Status};
-use control_plane::config::{Timing, SECRET_ENV, TOKEN_ENV};
+use control_plane::config::{RecoverySection, Timing, SECRET_ENV, TOKEN_ENV};
 use control_plane::raft::MemberId;
 use rand::distributions::{Alphanumeric, DistString};
 
@@ -154,20 +154,21 @@ impl ControlPlane {
         Self::start_inner(exe, n, dir, logs, None, &[])
     }
 
-    /// [`ControlPlane::start`] with `timing`, and a second, client-role
-    /// token ([`ControlPlane::client_token`]): the members read both
-    /// tokens, the secret and the timing from `DIR/control.toml` (mode
-    /// 0600). Every member is started (and restarted) with `env` added
-    /// to its environment.
+    /// [`ControlPlane::start`] with `timing` and `recovery`, and a second,
+    /// client-role token ([`ControlPlane::client_token`]): the members read
+    /// both tokens, the secret, the timing and the recovery section from
+    /// `DIR/control.toml` (mode 0600). Every member is started (and
+    /// restarted) with `env` added to its environment.
     pub fn start_configured(
         exe: &Path,
         n: usize,
         dir: &Path,
         logs: MemberLogs,
         timing: &Timing,
+        recovery: &RecoverySection,
         env: &[(String, String)],
     ) -> Result<Self, ControlError> {
-        Self::start_inner(exe, n, Some(dir), logs, Some(timing), env)
+        Self::start_inner(exe, n, Some(dir), logs, Some((timing, recovery)), env)
     }
 
     fn start_inner(
@@ -175,7 +176,7 @@ impl ControlPlane {
         n: usize,
         dir: Option<&Path>,
         logs: MemberLogs,
-        timing: Option<&Timing>,
+        settings: Option<(&Timing, &RecoverySection)>,
         env: &[(String, String)],
     ) -> Result<Self, ControlError> {
         let (dir, temp) = match dir {
@@ -205,9 +206,9 @@ impl ControlPlane {
             dir,
             _temp: temp,
         };
-        if let Some(timing) = timing {
+        if let Some((timing, recovery)) = settings {
             plane.client_token = Some(Alphanumeric.sample_string(&mut rng, CREDENTIAL_CHARS));
-            plane.config = Some(plane.write_config(timing)?);
+            plane.config = Some(plane.write_config(timing, recovery)?);
         }
         for i in 0..n {
             let id = i as MemberId + 1;
@@ -271,8 +272,9 @@ impl ControlPlane {
     }
 
     /// Writes the members' settings: secret, the admin and client
-    /// tokens, `timing`. Readable by the owner only: it holds the secret.
-    fn write_config(&self, timing: &Timing) -> Result<PathBuf, ControlError> {
+    /// tokens, `timing`, `recovery`. Readable by the owner only: it holds
+    /// the secret.
+    fn write_config(&self, timing: &Timing, recovery: &RecoverySection) -> Result<PathBuf, ControlError> {
         let path = self.dir.join("control.toml");
         let io = |what, source| ControlError::Io {
             what,
@@ -281,9 +283,12 @@ impl ControlPlane {
         };
         let timing = toml::to_string(timing)
             .map_err(|e| io("cannot encode the timing for", std::io::Error::other(e)))?;
+        let recovery = toml::to_string(recovery)
+            .map_err(|e| io("cannot encode the recovery section for", std::io::Error::other(e)))?;
         let text = format!(
             "cluster_secret = \"{}\"\n\n[[tokens]]\nname = \"operator\"\ntoken = \"{}\"\nrole = \"admin\"\n\n\
-             [[tokens]]\nname = \"client\"\ntoken = \"{}\"\nrole = \"client\"\n\n[timing]\n{timing}",
+             [[tokens]]\nname = \"client\"\ntoken = \"{}\"\nrole = \"client\"\n\n[timing]\n{timing}\n\
+             [recovery]\n{recovery}",
             self.secret,
             self.token,
             self.client_token.as_deref().unwrap_or_default()

@@ -363,6 +363,7 @@ impl LocalCluster {
             &dir,
             MemberLogs::Files(dir.clone()),
             &spec.timing,
+            &control_plane::config::RecoverySection::default(),
             &spec.control.env,
         )?;
         control.form().await?;

@@ -76,8 +76,28 @@ const RUN_SECRET: &str = "kintsugi-chaos-run-secret-0123456789";
 
 /// Starts a one-member control plane in `dir` (data in
 /// `dir`/control-plane-1, log in `dir`/control-plane-1.log) and forms it.
+///
+/// Without a recovery coordinator: the run's index is not in the catalog,
+/// so a coordinator would roll no log and sweep no lock of it, yet forget
+/// the dead clients once their quarantine is over, freeing owner ids whose
+/// locks are still in the index, and under the checker, which waits for
+/// the expiry and forgets them itself once it has repaired what they left
+/// (`control::wait_expired`, `control::forget_dead`). The runner is this
+/// run's recovery (`dtx_recovery`, the checker).
 pub async fn start_control(o: &Options, dir: &Path, procs: &mut Procs) -> Result<String, RunError> {
-    let plane = ControlPlane::start(&o.exe, 1, Some(dir), MemberLogs::Files(dir.to_owned()))?;
+    let recovery = control_plane::config::RecoverySection {
+        enabled: false,
+        ..Default::default()
+    };
+    let plane = ControlPlane::start_configured(
+        &o.exe,
+        1,
+        dir,
+        MemberLogs::Files(dir.to_owned()),
+        &control_plane::config::Timing::default(),
+        &recovery,
+        &[],
+    )?;
     plane.form().await?;
     let api = plane.client(0)?;
     let addr = plane.addr(0).to_owned();
