@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ::cluster::load::{self, Firsts, LoadReport, LoadSpec};
-use ::cluster::{Cluster, ClusterError, ClusterOptions, IndexKind};
+use ::cluster::{Cluster, ClusterError, ClusterOptions, IndexKind, Membership};
 use harness::local::{LocalCluster, LocalClusterSpec};
 use serde::Serialize;
 
@@ -106,7 +106,8 @@ impl LocalLoad {
         let running = {
             let (c, s, stop) = (clients.clone(), spec.clone(), stop.clone());
             let ops = Arc::new(AtomicU64::new(0));
-            tokio::spawn(async move { load::run_observed(&c, &s, stop, ops, firsts).await })
+            let membership = Arc::new(Membership::of(c));
+            tokio::spawn(async move { load::run_observed(membership, &s, stop, ops, firsts).await })
         };
         Ok(LocalLoad {
             local,

@@ -2,7 +2,9 @@
 //! task owns a disjoint range of keys and writes values that name it and
 //! count up, so the last value a task was told was written is what its key
 //! must hold afterwards, whatever happened meanwhile (a promotion, a kill,
-//! a repair). What `kintsugi cluster ycsb` runs and the cluster tests check.
+//! a repair, this process's own lease lost and the process joined again as
+//! a new client). What `kintsugi cluster ycsb` runs and the cluster tests
+//! check.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 use control_plane::state::IndexKind;
 use index::IndexError;
 
-use crate::{Cluster, ClusterError, Table, Tree};
+use crate::{Cluster, ClusterError, Membership, Table, Tree};
 
 /// Keys one task may own: a value carries the key's task in its high bits.
 pub const KEYS_PER_TASK_MAX: u64 = 1 << 32;
@@ -51,6 +53,9 @@ pub struct LoadReport {
     /// cut off at their commit point); each was followed by another write
     /// of the same key, acknowledged, which decides what the key holds.
     pub in_doubt: u64,
+    /// Times a task reopened its handle under a new client, after this
+    /// process's lease was lost and it joined again ([`Membership`]).
+    pub rejoins: u64,
     /// The last acknowledged value of every key written.
     pub acked: BTreeMap<u64, u64>,
     /// Why a task stopped early, per task that did.
@@ -189,21 +194,25 @@ fn key(spec: &LoadSpec, task: usize, i: u64) -> u64 {
     1 + task as u64 * spec.keys_per_task + i
 }
 
-/// Runs `spec` on `cluster` until its duration passes or `stop` is set.
-/// `ops` counts completed operations as they complete (for progress).
+/// Runs `spec` on the client `membership` holds until its duration passes
+/// or `stop` is set. `ops` counts completed operations as they complete
+/// (for progress). A task whose operation fails because the client's lease
+/// was lost reopens its handle under the client the membership joins with
+/// next ([`Membership::keep`], run by the caller) and goes on; a write cut
+/// off so is written again, as one in doubt is.
 pub async fn run(
-    cluster: &Cluster,
+    membership: Arc<Membership>,
     spec: &LoadSpec,
     stop: Arc<AtomicBool>,
     ops: Arc<AtomicU64>,
 ) -> Result<LoadReport, ClusterError> {
-    run_observed(cluster, spec, stop, ops, Arc::default()).await
+    run_observed(membership, spec, stop, ops, Arc::default()).await
 }
 
 /// [`run`], noting in `firsts` when operations first complete under each
 /// newer epoch.
 pub async fn run_observed(
-    cluster: &Cluster,
+    membership: Arc<Membership>,
     spec: &LoadSpec,
     stop: Arc<AtomicBool>,
     ops: Arc<AtomicU64>,
@@ -214,20 +223,27 @@ pub async fn run_observed(
             "a load needs at least one task and 1 to {KEYS_PER_TASK_MAX} keys per task"
         )));
     }
+    let cluster = membership.current();
     let mut handles = Vec::with_capacity(spec.tasks);
     for _ in 0..spec.tasks {
-        handles.push(Handle::open(cluster, &spec.index, spec.kind).await?);
+        handles.push(Handle::open(&cluster, &spec.index, spec.kind).await?);
     }
     let deadline = Instant::now() + spec.duration;
     let mut set = tokio::task::JoinSet::new();
-    for (task, mut h) in handles.into_iter().enumerate() {
-        let (spec, stop, ops, firsts) = (spec.clone(), stop.clone(), ops.clone(), firsts.clone());
+    for (task, h) in handles.into_iter().enumerate() {
+        let mut t = Task {
+            task,
+            spec: spec.clone(),
+            membership: membership.clone(),
+            cluster: cluster.clone(),
+            h,
+            seq: 0,
+            report: LoadReport::default(),
+        };
+        let (stop, ops, firsts) = (stop.clone(), ops.clone(), firsts.clone());
         set.spawn(async move {
-            let mut acked = BTreeMap::new();
-            let mut report = LoadReport::default();
             // xorshift: seeded, per task.
-            let mut x = spec.seed ^ (task as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let mut seq = 0u64;
+            let mut x = t.spec.seed ^ (task as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
             let result = loop {
                 if stop.load(Ordering::Relaxed) || Instant::now() >= deadline {
                     break Ok(());
@@ -235,49 +251,28 @@ pub async fn run_observed(
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                let k = key(&spec, task, x % spec.keys_per_task);
+                let k = key(&t.spec, task, x % t.spec.keys_per_task);
                 // YCSB A: half reads, half updates.
-                let done = if x & (1 << 40) == 0 {
-                    h.get(k).await.map(|_| ())
-                } else {
-                    // A write in doubt may or may not have landed (and will
-                    // not land later: its commit was settled or never
-                    // happened). Writing the key again, acknowledged, decides
-                    // what it holds.
-                    let mut written = Ok(());
-                    for _ in 0..IN_DOUBT_REWRITES_MAX {
-                        seq += 1;
-                        let v = (task as u64 + 1) << 40 | seq;
-                        written = h.put(k, v).await.map(|()| {
-                            acked.insert(k, v);
-                            report.writes += 1;
-                        });
-                        match &written {
-                            Err(IndexError::InDoubt(_)) => report.in_doubt += 1,
-                            _ => break,
-                        }
-                    }
-                    written
-                };
-                if let Err(e) = done {
+                let write = x & (1 << 40) != 0;
+                if let Err(e) = t.op(k, write).await {
                     break Err(format!("task {task}: {e}"));
                 }
-                report.ops += 1;
+                t.report.ops += 1;
                 ops.fetch_add(1, Ordering::Relaxed);
-                firsts.note(h.epoch());
+                firsts.note(t.h.epoch());
                 // Shm verbs complete inline: let the runtime breathe.
-                if report.ops % 64 == 0 {
+                if t.report.ops % 64 == 0 {
                     tokio::task::yield_now().await;
                 }
             };
-            report.retries = h.retries();
-            report.acked = acked;
+            t.report.retries += t.h.retries();
             if let Err(e) = result {
-                report.errors.push(e);
+                t.report.errors.push(e);
             }
-            report
+            t.report
         });
     }
+    drop(cluster);
     let mut total = LoadReport::default();
     while let Some(joined) = set.join_next().await {
         let r = joined.map_err(|e| ClusterError::Map(format!("a load task failed: {e}")))?;
@@ -285,10 +280,75 @@ pub async fn run_observed(
         total.writes += r.writes;
         total.retries += r.retries;
         total.in_doubt += r.in_doubt;
+        total.rejoins += r.rejoins;
         total.acked.extend(r.acked);
         total.errors.extend(r.errors);
     }
     Ok(total)
+}
+
+/// One task of a load: its handle, and the client it was opened under.
+struct Task {
+    task: usize,
+    spec: LoadSpec,
+    membership: Arc<Membership>,
+    cluster: Arc<Cluster>,
+    h: Handle,
+    seq: u64,
+    report: LoadReport,
+}
+
+impl Task {
+    /// One operation on `k`, a write if `write`: run again under a new
+    /// client if it failed because this one's lease was lost.
+    async fn op(&mut self, k: u64, write: bool) -> Result<(), String> {
+        loop {
+            let done = if write {
+                self.write(k).await
+            } else {
+                self.h.get(k).await.map(|_| ())
+            };
+            let Err(e) = done else { return Ok(()) };
+            if self.cluster.lease_holds() && Arc::ptr_eq(&self.cluster, &self.membership.current()) {
+                return Err(e.to_string());
+            }
+            // The lease was lost under it: nothing more is issued under the
+            // old owner ids; recovery rolls what the cut-off write left.
+            let next = self
+                .membership
+                .next_after(&self.cluster)
+                .await
+                .map_err(|lost| format!("{e}; {lost}"))?;
+            self.report.retries += self.h.retries();
+            self.h = Handle::open(&next, &self.spec.index, self.spec.kind)
+                .await
+                .map_err(|open| format!("{e}; reopening under client {}: {open}", next.id()))?;
+            self.cluster = next;
+            self.report.rejoins += 1;
+        }
+    }
+
+    /// A write of `k`. One in doubt may or may not have landed (and will
+    /// not land later: its commit was settled or never happened). Writing
+    /// the key again, acknowledged, decides what it holds.
+    async fn write(&mut self, k: u64) -> Result<(), IndexError> {
+        let mut written = Ok(());
+        for _ in 0..IN_DOUBT_REWRITES_MAX {
+            self.seq += 1;
+            let v = (self.task as u64 + 1) << 40 | self.seq;
+            written = self.h.put(k, v).await;
+            match &written {
+                Ok(()) => {
+                    self.report.acked.insert(k, v);
+                    self.report.writes += 1;
+                    break;
+                }
+                Err(IndexError::InDoubt(_)) => self.report.in_doubt += 1,
+                Err(_) => break,
+            }
+        }
+        written
+    }
 }
 
 /// Keys whose value is not their last acknowledged write: `(key, found,

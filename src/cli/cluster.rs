@@ -113,6 +113,10 @@ pub struct YcsbArgs {
     /// Name the client registers under.
     #[arg(long, default_value = "ycsb")]
     name: String,
+    /// After losing its cluster lease (paused or cut off past it), the load joins again as a new
+    /// client and goes on; if it cannot within this long, it stops with the reason.
+    #[arg(long, value_name = "DURATION", default_value = "2m", value_parser = super::units::parse_duration)]
+    rejoin_timeout: std::time::Duration,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -258,7 +262,11 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
             faults: args.die_after.map(|_| fabric::FaultPlan::default()),
             ..cluster::ClusterOptions::default()
         };
-        let c = cluster::Cluster::connect_with(&file.control, &file.client_token, options).await?;
+        let membership =
+            cluster::Membership::join(&file.control, &file.client_token, options, args.rejoin_timeout)
+                .await?;
+        let membership = Arc::new(membership);
+        let c = membership.current();
         eprintln!(
             "client {} (owner ids {:?}) on index {:?}",
             c.id(),
@@ -300,16 +308,66 @@ fn ycsb(args: YcsbArgs) -> anyhow::Result<ExitCode> {
                 }
             })
         };
-        let report = cluster::load::run(&c, &spec, stop, ops).await?;
+        drop(c);
+        // A lost lease is survived: a new client, new owner ids; recovery
+        // rolls the old ones.
+        let kept = {
+            let m = membership.clone();
+            tokio::spawn(async move {
+                m.keep(|c| {
+                    eprintln!(
+                        "joined the cluster again as client {} (owner ids {:?}) after losing the lease",
+                        c.id(),
+                        c.owner_ids()
+                    );
+                })
+                .await
+            })
+        };
+        let report = cluster::load::run(membership.clone(), &spec, stop, ops).await;
         ticker.abort();
-        println!("done {} {} {}", report.ops, report.writes, report.retries);
+        let report = report?;
+        println!(
+            "done {} {} {} {}",
+            report.ops, report.writes, report.retries, report.rejoins
+        );
         for e in &report.errors {
             eprintln!("error: {e}");
         }
         if !report.errors.is_empty() {
+            kept.abort();
             return Ok(ExitCode::FAILURE);
         }
-        c.close().await?;
+        // Left with the client in force: one whose lease was lost as the
+        // load ended leaves once the next has joined.
+        let mut c = membership.current();
+        if !c.lease_holds() {
+            c = membership.next_after(&c).await?;
+        }
+        let lost = cluster::load::lost(&c, &spec.index, spec.kind, &report.acked).await?;
+        drop(c);
+        kept.abort();
+        // The aborted task's clone is dropped once it has stopped.
+        let _ = kept.await;
+        if !lost.is_empty() {
+            for (k, found, acked) in lost.iter().take(10) {
+                eprintln!("error: key {k} holds {found:?}, not its acknowledged {acked}");
+            }
+            eprintln!(
+                "error: {} of {} acknowledged writes lost",
+                lost.len(),
+                report.acked.len()
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+        eprintln!(
+            "checked: all {} keys written hold their last acknowledged value",
+            report.acked.len()
+        );
+        Arc::into_inner(membership)
+            .context("the cluster client is still shared at the end")?
+            .close()
+            .await?;
         anyhow::Ok(ExitCode::SUCCESS)
     })
 }

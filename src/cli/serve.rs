@@ -112,38 +112,14 @@ pub struct ServeArgs {
     tls_key: Option<PathBuf>,
 }
 
-/// How often the gateway looks at its lease.
-const LEASE_WATCH: Duration = Duration::from_millis(100);
-/// The longest pause between attempts at joining again.
-const REJOIN_BACKOFF_MAX: Duration = Duration::from_secs(5);
-
 /// The cluster client the gateway holds now: replaced when it joins again.
-type Membership = Arc<std::sync::Mutex<Arc<cluster::Cluster>>>;
+type Membership = Arc<cluster::Membership>;
 
-fn current(m: &Membership) -> Arc<cluster::Cluster> {
-    m.lock().unwrap_or_else(|p| p.into_inner()).clone()
-}
-
-/// What joining again needs.
-struct Rejoin {
-    endpoints: Vec<String>,
-    token: String,
-    options: cluster::ClusterOptions,
+/// What the gateway serves from, made again under each new client.
+struct Served {
     index: String,
     kind: Kind,
     handles: u16,
-    timeout: Duration,
-}
-
-impl Rejoin {
-    /// A new client and its keyspaces.
-    async fn join(&self) -> anyhow::Result<(cluster::Cluster, Vec<Keyspace>)> {
-        let client = cluster::Cluster::connect_with(&self.endpoints, &self.token, self.options.clone())
-            .await
-            .context("cannot join the cluster")?;
-        let keyspaces = keyspaces(&client, self.kind, &self.index, self.handles).await?;
-        Ok((client, keyspaces))
-    }
 }
 
 async fn keyspaces(
@@ -166,67 +142,33 @@ async fn keyspaces(
 /// Keeps the gateway a member for the process's life: once its lease is
 /// lost (or uncertain past two leases: a control plane gone, a long pause),
 /// it marks the gateway unavailable, joins again as a new client (the old
-/// one's ids are expired and rolled by recovery, as for any dead client),
-/// and gives the gateway the new keyspaces. Returns an error only when it
-/// cannot join again within `rejoin.timeout`.
-async fn keep_membership(membership: Membership, control: GatewayControl, rejoin: Rejoin) -> anyhow::Error {
+/// one's ids are expired and rolled by recovery, as for any dead client;
+/// `cluster::membership`), and gives the gateway the new keyspaces. Returns
+/// an error only when it cannot join again within the rejoin timeout.
+async fn keep_membership(membership: Membership, control: GatewayControl, served: Served) -> anyhow::Error {
     loop {
-        let why = lost_lease(&membership).await;
+        let why = membership.lost().await;
         tracing::warn!(%why, "the gateway lost its cluster lease: joining again as a new client");
         control.unavailable(format!(
             "the gateway lost its cluster lease ({why}) and is joining again"
         ));
-        let since = std::time::Instant::now();
-        let mut wait = LEASE_WATCH;
-        let (client, keyspaces) = loop {
-            match rejoin.join().await {
-                Ok(joined) => break joined,
-                Err(e) if since.elapsed() >= rejoin.timeout => {
-                    return e.context(format!(
-                        "the gateway lost its cluster lease ({why}) and could not join again within {}",
-                        humantime::format_duration(rejoin.timeout)
-                    ));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %format!("{e:#}"), retry_in = ?wait, "cannot join the cluster again yet");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(REJOIN_BACKOFF_MAX);
-                }
-            }
+        let joined = membership
+            .rejoin_with(&why, async |c| {
+                keyspaces(c, served.kind, &served.index, served.handles)
+                    .await
+                    .map_err(|e| cluster::ClusterError::Map(format!("{e:#}")))
+            })
+            .await;
+        let (client, keyspaces) = match joined {
+            Ok(joined) => joined,
+            Err(e) => return anyhow::Error::new(e).context("the gateway cannot serve any more"),
         };
-        let id = client.id();
         drop(control.replace(keyspaces).await);
-        let old = std::mem::replace(
-            &mut *membership.lock().unwrap_or_else(|p| p.into_inner()),
-            Arc::new(client),
+        tracing::info!(
+            client = client.id(),
+            "the gateway joined the cluster again and serves"
         );
-        // Not closed: its lease is gone; recovery rolls its logs and frees
-        // its ids as for any expired client.
-        drop(old);
-        tracing::info!(client = id, "the gateway joined the cluster again and serves");
-        eprintln!("joined the cluster again as client {id}");
-    }
-}
-
-/// Resolves with why once the current client's lease is lost, or not
-/// certain for two lease lengths.
-async fn lost_lease(membership: &Membership) -> String {
-    let mut uncertain_since: Option<std::time::Instant> = None;
-    loop {
-        let c = current(membership);
-        if let Some(why) = c.lease_lost() {
-            return why;
-        }
-        if c.lease_holds() {
-            uncertain_since = None;
-        } else {
-            let since = *uncertain_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= c.lease() * 2 {
-                return format!("not renewed for {:?}", since.elapsed());
-            }
-        }
-        drop(c);
-        tokio::time::sleep(LEASE_WATCH).await;
+        eprintln!("joined the cluster again as client {}", client.id());
     }
 }
 
@@ -325,10 +267,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         faults: args.die_after.map(|_| fabric::FaultPlan::default()),
         ..cluster::ClusterOptions::default()
     };
-    let client = cluster::Cluster::connect_with(&joined.endpoints, &joined.token, options.clone())
-        .await
-        .context("cannot join the cluster")?;
-    let client = Arc::new(client);
+    let membership: Membership = Arc::new(
+        cluster::Membership::join(&joined.endpoints, &joined.token, options, args.rejoin_timeout)
+            .await
+            .context("cannot join the cluster")?,
+    );
+    let client = membership.current();
     let kind = match args.kind {
         Kind::Btree => "btree",
         Kind::Hash => "hash",
@@ -352,22 +296,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         _ => gateway,
     };
     let control = gateway.control();
-    let membership: Membership = Arc::new(std::sync::Mutex::new(client.clone()));
     let metrics = metrics
         .map(|l| telemetry::spawn(l, probe(&membership, &control)))
         .transpose()?;
-    let rejoin = Rejoin {
-        endpoints: joined.endpoints.clone(),
-        token: joined.token.clone(),
-        options: cluster::ClusterOptions {
-            // The fault hook is the first client's only.
-            faults: None,
-            ..options
-        },
+    let what = Served {
         index: args.index.clone(),
         kind: args.kind,
         handles: args.handles,
-        timeout: args.rejoin_timeout,
     };
     let addr = listener
         .local_addr()
@@ -400,7 +335,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let served = tokio::spawn(gateway.serve(listener, stopped));
     let gave_up = tokio::select! {
         () = shutdown => None,
-        e = keep_membership(membership.clone(), control, rejoin) => Some(e),
+        e = keep_membership(membership.clone(), control, what) => Some(e),
     };
     let _ = stop.send(true);
     let keyspaces = served.await.context("the gateway's task failed")?;
@@ -412,9 +347,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         drop(joined.embedded);
         return Err(e);
     }
-    let client =
-        Arc::into_inner(current(&membership)).context("the cluster client is still shared at shutdown")?;
-    client.close().await.context("cannot leave the cluster")?;
+    Arc::into_inner(membership)
+        .context("the cluster client is still shared at shutdown")?
+        .close()
+        .await
+        .context("cannot leave the cluster")?;
     drop(joined.embedded);
     eprintln!("gateway stopped");
     Ok(ExitCode::SUCCESS)
@@ -435,7 +372,7 @@ fn probe(membership: &Membership, control: &GatewayControl) -> Probe {
             if let Some(why) = control.why_unavailable() {
                 return Health::Unavailable(why);
             }
-            let Some(client) = health.upgrade().map(|m| current(&m)) else {
+            let Some(client) = health.upgrade().map(|m| m.current()) else {
                 return Health::Unavailable("the gateway is stopping".into());
             };
             if client.lease_holds() {
@@ -452,7 +389,7 @@ fn probe(membership: &Membership, control: &GatewayControl) -> Probe {
             }
         }),
         sample: Some(Arc::new(move || {
-            if let Some(c) = sampled.upgrade().map(|m| current(&m)) {
+            if let Some(c) = sampled.upgrade().map(|m| m.current()) {
                 gateway::metrics::sample(c.epoch(), c.lease_holds());
             }
         })),

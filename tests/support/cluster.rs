@@ -39,7 +39,8 @@ impl RunningLoad {
             let (c, spec, stop, ops) = (cluster.clone(), spec.clone(), stop.clone(), ops.clone());
             let failed = failed.clone();
             tokio::spawn(async move {
-                let run = kintsugi::cluster::load::run(&c, &spec, stop, ops).await;
+                let membership = Arc::new(kintsugi::cluster::Membership::of(c));
+                let run = kintsugi::cluster::load::run(membership, &spec, stop, ops).await;
                 if let Err(e) = &run {
                     *failed.lock().unwrap() = Some(e.to_string());
                 }
