@@ -798,14 +798,20 @@ async fn a_library_client_whose_lease_was_lost_joins_again_and_its_load_goes_on(
         .unwrap();
     let second = m.next_after(&first).await.unwrap();
     assert_ne!(second.id(), first.id(), "a new client");
-    assert!(!overlaps(second.owner_ids(), first.owner_ids()), "with other owner ids");
+    assert!(
+        !overlaps(second.owner_ids(), first.owner_ids()),
+        "with other owner ids"
+    );
     let at_join = ops.load(Ordering::Relaxed);
     beyond(at_join + 200).await;
 
     stop.store(true, Ordering::Relaxed);
     let report = running.await.unwrap().unwrap();
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert!(report.rejoins >= 1, "a task reopened its handle under the new client");
+    assert!(
+        report.rejoins >= 1,
+        "a task reopened its handle under the new client"
+    );
     let lost = load::lost(&second, &load_spec.index, load_spec.kind, &report.acked)
         .await
         .unwrap();

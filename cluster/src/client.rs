@@ -92,6 +92,13 @@ pub struct Cluster {
     pub(crate) options: ClusterOptions,
     faults: Option<Arc<fabric::Faulty<fabric::BaseTransport>>>,
     session: Mutex<Session>,
+    /// The regions whose restore this process asked to claim (a promotion
+    /// naming it restorer, a `ClaimRestore`), answered or not: a command
+    /// whose answer was lost to a lead change may still commit, and a
+    /// member that stopped leading may not have applied it when its
+    /// status is read; [`Cluster::release_restore_claims`] gives these
+    /// back too. Bounded by the regions of the cluster.
+    pub(crate) restore_claims: Mutex<std::collections::BTreeSet<fabric::RegionId>>,
     closed: bool,
 }
 
@@ -188,6 +195,7 @@ impl Cluster {
             options,
             faults,
             session: Mutex::new(session),
+            restore_claims: Mutex::default(),
             closed: false,
         })
     }

@@ -119,6 +119,7 @@ impl Cluster {
             node,
             restorer: Some(self.me.id),
         };
+        self.asked_to_restore(region);
         let r = match self
             .members
             .command(&format!("promoting node {node} in region {region}"), &promote)
@@ -480,6 +481,7 @@ impl Cluster {
             region,
             client: self.me.id,
         };
+        self.asked_to_restore(region);
         let claimed = self
             .members
             .command(&format!("claiming the restore of region {region}"), &claim)
@@ -500,26 +502,61 @@ impl Cluster {
     /// stop the new leader's coordinator from doing until this process
     /// expires. Returns the regions given back; a claim that moved on
     /// meanwhile (expired, published) is not an error.
+    ///
+    /// Given back: the claims the status shows, and every claim this
+    /// process asked for, answered or not. A deposed coordinator's last
+    /// claim may have been committed by the new leader after its answer
+    /// was lost, and the member it reads the status from (its own, a
+    /// follower now) may not have applied it yet: kept, it held the region
+    /// out of the map for `OPEN_TIMEOUT` while this process left (the
+    /// chaos_run kill-primary dtx CI failure). The release itself is
+    /// ordered after the claim in the leader's log, so it finds it if it
+    /// was committed.
     pub async fn release_restore_claims(&self) -> Result<Vec<RegionId>, ClusterError> {
         let status = self.status().await?;
+        let mut regions = self
+            .restore_claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        regions.extend(
+            status
+                .regions
+                .iter()
+                .filter(|r| r.restorer == Some(self.me.id))
+                .map(|r| r.id),
+        );
         let mut given = Vec::new();
-        for r in status.regions.iter().filter(|r| r.restorer == Some(self.me.id)) {
+        for region in regions {
             let release = Command::ReleaseRestore {
-                region: r.id,
+                region,
                 client: self.me.id,
             };
             match self
                 .members
-                .command(&format!("giving back the restore of region {}", r.id), &release)
+                .command(&format!("giving back the restore of region {region}"), &release)
                 .await
             {
-                Ok(_) => given.push(r.id),
-                Err(ClusterError::Refused { source, .. })
-                    if source.status().is_some_and(|s| s.as_u16() == 409) => {}
+                Ok(_) => given.push(region),
+                // Not held (never granted, published, lapsed) or gone.
+                Err(e) if e.refused_with(409) || e.refused_with(404) => {}
                 Err(e) => return Err(e),
             }
+            self.restore_claims
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&region);
         }
         Ok(given)
+    }
+
+    /// Notes that this process is about to ask for `region`'s restore
+    /// claim (`Cluster::restore_claims`).
+    fn asked_to_restore(&self, region: RegionId) {
+        self.restore_claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(region);
     }
 
     /// Starts a copy into `node`'s replica of `region` being made: a new
