@@ -29,6 +29,7 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
 pub use chaos;

@@ -22,6 +22,9 @@
 //! is per region: a region or client whose step fails is stuck, and tried
 //! again after its own backoff, while every other goes on.
 
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
 pub mod coordinator;
 pub mod copy;
 mod error;

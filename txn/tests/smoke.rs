@@ -1,3 +1,6 @@
+//! A transfer between two accounts commits and reads back: the smallest
+//! end-to-end use of the transaction layer.
+
 use fabric::{Client, LocalTransport, RegionSpec};
 use txn::{Heap, HeapConfig, TxClient, TxConfig};
 

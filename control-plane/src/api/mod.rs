@@ -30,8 +30,6 @@ mod client;
 mod lease;
 mod operations;
 mod server;
-#[cfg(test)]
-mod tests;
 
 use fabric::Epoch;
 use serde::{Deserialize, Serialize};
