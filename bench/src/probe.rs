@@ -40,9 +40,7 @@ pub async fn lease_lead_ticks(
             let mut batch = Batch::new();
             let h = batch.read(obj.lock_addr(), 8);
             c.fabric().execute(&mut batch).await?;
-            let mut word = [0u8; 8];
-            word.copy_from_slice(batch.read_result(h)?);
-            let lock = LockWord::from_raw(u64::from_le_bytes(word));
+            let lock = LockWord::from_raw(fabric::le_word(batch.read_result(h)?, 0));
             if lock.is_locked() && lock.owner() == c.owner() {
                 lead = Some((lock.lease_tick() as i64 - expected as i64).max(0));
             }

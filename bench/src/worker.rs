@@ -252,20 +252,15 @@ impl<'a> Worker<'a> {
 
 /// Adds one to the little-endian counter in the first 8 bytes.
 fn increment(value: &mut [u8]) {
+    let next = counter(value).wrapping_add(1);
     if let Some(word) = value.get_mut(..8) {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(word);
-        word.copy_from_slice(&u64::from_le_bytes(w).wrapping_add(1).to_le_bytes());
+        word.copy_from_slice(&next.to_le_bytes());
     }
 }
 
 /// The counter of an object's bytes.
 pub fn counter(value: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(word) = value.get(..8) {
-        w.copy_from_slice(word);
-    }
-    u64::from_le_bytes(w)
+    fabric::le_word(value, 0)
 }
 
 /// `TxStats` has no `Sub`: the counters this bench reports, accumulated

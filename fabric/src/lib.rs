@@ -47,6 +47,7 @@ mod stats;
 pub mod transport;
 mod verb;
 pub mod wire;
+pub mod word;
 
 pub use addr::{
     AccessKey, Epoch, GlobalAddr, NodeId, RegionId, Replica, ATOMIC_BYTES, OFFSET_BITS, OFFSET_MAX,
@@ -64,6 +65,7 @@ pub use memnode::{
 };
 pub use memory::{prefetch_local, PageAccess, RawCell, RawRegion};
 pub use stats::Stats;
+pub use word::{le_word, le_word_at, WORD_BYTES};
 
 #[cfg(feature = "rdma")]
 pub use transport::RdmaTransport;

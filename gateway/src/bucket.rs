@@ -253,9 +253,7 @@ impl Bucket {
             .checked_add(used)
             .filter(|&e| e <= bytes.len())
             .ok_or_else(|| corrupt(format!("{used} bytes of entries past its {} bytes", bytes.len())))?;
-        let mut forward_raw = [0u8; 8];
-        forward_raw.copy_from_slice(&bytes[8..16]);
-        let forward = match u64::from_le_bytes(forward_raw) {
+        let forward = match fabric::le_word(bytes, 8) {
             0 => None,
             raw => Some(BucketRef::from_raw(raw)?),
         };

@@ -684,7 +684,7 @@ async fn read_one_lock_free(c: &mut TxClient, batch: &mut Batch, obj: RawObj) ->
 
 /// A meta's two words: lock word and data pointer.
 fn meta_words(b: &[u8]) -> Option<(LockWord, DataPtr)> {
-    let word = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
+    let word = |at: usize| fabric::le_word_at(b, at);
     Some((LockWord::from_raw(word(0)?), DataPtr::from_raw(word(8)?)))
 }
 

@@ -20,7 +20,6 @@ use std::collections::{HashMap, HashSet};
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
 
-use crate::client::le_word;
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap, BLOCK_BYTES_MAX};
 use crate::obj::META_BYTES;
@@ -28,6 +27,7 @@ use crate::quiesce::Announced;
 use crate::reclaim::RunLink;
 use crate::tails::TailKind;
 use crate::word::OwnerId;
+use fabric::le_word;
 
 /// Data blocks are 8-byte aligned and sized in words, so that every word of a
 /// block can be read and CASed.

@@ -439,13 +439,6 @@ pub(crate) fn meta_bytes(lock: LockWord, dptr: DataPtr) -> [u8; 16] {
     b
 }
 
-/// Reads a little-endian word out of READ bytes.
-pub(crate) fn le_word(bytes: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&bytes[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
 /// A section of a [`TxClient`] (`crate::quiesce`) that ends when dropped,
 /// also when the future holding it is cancelled at an await.
 pub(crate) struct Section<'c>(pub(crate) &'c mut TxClient);

@@ -43,13 +43,14 @@ const MAP_MOVES_MAX: u32 = 8;
 /// installs anything: the crash that leaves a repairer the most to do.
 pub const CRASH_AT_COMMIT_POINT: &str = "tx-commit-point";
 
-use crate::client::{le_word, meta_bytes};
+use crate::client::meta_bytes;
 use crate::error::{AbortReason, TxError};
 use crate::hint::MetaHint;
 use crate::log::{Log, LogEntry, HEADER_OFFSET, LOG_ENTRIES_MAX};
 use crate::obj::META_BYTES;
 use crate::tx::Tx;
 use crate::word::{DataPtr, LockWord, LogHeader, LogState};
+use fabric::le_word;
 
 impl Tx<'_> {
     /// Commits, or aborts with the reason. On abort nothing of this

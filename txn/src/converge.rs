@@ -21,9 +21,10 @@
 
 use fabric::{Batch, GlobalAddr, Replica, VerbHandle};
 
-use crate::client::{le_word, TxClient};
+use crate::client::TxClient;
 use crate::error::TxError;
 use crate::word::{LockWord, LogHeader};
+use fabric::le_word;
 
 /// Rounds of reading and CASing backups in one convergence: each round
 /// moves a backup at least one stage forward unless someone else moved it,

@@ -16,7 +16,7 @@
 //! memory can be found, and a promoted backup can rebuild the words only a
 //! primary keeps (`Heap::restore_after_promotion`; `docs/txn.md` §8).
 
-use fabric::{Batch, Client, GlobalAddr, RegionId, Replica};
+use fabric::{le_word, Batch, Client, GlobalAddr, RegionId, Replica};
 
 use crate::error::TxError;
 use crate::log::LOG_SLOT_BYTES;
@@ -300,7 +300,7 @@ impl Heap {
         let mut batch = Batch::new();
         let h = batch.read(self.word(W_FLAGS), 8);
         client.execute(&mut batch).await?;
-        Ok(word_at(batch.read_result(h).map_err(TxError::Verb)?) & FLAG_RETIRES != 0)
+        Ok(le_word(batch.read_result(h).map_err(TxError::Verb)?, 0) & FLAG_RETIRES != 0)
     }
 
     /// The address of named root `i`.
@@ -387,13 +387,7 @@ impl Heap {
         let h = batch.read(GlobalAddr::new(region, 0), (W_NEXT_CHUNK * 8) as u32);
         client.execute(&mut batch).await?;
         let bytes = batch.read_result(h).map_err(TxError::Verb)?;
-        let w = |i: u64| {
-            u64::from_le_bytes(
-                bytes[i as usize * 8..i as usize * 8 + 8]
-                    .try_into()
-                    .unwrap_or_default(),
-            )
-        };
+        let w = |i: u64| le_word(bytes, i as usize * 8);
         if w(W_MAGIC) != MAGIC {
             return Err(TxError::Heap(format!(
                 "region {region} is not a formatted rTX heap"
@@ -513,7 +507,7 @@ impl Heap {
         let table = client.read_range(table, bytes, Replica::Primary).await?;
         Ok(table[0]
             .chunks_exact(8)
-            .map(|w| ChunkTag::from_raw(word_at(w)))
+            .map(|w| ChunkTag::from_raw(le_word(w, 0)))
             .collect())
     }
 
@@ -557,7 +551,7 @@ impl Heap {
         let mut batch = Batch::new();
         let h = batch.read(self.word(W_NEXT_CHUNK), 8);
         client.execute(&mut batch).await?;
-        let counter = word_at(batch.read_result(h).map_err(TxError::Verb)?);
+        let counter = le_word(batch.read_result(h).map_err(TxError::Verb)?, 0);
         let wanted = last_taken.map_or(0, |i| i as u64 + 1).max(counter);
         if wanted != counter {
             batch.clear();
@@ -578,7 +572,7 @@ impl Heap {
             for meta in bytes.chunks_exact_mut(crate::obj::META_BYTES as usize) {
                 // A meta in use has a data pointer (no block lives at
                 // offset 0); an unused one stays zero.
-                if word_at(&meta[8..16]) != 0 {
+                if le_word(meta, 8) != 0 {
                     meta[..8].copy_from_slice(&unlocked.to_le_bytes());
                     restored.lock_words += 1;
                 }
@@ -669,10 +663,6 @@ fn reclaim_area_bytes(owner_slots: u64) -> u64 {
 /// Chunks `tags` records as taken.
 fn taken(tags: &[ChunkTag]) -> u64 {
     tags.iter().filter(|t| t.owner().is_some()).count() as u64
-}
-
-fn word_at(bytes: &[u8]) -> u64 {
-    u64::from_le_bytes(bytes[..8].try_into().unwrap_or_default())
 }
 
 #[cfg(test)]

@@ -15,8 +15,8 @@
 
 use fabric::GlobalAddr;
 
-use crate::client::le_word;
 use crate::word::{DataPtr, LockWord, LogHeader};
+use fabric::{le_word, le_word_at};
 
 /// Bytes of one log slot.
 pub const LOG_SLOT_BYTES: u64 = 2048;
@@ -28,13 +28,6 @@ const ENTRY_WORDS: usize = 4;
 pub const LOG_ENTRIES_MAX: usize = (LOG_SLOT_BYTES as usize / 8 - HEADER_WORDS) / ENTRY_WORDS;
 /// Byte offset of the header word in a slot (the CAS target).
 pub const HEADER_OFFSET: u64 = 0;
-
-/// The little-endian word `i` of a log read from DM; `None` past its end
-/// (a slot is untrusted input to whoever decodes it).
-pub(crate) fn word_at(bytes: &[u8], i: usize) -> Option<u64> {
-    let b = bytes.get(i * 8..i * 8 + 8)?;
-    Some(u64::from_le_bytes(b.try_into().ok()?))
-}
 
 /// One write-set entry as logged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +83,7 @@ impl Log {
     /// (never written, or garbage): a repairer then treats the lock as
     /// log-less.
     pub fn decode(bytes: &[u8]) -> Option<Log> {
-        let word = |i: usize| word_at(bytes, i);
+        let word = |i: usize| le_word_at(bytes, i * 8);
         let header = LogHeader::from_raw(word(0)?)?;
         // A DTX log (`crate::dtx::log`) in the slot is not rTX's to act on.
         if header.state().is_dtx() {

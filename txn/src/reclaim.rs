@@ -30,11 +30,11 @@ use std::collections::HashSet;
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
 
-use crate::client::le_word;
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap};
 use crate::obj::META_BYTES;
 use crate::word::OwnerId;
+use fabric::le_word;
 
 /// Verbs a reclaim puts in one batch when it writes run links: far below
 /// `fabric::VERBS_PER_BATCH_MAX` even with every replica's copy.

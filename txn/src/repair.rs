@@ -39,12 +39,13 @@
 
 use fabric::{Batch, GlobalAddr, Replica};
 
-use crate::client::{le_word, TxClient};
+use crate::client::TxClient;
 use crate::commit::pointers_moved;
 use crate::error::TxError;
 use crate::log::{Log, HEADER_OFFSET, LOG_SLOT_BYTES};
 use crate::obj::RawObj;
 use crate::word::{DataPtr, LockWord, LogHeader, LogState, OwnerId};
+use fabric::le_word;
 
 /// A repair re-reads its log before a step once it has run this long
 /// (10 ms, in lease ticks like the clock it is compared with). Far below the

@@ -14,7 +14,7 @@
 //! names (a block a dead client wrote on some replicas only is named by
 //! nothing).
 
-use fabric::{Batch, Client, GlobalAddr, Replica, VERB_BYTES_MAX};
+use fabric::{le_word, Batch, Client, GlobalAddr, Replica, VERB_BYTES_MAX};
 
 use crate::error::TxError;
 use crate::heap::{ChunkKind, ChunkTag, Heap};
@@ -89,17 +89,13 @@ impl ReplicaReport {
                         replica: r,
                         at: at.add(offset),
                         what,
-                        primary: word(a),
-                        backup: word(b),
+                        primary: le_word(a, 0),
+                        backup: le_word(b, 0),
                     });
                 }
             }
         }
     }
-}
-
-fn word(b: &[u8]) -> u64 {
-    u64::from_le_bytes(b[..8].try_into().unwrap_or_default())
 }
 
 impl Heap {
@@ -137,7 +133,7 @@ impl Heap {
 
         let (table, table_bytes) = self.owner_table_range();
         let tables = client.read_range(table, table_bytes, Replica::All).await?;
-        let tag = |r: usize, c: usize| ChunkTag::from_raw(word(&tables[r][c * 8..]));
+        let tag = |r: usize, c: usize| ChunkTag::from_raw(le_word(&tables[r], c * 8));
         let mut last_taken = None;
         for c in 0..self.chunk_count() as usize {
             let tags: Vec<ChunkTag> = (0..replicas).map(|r| tag(r, c)).collect();
@@ -164,13 +160,13 @@ impl Heap {
             }
         }
         for (r, copy) in copies.iter().enumerate() {
-            let have = word(&copy[counter as usize..]);
+            let have = le_word(copy, counter as usize);
             if last_taken.is_some_and(|last| have <= last) {
                 report.differ(Difference {
                     replica: r,
                     at: self.next_chunk_addr(),
                     what: format!("chunk counter, not past chunk {}", last_taken.unwrap_or(0)),
-                    primary: word(&copies[0][counter as usize..]),
+                    primary: le_word(&copies[0], counter as usize),
                     backup: have,
                 });
             }
@@ -188,7 +184,7 @@ impl Heap {
             let at = GlobalAddr::new(self.region(), self.chunk_offset(c as u64));
             let copies = client.read_range(at, self.chunk_bytes(), Replica::All).await?;
             for (m, meta) in copies[0].chunks_exact(META_BYTES as usize).enumerate() {
-                let dptr = word(&meta[8..]);
+                let dptr = le_word(meta, 8);
                 if dptr == 0 {
                     continue;
                 }

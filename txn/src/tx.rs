@@ -11,12 +11,13 @@
 use bytemuck::Pod;
 use fabric::{Batch, GlobalAddr};
 
-use crate::client::{le_word, TxClient};
+use crate::client::TxClient;
 use crate::error::{AbortReason, TxError};
 use crate::hint::MetaHint;
 use crate::obj::{RawObj, TxObj, META_BYTES};
 use crate::repair::RepairOutcome;
 use crate::word::{DataPtr, LockWord};
+use fabric::le_word;
 
 /// Rounds of "meet an expired lock, repair it, look again" before an access
 /// gives up and aborts: repairs are idempotent and a round usually suffices;

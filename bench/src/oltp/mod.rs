@@ -25,6 +25,7 @@ pub mod tatp;
 pub mod worker;
 
 use engine::OltpTx;
+use fabric::le_word;
 use txn::TxError;
 
 /// Every table's records, by table number and row.
@@ -99,19 +100,9 @@ pub trait OltpWorkload: Sync {
     fn inconsistency(&self, table: usize, row: u64, bytes: &[u8]) -> Option<String>;
 }
 
-/// A little-endian u64 at `at` of `bytes` (0 past the end: a record
-/// shorter than its layout is reported by the check, not here).
-pub(crate) fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    if let Some(b) = bytes.get(at..at + 8) {
-        w.copy_from_slice(b);
-    }
-    u64::from_le_bytes(w)
-}
-
 /// A little-endian i64 at `at` of `bytes`.
 pub(crate) fn i64_at(bytes: &[u8], at: usize) -> i64 {
-    u64_at(bytes, at) as i64
+    le_word(bytes, at) as i64
 }
 
 /// The byte at `at` of `bytes` (0 past the end).

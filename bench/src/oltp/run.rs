@@ -322,7 +322,7 @@ async fn check<W: OltpWorkload, E: Attach>(
             .context("cannot read the lock words")?;
         for h in handles {
             let bytes = batch.read_result(h).context("cannot read a lock word")?;
-            if LockWord::from_raw(super::u64_at(bytes, 0)).is_locked() {
+            if LockWord::from_raw(fabric::le_word(bytes, 0)).is_locked() {
                 found.locks_left += 1;
             }
         }

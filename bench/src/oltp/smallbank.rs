@@ -8,11 +8,12 @@
 //! savings transactions and checks that committed (amalgamations and
 //! payments move money between accounts).
 
+use fabric::le_word;
 use txn::TxError;
 use workload::smallbank::{SmallBankGen, SmallBankKind, SmallBankSpec, SmallBankTxn};
 
 use super::engine::OltpTx;
-use super::{i64_at, row, u64_at, OltpWorkload, Outcome, Tables};
+use super::{i64_at, row, OltpWorkload, Outcome, Tables};
 
 /// The savings table's number.
 pub const SAVINGS: usize = 0;
@@ -184,7 +185,7 @@ impl OltpWorkload for SmallBank {
         if bytes.len() != RECORD_BYTES {
             return Some(format!("{} bytes, not {RECORD_BYTES}", bytes.len()));
         }
-        let account = u64_at(bytes, ACCOUNT_AT);
+        let account = le_word(bytes, ACCOUNT_AT);
         (account != row).then(|| {
             format!(
                 "{} row {row} names account {account}",

@@ -15,13 +15,14 @@
 //! the run. The conserved quantity is the number of valid CallForwarding
 //! rows: the loaded ones plus committed inserts minus committed deletes.
 
+use fabric::le_word;
 use txn::TxError;
 use workload::tatp::{
     s_id_of, sub_nbr, TatpGen, TatpKind, TatpSpec, TatpTxn, AI_TYPES, SF_TYPES, START_STEP_HOURS, START_TIMES,
 };
 
 use super::engine::OltpTx;
-use super::{byte_at, row, u64_at, OltpWorkload, Outcome, Tables};
+use super::{byte_at, row, OltpWorkload, Outcome, Tables};
 
 /// Table numbers.
 pub const SUBSCRIBER: usize = 0;
@@ -90,7 +91,7 @@ fn forwarding_row(s_id: u64, sf_type: u8, start: u8) -> u64 {
 /// lookup by number, here an array lookup by `sub_nbr - 1` and the read).
 async fn lookup<T: OltpTx>(tx: &mut T, t: &Tables<T::Rec>, nbr: u64) -> Result<u64, TxError> {
     let s = s_id_of(nbr).ok_or_else(|| TxError::BadObject(format!("no subscriber has number {nbr}")))?;
-    Ok(u64_at(tx.read(row(t, SECONDARY, s)?).await?, SEC_S_ID_AT))
+    Ok(le_word(tx.read(row(t, SECONDARY, s)?).await?, SEC_S_ID_AT))
 }
 
 const DECLINED: Outcome = Outcome {
@@ -344,19 +345,19 @@ impl OltpWorkload for Tatp {
         let (s, slot) = (row / per, row % per);
         let bad = |what: String| Some(format!("{name} row {row}: {what}"));
         if table == SECONDARY {
-            let (nbr, s_id) = (u64_at(bytes, 0), u64_at(bytes, SEC_S_ID_AT));
+            let (nbr, s_id) = (le_word(bytes, 0), le_word(bytes, SEC_S_ID_AT));
             if nbr != sub_nbr(s) || s_id != s {
                 return bad(format!("number {nbr} names subscriber {s_id}"));
             }
             return None;
         }
-        let s_id = u64_at(bytes, S_ID_AT);
+        let s_id = le_word(bytes, S_ID_AT);
         if s_id != s {
             return bad(format!("subscriber id {s_id}, not {s}"));
         }
         match table {
             SUBSCRIBER => {
-                let nbr = u64_at(bytes, SUB_NBR_AT);
+                let nbr = le_word(bytes, SUB_NBR_AT);
                 let bits = u16::from_le_bytes([byte_at(bytes, BITS_AT), byte_at(bytes, BITS_AT + 1)]);
                 if nbr != sub_nbr(s) || bits >= 1 << 10 {
                     return bad(format!("number {nbr}, bits {bits:#x}"));

@@ -33,6 +33,7 @@
 //! of a stopped party is left unfinished; a second recovery finds nothing
 //! to do; a survivor can lock and write every record.
 
+use fabric::le_word;
 use std::sync::Arc;
 
 use fabric::{Batch, Client, ClusterMap, FaultPlan, Replica};
@@ -42,7 +43,7 @@ use txn::dtx::record::{Record, Version};
 use txn::dtx::DtxClient;
 use txn::{Heap, HeapConfig, LockWord, OwnerId, TxConfig, TxError};
 
-use super::{word, ExploreError, Mode, Report, ScenarioReport, Violation};
+use super::{ExploreError, Mode, Report, ScenarioReport, Violation};
 
 const REGION: u16 = 1;
 const REGION_BYTES: u64 = 4 << 20;
@@ -321,7 +322,7 @@ async fn run_victim(mut c: DtxClient, recs: Vec<Record>, go_on: bool) -> Outcome
             .run(async |tx| {
                 tx.lock_many(&set).await?;
                 for &r in &set {
-                    let v = word(tx.read_for_update(r).await?, 0);
+                    let v = le_word(tx.read_for_update(r).await?, 0);
                     tx.write_part(r, 0, &(v + 1).to_le_bytes()).await?;
                 }
                 Ok(())
@@ -500,11 +501,11 @@ async fn check(w: &World, out: &Outcome, stopped: &[OwnerId]) -> Result<Vec<Stri
         let h = b.on(Replica::All).read(r.addr, r.bytes() as u32);
         f.execute(&mut b).await.map_err(|e| e.to_string())?;
         let primary = b.read_result_of(h, 0).map_err(|e| e.to_string())?.to_vec();
-        if word(&primary, 0) != 0 {
-            found.push(format!("record {i} still locked: {:#x}", word(&primary, 0)));
+        if le_word(&primary, 0) != 0 {
+            found.push(format!("record {i} still locked: {:#x}", le_word(&primary, 0)));
         }
-        if !matches!(Version::from_raw(word(&primary, 8)), Version::Visible(_)) {
-            found.push(format!("record {i} left invisible: {:#x}", word(&primary, 8)));
+        if !matches!(Version::from_raw(le_word(&primary, 8)), Version::Visible(_)) {
+            found.push(format!("record {i} left invisible: {:#x}", le_word(&primary, 8)));
         }
         for rep in 1..w.replicas() {
             let copy = b.read_result_of(h, rep).map_err(|e| e.to_string())?;
@@ -517,7 +518,7 @@ async fn check(w: &World, out: &Outcome, stopped: &[OwnerId]) -> Result<Vec<Stri
         if primary[24..] != untouched[8..] {
             found.push(format!("record {i}'s untouched bytes changed"));
         }
-        counters.push(word(&primary, 16));
+        counters.push(le_word(&primary, 16));
     }
     let explained = (0u32..1 << TXNS).any(|mask| {
         let applied: Vec<u64> = (0..TXNS).filter(|t| mask & (1 << t) != 0).collect();
@@ -574,7 +575,7 @@ async fn survivor_writes(w: &World) -> Vec<String> {
             .run(async |tx| {
                 tx.lock_many(&set).await?;
                 for &r in &set {
-                    let v = word(tx.read_for_update(r).await?, 0);
+                    let v = le_word(tx.read_for_update(r).await?, 0);
                     tx.write_part(r, 0, &v.to_le_bytes()).await?;
                 }
                 Ok(())

@@ -138,14 +138,6 @@ pub(crate) async fn fence_and_roll(
     Ok(answered)
 }
 
-/// The little-endian word at byte `at` of bytes read from DM (0 past the
-/// end), for the explorers' checkers.
-pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-}
-
 /// Reads all `bytes` of `region` (its primary), for a scenario's base image.
 pub(crate) async fn read_region(
     fabric: &mut fabric::Client,

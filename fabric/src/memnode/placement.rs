@@ -215,7 +215,7 @@ impl MemoryNode {
         for i in self.regions.len()..count.min(REGIONS_PER_NODE_MAX) {
             let mut words = [0u8; Header::ENTRY_BYTES];
             self.memory.read(Header::entry_offset(i) as usize, &mut words);
-            let w = |k: usize| u64::from_le_bytes(words[k * 8..k * 8 + 8].try_into().unwrap_or_default());
+            let w = |k: usize| crate::le_word(&words, k * 8);
             let held: Vec<RegionEntry> = self.regions.entries().copied().collect();
             let key_word = Header::ENTRY_BYTES / 8 - 1;
             let (Ok(id), Ok(key)) = (RegionId::try_from(w(0)), AccessKey::try_from(w(key_word))) else {

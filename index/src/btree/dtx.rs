@@ -127,7 +127,7 @@ pub(crate) async fn check_locks(
     report: &mut CheckReport,
 ) -> Result<(), IndexError> {
     read_heads(c.fabric(), nodes, record::HEADER_BYTES as u32, |r, b| {
-        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let word = |at: usize| fabric::le_word(b, at);
         let lock = LockWord::from_raw(word(0));
         if word(0) != record::FREE {
             report.locks_held += 1;

@@ -295,5 +295,5 @@ async fn get_root(fabric: &mut Client, heap: &Heap, slot: usize) -> Result<u64, 
     let h = batch.read(heap.root(slot), 8);
     fabric.execute(&mut batch).await?;
     let b = batch.read_result(h).map_err(IndexError::Verb)?;
-    Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    Ok(fabric::le_word(b, 0))
 }

@@ -34,6 +34,7 @@
 //! model test, `tests/concurrent_model.rs`; the mix is `tests/torn_reads.rs`).
 
 use crate::mix::fmix;
+use fabric::le_word;
 use fabric::GlobalAddr;
 
 /// Bytes of a node.
@@ -97,12 +98,6 @@ pub fn entry_check(key: u64, value: u64, version: u64) -> u64 {
 
 fn hash_words(words: impl Iterator<Item = u64>) -> u64 {
     words.fold(0x2545_f491_4f6c_dd1d, |h, w| fmix(h ^ w))
-}
-
-fn word(b: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-    u64::from_le_bytes(w)
 }
 
 impl Node {
@@ -183,7 +178,7 @@ impl Node {
     }
 
     fn internal_check(b: &[u8]) -> u64 {
-        hash_words((0..NODE_BYTES / 8).filter(|&i| i != 7).map(|i| word(b, i)))
+        hash_words((0..NODE_BYTES / 8).filter(|&i| i != 7).map(|i| le_word(b, i * 8)))
     }
 
     /// Byte range of leaf slot `i` within the node.
@@ -209,8 +204,8 @@ impl Node {
         if b.len() != NODE_BYTES {
             return Err(Torn);
         }
-        let version = word(b, 0);
-        let info = word(b, 1);
+        let version = le_word(b, 0);
+        let info = le_word(b, 8);
         let level = (info & 0xFF) as u8;
         let count = ((info >> 8) & 0xFFFF) as usize;
         if level >= LEVELS_MAX || info >> 24 != 0 {
@@ -219,21 +214,25 @@ impl Node {
         let mut node = Node {
             version,
             level,
-            fence_lo: word(b, 2),
-            fence_hi: word(b, 3),
-            sibling: word(b, 4),
-            leftmost: word(b, 5),
+            fence_lo: le_word(b, 16),
+            fence_hi: le_word(b, 24),
+            sibling: le_word(b, 32),
+            leftmost: le_word(b, 40),
             slots: Vec::new(),
             children: Vec::new(),
         };
         if level == 0 {
-            if count != 0 || hash_words((0..7).map(|i| word(b, i))) != word(b, 7) {
+            if count != 0 || hash_words((0..7).map(|i| le_word(b, i * 8))) != le_word(b, 56) {
                 return Err(Torn);
             }
             node.slots.reserve(LEAF_SLOTS);
             for i in 0..LEAF_SLOTS {
                 let at = HEADER_BYTES / 8 + i * 3;
-                let (k, v, c) = (word(b, at), word(b, at + 1), word(b, at + 2));
+                let (k, v, c) = (
+                    le_word(b, at * 8),
+                    le_word(b, (at + 1) * 8),
+                    le_word(b, (at + 2) * 8),
+                );
                 // Every slot, empty ones included, must carry the check of
                 // this node version.
                 if c != entry_check(k, v, version) {
@@ -249,13 +248,13 @@ impl Node {
                 }
             }
         } else {
-            if count > INTERNAL_SLOTS || Self::internal_check(b) != word(b, 7) {
+            if count > INTERNAL_SLOTS || Self::internal_check(b) != le_word(b, 56) {
                 return Err(Torn);
             }
             node.children = (0..count)
                 .map(|i| {
                     let at = HEADER_BYTES / 8 + i * 2;
-                    (word(b, at), word(b, at + 1))
+                    (le_word(b, at * 8), le_word(b, (at + 1) * 8))
                 })
                 .collect();
         }
@@ -381,15 +380,18 @@ mod tests {
         n.slots[0] = Some((42, 7));
         n.slots[39] = Some((999, 1));
         let b = n.encode();
-        assert_eq!(word(&b, 0), 1);
-        assert_eq!(word(&b, 1), 0, "leaf, no count");
-        assert_eq!((word(&b, 2), word(&b, 3), word(&b, 4)), (10, 1000, 0xAB));
+        assert_eq!(le_word(&b, 0), 1);
+        assert_eq!(le_word(&b, 8), 0, "leaf, no count");
         assert_eq!(
-            (word(&b, 8), word(&b, 9), word(&b, 10)),
+            (le_word(&b, 16), le_word(&b, 24), le_word(&b, 32)),
+            (10, 1000, 0xAB)
+        );
+        assert_eq!(
+            (le_word(&b, 64), le_word(&b, 72), le_word(&b, 80)),
             (42, 7, entry_check(42, 7, 1))
         );
         assert_eq!(
-            (word(&b, 11), word(&b, 12), word(&b, 13)),
+            (le_word(&b, 88), le_word(&b, 96), le_word(&b, 104)),
             (0, 0, entry_check(0, 0, 1)),
             "an empty slot is key 0, value 0 and their check"
         );
@@ -400,7 +402,7 @@ mod tests {
     fn internal_round_trips() {
         let n = Node::internal(2, 0, KEY_MAX, 5, vec![(10, 6), (20, 7)]);
         let b = n.encode();
-        assert_eq!(word(&b, 1), 2 | (2 << 8));
+        assert_eq!(le_word(&b, 8), 2 | (2 << 8));
         assert_eq!(Node::decode(&b), Ok(n.clone()));
         assert_eq!(
             (n.child_for(3), n.child_for(10), n.child_for(19), n.child_for(25)),

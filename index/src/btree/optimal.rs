@@ -199,7 +199,7 @@ impl Optimal {
             self.fabric.execute(&mut batch).await?;
             let bytes = batch.read_result(h).map_err(IndexError::Verb)?;
             for (i, w) in bytes.chunks_exact(8).enumerate() {
-                let holder = u64::from_le_bytes(w.try_into().unwrap_or_default());
+                let holder = fabric::le_word(w, 0);
                 if holder != 0 {
                     report.locks_held += 1;
                     report.violations.push(format!(

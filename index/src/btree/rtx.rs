@@ -65,14 +65,10 @@ impl Known {
 }
 
 fn meta_words(b: &[u8]) -> (LockWord, DataPtr) {
-    let word = |i: usize| {
-        u64::from_le_bytes(
-            b.get(i..i + 8)
-                .and_then(|w| w.try_into().ok())
-                .unwrap_or_default(),
-        )
-    };
-    (LockWord::from_raw(word(0)), DataPtr::from_raw(word(8)))
+    (
+        LockWord::from_raw(fabric::le_word(b, 0)),
+        DataPtr::from_raw(fabric::le_word(b, 8)),
+    )
 }
 
 /// Reads a node without a transaction: its block, then its meta again in
@@ -212,7 +208,7 @@ pub(crate) async fn node_data_addr(c: &mut TxClient, r: NodeRef) -> Result<Globa
     let h = batch.read(GlobalAddr::from_raw(r).add(txn::DPTR_OFFSET), 8);
     c.fabric().execute(&mut batch).await?;
     let b = batch.read_result(h).map_err(IndexError::Verb)?;
-    let dptr = DataPtr::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let dptr = DataPtr::from_raw(fabric::le_word(b, 0));
     Ok(GlobalAddr::new(GlobalAddr::from_raw(r).region(), dptr.offset()))
 }
 
@@ -233,7 +229,7 @@ pub(crate) async fn repair_expired(c: &mut TxClient, refs: &[NodeRef]) -> Result
         let h = batch.read(GlobalAddr::from_raw(r), 8);
         c.fabric().execute(&mut batch).await?;
         let b = batch.read_result(h).map_err(IndexError::Verb)?;
-        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let lock = LockWord::from_raw(fabric::le_word(b, 0));
         if lock.is_expired(c.now_tick()) && c.repair(obj(r), lock).await? == txn::RepairOutcome::Repaired {
             repaired += 1;
         }
@@ -248,7 +244,7 @@ pub(crate) async fn check_locks(
     report: &mut CheckReport,
 ) -> Result<(), IndexError> {
     read_heads(c.fabric(), nodes, 8, |r, b| {
-        let lock = LockWord::from_raw(u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let lock = LockWord::from_raw(fabric::le_word(b, 0));
         if lock.is_locked() {
             report.locks_held += 1;
             report.violations.push(format!("node {r:#x} is locked: {lock:?}"));

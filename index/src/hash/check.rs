@@ -5,11 +5,12 @@
 //! directory metas for rtx, their pointer records for dtx, which must be
 //! visible too). Run it with no writer active.
 
+use fabric::le_word;
 use std::collections::{BTreeMap, HashMap};
 
 use fabric::{GlobalAddr, Replica};
 
-use super::layout::{decode_kv, dir_hash, fingerprint, word, Header, Slot, BUCKET_BYTES, KV_BYTES};
+use super::layout::{decode_kv, dir_hash, fingerprint, Header, Slot, BUCKET_BYTES, KV_BYTES};
 use super::split::{full_slots, read_block};
 use super::HashTable;
 use crate::btree::Variant;
@@ -157,12 +158,12 @@ impl HashTable {
                 GlobalAddr::from_raw(sub)
             };
             let data = read_block(self.fabric(), base, g.subtable_bytes()).await?;
-            let header = Header(word(&data, 0));
+            let header = Header(le_word(&data, 0));
             if header.is_locked() {
                 report.held_lock(format!("subtable {sub:#x} is locked by owner {}", header.owner()));
             }
             for b in 1..g.buckets() {
-                let h = Header(word(&data, (b * BUCKET_BYTES / 8) as usize));
+                let h = Header(le_word(&data, ((b * BUCKET_BYTES / 8) as usize) * 8));
                 if h != header {
                     report.violation(format!(
                         "subtable {sub:#x}: bucket {b} has header {:#x}, bucket 0 {:#x}",

@@ -51,6 +51,7 @@ pub const DIR_DEPTH_MAX: u8 = 16;
 pub const GROUPS_MAX: u32 = 1 << 10;
 
 use crate::mix::fmix;
+use fabric::le_word;
 
 const PTR_MASK: u64 = (1 << 48) - 1;
 const SUFFIX_BITS: u32 = 40;
@@ -94,15 +95,8 @@ pub fn decode_kv(b: &[u8]) -> Option<(u64, u64)> {
     if b.len() < KV_BYTES as usize {
         return None;
     }
-    let (key, value, check) = (word(b, 0), word(b, 1), word(b, 2));
+    let (key, value, check) = (le_word(b, 0), le_word(b, 8), le_word(b, 16));
     (check == kv_check(key, value)).then_some((key, value))
-}
-
-/// The little-endian word `i` of `b`.
-pub fn word(b: &[u8], i: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[i * 8..i * 8 + 8]);
-    u64::from_le_bytes(w)
 }
 
 /// A slot word.
@@ -301,7 +295,7 @@ mod tests {
     fn kv_blocks_round_trip_and_garbage_fails() {
         let b = encode_kv(42, 7);
         assert_eq!(decode_kv(&b), Some((42, 7)));
-        assert_eq!(word(&b, 0), 42);
+        assert_eq!(le_word(&b, 0), 42);
         assert_eq!(decode_kv(&[0u8; 24]), None);
         let mut torn = b;
         torn[8] ^= 1;
@@ -313,7 +307,7 @@ mod tests {
         // What makes KV blocks sealed: the next holder of an owner id
         // carves its chunk past the last nonzero word.
         for (k, v) in [(0, 0), (0, u64::MAX), (u64::MAX, 0), (42, 7)] {
-            assert_ne!(word(&encode_kv(k, v), 2), 0);
+            assert_ne!(le_word(&encode_kv(k, v), 16), 0);
         }
     }
 
@@ -329,8 +323,8 @@ mod tests {
         assert_eq!(g.combined_start(7), 10);
         assert_eq!(Geometry::slot_offset(1, 0), 72);
         let e = g.empty_subtable(Header::new(1, 1));
-        assert_eq!(word(&e, 8), Header::new(1, 1).0);
-        assert_eq!(word(&e, 9), 0);
+        assert_eq!(le_word(&e, 64), Header::new(1, 1).0);
+        assert_eq!(le_word(&e, 72), 0);
     }
 
     #[test]

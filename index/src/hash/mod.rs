@@ -36,6 +36,7 @@ mod replicate;
 mod split;
 mod wait;
 
+use fabric::le_word;
 use std::collections::HashMap;
 
 use fabric::{Batch, Client, GlobalAddr, Replica};
@@ -50,7 +51,7 @@ pub use wait::attempts_waiting;
 
 use crate::btree::Variant;
 use crate::error::IndexError;
-use layout::{dir_entries, word, Geometry, Header, DIR_DEPTH_MAX, GROUPS_MAX};
+use layout::{dir_entries, Geometry, Header, DIR_DEPTH_MAX, GROUPS_MAX};
 
 /// Heap root slots a table uses (a B+tree uses 0..3 of the same heap).
 const VARIANT_SLOT: usize = 8;
@@ -206,14 +207,14 @@ impl Guard {
     pub(crate) fn decode(variant: Variant, b: &[u8]) -> Guard {
         match variant {
             Variant::Dtx => Guard {
-                lock: LockWord::from_raw(word(b, 0)),
-                version: word(b, 1),
-                dptr: DataPtr::from_raw(word(b, 2)),
+                lock: LockWord::from_raw(le_word(b, 0)),
+                version: le_word(b, 8),
+                dptr: DataPtr::from_raw(le_word(b, 16)),
             },
             Variant::Optimal | Variant::Rtx => Guard {
-                lock: LockWord::from_raw(word(b, 0)),
+                lock: LockWord::from_raw(le_word(b, 0)),
                 version: 0,
-                dptr: DataPtr::from_raw(word(b, 1)),
+                dptr: DataPtr::from_raw(le_word(b, 8)),
             },
         }
     }
@@ -367,7 +368,7 @@ impl HashTable {
         fabric.execute(&mut batch).await?;
         let mut w = [0u64; 3];
         for (i, h) in hs.into_iter().enumerate() {
-            w[i] = word(batch.read_result(h).map_err(IndexError::Verb)?, 0);
+            w[i] = le_word(batch.read_result(h).map_err(IndexError::Verb)?, 0);
         }
         let none = || IndexError::Layout(format!("region {} holds no hash table", heap.region()));
         let variant = variant_from_tag(w[0]).ok_or_else(none)?;
@@ -670,7 +671,7 @@ impl HashTable {
     /// in the table's region.
     pub(crate) fn cache_dir(&mut self, dir: &[u8]) -> Result<(), IndexError> {
         let region = self.heap.region();
-        let words: Vec<u64> = (0..dir.len() / 8).map(|i| word(dir, i)).collect();
+        let words: Vec<u64> = (0..dir.len() / 8).map(|i| le_word(dir, i * 8)).collect();
         // A dtx subtable is a record: `Record::new` asserts its alignment,
         // so a misaligned word must stop here as corrupt, not panic there.
         let records = self.info.variant == Variant::Dtx;

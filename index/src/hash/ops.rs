@@ -30,11 +30,12 @@
 //! answer is confirmed by re-reading the headers (unchanged means no split
 //! step happened in between).
 
+use fabric::le_word;
 use fabric::{Batch, GlobalAddr, Replica};
 use txn::LockWord;
 
 use super::layout::{
-    decode_kv, dir_hash, encode_kv, fingerprint, word, Geometry, Header, Slot, BUCKET_BYTES, COMBINED_BYTES,
+    decode_kv, dir_hash, encode_kv, fingerprint, Geometry, Header, Slot, BUCKET_BYTES, COMBINED_BYTES,
     KV_BYTES, SLOTS_PER_BUCKET,
 };
 use super::wait::backoff;
@@ -80,7 +81,7 @@ impl View {
                 }
                 let mut words = [0u64; 8];
                 for (w, slot) in words.iter_mut().enumerate() {
-                    *slot = word(bytes, b * 8 + w);
+                    *slot = le_word(bytes, (b * 8 + w) * 8);
                 }
                 v.buckets[v.n] = (index, words);
                 v.n += 1;
@@ -505,7 +506,10 @@ impl HashTable {
                 }
                 None => {
                     let now = match hd {
-                        Some(hd) => Some(Header(word(batch.read_result(hd).map_err(IndexError::Verb)?, 0))),
+                        Some(hd) => Some(Header(le_word(
+                            batch.read_result(hd).map_err(IndexError::Verb)?,
+                            0,
+                        ))),
                         None => after.as_ref().and_then(|a| a.header(pos.bucket)),
                     };
                     view.header(pos.bucket) == now && now.is_some_and(|h| !h.is_locked())
@@ -612,12 +616,12 @@ impl HashTable {
                     let r = batch.read(at, BUCKET_BYTES as u32);
                     self.fabric().execute(&mut batch).await?;
                     let b = batch.read_result(r).map_err(IndexError::Verb)?;
-                    let header = Header(word(b, 0));
+                    let header = Header(le_word(b, 0));
                     if header.is_locked() {
                         self.overcome(Obstacle::Busy { sub: loc.sub }, attempt).await?;
                         continue;
                     }
-                    if !header.covers(h) && Slot(word(b, 1 + pos.slot)) == ours && !ours.is_empty() {
+                    if !header.covers(h) && Slot(le_word(b, (1 + pos.slot) * 8)) == ours && !ours.is_empty() {
                         let mut batch = Batch::new();
                         batch.cas(
                             loc.base.add(Geometry::slot_offset(pos.bucket, pos.slot)),

@@ -40,10 +40,11 @@
 //! transaction writes the new subtable to every replica), or a
 //! re-replication copies it.
 
+use fabric::le_word;
 use fabric::{Batch, GlobalAddr, Replica};
 
 use crate::error::IndexError;
-use crate::hash::layout::{word, Slot};
+use crate::hash::layout::Slot;
 use crate::hash::split::read_block;
 use crate::hash::HashTable;
 
@@ -241,7 +242,7 @@ impl HashTable {
         // deleter may have taken our backup CAS's absence for its own
         // (module docs).
         if old.is_empty() && found.contains(&old.0) {
-            let primary = word(&read_block(self.fabric(), at, 8).await?, 0);
+            let primary = le_word(&read_block(self.fabric(), at, 8).await?, 0);
             if primary != new.0 {
                 for (b, _) in found.iter().enumerate().filter(|(_, &f)| f == old.0) {
                     self.converge_slot(at, b, new.0).await?;
@@ -276,13 +277,13 @@ impl HashTable {
                 differing = copies
                     .iter()
                     .skip(1)
-                    .map(|c| (0..c.len() / 8).filter(|&w| word(c, w) != word(&copies[0], w)).count())
+                    .map(|c| (0..c.len() / 8).filter(|&w| le_word(c, w * 8) != le_word(&copies[0], w * 8)).count())
                     .sum::<usize>(),
                 "converging a subtable's backups"
             );
             for (b, copy) in copies.iter().enumerate().skip(1) {
                 for w in 0..copy.len() / 8 {
-                    let (primary, backup) = (word(&copies[0], w), word(copy, w));
+                    let (primary, backup) = (le_word(&copies[0], w * 8), le_word(copy, w * 8));
                     if primary != backup
                         && self
                             .converge_slot(loc.base.add(w as u64 * 8), b - 1, backup)
@@ -317,7 +318,7 @@ impl HashTable {
             batch.clear();
             let p = batch.read(at, 8);
             self.fabric().execute(batch).await?;
-            let primary = word(batch.read_result(p).map_err(IndexError::Verb)?, 0);
+            let primary = le_word(batch.read_result(p).map_err(IndexError::Verb)?, 0);
             if primary == seen {
                 return Ok(false);
             }
@@ -408,13 +409,13 @@ mod tests {
         let deleted = subtable_copies(&mut t).await.remove(0);
         let words = loaded[0].len() / 8;
         let filled = (0..words)
-            .find(|&w| word(&loaded[0], w) == 0 && word(&inserted[0], w) != 0)
+            .find(|&w| le_word(&loaded[0], w * 8) == 0 && le_word(&inserted[0], w * 8) != 0)
             .expect("the insert filled a slot");
         let cleared = (0..words)
-            .find(|&w| word(&inserted[0], w) != 0 && word(&deleted[0], w) == 0)
+            .find(|&w| le_word(&inserted[0], w * 8) != 0 && le_word(&deleted[0], w * 8) == 0)
             .expect("the delete cleared a slot");
         // Backup 0 missed the delete, backup 1 the insert.
-        let held = word(&inserted[0], cleared).to_le_bytes();
+        let held = le_word(&inserted[0], cleared * 8).to_le_bytes();
         let mut batch = t.fabric().take_batch();
         batch
             .on(Replica::Backup(0))
@@ -458,7 +459,7 @@ mod tests {
         let buckets = copies[0].len() / BUCKET_WORDS;
         let w = (0..buckets)
             .map(|b| b * BUCKET_WORDS + 1)
-            .find(|&w| copies.iter().all(|c| word(c, w) == 0))
+            .find(|&w| copies.iter().all(|c| le_word(c, w * 8) == 0))
             .expect("an empty slot");
         let at = base.add(w as u64 * 8);
         let mut batch = t.fabric().take_batch();
@@ -490,7 +491,7 @@ mod tests {
         assert_eq!(t.stats().slot_replications_resent, 1);
         let replicated = subtable_copies(&mut t).await.remove(0);
         for (r, copy) in replicated.iter().enumerate() {
-            assert_eq!(word(copy, w), value, "replica {r}");
+            assert_eq!(le_word(copy, w * 8), value, "replica {r}");
         }
     }
 
@@ -518,7 +519,7 @@ mod tests {
         renewal.await.unwrap();
         let replicated = subtable_copies(&mut t).await.remove(0);
         for (r, copy) in replicated.iter().enumerate() {
-            assert_eq!(word(copy, w), value, "replica {r}");
+            assert_eq!(le_word(copy, w * 8), value, "replica {r}");
         }
     }
 }

@@ -58,11 +58,12 @@
 //! block only if the record did not change (versions only grow: no commit
 //! came in between, so the block it names was not rewritten meanwhile).
 
+use fabric::le_word;
 use fabric::{Batch, Client, GlobalAddr, Replica, VERBS_PER_BATCH_MAX};
 
 use super::layout::{
-    dir_entries, dir_hash, word, Geometry, Header, Slot, BUCKETS_PER_GROUP, BUCKET_BYTES, GROUPS_MAX,
-    KEY_BYTES, SLOTS_PER_BUCKET,
+    dir_entries, dir_hash, Geometry, Header, Slot, BUCKETS_PER_GROUP, BUCKET_BYTES, GROUPS_MAX, KEY_BYTES,
+    SLOTS_PER_BUCKET,
 };
 use super::{Engine, HashTable, Loc};
 use crate::error::IndexError;
@@ -105,7 +106,7 @@ impl HashTable {
         let before = self.stats.splits;
         for sub in subs {
             let loc = self.locate(sub).await?;
-            let header = Header(word(&read_block(self.fabric(), loc.base, 8).await?, 0));
+            let header = Header(le_word(&read_block(self.fabric(), loc.base, 8).await?, 0));
             if header.is_locked() {
                 continue;
             }
@@ -263,7 +264,7 @@ impl HashTable {
                 // Becomes the kept half, in place.
                 let mut keep = tx.read_locked(obj).await?.to_vec();
                 tx.retire_replaced(obj)?;
-                let now = Header(word(&keep, 0));
+                let now = Header(le_word(&keep, 0));
                 if now != header {
                     // Split by another client since: commit it unchanged.
                     return Ok(None);
@@ -321,7 +322,7 @@ impl HashTable {
                 let mut keep = read_block(tx.client().fabric(), block, sub_bytes)
                     .await
                     .map_err(as_tx)?;
-                if Header(word(&keep, 0)) != header {
+                if Header(le_word(&keep, 0)) != header {
                     // Split by another client since: nothing to write.
                     return Ok(None);
                 }
@@ -445,7 +446,7 @@ fn pointed(data: &[u8], region: fabric::RegionId) -> Result<GlobalAddr, txn::TxE
     }
     Ok(GlobalAddr::new(
         region,
-        txn::DataPtr::from_raw(word(data, 0)).offset(),
+        txn::DataPtr::from_raw(le_word(data, 0)).offset(),
     ))
 }
 
@@ -466,7 +467,7 @@ pub(crate) fn full_slots(g: Geometry, data: &[u8]) -> Vec<(u64, Slot)> {
     for b in 0..g.buckets() {
         for s in 0..SLOTS_PER_BUCKET {
             let offset = Geometry::slot_offset(b, s);
-            let slot = Slot(word(data, (offset / 8) as usize));
+            let slot = Slot(le_word(data, ((offset / 8) as usize) * 8));
             if !slot.is_empty() {
                 out.push((offset, slot));
             }
@@ -504,7 +505,7 @@ pub(crate) async fn read_keys(
         );
         fabric.execute(&mut batch).await?;
         for &h in &handles {
-            keys.push(word(batch.read_result(h).map_err(IndexError::Verb)?, 0));
+            keys.push(le_word(batch.read_result(h).map_err(IndexError::Verb)?, 0));
         }
     }
     fabric.give_batch(batch);

@@ -15,9 +15,9 @@ use crate::dtx::tx::DtxTx;
 use crate::error::{AbortReason, TxError};
 use crate::heap::Heap;
 use crate::lease::{LeaseSequence, Parity};
-use crate::log::word_at;
 use crate::stats::TxStats;
 use crate::word::{LockWord, OwnerId};
+use fabric::le_word;
 
 /// Bytes of one half of a client's undo area: the undo images (version word
 /// and data) of one transaction. Matches a log half: 31 entries of a 1 KiB
@@ -532,9 +532,9 @@ impl DtxClient {
             self.send(batch, opened, None).await?;
             let bytes = batch.read_result(r).map_err(TxError::Verb)?;
             let after = batch.read_result(v).map_err(TxError::Verb)?;
-            let before = word(bytes, record::VERSION_OFFSET as usize);
+            let before = le_word(bytes, record::VERSION_OFFSET as usize);
             match Version::from_raw(before) {
-                Version::Visible(version) if before == word(after, 0) => {
+                Version::Visible(version) if before == le_word(after, 0) => {
                     return Ok((version, bytes[record::DATA_OFFSET as usize..].to_vec()));
                 }
                 Version::Invisible(by) if by.owner() == self.owner && self.owes_releases() => {
@@ -630,14 +630,6 @@ pub(crate) fn replica(i: usize) -> Replica {
         0 => Replica::Primary,
         i => Replica::Backup(u8::try_from(i - 1).unwrap_or(u8::MAX)),
     }
-}
-
-/// The little-endian word at byte `at` of READ bytes ([`word_at`] by byte
-/// offset; 0 past the end: READs return what was asked for, so a short one
-/// is a bug caught by the callers' length checks).
-pub(crate) fn word(bytes: &[u8], at: usize) -> u64 {
-    debug_assert_eq!(at % 8, 0, "words are 8-byte aligned");
-    word_at(bytes, at / 8).unwrap_or(0)
 }
 
 /// Bytes of one half of the log, as a READ length.

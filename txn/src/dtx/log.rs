@@ -33,8 +33,9 @@
 
 use fabric::GlobalAddr;
 
-use crate::log::{word_at, LOG_SLOT_BYTES};
+use crate::log::LOG_SLOT_BYTES;
 use crate::word::{LockWord, LogHeader, LogState};
+use fabric::le_word_at;
 
 /// Bytes of one half of a slot: one DTX log.
 pub const HALF_BYTES: u64 = LOG_SLOT_BYTES / 2;
@@ -122,7 +123,7 @@ impl DtxLog {
     /// Decodes a half read from DM. `None` unless it holds a DTX log:
     /// never written, an rTX log, or garbage.
     pub fn decode(bytes: &[u8]) -> Option<DtxLog> {
-        let word = |i: usize| word_at(bytes, i);
+        let word = |i: usize| le_word_at(bytes, i * 8);
         let header = LogHeader::from_raw(word(0)?)?;
         let checksum = LockWord::from_raw(word(1)?);
         if !is_dtx_log_state(header.state()) || !checksum.is_locked() {

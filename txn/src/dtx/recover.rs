@@ -40,12 +40,13 @@ use std::collections::HashMap;
 
 use fabric::{Batch, GlobalAddr, Replica};
 
-use crate::dtx::client::{replica, word, DtxClient, HALF_READ_BYTES};
+use crate::dtx::client::{replica, DtxClient, HALF_READ_BYTES};
 use crate::dtx::log::{half_addr, is_unfinished, DtxEntry, DtxLog};
 use crate::dtx::record::{self, Version};
 use crate::error::TxError;
 use crate::log::LOG_SLOT_BYTES;
 use crate::word::{LockWord, LogHeader, LogState, OwnerId};
+use fabric::le_word;
 
 /// What recovery of one owner id's logs did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -234,7 +235,7 @@ impl DtxClient {
             let writer = e.adopted.unwrap_or(w);
             let mut invisible = false;
             for i in 0..replicas {
-                invisible |= word(batch.read_result_of(v, i).map_err(TxError::Verb)?, 0) == writer.raw();
+                invisible |= le_word(batch.read_result_of(v, i).map_err(TxError::Verb)?, 0) == writer.raw();
             }
             if invisible {
                 marked.push(record::Record::new(e.record, e.len));
@@ -272,7 +273,7 @@ impl DtxClient {
                 let held: Vec<record::Record> = chunk
                     .iter()
                     .zip(&reads)
-                    .map(|(r, &h)| Ok((*r, word(batch.read_result(h).map_err(TxError::Verb)?, 0))))
+                    .map(|(r, &h)| Ok((*r, le_word(batch.read_result(h).map_err(TxError::Verb)?, 0))))
                     .collect::<Result<Vec<_>, TxError>>()?
                     .into_iter()
                     .filter(|&(_, w)| w != record::FREE)
@@ -452,7 +453,7 @@ impl DtxClient {
             let holds = if own {
                 batch
                     .read_result(lock)
-                    .map(|b| word(b, 0))
+                    .map(|b| le_word(b, 0))
                     .map_err(TxError::Verb)?
                     == held.raw()
             } else {
@@ -462,7 +463,7 @@ impl DtxClient {
                 .filter(|&i| {
                     batch
                         .read_result_of(version, i)
-                        .is_ok_and(|b| word(b, 0) == writer.raw())
+                        .is_ok_and(|b| le_word(b, 0) == writer.raw())
                 })
                 .collect();
             if holds {
@@ -475,7 +476,7 @@ impl DtxClient {
                 // transaction's new data is only ever on a replica whose
                 // version is its lock word). The holder brings them level.
                 let visible: Vec<u64> = (0..replicas)
-                    .filter_map(|i| batch.read_result_of(version, i).ok().map(|b| word(b, 0)))
+                    .filter_map(|i| batch.read_result_of(version, i).ok().map(|b| le_word(b, 0)))
                     .collect();
                 let top = visible.iter().copied().max().unwrap_or(0);
                 if holds && visible.iter().any(|&v| v != top) {
@@ -494,7 +495,7 @@ impl DtxClient {
                 )));
             };
             let img = batch.read_result_of(image, first).map_err(TxError::Verb)?;
-            let v = match Version::from_raw(word(img, 0)) {
+            let v = match Version::from_raw(le_word(img, 0)) {
                 Version::Visible(v) => v,
                 Version::Invisible(by) => {
                     return Err(TxError::Invariant(format!(

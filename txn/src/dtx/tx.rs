@@ -18,11 +18,12 @@
 
 use fabric::{Batch, Epoch, Replica};
 
-use crate::dtx::client::{created_image, word, DtxClient, Release, UNDO_HALF_BYTES};
+use crate::dtx::client::{created_image, DtxClient, Release, UNDO_HALF_BYTES};
 use crate::dtx::log::{DtxEntry, DtxLog, ENTRIES_MAX};
 use crate::dtx::record::{self, Record, Version, FREE};
 use crate::error::{AbortReason, TxError};
 use crate::word::{LockWord, LogHeader, LogState};
+use fabric::le_word;
 
 /// The named crash point (`fabric::FaultPlan::crash_points`) a DTX commit
 /// passes once it holds every lock and its log says LOCKING, before it
@@ -322,7 +323,7 @@ impl<'c> DtxTx<'c> {
                     continue;
                 }
             };
-            let version = match Version::from_raw(word(bytes, record::VERSION_OFFSET as usize)) {
+            let version = match Version::from_raw(le_word(bytes, record::VERSION_OFFSET as usize)) {
                 Version::Visible(v) => v,
                 Version::Invisible(by) => {
                     // A free lock over an invisible record: a release or a
@@ -537,7 +538,7 @@ impl<'c> DtxTx<'c> {
         if outcome.is_ok() {
             for (r, &h) in self.reads.iter().zip(&handles) {
                 match batch.read_result(h) {
-                    Ok(bytes) if word(bytes, 0) == Version::Visible(r.version).raw() => {}
+                    Ok(bytes) if le_word(bytes, 0) == Version::Visible(r.version).raw() => {}
                     Ok(_) => {
                         outcome = Err(TxError::Abort(AbortReason::Changed));
                         break;

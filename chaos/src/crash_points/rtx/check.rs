@@ -1,13 +1,12 @@
 //! What an rTX run must leave, read from DM directly.
 
+use fabric::le_word;
 use fabric::{Client, GlobalAddr};
 use txn::log::{Log, LOG_SLOT_BYTES};
 use txn::word::LogState;
 use txn::{DataPtr, LockWord, OwnerId, TxClient};
 
 use super::run::{read_all, Cell, Record, World, OLD, OWNER_SLOTS, REGION};
-
-use crate::crash_points::word;
 
 fn inspector(w: &World) -> Client {
     Client::new(w.map.clone(), w.base.clone())
@@ -20,8 +19,8 @@ async fn objects(w: &World) -> Result<Vec<(LockWord, Vec<DataPtr>, Vec<Cell>)>, 
     let mut out = Vec::with_capacity(w.objs.len());
     for o in &w.objs {
         let metas = read_all(&mut fabric, o.meta(), 16).await?;
-        let lock = LockWord::from_raw(word(&metas[0], 0));
-        let ptrs: Vec<DataPtr> = metas.iter().map(|m| DataPtr::from_raw(word(m, 8))).collect();
+        let lock = LockWord::from_raw(le_word(&metas[0], 0));
+        let ptrs: Vec<DataPtr> = metas.iter().map(|m| DataPtr::from_raw(le_word(m, 8))).collect();
         let mut cells = Vec::with_capacity(ptrs.len());
         for (r, p) in ptrs.iter().enumerate() {
             let at = GlobalAddr::new(REGION, p.offset());
