@@ -283,10 +283,8 @@ pub fn pause_after(n: u64) -> FaultPlan {
     }
 }
 
-/// A little-endian word of READ bytes.
-pub fn word(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
-}
+/// A little-endian word of READ bytes (the fabric's one reader).
+pub use fabric::le_word as word;
 
 /// True when `e` is the fabric telling a client that fault injection
 /// crashed it.
