@@ -120,7 +120,7 @@ pub struct Row {
     /// `--kill-grower`: when the grower died, in ms from when the inserters
     /// started.
     pub kill_ms: Option<f64>,
-    /// From the kill to normal insert throughput (`chaos::timeline::recovery`); `None`
+    /// From the kill to normal insert throughput (`workload::timeline::recovery`); `None`
     /// when it was not reached before the run ended.
     pub recovery_ms: Option<f64>,
     /// dtx: when recovery rolled the dead grower's log, in ms from when
@@ -188,7 +188,7 @@ impl Row {
         let fabric = grow.fabric;
         let recovery_ms = grow.killed.as_ref().and_then(|_| {
             let kill_bucket = (grow.end.as_nanos() / plan.bucket.as_nanos().max(1)) as usize;
-            chaos::timeline::recovery(&timeline[..buckets.min(timeline.len())], kill_bucket, 1.0)
+            workload::timeline::recovery(&timeline[..buckets.min(timeline.len())], kill_bucket, 1.0)
                 .map(|b| (b as f64 * bucket_ms - ms(grow.end)).max(0.0))
         });
         Row {

@@ -12,7 +12,7 @@
 //! - [`run`]: `kintsugi chaos run`: starts a memory node and client
 //!   processes, injects the faults, collects the timeline and the history,
 //!   checks the index with a fresh client.
-//! - [`history`], [`timeline`], [`plot`]: acknowledged writes and the final
+//! - [`history`], `workload::timeline`, [`plot`]: acknowledged writes and the final
 //!   check against them; throughput per bucket and what faults did to it;
 //!   the PNG.
 //! - [`linearizability`]: per-key linearizability of a history of every
@@ -29,4 +29,3 @@ pub mod history;
 pub mod linearizability;
 pub mod plot;
 pub mod run;
-pub mod timeline;

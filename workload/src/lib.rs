@@ -26,6 +26,9 @@
 //! - [`smallbank`] and [`tatp`]: FORD's and Motor's OLTP workloads
 //!   (`bench smallbank`, `bench tatp`): seeded transaction streams, and
 //!   TATP's population; the records they run on are the bench's.
+//! - [`timeline`]: throughput timelines (operations per bucket), what a
+//!   fault did to them and when they recovered, for chaos runs and the
+//!   benchmarks that kill something (`bench rehash`).
 //!
 //! **Keys.** Loaded records are indices `0..records`; inserts take
 //! `records`, `records + 1`, ... from a shared atomic counter, so no two
@@ -87,6 +90,7 @@ pub mod keys;
 mod perm;
 pub mod smallbank;
 pub mod tatp;
+pub mod timeline;
 pub mod ycsb;
 pub mod zipf;
 

@@ -44,7 +44,7 @@ use index::Variant;
 use serde::{Deserialize, Serialize};
 
 use crate::experiment::{Experiment, ExperimentError};
-use crate::timeline::FaultEffect;
+use workload::timeline::FaultEffect;
 
 pub use variant::run_variant;
 

@@ -30,8 +30,8 @@ use super::{
     GRACE, LOADER, READY_TIMEOUT,
 };
 use crate::experiment::{Experiment, FaultKind, IndexKind};
-use crate::timeline::effect;
 use workload::load_entries;
+use workload::timeline::effect;
 
 /// Ops one client thread can complete per second, an upper bound by
 /// transport: on shm above what one thread does (about 1 M of the
@@ -406,7 +406,7 @@ fn outcome(
 }
 
 /// What each fault did to throughput, against the share of clients left.
-fn fault_effects(e: &Experiment, timeline: &[u64]) -> Vec<crate::timeline::FaultEffect> {
+fn fault_effects(e: &Experiment, timeline: &[u64]) -> Vec<workload::timeline::FaultEffect> {
     let buckets = (e.duration.as_micros() / u128::from(BUCKET_US)) as usize;
     let mut live = f64::from(e.cluster.clients);
     let mut faults = Vec::new();
@@ -748,7 +748,7 @@ fn fault_actions(e: &Experiment) -> Vec<(Duration, usize, Action)> {
 /// The live progress line: ops per second over the last 250 ms.
 fn draw_progress(e: &Experiment, t0: Instant, state: &Gather) {
     let b = (t0.elapsed().as_micros() / u128::from(BUCKET_US)) as usize;
-    let recent = crate::timeline::mean(&state.timeline, b.saturating_sub(250)..b);
+    let recent = workload::timeline::mean(&state.timeline, b.saturating_sub(250)..b);
     eprint!(
         "\rchaos run: {:>7.3} s of {:?}: {:>10.0} ops/s over the last 250 ms, {} op(s) so far   ",
         t0.elapsed().as_secs_f64(),

@@ -241,7 +241,7 @@ impl Injected {
         .fold(0.0, f64::max);
         let bucket_ms = BUCKET_US as f64 / 1e3;
         let window = b..((self.at_ms + last_phase) / bucket_ms) as usize + second;
-        let stopped_ms = crate::timeline::longest_stop(timeline, window) as f64 * bucket_ms;
+        let stopped_ms = workload::timeline::longest_stop(timeline, window) as f64 * bucket_ms;
         MemnodeFault {
             stopped_ms,
             kind: self.kind,
@@ -256,8 +256,8 @@ impl Injected {
                 .zip(self.phases.serving_ms)
                 .map(|(d, s)| s - d),
             phases: self.phases,
-            ops_per_sec_before: crate::timeline::mean(timeline, b.saturating_sub(second)..b) * per_sec,
-            ops_per_sec_after: crate::timeline::mean(timeline, a..a + second) * per_sec,
+            ops_per_sec_before: workload::timeline::mean(timeline, b.saturating_sub(second)..b) * per_sec,
+            ops_per_sec_after: workload::timeline::mean(timeline, a..a + second) * per_sec,
         }
     }
 }
