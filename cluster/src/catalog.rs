@@ -25,8 +25,8 @@ pub const OPEN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause between looks at the catalog while waiting.
 pub const OPEN_POLL: Duration = Duration::from_millis(20);
 
-/// Heap chunk size of every named index.
-pub const CHUNK_BYTES: u64 = 64 * 1024;
+/// Heap chunk size of every named index: the txn default.
+pub use txn::CHUNK_BYTES;
 
 /// An opened index of either kind.
 pub(crate) enum Opened {

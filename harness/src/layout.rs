@@ -18,9 +18,8 @@ pub const LOADER: OwnerId = 1;
 /// [`LOADER`] is a worker's.
 pub const FIRST_WORKER: OwnerId = LOADER + 1;
 
-/// Heap chunk size: what a client takes from the shared chunk counter at a
-/// time. The txn default; one FAA per 64 KiB keeps the counter cold.
-pub const CHUNK_BYTES: u64 = 64 * 1024;
+/// Heap chunk size: the txn default.
+pub use txn::CHUNK_BYTES;
 
 /// Formats the rTX heap in [`REGION`] with chunks of [`CHUNK_BYTES`] and a
 /// log slot for each of `owner_slots` owner ids: the one layout a loader

@@ -42,6 +42,11 @@ const W_FLAGS: u64 = W_ROOTS + ROOTS_MAX as u64;
 /// them out (`crate::reclaim`).
 const FLAG_RETIRES: u64 = 1;
 
+/// Bytes per chunk of a heap laid out by default: what a client takes from
+/// the shared chunk counter at a time; one FAA per 64 KiB keeps the
+/// counter cold. Every heap the tools and named indexes make uses it.
+pub const CHUNK_BYTES: u64 = 64 * 1024;
+
 /// How to lay out a heap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HeapConfig {
@@ -55,7 +60,7 @@ impl Default for HeapConfig {
     fn default() -> Self {
         HeapConfig {
             owner_slots: 256,
-            chunk_bytes: 64 * 1024,
+            chunk_bytes: CHUNK_BYTES,
         }
     }
 }

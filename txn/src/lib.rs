@@ -51,7 +51,7 @@ pub use client::TxClient;
 pub use commit::CRASH_AT_COMMIT_POINT;
 pub use config::TxConfig;
 pub use error::{AbortReason, TxError};
-pub use heap::{ChunkKind, ChunkTag, Heap, HeapConfig, Restored, BLOCK_BYTES_MAX};
+pub use heap::{ChunkKind, ChunkTag, Heap, HeapConfig, Restored, BLOCK_BYTES_MAX, CHUNK_BYTES};
 pub use hint::{HintCache, HintSlot, MetaHint};
 pub use lease::{now_tick, LEAD_TICKS_MAX, LEASE_EPOCH_UNIX_MS, TICKS_PER_MS};
 pub use obj::{RawObj, TxObj, DPTR_OFFSET, META_BYTES};

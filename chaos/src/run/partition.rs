@@ -27,7 +27,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 /// Bytes a proxy reads from one side before it writes them to the other.
-const CHUNK_BYTES: usize = 64 << 10;
+const PROXY_READ_BYTES: usize = 64 << 10;
 
 /// One proxied link: `addr` forwards to the upstream while healed.
 #[derive(Debug)]
@@ -176,7 +176,7 @@ async fn pump(
     held: Option<Arc<AtomicU64>>,
 ) -> std::io::Result<()> {
     let from_cut_off_side = held.is_some();
-    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut buf = vec![0u8; PROXY_READ_BYTES];
     loop {
         let n = from.read(&mut buf).await?;
         if n == 0 {
