@@ -824,3 +824,22 @@ async fn a_library_client_whose_lease_was_lost_joins_again_and_its_load_goes_on(
     Arc::into_inner(m).unwrap().close().await.unwrap();
     drop(local);
 }
+
+/// A memory node killed on purpose leaves its shm image (in RAM) behind;
+/// the local cluster removes it when it goes, as a clean stop would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_shm_nodes_image_is_removed_with_the_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec(dir.path(), 1, 1, "300ms");
+    let mut local = LocalCluster::up(exe(), &spec, |_| {}).await.unwrap();
+    let api = ControlClient::new(&local.file.control[0], Some(local.file.token.clone())).unwrap();
+    let image = eventually("the node's registration", Duration::from_secs(30), async || {
+        api.memnodes().await.ok()?.first().map(|n| n.endpoint.clone())
+    })
+    .await;
+    assert!(Path::new(&image).is_file(), "{image} is the node's shm image");
+    local.memnode(0).unwrap().kill().unwrap();
+    assert!(Path::new(&image).is_file(), "a killed node cannot remove it");
+    drop(local);
+    assert!(!Path::new(&image).exists(), "{image} outlived the cluster");
+}

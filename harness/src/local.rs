@@ -563,6 +563,13 @@ impl LocalCluster {
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         crate::launch::stop_all(self.memnodes.iter_mut());
+        // A node stopped cleanly removes its shm image; one killed on
+        // purpose (and not restarted) leaves it, in RAM, for good.
+        for how in self.launches.iter().filter(|h| h.shm && !h.persist) {
+            if let Some(image) = &how.image {
+                let _ = std::fs::remove_file(image);
+            }
+        }
         let _ = std::fs::remove_file(self.dir.join(STATE_FILE));
         if std::thread::panicking() {
             // The directory is usually a temporary one that goes next: what
