@@ -13,13 +13,16 @@ pub const WORD_BYTES: usize = 8;
 
 /// The little-endian word at byte `at` of `bytes`; `None` if fewer than
 /// [`WORD_BYTES`] bytes are there.
+#[inline]
 pub fn le_word_at(bytes: &[u8], at: usize) -> Option<u64> {
     let b = bytes.get(at..at.checked_add(WORD_BYTES)?)?;
     Some(u64::from_le_bytes(b.try_into().ok()?))
 }
 
 /// The little-endian word at byte `at` of `bytes`, 0 past the end
-/// ([`le_word_at`]).
+/// ([`le_word_at`]). Inlined across crates: B+tree nodes and hash
+/// buckets decode dozens of words per read on the verb path.
+#[inline]
 pub fn le_word(bytes: &[u8], at: usize) -> u64 {
     le_word_at(bytes, at).unwrap_or(0)
 }
