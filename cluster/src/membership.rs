@@ -39,12 +39,14 @@ pub const REJOIN_BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// supervisor restarts it) instead of leaving it logging for ever.
 pub const REJOIN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// How a membership joins again: what [`Cluster::connect_with`] was given.
+/// How a membership joins again: what [`Cluster::connect_with`] was given,
+/// and for how long each time it is tried.
 #[derive(Clone, Debug)]
 struct Joining {
     endpoints: Vec<String>,
     token: String,
     options: ClusterOptions,
+    timeout: Duration,
 }
 
 /// The cluster client this process holds now, replaced by a new one when
@@ -54,8 +56,6 @@ pub struct Membership {
     current: watch::Sender<Arc<Cluster>>,
     /// `None`: made of a client ([`Membership::of`]) that cannot join again.
     joining: Option<Joining>,
-    /// How long joining again is tried before it is given up.
-    rejoin_timeout: Duration,
     /// Set once joining again was given up: why.
     ended: OnceLock<String>,
 }
@@ -83,8 +83,8 @@ impl Membership {
                     faults: None,
                     ..options
                 },
+                timeout: rejoin_timeout,
             }),
-            rejoin_timeout,
             ended: OnceLock::new(),
         })
     }
@@ -95,7 +95,6 @@ impl Membership {
         Membership {
             current: watch::Sender::new(client),
             joining: None,
-            rejoin_timeout: Duration::ZERO,
             ended: OnceLock::new(),
         }
     }
@@ -153,10 +152,10 @@ impl Membership {
         why: &str,
         mut ready: impl AsyncFnMut(&Cluster) -> Result<T, ClusterError>,
     ) -> Result<(Arc<Cluster>, T), ClusterError> {
-        let timeout = self.rejoin_timeout;
         let Some(joining) = &self.joining else {
             return Err(self.end(format!("{why}; this process does not join again")));
         };
+        let timeout = joining.timeout;
         let since = Instant::now();
         let mut pause = LEASE_WATCH;
         loop {
@@ -221,12 +220,12 @@ impl Membership {
     /// [`Membership::rejoin`]) made a new client within the time one would
     /// take: two leases to find the loss, the rejoin timeout, a map's wait.
     pub async fn next_after(&self, old: &Arc<Cluster>) -> Result<Arc<Cluster>, ClusterError> {
-        if self.joining.is_none() {
+        let Some(joining) = &self.joining else {
             return Err(ClusterError::LeaseLost(
                 "this process's client does not join again".into(),
             ));
-        }
-        let wait_max = old.lease() * 2 + self.rejoin_timeout + crate::MAP_WAIT;
+        };
+        let wait_max = old.lease() * 2 + joining.timeout + crate::MAP_WAIT;
         let mut changes = self.changes();
         let waited = tokio::time::timeout(
             wait_max,
