@@ -94,10 +94,9 @@ pub struct Cluster {
     session: Mutex<Session>,
     /// The regions whose restore this process asked to claim (a promotion
     /// naming it restorer, a `ClaimRestore`), answered or not: a command
-    /// whose answer was lost to a lead change may still commit, and a
-    /// member that stopped leading may not have applied it when its
-    /// status is read; [`Cluster::release_restore_claims`] gives these
-    /// back too. Bounded by the regions of the cluster.
+    /// whose answer was lost to a lead change may still commit.
+    /// [`Cluster::release_restore_claims`] gives these back. Bounded by the
+    /// regions of the cluster.
     pub(crate) restore_claims: Mutex<std::collections::BTreeSet<fabric::RegionId>>,
     closed: bool,
 }

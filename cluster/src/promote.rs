@@ -503,29 +503,21 @@ impl Cluster {
     /// expires. Returns the regions given back; a claim that moved on
     /// meanwhile (expired, published) is not an error.
     ///
-    /// Given back: the claims the status shows, and every claim this
-    /// process asked for, answered or not. A deposed coordinator's last
-    /// claim may have been committed by the new leader after its answer
-    /// was lost, and the member it reads the status from (its own, a
-    /// follower now) may not have applied it yet: kept, it held the region
-    /// out of the map for `OPEN_TIMEOUT` while this process left (the
-    /// chaos_run kill-primary dtx CI failure). The release itself is
-    /// ordered after the claim in the leader's log, so it finds it if it
-    /// was committed.
+    /// Given back: every claim this process asked for, answered or not
+    /// (only its own requests name it restorer), not the claims a status
+    /// read shows. A deposed coordinator's last claim may have been
+    /// committed by the new leader after its answer was lost, and the
+    /// member it reads a status from (its own, a follower now) may not
+    /// have applied it yet: kept, it held the region out of the map for
+    /// `OPEN_TIMEOUT` while this process left (the chaos_run kill-primary
+    /// dtx CI failure). The release itself is ordered after the claim in
+    /// the leader's log, so it finds it if it was committed.
     pub async fn release_restore_claims(&self) -> Result<Vec<RegionId>, ClusterError> {
-        let status = self.status().await?;
-        let mut regions = self
+        let regions = self
             .restore_claims
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        regions.extend(
-            status
-                .regions
-                .iter()
-                .filter(|r| r.restorer == Some(self.me.id))
-                .map(|r| r.id),
-        );
         let mut given = Vec::new();
         for region in regions {
             let release = Command::ReleaseRestore {
