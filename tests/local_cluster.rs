@@ -742,11 +742,11 @@ async fn bad_requests_get_errors_that_name_their_cause_and_leave_nothing_half_ma
 /// they were told of is there at the end. Recovery forgets the old client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_library_client_whose_lease_was_lost_joins_again_and_its_load_goes_on() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
 
     use kintsugi::cluster::load::{self, LoadSpec};
     use kintsugi::cluster::{IndexKind, Membership};
+    use support::cluster::RunningLoad;
 
     let dir = tempfile::tempdir().unwrap();
     let spec = spec(dir.path(), 1, 1, "300ms");
@@ -778,19 +778,8 @@ async fn a_library_client_whose_lease_was_lost_joins_again_and_its_load_goes_on(
         duration: Duration::from_secs(120),
         seed: 7,
     };
-    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-    let running = {
-        let (m, s, stop, ops) = (m.clone(), load_spec.clone(), stop.clone(), ops.clone());
-        tokio::spawn(async move { load::run(m, &s, stop, ops).await })
-    };
-    let beyond = async |n: u64| {
-        eventually("the load to go on", Duration::from_secs(60), async || {
-            (ops.load(Ordering::Relaxed) >= n || running.is_finished()).then_some(())
-        })
-        .await;
-        assert!(!running.is_finished(), "the load ended early");
-    };
-    beyond(200).await;
+    let running = RunningLoad::start_on(m.clone(), &load_spec);
+    running.beyond(200).await;
 
     ops_api
         .command(&control_plane::state::Command::ExpireClient { id: first.id() })
@@ -802,11 +791,9 @@ async fn a_library_client_whose_lease_was_lost_joins_again_and_its_load_goes_on(
         !overlaps(second.owner_ids(), first.owner_ids()),
         "with other owner ids"
     );
-    let at_join = ops.load(Ordering::Relaxed);
-    beyond(at_join + 200).await;
+    running.more(200).await;
 
-    stop.store(true, Ordering::Relaxed);
-    let report = running.await.unwrap().unwrap();
+    let report = running.stop().await;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert!(
         report.rejoins >= 1,

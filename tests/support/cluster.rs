@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kintsugi::cluster::load::{LoadReport, LoadSpec};
+use kintsugi::cluster::Membership;
 use kintsugi::Cluster;
 
 /// Polls `f` until it is `Some`, for at most `within`.
@@ -33,13 +34,18 @@ pub struct RunningLoad {
 impl RunningLoad {
     /// Starts `spec` on `cluster`.
     pub fn start(cluster: &Arc<Cluster>, spec: &LoadSpec) -> RunningLoad {
+        Self::start_on(Arc::new(Membership::of(cluster.clone())), spec)
+    }
+
+    /// Starts `spec` on the client `membership` holds, and on the next one
+    /// when it joins again.
+    pub fn start_on(membership: Arc<Membership>, spec: &LoadSpec) -> RunningLoad {
         let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let failed = Arc::new(std::sync::Mutex::new(None));
         let task = {
-            let (c, spec, stop, ops) = (cluster.clone(), spec.clone(), stop.clone(), ops.clone());
+            let (spec, stop, ops) = (spec.clone(), stop.clone(), ops.clone());
             let failed = failed.clone();
             tokio::spawn(async move {
-                let membership = Arc::new(kintsugi::cluster::Membership::of(c));
                 let run = kintsugi::cluster::load::run(membership, &spec, stop, ops).await;
                 if let Err(e) = &run {
                     *failed.lock().unwrap() = Some(e.to_string());
