@@ -65,7 +65,7 @@ pub use memnode::{
 };
 pub use memory::{prefetch_local, PageAccess, RawCell, RawRegion};
 pub use stats::Stats;
-pub use word::{le_word, le_word_at, WORD_BYTES};
+pub use word::{le_word, le_word_at};
 
 #[cfg(feature = "rdma")]
 pub use transport::RdmaTransport;

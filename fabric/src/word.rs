@@ -8,14 +8,13 @@
 //! depends on what a memory node sent. [`le_word_at`] says `None` instead,
 //! for decoders that report a short buffer themselves.
 
-/// Bytes in a word.
-pub const WORD_BYTES: usize = 8;
+use crate::addr::ATOMIC_BYTES;
 
-/// The little-endian word at byte `at` of `bytes`; `None` if fewer than
-/// [`WORD_BYTES`] bytes are there.
+/// The little-endian word (the [`ATOMIC_BYTES`] a CAS or FAA works on) at
+/// byte `at` of `bytes`; `None` if fewer bytes than that are there.
 #[inline]
 pub fn le_word_at(bytes: &[u8], at: usize) -> Option<u64> {
-    let b = bytes.get(at..at.checked_add(WORD_BYTES)?)?;
+    let b = bytes.get(at..at.checked_add(ATOMIC_BYTES as usize)?)?;
     Some(u64::from_le_bytes(b.try_into().ok()?))
 }
 
