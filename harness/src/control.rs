@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use control_plane::api::{ClientError, ControlClient, Status};
-use control_plane::config::{RecoverySection, Timing, SECRET_ENV, TOKEN_ENV};
+use control_plane::config::{RecoverySection, Role, Settings, Timing, Token, SECRET_ENV, TOKEN_ENV};
+use control_plane::network::ClusterSecret;
 use control_plane::raft::MemberId;
 use rand::distributions::{Alphanumeric, DistString};
 
@@ -281,18 +282,33 @@ impl ControlPlane {
             path: path.clone(),
             source,
         };
-        let timing = toml::to_string(timing)
-            .map_err(|e| io("cannot encode the timing for", std::io::Error::other(e)))?;
-        let recovery = toml::to_string(recovery)
-            .map_err(|e| io("cannot encode the recovery section for", std::io::Error::other(e)))?;
-        let text = format!(
-            "cluster_secret = \"{}\"\n\n[[tokens]]\nname = \"operator\"\ntoken = \"{}\"\nrole = \"admin\"\n\n\
-             [[tokens]]\nname = \"client\"\ntoken = \"{}\"\nrole = \"client\"\n\n[timing]\n{timing}\n\
-             [recovery]\n{recovery}",
-            self.secret,
-            self.token,
-            self.client_token.as_deref().unwrap_or_default()
-        );
+        let encoding = |e: &dyn std::fmt::Display| {
+            io(
+                "cannot encode the settings for",
+                std::io::Error::other(e.to_string()),
+            )
+        };
+        let token = |name: &str, token: &str, role| Token {
+            name: name.to_owned(),
+            token: token.to_owned(),
+            role,
+        };
+        let settings = Settings {
+            cluster_secret: ClusterSecret::new(self.secret.clone()).map_err(|e| encoding(&e))?,
+            tokens: vec![
+                token("operator", &self.token, Role::Admin),
+                token(
+                    "client",
+                    self.client_token.as_deref().unwrap_or_default(),
+                    Role::Client,
+                ),
+            ],
+            timing: timing.clone(),
+            recovery: recovery.clone(),
+            tls: None,
+            member: toml::Table::new(),
+        };
+        let text = toml::to_string(&settings).map_err(|e| encoding(&e))?;
         std::fs::create_dir_all(&self.dir).map_err(|e| io("cannot create the directory of", e))?;
         write_private(&path, &text).map_err(|e| io("cannot write", e))?;
         Ok(path)
